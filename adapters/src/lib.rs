@@ -1,0 +1,3 @@
+//! Client-side adapters: Redis Cluster routing, the NBD block adapter and the YCSB binding.
+//!
+//! Empty until the adapters issue lands; see `docs/ARCHITECTURE.md`.

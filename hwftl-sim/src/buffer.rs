@@ -1,0 +1,163 @@
+//! Page buffers: 8 KiB, 4 KiB-aligned heap buffers that O_DIRECT and io_uring can use as they
+//! are, passed by value into a command and handed back in its completion.
+
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use crate::geometry::PAGE_SIZE;
+
+/// Alignment of every buffer the device reads into or writes from (O_DIRECT needs 4 KiB).
+pub const BUFFER_ALIGN: usize = 4096;
+
+/// A zero-initialised heap buffer of `len` bytes aligned to [`BUFFER_ALIGN`].
+pub(crate) struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out &[u8].
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocates `len` zero bytes (`len` is rounded up to a multiple of the alignment).
+    pub(crate) fn zeroed(len: usize) -> Self {
+        let len = len.max(1).next_multiple_of(BUFFER_ALIGN);
+        let layout = Self::layout(len);
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        AlignedBuf { ptr, len }
+    }
+
+    fn layout(len: usize) -> Layout {
+        match Layout::from_size_align(len, BUFFER_ALIGN) {
+            Ok(l) => l,
+            // len is a multiple of a power of two far below isize::MAX for any real buffer.
+            Err(_) => alloc::handle_alloc_error(Layout::new::<u8>()),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: ptr was allocated in `zeroed` with exactly this layout.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes for as long as self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for len bytes and &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// One 8 KiB page buffer, 4 KiB-aligned. Commands take it by value; the completion gives it
+/// back (filled, for a read), so no copy is needed between the caller and the device.
+pub struct PageBuf(AlignedBuf);
+
+impl PageBuf {
+    /// A zero-filled page.
+    pub fn zeroed() -> Self {
+        PageBuf(AlignedBuf::zeroed(PAGE_SIZE))
+    }
+
+    /// A page holding `data` followed by zeroes.
+    ///
+    /// # Panics
+    /// Never; `data` longer than a page is truncated to [`PAGE_SIZE`] bytes.
+    pub fn from_slice(data: &[u8]) -> Self {
+        let mut p = Self::zeroed();
+        let n = data.len().min(PAGE_SIZE);
+        p[..n].copy_from_slice(&data[..n]);
+        p
+    }
+
+    /// Raw pointer for the kernel to read the page from.
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.0.ptr.as_ptr()
+    }
+
+    /// Raw pointer for the kernel to fill the page through.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.ptr.as_ptr()
+    }
+}
+
+impl Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl Clone for PageBuf {
+    fn clone(&self) -> Self {
+        Self::from_slice(self)
+    }
+}
+
+impl fmt::Debug for PageBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PageBuf({:02x?}..)", &self[..8])
+    }
+}
+
+impl PartialEq for PageBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_is_aligned_zeroed_and_sized() {
+        let p = PageBuf::zeroed();
+        assert_eq!(p.len(), PAGE_SIZE);
+        assert_eq!(p.as_ptr() as usize % BUFFER_ALIGN, 0);
+        assert!(p.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn from_slice_truncates() {
+        let big = vec![7u8; PAGE_SIZE + 10];
+        let p = PageBuf::from_slice(&big);
+        assert!(p.iter().all(|&b| b == 7));
+        let q = PageBuf::from_slice(b"abc");
+        assert_eq!(&q[..4], b"abc\0");
+        assert_eq!(p.clone(), p);
+    }
+
+    #[test]
+    fn aligned_buf_rounds_up() {
+        let b = AlignedBuf::zeroed(5000);
+        assert_eq!(b.len(), 8192);
+    }
+}

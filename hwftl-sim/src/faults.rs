@@ -1,0 +1,76 @@
+//! Fault injection for tests: make the next read, program or erase fail (anywhere, at one
+//! LBA, or in one segment). Power cut and page corruption are methods of [`crate::Ftl`].
+
+use parking_lot::Mutex;
+
+use crate::geometry::{Lba, SegmentId};
+
+/// Where an armed fault fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultTarget {
+    /// The next operation of the kind, wherever it goes.
+    Any,
+    /// The next operation of the kind on this LBA.
+    Lba(Lba),
+    /// The next operation of the kind in this segment.
+    Segment(SegmentId),
+}
+
+impl FaultTarget {
+    fn hits(self, lba: Option<Lba>, segment: SegmentId) -> bool {
+        match self {
+            FaultTarget::Any => true,
+            FaultTarget::Lba(l) => Some(l) == lba,
+            FaultTarget::Segment(s) => s == segment,
+        }
+    }
+}
+
+/// Armed one-shot faults. Each armed fault fires once, on the first matching operation.
+#[derive(Debug, Default)]
+pub struct FaultInjector {
+    reads: Mutex<Vec<FaultTarget>>,
+    programs: Mutex<Vec<FaultTarget>>,
+    erases: Mutex<Vec<FaultTarget>>,
+}
+
+fn take(list: &Mutex<Vec<FaultTarget>>, lba: Option<Lba>, segment: SegmentId) -> bool {
+    let mut l = list.lock();
+    match l.iter().position(|t| t.hits(lba, segment)) {
+        Some(i) => {
+            l.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+impl FaultInjector {
+    /// The next matching read fails with `ReadFailed` (uncorrectable).
+    pub fn fail_next_read(&self, target: FaultTarget) {
+        self.reads.lock().push(target);
+    }
+
+    /// The next matching program fails: its block is retired and its segment turns read-only.
+    pub fn fail_next_program(&self, target: FaultTarget) {
+        self.programs.lock().push(target);
+    }
+
+    /// The next matching TRIM fails to erase one block (the segment's lowest mapped chip),
+    /// which is retired.
+    pub fn fail_next_erase(&self, target: FaultTarget) {
+        self.erases.lock().push(target);
+    }
+
+    pub(crate) fn take_read(&self, lba: Lba, segment: SegmentId) -> bool {
+        take(&self.reads, Some(lba), segment)
+    }
+
+    pub(crate) fn take_program(&self, lba: Lba, segment: SegmentId) -> bool {
+        take(&self.programs, Some(lba), segment)
+    }
+
+    pub(crate) fn take_erase(&self, segment: SegmentId) -> bool {
+        take(&self.erases, None, segment)
+    }
+}

@@ -1,0 +1,1089 @@
+//! The flash translation layer: validates commands against the append-only rule, maps
+//! logical segments to physical blocks (block-level mapping, least-worn allocation, bad-block
+//! retirement), persists its tables, schedules commands on the NAND timing model, and hands
+//! completions back through the tag pool. Implements [`AppendDevice`].
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::buffer::PageBuf;
+use crate::device::{
+    AppendDevice, Command, CommandKind, Completion, DeviceStats, Rejected, SegmentInfo, Tag, Wait,
+    DEFAULT_QUEUE_DEPTH,
+};
+use crate::error::{DeviceError, Result};
+use crate::faults::FaultInjector;
+use crate::geometry::{Geometry, Lba, Ppa, SegmentId};
+use crate::media::ram::RamMedia;
+use crate::media::uring::FileMedia;
+use crate::media::{Media, MediaDone, MediaLayout, MediaOp, RamStore};
+use crate::tables::{
+    decode_superblock, encode_superblock, slot_bytes, BlockState, SegmentState, Tables,
+    SUPERBLOCK_BYTES, UNMAPPED,
+};
+use crate::timing::{NandScheduler, Release, TimingModel};
+
+/// Where the device keeps its pages.
+#[derive(Clone)]
+pub enum Backend {
+    /// Process memory; keep a clone of the store to reopen after a power cut.
+    Ram(RamStore),
+    /// A regular file or a raw block device, through io_uring with O_DIRECT.
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Ram(_) => f.write_str("ram"),
+            Backend::File(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+/// How to run a device.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceConfig {
+    /// Shape of the flash array (must match the media when opening an existing device).
+    pub geometry: Geometry,
+    /// NAND timing model.
+    pub timing: TimingModel,
+    /// When completions are released (virtual clock or wall clock).
+    pub release: Release,
+    /// Size of the tag pool.
+    pub queue_depth: u32,
+}
+
+impl DeviceConfig {
+    /// A configuration with no timing delay and the default queue depth.
+    pub fn new(geometry: Geometry) -> Self {
+        DeviceConfig {
+            geometry,
+            timing: TimingModel::None,
+            release: Release::Virtual,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+        }
+    }
+}
+
+/// A command between submission and delivery.
+struct InFlight {
+    kind: CommandKind,
+    lba: Option<Lba>,
+    segment: Option<SegmentId>,
+    /// Physical page programmed (reverted on power cut).
+    program_ppa: Option<Ppa>,
+    start: u64,
+    due: u64,
+    seq: u64,
+    submitted: Instant,
+    /// Result decided at submission (an injected fault, a TRIM's outcome).
+    preset: Option<Result<()>>,
+    /// Set when the media finished it.
+    done: Option<MediaDone>,
+    /// A caller of `execute` is waiting for exactly this tag.
+    awaited: bool,
+    /// Whether the media holds an operation for it (else it is done at submission).
+    on_media: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    reads: u64,
+    writes: u64,
+    trims: u64,
+    flushes: u64,
+    erases: u64,
+    table_writes: u64,
+    errors: u64,
+}
+
+struct State {
+    tables: Tables,
+    /// Live write pointers (next page offset to write) per segment.
+    wp: Vec<u32>,
+    /// Pages below a write pointer that hold nothing (lost in a power cut or failed I/O).
+    holes: HashMap<u32, BTreeSet<u32>>,
+    /// Commands in flight per segment.
+    seg_busy: Vec<u32>,
+    free_tags: Vec<u32>,
+    cmds: Vec<Option<InFlight>>,
+    /// Media-finished commands waiting for delivery, by (due, seq).
+    ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    sched: Option<NandScheduler>,
+    vnow: u64,
+    seq: u64,
+    counters: Counters,
+    powered: bool,
+}
+
+/// The append-only FTL over a media backend.
+pub struct Ftl {
+    geometry: Geometry,
+    config: DeviceConfig,
+    media: Box<dyn Media>,
+    state: Mutex<State>,
+    /// Held by the thread polling the media.
+    poll_lock: Mutex<()>,
+    /// Signalled when commands finish on the media.
+    finished: Condvar,
+    faults: FaultInjector,
+    epoch: Instant,
+}
+
+fn layout(g: &Geometry) -> MediaLayout {
+    MediaLayout {
+        meta_bytes: SUPERBLOCK_BYTES as u64 + 2 * slot_bytes(g),
+        physical_pages: g.physical_pages(),
+    }
+}
+
+fn slot_offset(g: &Geometry, generation: u64) -> u64 {
+    SUPERBLOCK_BYTES as u64 + (generation % 2) * slot_bytes(g)
+}
+
+fn media_for(backend: &Backend, create: bool, queue_depth: u32) -> Result<Box<dyn Media>> {
+    Ok(match backend {
+        Backend::Ram(store) => Box::new(RamMedia::new(store.clone())),
+        Backend::File(path) => Box::new(FileMedia::open(path, create, queue_depth)?),
+    })
+}
+
+fn reject(error: DeviceError, buf: Option<PageBuf>) -> Rejected {
+    Rejected { error, buf }
+}
+
+impl Ftl {
+    /// Formats the backend as a new, empty device with `config.geometry` (a file is created
+    /// or truncated) and opens it.
+    ///
+    /// # Errors
+    /// `InvalidGeometry`, or the backend's I/O error.
+    pub fn format(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
+        config.geometry.validate()?;
+        Self::check_queue_depth(config.queue_depth)?;
+        let mut media = media_for(backend, true, config.queue_depth)?;
+        let g = config.geometry;
+        media.prepare(layout(&g), true)?;
+        media.write_meta(0, &encode_superblock(&g))?;
+        let mut tables = Tables::new(g);
+        tables.generation = 1;
+        tables.clean = true;
+        media.write_meta(slot_offset(&g, 1), &tables.encode())?;
+        tracing::info!("formatted {} as {g}", media.describe());
+        Self::start(media, config, tables)
+    }
+
+    /// Reads the geometry recorded on a formatted backend.
+    ///
+    /// # Errors
+    /// `NotFormatted`, `TableCorrupt`, or the backend's I/O error (a missing file included).
+    pub fn probe(backend: &Backend) -> Result<Geometry> {
+        let media = media_for(backend, false, 2)?;
+        decode_superblock(&media.read_meta(0, SUPERBLOCK_BYTES)?)
+    }
+
+    /// Opens an existing device. Its recorded geometry must equal `config.geometry`. After an
+    /// unclean stop (power cut, kill) the write pointers of open segments are recovered by
+    /// scanning them; pages lost in flight read as unwritten.
+    ///
+    /// # Errors
+    /// `NotFormatted`, `GeometryMismatch`, `WrongSize`, `TableCorrupt` (superblock or both
+    /// table copies bad), or the backend's I/O error.
+    pub fn open(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
+        Self::check_queue_depth(config.queue_depth)?;
+        let mut media = media_for(backend, false, config.queue_depth)?;
+        let stored = decode_superblock(&media.read_meta(0, SUPERBLOCK_BYTES)?)?;
+        if stored != config.geometry {
+            return Err(DeviceError::GeometryMismatch {
+                stored: stored.to_string(),
+                requested: config.geometry.to_string(),
+            });
+        }
+        let g = stored;
+        media.prepare(layout(&g), false)?;
+        let slot_len = slot_bytes(&g) as usize;
+        let mut best: Option<Tables> = None;
+        let mut errors = Vec::new();
+        for slot in 0..2u64 {
+            let bytes = media.read_meta(slot_offset(&g, slot), slot_len)?;
+            match Tables::decode(g, &bytes) {
+                Ok(t) if best.as_ref().is_none_or(|b| t.generation > b.generation) => {
+                    best = Some(t)
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(format!("slot {slot}: {e}")),
+            }
+        }
+        let Some(mut tables) = best else {
+            return Err(DeviceError::TableCorrupt(format!(
+                "no valid copy of the tables ({})",
+                errors.join("; ")
+            )));
+        };
+        for e in &errors {
+            tracing::warn!("ignoring a bad table copy: {e}");
+        }
+        let holes = if tables.clean {
+            HashMap::new()
+        } else {
+            Self::recover_write_pointers(media.as_ref(), &mut tables)?
+        };
+        let ftl = Self::start(media, config, tables)?;
+        ftl.state.lock().holes = holes;
+        Ok(ftl)
+    }
+
+    /// Opens the device on `backend`, formatting it first if it holds none (a missing file
+    /// or an unformatted one).
+    ///
+    /// # Errors
+    /// As [`Ftl::open`] and [`Ftl::format`].
+    pub fn open_or_format(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
+        let missing = match backend {
+            Backend::File(p) => !p.exists(),
+            Backend::Ram(_) => false,
+        };
+        if missing {
+            return Self::format(backend, config);
+        }
+        match Self::open(backend, config) {
+            Err(DeviceError::NotFormatted) => Self::format(backend, config),
+            // A RAM store never formatted has no metadata at all.
+            Err(DeviceError::WrongSize { actual: 0, .. }) if matches!(backend, Backend::Ram(_)) => {
+                Self::format(backend, config)
+            }
+            other => other,
+        }
+    }
+
+    fn check_queue_depth(depth: u32) -> Result<()> {
+        if depth == 0 || depth > 4096 {
+            return Err(DeviceError::InvalidGeometry(format!(
+                "queue depth {depth} must be between 1 and 4096"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Finds the write pointer of every open or read-only segment from what the media holds,
+    /// and the pages below it that hold nothing.
+    fn recover_write_pointers(
+        media: &dyn Media,
+        tables: &mut Tables,
+    ) -> Result<HashMap<u32, BTreeSet<u32>>> {
+        let g = tables.geometry;
+        let mut holes = HashMap::new();
+        for s in 0..g.segments() {
+            let state = tables.seg_state[s as usize];
+            let limit = match state {
+                SegmentState::Open => g.pages_per_segment(),
+                SegmentState::ReadOnly => tables.seg_wp[s as usize],
+                SegmentState::Free | SegmentState::Full => continue,
+            };
+            let seg = SegmentId(s);
+            let ppas: Vec<Ppa> = (0..limit)
+                .map(|off| {
+                    let (chip, page) = g.stripe(off);
+                    let block = tables.mapped(seg, chip);
+                    if block == UNMAPPED {
+                        u64::MAX
+                    } else {
+                        g.ppa(chip, block, page)
+                    }
+                })
+                .collect();
+            let mapped: Vec<Ppa> = ppas.iter().copied().filter(|&p| p != u64::MAX).collect();
+            let scanned = media.scan_programmed(&mapped)?;
+            let programmed: std::collections::HashSet<Ppa> = mapped
+                .iter()
+                .zip(scanned)
+                .filter_map(|(p, yes)| yes.then_some(*p))
+                .collect();
+            let is_prog = |off: u32| programmed.contains(&ppas[off as usize]);
+            let wp = match state {
+                SegmentState::Open => (0..limit).rev().find(|&o| is_prog(o)).map_or(0, |o| o + 1),
+                _ => limit,
+            };
+            let missing: BTreeSet<u32> = (0..wp).filter(|&o| !is_prog(o)).collect();
+            if !missing.is_empty() {
+                tracing::warn!(
+                    "segment {s}: {} page(s) below the write pointer {wp} were lost",
+                    missing.len()
+                );
+                holes.insert(s, missing);
+            }
+            tables.seg_wp[s as usize] = wp;
+        }
+        Ok(holes)
+    }
+
+    fn start(media: Box<dyn Media>, config: DeviceConfig, mut tables: Tables) -> Result<Ftl> {
+        let g = tables.geometry;
+        // Mark the tables in use: a stop without `close` is then recognised as unclean.
+        tables.clean = false;
+        tables.generation += 1;
+        media.write_meta(slot_offset(&g, tables.generation), &tables.encode())?;
+        let depth = config.queue_depth;
+        let wp = tables.seg_wp.clone();
+        let state = State {
+            wp,
+            holes: HashMap::new(),
+            seg_busy: vec![0; g.segments() as usize],
+            free_tags: (0..depth).rev().collect(),
+            cmds: (0..depth).map(|_| None).collect(),
+            ready: BinaryHeap::new(),
+            sched: config.timing.nand().map(|t| NandScheduler::new(t, &g)),
+            vnow: 0,
+            seq: 0,
+            counters: Counters {
+                table_writes: 1,
+                ..Counters::default()
+            },
+            powered: true,
+            tables,
+        };
+        Ok(Ftl {
+            geometry: g,
+            config,
+            media,
+            state: Mutex::new(state),
+            poll_lock: Mutex::new(()),
+            finished: Condvar::new(),
+            faults: FaultInjector::default(),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// The armed-fault controls of this device.
+    pub fn faults(&self) -> &FaultInjector {
+        &self.faults
+    }
+
+    /// The configuration the device runs with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// What the backend is, for logs.
+    pub fn describe(&self) -> String {
+        self.media.describe()
+    }
+
+    fn wall_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn now(&self, st: &State) -> u64 {
+        match self.config.release {
+            Release::Virtual => st.vnow,
+            Release::WallClock => self.wall_ns(),
+        }
+    }
+
+    fn persist(&self, st: &mut State) -> Result<()> {
+        st.tables.generation += 1;
+        let bytes = st.tables.encode();
+        self.media
+            .write_meta(slot_offset(&self.geometry, st.tables.generation), &bytes)?;
+        st.counters.table_writes += 1;
+        Ok(())
+    }
+
+    /// Flips a bit of a written page on the media (fault injection): reads return wrong data.
+    ///
+    /// # Errors
+    /// `OutOfRange`, `Unwritten`, or the backend's I/O error.
+    pub fn corrupt_page(&self, lba: Lba, byte: usize) -> Result<()> {
+        let st = self.state.lock();
+        let ppa = self.readable_ppa(&st, lba)?;
+        self.media.corrupt(ppa, byte)
+    }
+
+    /// Simulates a power cut: every command not yet delivered is lost (its write undone on
+    /// the RAM backend), nothing is persisted, and the handle refuses all further use. Open the
+    /// backend again to recover.
+    pub fn power_cut(&self) {
+        let mut st = self.state.lock();
+        st.powered = false;
+        for slot in st.cmds.iter_mut() {
+            if let Some(cmd) = slot.take() {
+                if let Some(ppa) = cmd.program_ppa {
+                    self.media.revert_program(ppa);
+                }
+            }
+        }
+        st.ready.clear();
+    }
+
+    /// Waits for every command in flight (their completions are dropped), then records the
+    /// tables with exact write pointers so the next open needs no recovery scan.
+    ///
+    /// # Errors
+    /// `PoweredOff`, or the backend's I/O error.
+    pub fn close(self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&self) -> Result<()> {
+        if !self.state.lock().powered {
+            return Err(DeviceError::PoweredOff);
+        }
+        let mut sink = Vec::new();
+        while self.in_flight() > 0 {
+            self.pump(true, None)?;
+            let mut st = self.state.lock();
+            let tags: Vec<u32> = st
+                .cmds
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.as_ref().filter(|c| c.done.is_some()).map(|_| i as u32))
+                .collect();
+            for t in tags {
+                sink.push(self.finish(&mut st, t));
+            }
+            sink.clear();
+        }
+        let mut st = self.state.lock();
+        st.tables.seg_wp = st.wp.clone();
+        st.tables.clean = st.holes.is_empty();
+        self.persist(&mut st)?;
+        st.powered = false;
+        Ok(())
+    }
+
+    /// The physical page behind a written LBA.
+    fn readable_ppa(&self, st: &State, lba: Lba) -> Result<Ppa> {
+        let g = &self.geometry;
+        let (seg, off) = g.locate(lba)?;
+        let state = st.tables.seg_state[seg.0 as usize];
+        if state == SegmentState::Free
+            || off >= st.wp[seg.0 as usize]
+            || st.holes.get(&seg.0).is_some_and(|h| h.contains(&off))
+        {
+            return Err(DeviceError::Unwritten { lba });
+        }
+        let (chip, page) = g.stripe(off);
+        let block = st.tables.mapped(seg, chip);
+        if block == UNMAPPED {
+            return Err(DeviceError::Unwritten { lba });
+        }
+        Ok(g.ppa(chip, block, page))
+    }
+
+    /// Maps a free segment's blocks (least-worn free block on every chip) and persists it.
+    fn open_segment(&self, st: &mut State, seg: SegmentId) -> Result<()> {
+        let g = self.geometry;
+        let mut taken = Vec::with_capacity(g.chips() as usize);
+        for chip in 0..g.chips() {
+            match st.tables.least_worn_free(chip) {
+                Some(block) => {
+                    let i = st.tables.block_index(chip, block);
+                    st.tables.block_state[i] = BlockState::Used;
+                    st.tables.set_mapped(seg, chip, block);
+                    taken.push((chip, block));
+                }
+                None => {
+                    for (c, b) in taken {
+                        let i = st.tables.block_index(c, b);
+                        st.tables.block_state[i] = BlockState::Free;
+                        st.tables.set_mapped(seg, c, UNMAPPED);
+                    }
+                    return Err(DeviceError::NoSpareBlocks { chip, segment: seg });
+                }
+            }
+        }
+        st.tables.seg_state[seg.0 as usize] = SegmentState::Open;
+        st.tables.seg_wp[seg.0 as usize] = 0;
+        st.wp[seg.0 as usize] = 0;
+        self.persist(st)
+    }
+
+    fn alloc_tag(&self, st: &mut State) -> Result<u32> {
+        if !st.powered {
+            return Err(DeviceError::PoweredOff);
+        }
+        st.free_tags.pop().ok_or(DeviceError::QueueFull {
+            depth: self.config.queue_depth,
+        })
+    }
+
+    fn submit_inner(&self, cmd: Command, awaited: bool) -> std::result::Result<Tag, Rejected> {
+        let g = self.geometry;
+        let mut st = self.state.lock();
+        let buf_of = |c: Command| match c {
+            Command::Read { buf, .. }
+            | Command::Write { buf, .. }
+            | Command::Append { buf, .. } => Some(buf),
+            Command::Trim { .. } | Command::Flush => None,
+        };
+        let tag = match self.alloc_tag(&mut st) {
+            Ok(t) => t,
+            Err(e) => return Err(reject(e, buf_of(cmd))),
+        };
+        let start = self.now(&st);
+        st.seq += 1;
+        let mut inflight = InFlight {
+            kind: CommandKind::Flush,
+            lba: None,
+            segment: None,
+            program_ppa: None,
+            start,
+            due: start,
+            seq: st.seq,
+            submitted: Instant::now(),
+            preset: None,
+            done: None,
+            awaited,
+            on_media: false,
+        };
+        let mut media_op = None;
+        let mut spare_buf = None;
+        let outcome: Result<()> = (|| {
+            match cmd {
+                Command::Read { lba, buf } => {
+                    inflight.kind = CommandKind::Read;
+                    inflight.lba = Some(lba);
+                    let ppa = match self.readable_ppa(&st, lba) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            spare_buf = Some(buf);
+                            return Err(e);
+                        }
+                    };
+                    let (seg, off) = g.locate(lba)?;
+                    inflight.segment = Some(seg);
+                    let chip = g.stripe(off).0;
+                    if let Some(s) = st.sched.as_mut() {
+                        inflight.due = s.read(start, chip);
+                    }
+                    if self.faults.take_read(lba, seg) {
+                        inflight.preset = Some(Err(DeviceError::ReadFailed { lba }));
+                        spare_buf = Some(buf);
+                    } else {
+                        media_op = Some(MediaOp::Read { ppa, buf });
+                    }
+                }
+                Command::Write { lba, buf } => {
+                    let (seg, off) = match g.locate(lba) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            spare_buf = Some(buf);
+                            return Err(e);
+                        }
+                    };
+                    self.prepare_write(
+                        &mut st,
+                        &mut inflight,
+                        seg,
+                        Some(off),
+                        buf,
+                        &mut media_op,
+                        &mut spare_buf,
+                    )?;
+                }
+                Command::Append { segment, buf } => {
+                    if let Err(e) = g.check_segment(segment) {
+                        spare_buf = Some(buf);
+                        return Err(e);
+                    }
+                    self.prepare_write(
+                        &mut st,
+                        &mut inflight,
+                        segment,
+                        None,
+                        buf,
+                        &mut media_op,
+                        &mut spare_buf,
+                    )?;
+                }
+                Command::Trim { segment } => {
+                    inflight.kind = CommandKind::Trim;
+                    inflight.segment = Some(segment);
+                    g.check_segment(segment)?;
+                    let busy = st.seg_busy[segment.0 as usize];
+                    if busy > 0 {
+                        return Err(DeviceError::SegmentBusy {
+                            segment,
+                            in_flight: busy,
+                        });
+                    }
+                    inflight.preset = Some(self.trim(&mut st, segment, start, &mut inflight.due));
+                }
+                Command::Flush => {
+                    inflight.kind = CommandKind::Flush;
+                    media_op = Some(MediaOp::Flush);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = outcome {
+            st.free_tags.push(tag);
+            return Err(reject(e, spare_buf));
+        }
+        if let Some(seg) = inflight.segment {
+            if inflight.kind != CommandKind::Trim {
+                st.seg_busy[seg.0 as usize] += 1;
+            }
+        }
+        match media_op {
+            Some(op) => {
+                inflight.on_media = true;
+                if let Err((e, buf)) = self.media.start(tag, op) {
+                    // Undo: the command never reached the media.
+                    if let Some(seg) = inflight.segment {
+                        st.seg_busy[seg.0 as usize] -= 1;
+                        if inflight.kind == CommandKind::Write {
+                            st.wp[seg.0 as usize] -= 1;
+                        }
+                    }
+                    st.free_tags.push(tag);
+                    return Err(reject(e, buf));
+                }
+            }
+            None => {
+                // Finished at submission (fault or TRIM): ready at its due time.
+                inflight.done = Some(MediaDone {
+                    id: tag,
+                    result: Ok(()),
+                    buf: spare_buf,
+                });
+                st.ready.push(Reverse((inflight.due, inflight.seq, tag)));
+            }
+        }
+        st.cmds[tag as usize] = Some(inflight);
+        Ok(Tag(tag))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_write(
+        &self,
+        st: &mut State,
+        inflight: &mut InFlight,
+        seg: SegmentId,
+        at: Option<u32>,
+        buf: PageBuf,
+        media_op: &mut Option<MediaOp>,
+        spare_buf: &mut Option<PageBuf>,
+    ) -> Result<()> {
+        let g = self.geometry;
+        inflight.kind = CommandKind::Write;
+        inflight.segment = Some(seg);
+        let s = seg.0 as usize;
+        let check = (|| {
+            match st.tables.seg_state[s] {
+                SegmentState::ReadOnly => {
+                    return Err(DeviceError::SegmentReadOnly { segment: seg })
+                }
+                SegmentState::Full => return Err(DeviceError::SegmentFull { segment: seg }),
+                SegmentState::Free | SegmentState::Open => {}
+            }
+            let wp = st.wp[s];
+            if wp >= g.pages_per_segment() {
+                return Err(DeviceError::SegmentFull { segment: seg });
+            }
+            if let Some(off) = at {
+                if off != wp {
+                    return Err(DeviceError::NotAtWritePointer {
+                        lba: g.lba(seg, off),
+                        segment: seg,
+                        write_pointer: wp,
+                    });
+                }
+            }
+            if st.tables.seg_state[s] == SegmentState::Free {
+                self.open_segment(st, seg)?;
+            }
+            Ok(wp)
+        })();
+        let off = match check {
+            Ok(o) => o,
+            Err(e) => {
+                *spare_buf = Some(buf);
+                return Err(e);
+            }
+        };
+        let lba = g.lba(seg, off);
+        inflight.lba = Some(lba);
+        let (chip, page) = g.stripe(off);
+        let block = st.tables.mapped(seg, chip);
+        if let Some(sched) = st.sched.as_mut() {
+            inflight.due = sched.program(inflight.start, chip);
+        }
+        if self.faults.take_program(lba, seg) {
+            let i = st.tables.block_index(chip, block);
+            st.tables.block_state[i] = BlockState::Bad;
+            st.tables.seg_state[s] = SegmentState::ReadOnly;
+            st.tables.seg_wp[s] = off;
+            st.wp[s] = off;
+            tracing::warn!(
+                "program failure: retired block {block} of chip {chip}; segment {seg} read-only"
+            );
+            inflight.preset = Some(match self.persist(st) {
+                Ok(()) => Err(DeviceError::ProgramFailed {
+                    lba,
+                    segment: seg,
+                    chip,
+                    block,
+                }),
+                Err(e) => Err(e),
+            });
+            *spare_buf = Some(buf);
+            return Ok(());
+        }
+        st.wp[s] = off + 1;
+        let ppa = g.ppa(chip, block, page);
+        inflight.program_ppa = Some(ppa);
+        *media_op = Some(MediaOp::Program { ppa, buf });
+        Ok(())
+    }
+
+    /// Erases and unmaps a segment's blocks; returns the TRIM's result (an erase failure
+    /// retires the block but the segment is still freed).
+    fn trim(&self, st: &mut State, seg: SegmentId, start: u64, due: &mut u64) -> Result<()> {
+        let g = self.geometry;
+        let s = seg.0 as usize;
+        if st.tables.seg_state[s] == SegmentState::Free {
+            return Ok(());
+        }
+        let mut fail = self.faults.take_erase(seg);
+        let mut failure = None;
+        let mut ppas = Vec::with_capacity(g.pages_per_segment() as usize);
+        for chip in 0..g.chips() {
+            let block = st.tables.mapped(seg, chip);
+            if block == UNMAPPED {
+                continue;
+            }
+            let i = st.tables.block_index(chip, block);
+            if let Some(sched) = st.sched.as_mut() {
+                *due = (*due).max(sched.erase(start, chip));
+            }
+            st.tables.set_mapped(seg, chip, UNMAPPED);
+            if st.tables.block_state[i] == BlockState::Bad {
+                continue;
+            }
+            if fail {
+                fail = false;
+                st.tables.block_state[i] = BlockState::Bad;
+                failure = Some(DeviceError::EraseFailed {
+                    segment: seg,
+                    chip,
+                    block,
+                });
+                tracing::warn!("erase failure: retired block {block} of chip {chip}");
+                continue;
+            }
+            ppas.extend((0..g.pages_per_block).map(|p| g.ppa(chip, block, p)));
+            st.tables.block_state[i] = BlockState::Free;
+            st.tables.pe[i] += 1;
+            st.counters.erases += 1;
+        }
+        self.media.erase(&ppas)?;
+        st.tables.seg_state[s] = SegmentState::Free;
+        st.tables.seg_wp[s] = 0;
+        st.wp[s] = 0;
+        st.holes.remove(&seg.0);
+        st.counters.trims += 1;
+        self.persist(st)?;
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Polls the media once and marks what finished. With `block`, sleeps in the kernel for
+    /// at least one completion, unless `target` is already finished.
+    fn pump(&self, block: bool, target: Option<u32>) -> Result<()> {
+        let guard = if block {
+            self.poll_lock.lock()
+        } else {
+            match self.poll_lock.try_lock() {
+                Some(g) => g,
+                None => return Ok(()),
+            }
+        };
+        let block = block
+            && !target.is_some_and(|t| {
+                let st = self.state.lock();
+                st.cmds[t as usize]
+                    .as_ref()
+                    .is_none_or(|c| c.done.is_some())
+            });
+        let mut dones = Vec::new();
+        let polled = self.media.poll(&mut dones, block);
+        drop(guard);
+        if !dones.is_empty() {
+            let mut st = self.state.lock();
+            for d in dones {
+                let id = d.id as usize;
+                if let Some(cmd) = st.cmds.get_mut(id).and_then(Option::as_mut) {
+                    let key = (cmd.due, cmd.seq, d.id);
+                    cmd.done = Some(d);
+                    st.ready.push(Reverse(key));
+                }
+                // Else: lost in a power cut.
+            }
+            drop(st);
+            self.finished.notify_all();
+        }
+        polled
+    }
+
+    /// Turns a finished command into its completion and frees its tag.
+    fn finish(&self, st: &mut State, tag: u32) -> Completion {
+        let cmd = st.cmds[tag as usize].take();
+        st.free_tags.push(tag);
+        let Some(cmd) = cmd else {
+            // Unreachable by construction: only finished, present commands are finished.
+            return Completion {
+                tag: Tag(tag),
+                kind: CommandKind::Flush,
+                lba: None,
+                segment: None,
+                result: Err(DeviceError::PoweredOff),
+                buf: None,
+                latency_ns: 0,
+            };
+        };
+        let done = cmd.done;
+        let (media_result, buf) = match done {
+            Some(d) => (d.result, d.buf),
+            None => (Ok(()), None),
+        };
+        let result = match cmd.preset {
+            Some(r) => r,
+            None => media_result,
+        };
+        if self.config.release == Release::Virtual {
+            st.vnow = st.vnow.max(cmd.due);
+        }
+        let latency_ns = if st.sched.is_some() && self.config.release == Release::Virtual {
+            cmd.due - cmd.start
+        } else {
+            u64::try_from(cmd.submitted.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        };
+        match cmd.kind {
+            CommandKind::Read => st.counters.reads += 1,
+            CommandKind::Write => st.counters.writes += 1,
+            CommandKind::Flush => st.counters.flushes += 1,
+            CommandKind::Trim => {}
+        }
+        if result.is_err() {
+            st.counters.errors += 1;
+        }
+        if let (Some(seg), true) = (cmd.segment, cmd.kind != CommandKind::Trim) {
+            let s = seg.0 as usize;
+            st.seg_busy[s] -= 1;
+            if cmd.kind == CommandKind::Write {
+                if let (Err(e), Some(lba), true) = (&result, cmd.lba, cmd.on_media) {
+                    // An I/O error on a program: the page holds nothing.
+                    tracing::error!("write of LBA {lba} failed: {e}");
+                    if let Ok((_, off)) = self.geometry.locate(lba) {
+                        st.holes.entry(seg.0).or_default().insert(off);
+                    }
+                }
+                self.maybe_mark_full(st, seg);
+            }
+        }
+        Completion {
+            tag: Tag(tag),
+            kind: cmd.kind,
+            lba: cmd.lba,
+            segment: cmd.segment,
+            result,
+            buf,
+            latency_ns,
+        }
+    }
+
+    /// Records a segment as full once its last write has completed.
+    fn maybe_mark_full(&self, st: &mut State, seg: SegmentId) {
+        let s = seg.0 as usize;
+        if st.seg_busy[s] == 0
+            && st.wp[s] == self.geometry.pages_per_segment()
+            && st.tables.seg_state[s] == SegmentState::Open
+            && !st.holes.contains_key(&seg.0)
+        {
+            st.tables.seg_state[s] = SegmentState::Full;
+            st.tables.seg_wp[s] = st.wp[s];
+            if let Err(e) = self.persist(st) {
+                // The segment stays recorded as open; recovery will scan it.
+                tracing::error!("could not record segment {seg} as full: {e}");
+            }
+        }
+    }
+
+    /// Delivers ready completions (skipping those awaited by `execute`), up to `max`.
+    fn deliver(&self, st: &mut State, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut n = 0;
+        let mut skipped = Vec::new();
+        let now = self.now(st);
+        while n < max {
+            let Some(&Reverse((due, seq, tag))) = st.ready.peek() else {
+                break;
+            };
+            if self.config.release == Release::WallClock && due > now {
+                break;
+            }
+            st.ready.pop();
+            if st.cmds[tag as usize].as_ref().is_some_and(|c| c.awaited) {
+                skipped.push(Reverse((due, seq, tag)));
+                continue;
+            }
+            out.push(self.finish(st, tag));
+            n += 1;
+        }
+        st.ready.extend(skipped);
+        n
+    }
+
+    /// Time until the earliest ready completion is due (wall-clock release only).
+    fn wait_for_due(&self, st: &State) -> Option<Duration> {
+        if self.config.release != Release::WallClock {
+            return None;
+        }
+        let Reverse((due, _, _)) = st.ready.peek()?;
+        let now = self.wall_ns();
+        (*due > now).then(|| Duration::from_nanos(due - now))
+    }
+
+    /// Commands in flight that a general reap can deliver (not awaited by `execute`).
+    fn reapable(&self, st: &State) -> usize {
+        st.cmds.iter().flatten().filter(|c| !c.awaited).count()
+    }
+}
+
+fn pause(d: Duration) {
+    if d > Duration::from_micros(200) {
+        std::thread::sleep(d - Duration::from_micros(100));
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+impl AppendDevice for Ftl {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn submit(&self, cmd: Command) -> std::result::Result<Tag, Rejected> {
+        self.submit_inner(cmd, false)
+    }
+
+    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> Result<usize> {
+        loop {
+            self.pump(false, None)?;
+            let due_in = {
+                let mut st = self.state.lock();
+                if !st.powered {
+                    return Err(DeviceError::PoweredOff);
+                }
+                let n = self.deliver(&mut st, out, max);
+                if n > 0 || wait == Wait::NoWait || max == 0 || self.reapable(&st) == 0 {
+                    return Ok(n);
+                }
+                self.wait_for_due(&st)
+            };
+            match (due_in, wait) {
+                (Some(d), _) => pause(d),
+                (None, Wait::Block) => self.pump(true, None)?,
+                (None, _) => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    fn execute(&self, cmd: Command) -> std::result::Result<Completion, Rejected> {
+        let tag = self.submit_inner(cmd, true)?.0;
+        loop {
+            {
+                let mut st = self.state.lock();
+                let Some(cmd) = st.cmds[tag as usize].as_ref() else {
+                    return Err(reject(DeviceError::PoweredOff, None));
+                };
+                if cmd.done.is_some() {
+                    let due = cmd.due;
+                    let now = self.wall_ns();
+                    if self.config.release == Release::WallClock && due > now {
+                        drop(st);
+                        pause(Duration::from_nanos(due - now));
+                        continue;
+                    }
+                    // Remove it from the ready heap, then deliver it.
+                    let ready = std::mem::take(&mut st.ready);
+                    st.ready = ready.into_iter().filter(|r| r.0 .2 != tag).collect();
+                    return Ok(self.finish(&mut st, tag));
+                }
+            }
+            if let Err(e) = self.pump(true, Some(tag)) {
+                return Err(reject(e, None));
+            }
+        }
+    }
+
+    fn segment_info(&self, segment: SegmentId) -> Result<SegmentInfo> {
+        self.geometry.check_segment(segment)?;
+        let st = self.state.lock();
+        if !st.powered {
+            return Err(DeviceError::PoweredOff);
+        }
+        Ok(SegmentInfo {
+            segment,
+            state: st.tables.seg_state[segment.0 as usize],
+            write_pointer: st.wp[segment.0 as usize],
+            pages: self.geometry.pages_per_segment(),
+        })
+    }
+
+    fn stats(&self) -> DeviceStats {
+        let st = self.state.lock();
+        let c = &st.counters;
+        let count =
+            |want: SegmentState| st.tables.seg_state.iter().filter(|&&s| s == want).count() as u32;
+        let good = st
+            .tables
+            .pe
+            .iter()
+            .zip(&st.tables.block_state)
+            .filter(|(_, s)| **s != BlockState::Bad)
+            .map(|(p, _)| *p);
+        DeviceStats {
+            reads: c.reads,
+            writes: c.writes,
+            trims: c.trims,
+            flushes: c.flushes,
+            erases: c.erases,
+            table_writes: c.table_writes,
+            errors: c.errors,
+            segments: self.geometry.segments(),
+            free_segments: count(SegmentState::Free),
+            open_segments: count(SegmentState::Open),
+            full_segments: count(SegmentState::Full),
+            read_only_segments: count(SegmentState::ReadOnly),
+            pe_min: good.clone().min().unwrap_or(0),
+            pe_max: good.max().unwrap_or(0),
+            bad_blocks: st
+                .tables
+                .block_state
+                .iter()
+                .filter(|&&s| s == BlockState::Bad)
+                .count() as u32,
+            clock_ns: self.now(&st),
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        let st = self.state.lock();
+        st.cmds.iter().flatten().count()
+    }
+}
+
+impl Drop for Ftl {
+    fn drop(&mut self) {
+        if self.state.lock().powered {
+            if let Err(e) = self.close_inner() {
+                tracing::error!("closing the device on drop failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The physical side of the device: where flash pages are actually kept. The FTL
+//! ([`crate::Ftl`]) translates logical commands to physical page numbers and drives a
+//! [`Media`]; the media moves bytes (RAM, or a file/block device through io_uring).
+
+use crate::buffer::PageBuf;
+use crate::error::{DeviceError, Result};
+use crate::geometry::Ppa;
+
+pub(crate) mod ram;
+pub(crate) mod uring;
+
+pub use ram::RamStore;
+
+/// Sizes of the regions of the media: the metadata area (superblock and two table slots)
+/// followed by the page array.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MediaLayout {
+    pub meta_bytes: u64,
+    pub physical_pages: u64,
+}
+
+impl MediaLayout {
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.meta_bytes + self.physical_pages * crate::PAGE_SIZE as u64
+    }
+}
+
+/// One physical operation, identified by the FTL's tag.
+pub(crate) enum MediaOp {
+    Read { ppa: Ppa, buf: PageBuf },
+    Program { ppa: Ppa, buf: PageBuf },
+    Flush,
+}
+
+/// A finished physical operation.
+pub(crate) struct MediaDone {
+    pub id: u32,
+    pub result: Result<()>,
+    pub buf: Option<PageBuf>,
+}
+
+/// A refused start: the error and the buffer, handed back.
+pub(crate) type StartError = (DeviceError, Option<PageBuf>);
+
+/// Physical page storage.
+pub(crate) trait Media: Send + Sync {
+    /// Attaches the layout; with `format`, sizes fresh media for it.
+    ///
+    /// # Errors
+    /// `WrongSize` when existing media does not fit the layout; `Io` from the backend.
+    fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()>;
+    /// Reads `len` bytes of the metadata area at `offset` (synchronous).
+    fn read_meta(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// Writes into the metadata area and makes it durable before returning.
+    fn write_meta(&self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Starts an operation; its completion comes out of [`Media::poll`] with the same id.
+    fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), StartError>;
+    /// Collects finished operations; with `block`, waits for at least one if any is running.
+    fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()>;
+    /// Erases physical pages (synchronous); afterwards they read as erased.
+    fn erase(&self, ppas: &[Ppa]) -> Result<()>;
+    /// True when the page holds programmed data (used by recovery after a power cut).
+    fn is_programmed(&self, ppa: Ppa) -> Result<bool>;
+    /// Forgets a program whose completion was never delivered (power cut).
+    fn revert_program(&self, ppa: Ppa);
+    /// For each page, whether it holds programmed data (recovery scan after a power cut).
+    fn scan_programmed(&self, ppas: &[Ppa]) -> Result<Vec<bool>> {
+        ppas.iter().map(|&p| self.is_programmed(p)).collect()
+    }
+    /// Flips a bit of a stored page (fault injection).
+    fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()>;
+    /// What and where the media is, for logs and INFO.
+    fn describe(&self) -> String;
+}
+
+/// Groups sorted page numbers into runs of consecutive pages: `(first, count)`.
+pub(crate) fn runs(ppas: &[Ppa]) -> Vec<(Ppa, u64)> {
+    let mut sorted = ppas.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(Ppa, u64)> = Vec::new();
+    for p in sorted {
+        match out.last_mut() {
+            Some((first, n)) if *first + *n == p => *n += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_coalesce() {
+        assert_eq!(super::runs(&[5, 1, 2, 3, 7, 6]), vec![(1, 3), (5, 3)]);
+        assert!(super::runs(&[]).is_empty());
+    }
+}

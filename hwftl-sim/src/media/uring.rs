@@ -1,0 +1,414 @@
+//! File and raw block device media through io_uring, with O_DIRECT and 4 KiB-aligned buffers:
+//! the real data path on this host. Page data is scrambled on the way down (see
+//! [`crate::scramble`]) so erased pages (punched holes / zeroed ranges) are recognisable.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use io_uring::{opcode, types, IoUring};
+use parking_lot::Mutex;
+
+use super::{runs, Media, MediaDone, MediaLayout, MediaOp, StartError};
+use crate::buffer::{AlignedBuf, PageBuf, BUFFER_ALIGN};
+use crate::error::{DeviceError, Result};
+use crate::geometry::{Ppa, PAGE_SIZE};
+use crate::scramble::{is_erased, scramble};
+
+/// `BLKGETSIZE64`: size of a block device in bytes.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `BLKZEROOUT`: zero a byte range of a block device.
+const BLKZEROOUT: libc::c_ulong = 0x127f;
+/// `IORING_ENTER_GETEVENTS` (linux/io_uring.h): wait for completions in `io_uring_enter`.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IoKind {
+    Read,
+    Program,
+    Flush,
+}
+
+struct IoSlot {
+    kind: IoKind,
+    /// Kept alive here while the kernel owns its memory.
+    buf: Option<PageBuf>,
+}
+
+pub(crate) struct FileMedia {
+    path: PathBuf,
+    file: File,
+    block_device: bool,
+    ring: IoUring,
+    /// Serialises use of the submission queue.
+    sq_lock: Mutex<()>,
+    /// Serialises use of the completion queue.
+    cq_lock: Mutex<()>,
+    slots: Mutex<Vec<Option<IoSlot>>>,
+    in_flight: AtomicUsize,
+    data_offset: u64,
+}
+
+impl FileMedia {
+    /// Opens (or, with `create`, creates) the file or block device with O_DIRECT.
+    pub(crate) fn open(path: &Path, create: bool, queue_depth: u32) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .map_err(|e| {
+                let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+                    " (the file system does not support O_DIRECT)"
+                } else {
+                    ""
+                };
+                DeviceError::io(format!("opening {}{hint}", path.display()), e)
+            })?;
+        let block_device = file
+            .metadata()
+            .map_err(|e| DeviceError::io(format!("stat {}", path.display()), e))?
+            .file_type()
+            .is_block_device();
+        let entries = queue_depth.max(2).next_power_of_two();
+        let ring = IoUring::new(entries).map_err(|e| DeviceError::io("setting up io_uring", e))?;
+        Ok(FileMedia {
+            path: path.to_path_buf(),
+            file,
+            block_device,
+            ring,
+            sq_lock: Mutex::new(()),
+            cq_lock: Mutex::new(()),
+            slots: Mutex::new((0..queue_depth).map(|_| None).collect()),
+            in_flight: AtomicUsize::new(0),
+            data_offset: 0,
+        })
+    }
+
+    fn size(&self) -> Result<u64> {
+        if self.block_device {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid.
+            let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), BLKGETSIZE64, &mut size) };
+            if rc != 0 {
+                return Err(DeviceError::io("BLKGETSIZE64", io::Error::last_os_error()));
+            }
+            Ok(size)
+        } else {
+            Ok(self
+                .file
+                .metadata()
+                .map_err(|e| DeviceError::io(format!("stat {}", self.path.display()), e))?
+                .len())
+        }
+    }
+
+    fn page_offset(&self, ppa: Ppa) -> u64 {
+        self.data_offset + ppa * PAGE_SIZE as u64
+    }
+
+    fn read_raw(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::zeroed(len);
+        self.file.read_exact_at(&mut buf, offset).map_err(|e| {
+            DeviceError::io(format!("reading {} at {offset}", self.path.display()), e)
+        })?;
+        Ok(buf)
+    }
+
+    fn write_raw(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| DeviceError::io(format!("writing {} at {offset}", self.path.display()), e))
+    }
+
+    fn zero_range(&self, offset: u64, len: u64) -> Result<()> {
+        if self.block_device {
+            let range: [u64; 2] = [offset, len];
+            // SAFETY: BLKZEROOUT reads two u64 (start, length) through the pointer.
+            let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
+            if rc != 0 {
+                return Err(DeviceError::io("BLKZEROOUT", io::Error::last_os_error()));
+            }
+            return Ok(());
+        }
+        let (off, n) = match (i64::try_from(offset), i64::try_from(len)) {
+            (Ok(o), Ok(n)) => (o, n),
+            _ => {
+                return Err(DeviceError::io(
+                    "erase",
+                    io::Error::other("range too large"),
+                ))
+            }
+        };
+        // SAFETY: plain syscall on an owned descriptor; no memory is passed.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                n,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(DeviceError::io("punching a hole to erase", err));
+        }
+        // File systems without hole punching: write zeroes.
+        let zeros = AlignedBuf::zeroed(1 << 20);
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(zeros.len() as u64) as usize;
+            self.write_raw(offset + at, &zeros[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    fn take_slot(&self, id: u32) -> Option<IoSlot> {
+        self.slots
+            .lock()
+            .get_mut(id as usize)
+            .and_then(Option::take)
+    }
+}
+
+impl Media for FileMedia {
+    fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()> {
+        self.data_offset = layout.meta_bytes;
+        let expected = layout.total_bytes();
+        if format && !self.block_device {
+            // Truncate to zero first so every page starts out erased (a hole).
+            self.file
+                .set_len(0)
+                .and_then(|()| self.file.set_len(expected))
+                .map_err(|e| DeviceError::io(format!("sizing {}", self.path.display()), e))?;
+            return Ok(());
+        }
+        let actual = self.size()?;
+        let fits = if self.block_device {
+            actual >= expected
+        } else {
+            actual == expected
+        };
+        if !fits {
+            return Err(DeviceError::WrongSize {
+                path: self.path.clone(),
+                expected,
+                actual,
+            });
+        }
+        if format {
+            self.zero_range(0, expected)?;
+        }
+        Ok(())
+    }
+
+    fn read_meta(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let start = offset - offset % BUFFER_ALIGN as u64;
+        let skip = (offset - start) as usize;
+        let buf = self.read_raw(start, skip + len)?;
+        Ok(buf[skip..skip + len].to_vec())
+    }
+
+    fn write_meta(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if offset % BUFFER_ALIGN as u64 != 0 {
+            return Err(DeviceError::io(
+                "metadata write",
+                io::Error::other("unaligned metadata offset"),
+            ));
+        }
+        let mut buf = AlignedBuf::zeroed(data.len());
+        buf[..data.len()].copy_from_slice(data);
+        self.write_raw(offset, &buf)?;
+        self.file
+            .sync_data()
+            .map_err(|e| DeviceError::io(format!("fdatasync {}", self.path.display()), e))
+    }
+
+    fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), StartError> {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let (kind, mut buf, entry) = match op {
+            MediaOp::Read { ppa, mut buf } => {
+                let e = opcode::Read::new(fd, buf.as_mut_ptr(), PAGE_SIZE as u32)
+                    .offset(self.page_offset(ppa))
+                    .build();
+                (IoKind::Read, Some(buf), e)
+            }
+            MediaOp::Program { ppa, mut buf } => {
+                scramble(&mut buf);
+                let e = opcode::Write::new(fd, buf.as_ptr(), PAGE_SIZE as u32)
+                    .offset(self.page_offset(ppa))
+                    .build();
+                (IoKind::Program, Some(buf), e)
+            }
+            MediaOp::Flush => {
+                let e = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build();
+                (IoKind::Flush, None, e)
+            }
+        };
+        let entry = entry.user_data(u64::from(id));
+        {
+            let mut slots = self.slots.lock();
+            let Some(slot) = slots.get_mut(id as usize) else {
+                let e = DeviceError::io("io_uring submit", io::Error::other("tag out of range"));
+                return Err((e, buf));
+            };
+            *slot = Some(IoSlot {
+                kind,
+                buf: buf.take(),
+            });
+        }
+        let _sq = self.sq_lock.lock();
+        // SAFETY: sq_lock guarantees no other SubmissionQueue exists while this one lives.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        // SAFETY: the entry points into a PageBuf now owned by `slots[id]`, which stays there
+        // (alive and unmoved: the allocation is on the heap) until its completion is reaped.
+        let pushed = unsafe { sq.push(&entry) };
+        sq.sync();
+        drop(sq);
+        let submitted = match pushed {
+            Ok(()) => self.ring.submit().map(|_| ()),
+            Err(_) => Err(io::Error::other("io_uring submission queue full")),
+        };
+        if let Err(e) = submitted {
+            // The kernel may still own the entry if `submit` failed after pushing; it is only
+            // reclaimed here when the push itself failed.
+            if pushed.is_err() {
+                let back = self.take_slot(id).and_then(|s| s.buf);
+                return Err((DeviceError::io("io_uring submit", e), back));
+            }
+            tracing::warn!("io_uring submit returned {e}; the entry stays queued");
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
+        let _cq = self.cq_lock.lock();
+        loop {
+            let before = out.len();
+            {
+                // SAFETY: cq_lock guarantees no other CompletionQueue exists while this lives.
+                let cq = unsafe { self.ring.completion_shared() };
+                for cqe in cq {
+                    let id = cqe.user_data() as u32;
+                    let res = cqe.result();
+                    let Some(slot) = self.take_slot(id) else {
+                        tracing::error!("io_uring completion for unknown tag {id}");
+                        continue;
+                    };
+                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    let mut buf = slot.buf;
+                    let result = if res < 0 {
+                        Err(DeviceError::io(
+                            format!("io_uring I/O on {}", self.path.display()),
+                            io::Error::from_raw_os_error(-res),
+                        ))
+                    } else if slot.kind != IoKind::Flush && res as usize != PAGE_SIZE {
+                        Err(DeviceError::io(
+                            format!("io_uring I/O on {}", self.path.display()),
+                            io::Error::other(format!("short transfer of {res} bytes")),
+                        ))
+                    } else {
+                        Ok(())
+                    };
+                    if let Some(b) = buf.as_mut() {
+                        // Reads come back scrambled; programs get the caller's bytes back.
+                        scramble(b);
+                    }
+                    out.push(MediaDone { id, result, buf });
+                }
+            }
+            if out.len() > before || !block || self.in_flight.load(Ordering::Acquire) == 0 {
+                return Ok(());
+            }
+            // SAFETY: no submission is made (to_submit = 0) and no argument is passed.
+            let waited = unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+            };
+            if let Err(e) = waited {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(DeviceError::io("waiting for io_uring completions", e));
+                }
+            }
+        }
+    }
+
+    fn erase(&self, ppas: &[Ppa]) -> Result<()> {
+        for (first, count) in runs(ppas) {
+            self.zero_range(self.page_offset(first), count * PAGE_SIZE as u64)?;
+        }
+        Ok(())
+    }
+
+    fn is_programmed(&self, ppa: Ppa) -> Result<bool> {
+        Ok(!is_erased(
+            &self.read_raw(self.page_offset(ppa), PAGE_SIZE)?,
+        ))
+    }
+
+    fn scan_programmed(&self, ppas: &[Ppa]) -> Result<Vec<bool>> {
+        const CHUNK_PAGES: u64 = 128;
+        let mut programmed = std::collections::HashSet::new();
+        for (first, count) in runs(ppas) {
+            let mut at = 0;
+            while at < count {
+                let n = (count - at).min(CHUNK_PAGES);
+                let raw = self.read_raw(self.page_offset(first + at), n as usize * PAGE_SIZE)?;
+                for (i, page) in raw.chunks_exact(PAGE_SIZE).enumerate() {
+                    if !is_erased(page) {
+                        programmed.insert(first + at + i as u64);
+                    }
+                }
+                at += n;
+            }
+        }
+        Ok(ppas.iter().map(|p| programmed.contains(p)).collect())
+    }
+
+    fn revert_program(&self, _ppa: Ppa) {
+        // What the kernel wrote stays written: a real power cut decides, not us.
+    }
+
+    fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()> {
+        let at = self.page_offset(ppa);
+        let mut page = self.read_raw(at, PAGE_SIZE)?;
+        page[byte % PAGE_SIZE] ^= 0x01;
+        self.write_raw(at, &page)
+    }
+
+    fn describe(&self) -> String {
+        let kind = if self.block_device {
+            "block device"
+        } else {
+            "file"
+        };
+        format!("{kind} {} (io_uring, O_DIRECT)", self.path.display())
+    }
+}
+
+impl Drop for FileMedia {
+    fn drop(&mut self) {
+        // Buffers must outlive the kernel's use of them: wait for everything in flight.
+        let mut sink = Vec::new();
+        while self.in_flight.load(Ordering::Acquire) > 0 {
+            if let Err(e) = self.poll(&mut sink, true) {
+                tracing::error!("cannot drain io_uring before closing: {e}; leaking its buffers");
+                std::mem::forget(std::mem::take(&mut *self.slots.lock()));
+                break;
+            }
+            sink.clear();
+        }
+    }
+}
