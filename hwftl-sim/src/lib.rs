@@ -32,6 +32,7 @@ mod error;
 mod faults;
 mod ftl;
 mod geometry;
+pub mod loadgen;
 mod media;
 mod scramble;
 mod tables;
