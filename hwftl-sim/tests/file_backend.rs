@@ -1,0 +1,267 @@
+//! The io_uring file backend (O_DIRECT): data and tables across reopen and power cut, bad
+//! files and tables, and a raw block device (a loop device) where the host allows one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use hwftl_sim::{
+    AppendDevice, Backend, Command, DeviceConfig, DeviceError, Ftl, Geometry, Lba, PageBuf,
+    SegmentId, SegmentState,
+};
+
+fn geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 10,
+        pages_per_block: 8,
+        spare_blocks_per_chip: 1,
+    }
+}
+
+fn cfg() -> DeviceConfig {
+    DeviceConfig::new(geometry())
+}
+
+fn page(tag: u64) -> PageBuf {
+    let mut p = PageBuf::zeroed();
+    for (i, chunk) in p.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&(tag.rotate_left(17) ^ i as u64).to_le_bytes());
+    }
+    p
+}
+
+fn write(dev: &Ftl, lba: u64, buf: PageBuf) -> Result<(), DeviceError> {
+    dev.execute(Command::Write { lba: Lba(lba), buf })?.result
+}
+
+fn read(dev: &Ftl, lba: u64) -> Result<PageBuf, DeviceError> {
+    let c = dev.execute(Command::Read {
+        lba: Lba(lba),
+        buf: PageBuf::zeroed(),
+    })?;
+    Ok(c.into_buf()?.expect("buffer"))
+}
+
+fn device_file(dir: &tempfile::TempDir) -> Backend {
+    Backend::File(dir.path().join("device.img"))
+}
+
+fn poke(path: &Path, offset: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn read_after_write_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    let g = dev.geometry();
+    let s2 = g.segment_start(SegmentId(2)).0;
+    for i in 0..40u64 {
+        write(&dev, i, page(i)).unwrap();
+    }
+    write(&dev, s2, page(200)).unwrap();
+    // A page of zeroes is data too (the scrambler tells it from erased flash).
+    write(&dev, s2 + 1, PageBuf::zeroed()).unwrap();
+    dev.execute(Command::Flush).unwrap().result.unwrap();
+    dev.close().unwrap();
+
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    for i in 0..40u64 {
+        assert_eq!(read(&dev, i).unwrap(), page(i), "lba {i}");
+    }
+    assert_eq!(read(&dev, s2).unwrap(), page(200));
+    assert_eq!(read(&dev, s2 + 1).unwrap(), PageBuf::zeroed());
+    assert_eq!(dev.segment_info(SegmentId(1)).unwrap().write_pointer, 8);
+    assert!(dev.describe().contains("io_uring"));
+}
+
+#[test]
+fn power_cut_recovers_write_pointers_by_scanning() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    let g = dev.geometry();
+    let pps = u64::from(g.pages_per_segment());
+    for i in 0..(pps + 3) {
+        write(&dev, i, page(i)).unwrap();
+    }
+    write(&dev, g.segment_start(SegmentId(3)).0, PageBuf::zeroed()).unwrap();
+    dev.execute(Command::Trim {
+        segment: SegmentId(1),
+    })
+    .unwrap()
+    .result
+    .unwrap();
+    write(&dev, pps, page(7)).unwrap();
+    dev.power_cut();
+    drop(dev);
+
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    for i in 0..pps {
+        assert_eq!(read(&dev, i).unwrap(), page(i));
+    }
+    assert_eq!(
+        dev.segment_info(SegmentId(0)).unwrap().state,
+        SegmentState::Full
+    );
+    assert_eq!(dev.segment_info(SegmentId(1)).unwrap().write_pointer, 1);
+    assert_eq!(read(&dev, pps).unwrap(), page(7));
+    assert!(matches!(
+        read(&dev, pps + 1),
+        Err(DeviceError::Unwritten { .. })
+    ));
+    let s3 = dev.segment_info(SegmentId(3)).unwrap();
+    assert_eq!(s3.write_pointer, 1, "a zero page is recovered as written");
+    write(&dev, pps + 1, page(8)).unwrap();
+}
+
+#[test]
+fn a_file_of_the_wrong_size_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    Ftl::format(&backend, cfg()).unwrap().close().unwrap();
+    let Backend::File(path) = &backend else {
+        unreachable!()
+    };
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - 8192).unwrap();
+    let err = Ftl::open(&backend, cfg()).err().unwrap();
+    assert!(
+        matches!(err, DeviceError::WrongSize { expected, actual, .. } if expected == len && actual == len - 8192),
+        "{err}"
+    );
+    assert!(err.to_string().contains("expected"), "{err}");
+}
+
+#[test]
+fn a_bad_table_copy_falls_back_and_two_bad_copies_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let Backend::File(path) = backend.clone() else {
+        unreachable!()
+    };
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    write(&dev, 0, page(1)).unwrap();
+    dev.close().unwrap();
+    // Layout: 8 KiB superblock, then two 8 KiB table slots for this small geometry.
+    poke(&path, 8192 + 40, &[0xff; 16]);
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    assert_eq!(read(&dev, 0).unwrap(), page(1));
+    dev.close().unwrap();
+    poke(&path, 8192 + 40, &[0xff; 16]);
+    poke(&path, 16384 + 40, &[0xff; 16]);
+    let err = Ftl::open(&backend, cfg()).err().unwrap();
+    assert!(matches!(err, DeviceError::TableCorrupt(_)), "{err}");
+    // A bad superblock is refused too.
+    poke(&path, 20, &[0x55; 4]);
+    let err = Ftl::open(&backend, cfg()).err().unwrap();
+    assert!(matches!(err, DeviceError::TableCorrupt(_)), "{err}");
+}
+
+#[test]
+fn unformatted_and_mismatched_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.img");
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    let err = Ftl::open(&Backend::File(path.clone()), cfg())
+        .err()
+        .unwrap();
+    assert!(matches!(err, DeviceError::NotFormatted), "{err}");
+    let backend = device_file(&dir);
+    Ftl::format(&backend, cfg()).unwrap().close().unwrap();
+    let mut other = geometry();
+    other.channels = 4;
+    let err = Ftl::open(&backend, DeviceConfig::new(other)).err().unwrap();
+    assert!(matches!(err, DeviceError::GeometryMismatch { .. }), "{err}");
+    let missing = Backend::File(dir.path().join("missing.img"));
+    assert!(matches!(
+        Ftl::open(&missing, cfg()),
+        Err(DeviceError::Io { .. })
+    ));
+    // open_or_format creates what is missing.
+    let dev = Ftl::open_or_format(&missing, cfg()).unwrap();
+    write(&dev, 0, page(3)).unwrap();
+}
+
+#[test]
+fn trimmed_pages_stay_unwritten_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    for i in 0..5 {
+        write(&dev, i, page(i)).unwrap();
+    }
+    dev.execute(Command::Trim {
+        segment: SegmentId(0),
+    })
+    .unwrap()
+    .result
+    .unwrap();
+    dev.power_cut();
+    drop(dev);
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    assert!(matches!(read(&dev, 0), Err(DeviceError::Unwritten { .. })));
+    assert_eq!(dev.stats().pe_max, 1);
+}
+
+fn losetup(file: &Path) -> Option<PathBuf> {
+    let out = Process::new("losetup")
+        .args(["--find", "--show"])
+        .arg(file)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "skipping the block device test: losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+#[test]
+fn raw_block_device_through_a_loop_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("loop.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let Some(loopdev) = losetup(&img) else {
+        return;
+    };
+    let backend = Backend::File(loopdev.clone());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dev = Ftl::format(&backend, cfg()).unwrap();
+        assert!(dev.describe().contains("block device"));
+        for i in 0..10 {
+            write(&dev, i, page(i)).unwrap();
+        }
+        dev.close().unwrap();
+        let dev = Ftl::open(&backend, cfg()).unwrap();
+        for i in 0..10 {
+            assert_eq!(read(&dev, i).unwrap(), page(i));
+        }
+        dev.execute(Command::Trim {
+            segment: SegmentId(0),
+        })
+        .unwrap()
+        .result
+        .unwrap();
+        assert!(matches!(read(&dev, 0), Err(DeviceError::Unwritten { .. })));
+    }));
+    let _ = Process::new("losetup").arg("-d").arg(&loopdev).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
