@@ -1,1 +1,65 @@
-fn main() {}
+//! `lightstore-bench`: the benchmark harness (`cargo xtask bench ...` runs it).
+
+mod device;
+mod fio;
+mod report;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "lightstore-bench", about = "LightStore benchmark harness")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// The append-only device on every backend and timing preset, and fio on the same file.
+    Device {
+        /// Small data set and op counts (about a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for scratch files (device images).
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// Operations per workload (queue depth 1 runs a tenth).
+        #[arg(long)]
+        ops: Option<u64>,
+        /// Runs per workload; the median is reported (default 3, quick 3, full 5).
+        #[arg(long)]
+        repeats: Option<u32>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.bench {
+        Bench::Device {
+            quick,
+            json,
+            scratch,
+            ops,
+            repeats,
+        } => {
+            let bench = device::DeviceBench {
+                quick,
+                scratch,
+                ops,
+                repeats: repeats.unwrap_or(if quick { 3 } else { 5 }),
+            };
+            let rows = bench.run()?;
+            report::print_table(&rows);
+            if let Some(path) = json {
+                report::write_json(&rows, &path)?;
+                println!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -99,6 +99,18 @@ pub struct Rejected {
     pub buf: Option<PageBuf>,
 }
 
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "command refused: {}", self.error)
+    }
+}
+
+impl std::error::Error for Rejected {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 impl From<Rejected> for DeviceError {
     fn from(r: Rejected) -> Self {
         r.error
@@ -182,6 +194,10 @@ pub trait AppendDevice: Send + Sync {
     /// A [`Rejected`] with the reason (append-only rule, range, full queue, ...) and the
     /// buffer back; the device is unchanged.
     fn submit(&self, cmd: Command) -> std::result::Result<Tag, Rejected>;
+
+    /// Queues several commands and hands them to the backend together (one doorbell), so
+    /// adjacent pages can be merged on the way down. Returns one result per command, in order.
+    fn submit_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>>;
 
     /// Moves up to `max` completions into `out`, waiting as `wait` says. Returns how many.
     ///

@@ -1,6 +1,8 @@
 //! Fault injection for tests: make the next read, program or erase fail (anywhere, at one
 //! LBA, or in one segment). Power cut and page corruption are methods of [`crate::Ftl`].
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use parking_lot::Mutex;
 
 use crate::geometry::{Lba, SegmentId};
@@ -29,16 +31,27 @@ impl FaultTarget {
 /// Armed one-shot faults. Each armed fault fires once, on the first matching operation.
 #[derive(Debug, Default)]
 pub struct FaultInjector {
+    /// Faults armed in all lists: lets the I/O path skip the locks when none is.
+    armed: AtomicUsize,
     reads: Mutex<Vec<FaultTarget>>,
     programs: Mutex<Vec<FaultTarget>>,
     erases: Mutex<Vec<FaultTarget>>,
 }
 
-fn take(list: &Mutex<Vec<FaultTarget>>, lba: Option<Lba>, segment: SegmentId) -> bool {
+fn take(
+    armed: &AtomicUsize,
+    list: &Mutex<Vec<FaultTarget>>,
+    lba: Option<Lba>,
+    segment: SegmentId,
+) -> bool {
+    if armed.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
     let mut l = list.lock();
     match l.iter().position(|t| t.hits(lba, segment)) {
         Some(i) => {
             l.remove(i);
+            armed.fetch_sub(1, Ordering::Relaxed);
             true
         }
         None => false,
@@ -49,28 +62,31 @@ impl FaultInjector {
     /// The next matching read fails with `ReadFailed` (uncorrectable).
     pub fn fail_next_read(&self, target: FaultTarget) {
         self.reads.lock().push(target);
+        self.armed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The next matching program fails: its block is retired and its segment turns read-only.
     pub fn fail_next_program(&self, target: FaultTarget) {
         self.programs.lock().push(target);
+        self.armed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The next matching TRIM fails to erase one block (the segment's lowest mapped chip),
     /// which is retired.
     pub fn fail_next_erase(&self, target: FaultTarget) {
         self.erases.lock().push(target);
+        self.armed.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn take_read(&self, lba: Lba, segment: SegmentId) -> bool {
-        take(&self.reads, Some(lba), segment)
+        take(&self.armed, &self.reads, Some(lba), segment)
     }
 
     pub(crate) fn take_program(&self, lba: Lba, segment: SegmentId) -> bool {
-        take(&self.programs, Some(lba), segment)
+        take(&self.armed, &self.programs, Some(lba), segment)
     }
 
     pub(crate) fn take_erase(&self, segment: SegmentId) -> bool {
-        take(&self.erases, None, segment)
+        take(&self.armed, &self.erases, None, segment)
     }
 }

@@ -115,6 +115,8 @@ struct State {
     /// Media-finished commands waiting for delivery, by (due, seq).
     ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
     sched: Option<NandScheduler>,
+    /// Commands in flight that no `execute` caller waits for.
+    reapable: usize,
     vnow: u64,
     seq: u64,
     counters: Counters,
@@ -338,6 +340,7 @@ impl Ftl {
             cmds: (0..depth).map(|_| None).collect(),
             ready: BinaryHeap::new(),
             sched: config.timing.nand().map(|t| NandScheduler::new(t, &g)),
+            reapable: 0,
             vnow: 0,
             seq: 0,
             counters: Counters {
@@ -372,6 +375,24 @@ impl Ftl {
     /// What the backend is, for logs.
     pub fn describe(&self) -> String {
         self.media.describe()
+    }
+
+    /// Where a segment's pages lie in the backing file or block device, as `(offset, len)`
+    /// in bytes, when its blocks share one index on every chip (then the segment is one
+    /// contiguous run; a fresh device maps segment `k` to block `k` everywhere). `None` when
+    /// the segment is unmapped or scattered. Benchmarks use it to point `fio` at the same bytes.
+    pub fn segment_extent(&self, segment: SegmentId) -> Option<(u64, u64)> {
+        self.geometry.check_segment(segment).ok()?;
+        let st = self.state.lock();
+        let block = st.tables.mapped(segment, 0);
+        if block == UNMAPPED
+            || (1..self.geometry.chips()).any(|c| st.tables.mapped(segment, c) != block)
+        {
+            return None;
+        }
+        let page = crate::PAGE_SIZE as u64;
+        let offset = layout(&self.geometry).meta_bytes + self.geometry.ppa(0, block, 0) * page;
+        Some((offset, self.geometry.segment_bytes()))
     }
 
     fn wall_ns(&self) -> u64 {
@@ -418,6 +439,7 @@ impl Ftl {
             }
         }
         st.ready.clear();
+        st.reapable = 0;
     }
 
     /// Waits for every command in flight (their completions are dropped), then records the
@@ -655,6 +677,9 @@ impl Ftl {
                 st.ready.push(Reverse((inflight.due, inflight.seq, tag)));
             }
         }
+        if !inflight.awaited {
+            st.reapable += 1;
+        }
         st.cmds[tag as usize] = Some(inflight);
         Ok(Tag(tag))
     }
@@ -846,6 +871,9 @@ impl Ftl {
                 latency_ns: 0,
             };
         };
+        if !cmd.awaited {
+            st.reapable -= 1;
+        }
         let done = cmd.done;
         let (media_result, buf) = match done {
             Some(d) => (d.result, d.buf),
@@ -948,9 +976,17 @@ impl Ftl {
         (*due > now).then(|| Duration::from_nanos(due - now))
     }
 
+    /// Hands queued commands to the backend. A failure is logged: the commands stay queued
+    /// and the next doorbell (or a blocking reap) hands them over.
+    fn ring_doorbell(&self) {
+        if let Err(e) = self.media.doorbell() {
+            tracing::warn!("device doorbell failed, will retry: {e}");
+        }
+    }
+
     /// Commands in flight that a general reap can deliver (not awaited by `execute`).
     fn reapable(&self, st: &State) -> usize {
-        st.cmds.iter().flatten().filter(|c| !c.awaited).count()
+        st.reapable
     }
 }
 
@@ -968,7 +1004,18 @@ impl AppendDevice for Ftl {
     }
 
     fn submit(&self, cmd: Command) -> std::result::Result<Tag, Rejected> {
-        self.submit_inner(cmd, false)
+        let tag = self.submit_inner(cmd, false)?;
+        self.ring_doorbell();
+        Ok(tag)
+    }
+
+    fn submit_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>> {
+        let out = cmds
+            .into_iter()
+            .map(|c| self.submit_inner(c, false))
+            .collect();
+        self.ring_doorbell();
+        out
     }
 
     fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> Result<usize> {
@@ -995,6 +1042,7 @@ impl AppendDevice for Ftl {
 
     fn execute(&self, cmd: Command) -> std::result::Result<Completion, Rejected> {
         let tag = self.submit_inner(cmd, true)?.0;
+        self.ring_doorbell();
         loop {
             {
                 let mut st = self.state.lock();

@@ -169,8 +169,17 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
     let mut done = 0u64;
     let mut out: Vec<Completion> = Vec::with_capacity(spec.queue_depth as usize);
     let clock0 = (dev.stats().clock_ns, std::time::Instant::now());
+    // Under a virtual clock completions are taken one at a time, so every new command starts
+    // at the time the one it replaces finished; on the wall clock, whatever is ready.
+    let reap_max = match spec.clock {
+        Clock::Device => 1,
+        Clock::Wall => spec.queue_depth as usize,
+    };
+    let mut batch = Vec::with_capacity(spec.queue_depth as usize);
     while done < spec.ops {
-        while issued < spec.ops && (issued - done) < u64::from(spec.queue_depth) {
+        while issued + (batch.len() as u64) < spec.ops
+            && (issued + batch.len() as u64 - done) < u64::from(spec.queue_depth)
+        {
             let Some(buf) = bufs.pop() else { break };
             let cmd = match spec.pattern {
                 Pattern::SeqWrite => {
@@ -214,19 +223,16 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
                     }
                 }
             };
-            match dev.submit(cmd) {
+            batch.push(cmd);
+        }
+        for result in dev.submit_many(std::mem::take(&mut batch)) {
+            match result {
                 Ok(_) => issued += 1,
-                Err(r) => match r.error {
-                    DeviceError::QueueFull { .. } => {
-                        bufs.extend(r.buf);
-                        break;
-                    }
-                    e => return Err(e),
-                },
+                Err(r) => return Err(r.error),
             }
         }
         out.clear();
-        dev.reap(&mut out, 1, Wait::Block)?;
+        dev.reap(&mut out, reap_max, Wait::Block)?;
         for c in out.drain(..) {
             latencies.push(c.latency_ns);
             done += 1;

@@ -53,8 +53,11 @@ pub(crate) trait Media: Send + Sync {
     fn read_meta(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
     /// Writes into the metadata area and makes it durable before returning.
     fn write_meta(&self, offset: u64, data: &[u8]) -> Result<()>;
-    /// Starts an operation; its completion comes out of [`Media::poll`] with the same id.
+    /// Queues an operation; its completion comes out of [`Media::poll`] with the same id.
+    /// The backend may hold queued operations until [`Media::doorbell`].
     fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), StartError>;
+    /// Hands every queued operation to the backend at once (one system call for a batch).
+    fn doorbell(&self) -> Result<()>;
     /// Collects finished operations; with `block`, waits for at least one if any is running.
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()>;
     /// Erases physical pages (synchronous); afterwards they read as erased.

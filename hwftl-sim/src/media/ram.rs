@@ -139,6 +139,10 @@ impl Media for RamMedia {
         Ok(())
     }
 
+    fn doorbell(&self) -> Result<()> {
+        Ok(())
+    }
+
     fn poll(&self, out: &mut Vec<MediaDone>, _block: bool) -> Result<()> {
         out.append(&mut self.done.lock());
         Ok(())

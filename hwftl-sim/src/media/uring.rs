@@ -49,6 +49,8 @@ pub(crate) struct FileMedia {
     cq_lock: Mutex<()>,
     slots: Mutex<Vec<Option<IoSlot>>>,
     in_flight: AtomicUsize,
+    /// Entries pushed to the submission queue and not yet handed to the kernel.
+    unsubmitted: AtomicUsize,
     data_offset: u64,
 }
 
@@ -85,6 +87,7 @@ impl FileMedia {
             cq_lock: Mutex::new(()),
             slots: Mutex::new((0..queue_depth).map(|_| None).collect()),
             in_flight: AtomicUsize::new(0),
+            unsubmitted: AtomicUsize::new(0),
             data_offset: 0,
         })
     }
@@ -275,21 +278,34 @@ impl Media for FileMedia {
         let pushed = unsafe { sq.push(&entry) };
         sq.sync();
         drop(sq);
-        let submitted = match pushed {
-            Ok(()) => self.ring.submit().map(|_| ()),
-            Err(_) => Err(io::Error::other("io_uring submission queue full")),
-        };
-        if let Err(e) = submitted {
-            // The kernel may still own the entry if `submit` failed after pushing; it is only
-            // reclaimed here when the push itself failed.
-            if pushed.is_err() {
-                let back = self.take_slot(id).and_then(|s| s.buf);
-                return Err((DeviceError::io("io_uring submit", e), back));
-            }
-            tracing::warn!("io_uring submit returned {e}; the entry stays queued");
+        if pushed.is_err() {
+            let back = self.take_slot(id).and_then(|s| s.buf);
+            let e = io::Error::other("io_uring submission queue full");
+            return Err((DeviceError::io("io_uring submit", e), back));
         }
+        self.unsubmitted.fetch_add(1, Ordering::AcqRel);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    fn doorbell(&self) -> Result<()> {
+        let _sq = self.sq_lock.lock();
+        if self.unsubmitted.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(n) => {
+                    self.unsubmitted.fetch_sub(
+                        n.min(self.unsubmitted.load(Ordering::Acquire)),
+                        Ordering::AcqRel,
+                    );
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(DeviceError::io("io_uring submit", e)),
+            }
+        }
     }
 
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
@@ -331,6 +347,8 @@ impl Media for FileMedia {
             if out.len() > before || !block || self.in_flight.load(Ordering::Acquire) == 0 {
                 return Ok(());
             }
+            // Never sleep on operations the kernel has not been handed yet.
+            self.doorbell()?;
             // SAFETY: no submission is made (to_submit = 0) and no argument is passed.
             let waited = unsafe {
                 self.ring

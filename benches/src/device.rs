@@ -1,0 +1,377 @@
+//! `device` benchmark: 8 KiB random and sequential reads and writes on every backend and
+//! timing preset of the append-only device, and `fio` (io_uring, O_DIRECT) on the same bytes
+//! of the same file in the same run — the ceiling the file backend is held to.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use hwftl_sim::loadgen::{self, Clock, LoadReport, LoadSpec, Pattern};
+use hwftl_sim::{
+    AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, RamStore, Release, SegmentId,
+    TimingModel, PAGE_SIZE,
+};
+
+use crate::fio::{self, FioJob};
+use crate::report::Row;
+
+/// Pages per erase block of the benchmark device (8 MiB segments on 8 x 8 chips).
+const PAGES_PER_BLOCK: u32 = 16;
+
+/// Settings of one device benchmark run.
+#[derive(Debug, Clone)]
+pub struct DeviceBench {
+    /// Small region and op counts (about a minute).
+    pub quick: bool,
+    /// Directory for the device file.
+    pub scratch: PathBuf,
+    /// Overrides the number of operations per workload (queue depth 1 runs a tenth).
+    pub ops: Option<u64>,
+    /// Runs of each workload (device and fio alternate); the median run is reported.
+    pub repeats: u32,
+}
+
+struct Workload {
+    name: &'static str,
+    pattern: Pattern,
+    qd: u32,
+    fio_rw: &'static str,
+}
+
+const READS: [Workload; 3] = [
+    Workload {
+        name: "randread-qd1",
+        pattern: Pattern::RandRead,
+        qd: 1,
+        fio_rw: "randread",
+    },
+    Workload {
+        name: "randread-qd32",
+        pattern: Pattern::RandRead,
+        qd: 32,
+        fio_rw: "randread",
+    },
+    Workload {
+        name: "seqread-qd32",
+        pattern: Pattern::SeqRead,
+        qd: 32,
+        fio_rw: "read",
+    },
+];
+
+const WRITES: [Workload; 2] = [
+    Workload {
+        name: "randwrite-qd32",
+        pattern: Pattern::RandWrite { open_segments: 32 },
+        qd: 32,
+        fio_rw: "randwrite",
+    },
+    Workload {
+        name: "seqwrite-qd32",
+        pattern: Pattern::SeqWrite,
+        qd: 32,
+        fio_rw: "write",
+    },
+];
+
+impl DeviceBench {
+    fn region_bytes(&self) -> u64 {
+        if self.quick {
+            256 << 20
+        } else {
+            2 << 30
+        }
+    }
+
+    fn ops(&self, qd: u32) -> u64 {
+        let base = self
+            .ops
+            .unwrap_or(if self.quick { 20_000 } else { 200_000 });
+        let region_pages = self.region_bytes() / PAGE_SIZE as u64;
+        let n = if qd == 1 { (base / 10).max(100) } else { base };
+        n.min(region_pages)
+    }
+
+    fn geometry(&self) -> anyhow::Result<Geometry> {
+        // Twice the region, so writes can go to fresh blocks while the region is trimmed.
+        Ok(Geometry::with_capacity(
+            8,
+            8,
+            PAGES_PER_BLOCK,
+            2 * self.region_bytes(),
+        )?)
+    }
+
+    fn region_segments(&self, g: &Geometry) -> u32 {
+        (self.region_bytes() / g.segment_bytes()) as u32
+    }
+
+    /// Runs every backend and preset, and fio; returns the rows.
+    ///
+    /// # Errors
+    /// When a device cannot be created or a run fails (fio failing only makes its rows
+    /// missing).
+    pub fn run(&self) -> anyhow::Result<Vec<Row>> {
+        std::fs::create_dir_all(&self.scratch)
+            .with_context(|| format!("creating {}", self.scratch.display()))?;
+        check_free_space(&self.scratch, 2 * self.region_bytes() + (64 << 20))?;
+        let mut rows = Vec::new();
+        for (timing, release, label) in [
+            (TimingModel::None, Release::Virtual, "hwftl-ram/none"),
+            (
+                TimingModel::PaperCard,
+                Release::Virtual,
+                "hwftl-ram/paper-card",
+            ),
+        ] {
+            let dev = self.device(&Backend::Ram(RamStore::new()), timing, release)?;
+            let clock = if timing == TimingModel::None {
+                Clock::Wall
+            } else {
+                Clock::Device
+            };
+            rows.extend(self.run_device(&dev, label, clock, None)?);
+        }
+        let path = self.scratch.join("device-bench.img");
+        let file = Backend::File(path.clone());
+        let dev = self.device(&file, TimingModel::None, Release::Virtual)?;
+        rows.extend(self.run_device(&dev, "hwftl-file/none", Clock::Wall, Some(&path))?);
+        drop(dev);
+        let dev = self.device(&file, TimingModel::PaperCard, Release::WallClock)?;
+        rows.extend(self.run_device(&dev, "hwftl-file/paper-card", Clock::Wall, None)?);
+        drop(dev);
+        let _ = std::fs::remove_file(&path);
+        attach_fio_ratios(&mut rows);
+        Ok(rows)
+    }
+
+    fn device(
+        &self,
+        backend: &Backend,
+        timing: TimingModel,
+        release: Release,
+    ) -> anyhow::Result<Ftl> {
+        let mut cfg = DeviceConfig::new(self.geometry()?);
+        cfg.timing = timing;
+        cfg.release = release;
+        Ok(Ftl::format(backend, cfg)?)
+    }
+
+    fn spec(&self, w: &Workload, segments: u32) -> LoadSpec {
+        LoadSpec {
+            pattern: w.pattern,
+            queue_depth: w.qd,
+            ops: self.ops(w.qd),
+            first_segment: 0,
+            segments,
+            seed: 42,
+            clock: Clock::Wall,
+        }
+    }
+
+    /// Reads first (on a fresh device the region is one contiguous extent of the file, which
+    /// fio then reads too), then writes; with `fio_file`, fio runs each workload on the same
+    /// bytes right after the device did.
+    fn run_device(
+        &self,
+        dev: &Ftl,
+        system: &str,
+        clock: Clock,
+        fio_file: Option<&Path>,
+    ) -> anyhow::Result<Vec<Row>> {
+        let g = dev.geometry();
+        let segments = self.region_segments(&g);
+        let mut rows = Vec::new();
+        eprintln!("{system}: filling {} MiB", self.region_bytes() >> 20);
+        loadgen::prefill(dev, 0, segments, 32)?;
+        let extent = region_extent(dev, segments);
+        let fio_ok = fio_file.map(|_| fio::available());
+        for w in READS.iter().chain(&WRITES) {
+            let spec = LoadSpec {
+                clock,
+                ..self.spec(w, segments)
+            };
+            let is_write = matches!(w.pattern, Pattern::SeqWrite | Pattern::RandWrite { .. });
+            let mut ours = Vec::new();
+            let mut theirs = Vec::new();
+            for _ in 0..self.repeats.max(1) {
+                // A write run starts on erased space: the device trims the region itself.
+                let r = loadgen::run(dev, &spec)?;
+                ours.push(row(system, w, &r));
+                let (Some(file), Some(ok)) = (fio_file, &fio_ok) else {
+                    continue;
+                };
+                if is_write {
+                    // fio writes into erased (punched) space too, as the device just did.
+                    trim(dev, segments)?;
+                    if let Some((off, len)) = extent {
+                        punch(file, off, len)?;
+                    }
+                }
+                theirs.push(fio_row(file, w, spec.ops, extent, ok));
+                if is_write {
+                    if let Some((off, len)) = extent {
+                        punch(file, off, len)?;
+                    }
+                }
+            }
+            rows.extend(median(ours));
+            rows.extend(median(theirs));
+            if is_write {
+                // Leave the region written for whatever runs next.
+                loadgen::prefill(dev, 0, segments, 32)?;
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// The run with the median ops/s (a missing run counts as zero).
+fn median(mut runs: Vec<Row>) -> Option<Row> {
+    runs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    let mid = runs.len() / 2;
+    runs.into_iter().nth(mid)
+}
+
+fn trim(dev: &Ftl, segments: u32) -> anyhow::Result<()> {
+    for s in 0..segments {
+        dev.execute(Command::Trim {
+            segment: SegmentId(s),
+        })?
+        .result?;
+    }
+    Ok(())
+}
+
+/// The file byte range holding segments `0..segments`, when it is one contiguous run.
+fn region_extent(dev: &Ftl, segments: u32) -> Option<(u64, u64)> {
+    let (start, seg_len) = dev.segment_extent(SegmentId(0))?;
+    for s in 1..segments {
+        let (off, _) = dev.segment_extent(SegmentId(s))?;
+        if off != start + u64::from(s) * seg_len {
+            return None;
+        }
+    }
+    Some((start, u64::from(segments) * seg_len))
+}
+
+fn punch(file: &Path, offset: u64, len: u64) -> anyhow::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .with_context(|| format!("opening {}", file.display()))?;
+    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+        bail!("range too large to punch");
+    };
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    let rc = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            n,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "punching a hole in {}: {}",
+            file.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn check_free_space(dir: &Path, need: u64) -> anyhow::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    let mut st: libc::statvfs = unsafe_zeroed_statvfs();
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Ok(());
+    }
+    let free = u64::from(st.f_bavail) * u64::from(st.f_frsize);
+    if free < need {
+        bail!(
+            "{} has {} MiB free; the device benchmark needs {} MiB",
+            dir.display(),
+            free >> 20,
+            need >> 20
+        );
+    }
+    Ok(())
+}
+
+fn unsafe_zeroed_statvfs() -> libc::statvfs {
+    // SAFETY: statvfs is a plain C struct of integers, for which all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn row(system: &str, w: &Workload, r: &LoadReport) -> Row {
+    Row {
+        system: system.into(),
+        workload: w.name.into(),
+        ops_per_sec: r.ops_per_sec(),
+        mb_per_sec: r.mb_per_sec(),
+        p50_us: r.percentile_us(50.0),
+        p99_us: r.percentile_us(99.0),
+        queue_depth: w.qd,
+        ratio_to_fio: None,
+        missing: None,
+    }
+}
+
+fn fio_row(
+    file: &Path,
+    w: &Workload,
+    ops: u64,
+    extent: Option<(u64, u64)>,
+    available: &anyhow::Result<String>,
+) -> Row {
+    if let Err(e) = available {
+        return Row::missing("fio", w.name, w.qd, format!("{e:#}"));
+    }
+    let Some((offset, size)) = extent else {
+        return Row::missing(
+            "fio",
+            w.name,
+            w.qd,
+            "the device region is not one contiguous extent of the file".into(),
+        );
+    };
+    let job = FioJob {
+        rw: w.fio_rw,
+        iodepth: w.qd,
+        ios: ops,
+        offset,
+        size,
+    };
+    match fio::run(file, &job) {
+        Ok(f) => Row {
+            system: "fio".into(),
+            workload: w.name.into(),
+            ops_per_sec: f.iops,
+            mb_per_sec: f.bytes_per_sec / 1e6,
+            p50_us: f.p50_us,
+            p99_us: f.p99_us,
+            queue_depth: w.qd,
+            ratio_to_fio: None,
+            missing: None,
+        },
+        Err(e) => Row::missing("fio", w.name, w.qd, format!("{e:#}")),
+    }
+}
+
+/// Sets `ratio_to_fio` on the file backend's untimed rows.
+fn attach_fio_ratios(rows: &mut [Row]) {
+    let fio: Vec<(String, f64)> = rows
+        .iter()
+        .filter(|r| r.system == "fio" && r.missing.is_none())
+        .map(|r| (r.workload.clone(), r.ops_per_sec))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.system == "hwftl-file/none") {
+        if let Some((_, base)) = fio.iter().find(|(w, _)| *w == r.workload) {
+            r.ratio_to_fio = Some(r.ops_per_sec / base);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Result rows shared by every benchmark: a printed table and a JSON file.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// One measured (or missing) configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// What was measured, e.g. `hwftl-file/none` or `fio`.
+    pub system: String,
+    /// The workload, e.g. `randread-qd32`.
+    pub workload: String,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Megabytes (10^6 bytes) per second.
+    pub mb_per_sec: f64,
+    /// Median latency in microseconds.
+    pub p50_us: f64,
+    /// 99th percentile latency in microseconds.
+    pub p99_us: f64,
+    /// Commands in flight.
+    pub queue_depth: u32,
+    /// Ratio of ops/s to the baseline row of the same workload, where there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_fio: Option<f64>,
+    /// Why the row has no figures (a peer that could not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+}
+
+impl Row {
+    /// A row for a system that could not be measured, with the reason.
+    pub fn missing(system: &str, workload: &str, queue_depth: u32, reason: String) -> Row {
+        Row {
+            system: system.into(),
+            workload: workload.into(),
+            ops_per_sec: 0.0,
+            mb_per_sec: 0.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            queue_depth,
+            ratio_to_fio: None,
+            missing: Some(reason),
+        }
+    }
+}
+
+/// Prints rows as an aligned table.
+pub fn print_table(rows: &[Row]) {
+    println!(
+        "{:<26} {:<16} {:>4} {:>11} {:>9} {:>9} {:>9} {:>7}",
+        "system", "workload", "qd", "ops/s", "MB/s", "p50 us", "p99 us", "vs fio"
+    );
+    for r in rows {
+        if let Some(why) = &r.missing {
+            println!(
+                "{:<26} {:<16} {:>4} missing: {why}",
+                r.system, r.workload, r.queue_depth
+            );
+            continue;
+        }
+        let ratio = r
+            .ratio_to_fio
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
+        println!(
+            "{:<26} {:<16} {:>4} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+            r.system,
+            r.workload,
+            r.queue_depth,
+            r.ops_per_sec,
+            r.mb_per_sec,
+            r.p50_us,
+            r.p99_us,
+            ratio
+        );
+    }
+}
+
+/// Writes rows as a JSON array.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(rows)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
