@@ -29,6 +29,8 @@ pub struct DeviceBench {
     pub ops: Option<u64>,
     /// Runs of each workload (device and fio alternate); the median run is reported.
     pub repeats: u32,
+    /// Overrides the size of the region the workloads run on, in MiB.
+    pub region_mib: Option<u64>,
 }
 
 struct Workload {
@@ -76,6 +78,9 @@ const WRITES: [Workload; 2] = [
 
 impl DeviceBench {
     fn region_bytes(&self) -> u64 {
+        if let Some(mib) = self.region_mib {
+            return mib.max(8) << 20;
+        }
         if self.quick {
             256 << 20
         } else {

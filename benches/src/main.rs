@@ -31,9 +31,12 @@ enum Bench {
         /// Operations per workload (queue depth 1 runs a tenth).
         #[arg(long)]
         ops: Option<u64>,
-        /// Runs per workload; the median is reported (default 3, quick 3, full 5).
+        /// Runs per workload; the median is reported (default: 3 quick, 5 full).
         #[arg(long)]
         repeats: Option<u32>,
+        /// Size of the region the workloads run on, in MiB (default 256, quick; 2048 full).
+        #[arg(long)]
+        region_mib: Option<u64>,
     },
 }
 
@@ -46,12 +49,14 @@ fn main() -> anyhow::Result<()> {
             scratch,
             ops,
             repeats,
+            region_mib,
         } => {
             let bench = device::DeviceBench {
                 quick,
                 scratch,
                 ops,
                 repeats: repeats.unwrap_or(if quick { 3 } else { 5 }),
+                region_mib,
             };
             let rows = bench.run()?;
             report::print_table(&rows);
