@@ -295,6 +295,8 @@ fn check_free_space(dir: &Path, need: u64) -> anyhow::Result<()> {
     if rc != 0 {
         return Ok(());
     }
+    // The field types differ between platforms (u32 on some, u64 here).
+    #[allow(clippy::useless_conversion)]
     let free = u64::from(st.f_bavail) * u64::from(st.f_frsize);
     if free < need {
         bail!(
