@@ -31,6 +31,10 @@ pub struct DeviceBench {
     pub repeats: u32,
     /// Overrides the size of the region the workloads run on, in MiB.
     pub region_mib: Option<u64>,
+    /// Runs only the workloads whose names contain one of these.
+    pub only: Vec<String>,
+    /// Runs only the systems whose names contain one of these (fio runs with the file backend).
+    pub systems: Vec<String>,
 }
 
 struct Workload {
@@ -91,7 +95,7 @@ impl DeviceBench {
     fn ops(&self, qd: u32) -> u64 {
         let base = self
             .ops
-            .unwrap_or(if self.quick { 20_000 } else { 200_000 });
+            .unwrap_or(if self.quick { 50_000 } else { 200_000 });
         let region_pages = self.region_bytes() / PAGE_SIZE as u64;
         let n = if qd == 1 { (base / 10).max(100) } else { base };
         n.min(region_pages)
@@ -121,6 +125,7 @@ impl DeviceBench {
             .with_context(|| format!("creating {}", self.scratch.display()))?;
         check_free_space(&self.scratch, 2 * self.region_bytes() + (64 << 20))?;
         let mut rows = Vec::new();
+        let want = |label: &str| selected(&self.systems, label);
         for (timing, release, label) in [
             (TimingModel::None, Release::Virtual, "hwftl-ram/none"),
             (
@@ -129,6 +134,9 @@ impl DeviceBench {
                 "hwftl-ram/paper-card",
             ),
         ] {
+            if !want(label) {
+                continue;
+            }
             let dev = self.device(&Backend::Ram(RamStore::new()), timing, release)?;
             let clock = if timing == TimingModel::None {
                 Clock::Wall
@@ -139,14 +147,15 @@ impl DeviceBench {
         }
         let path = self.scratch.join("device-bench.img");
         let file = Backend::File(path.clone());
-        let dev = self.device(&file, TimingModel::None, Release::Virtual)?;
-        rows.extend(self.run_device(&dev, "hwftl-file/none", Clock::Wall, Some(&path))?);
-        drop(dev);
-        let dev = self.device(&file, TimingModel::PaperCard, Release::WallClock)?;
-        rows.extend(self.run_device(&dev, "hwftl-file/paper-card", Clock::Wall, None)?);
-        drop(dev);
+        if want("hwftl-file/none") {
+            let dev = self.device(&file, TimingModel::None, Release::Virtual)?;
+            rows.extend(self.run_device(&dev, "hwftl-file/none", Clock::Wall, Some(&path))?);
+        }
+        if want("hwftl-file/paper-card") {
+            let dev = self.device(&file, TimingModel::PaperCard, Release::WallClock)?;
+            rows.extend(self.run_device(&dev, "hwftl-file/paper-card", Clock::Wall, None)?);
+        }
         let _ = std::fs::remove_file(&path);
-        attach_fio_ratios(&mut rows);
         Ok(rows)
     }
 
@@ -192,6 +201,9 @@ impl DeviceBench {
         let extent = region_extent(dev, segments);
         let fio_ok = fio_file.map(|_| fio::available());
         for w in READS.iter().chain(&WRITES) {
+            if !selected(&self.only, w.name) {
+                continue;
+            }
             let spec = LoadSpec {
                 clock,
                 ..self.spec(w, segments)
@@ -199,7 +211,13 @@ impl DeviceBench {
             let is_write = matches!(w.pattern, Pattern::SeqWrite | Pattern::RandWrite { .. });
             let mut ours = Vec::new();
             let mut theirs = Vec::new();
-            for _ in 0..self.repeats.max(1) {
+            // Repeats only serve the pairing with fio.
+            let repeats = if fio_file.is_some() {
+                self.repeats.max(1)
+            } else {
+                1
+            };
+            for _ in 0..repeats {
                 // A write run starts on erased space: the device trims the region itself.
                 let r = loadgen::run(dev, &spec)?;
                 ours.push(row(system, w, &r));
@@ -220,7 +238,23 @@ impl DeviceBench {
                     }
                 }
             }
-            rows.extend(median(ours));
+            // Each device run is compared with the fio run right after it (the disk's speed
+            // drifts); the median of those ratios is the row's ratio.
+            let mut ratios: Vec<f64> = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(_, f)| f.missing.is_none() && f.ops_per_sec > 0.0)
+                .map(|(o, f)| o.ops_per_sec / f.ops_per_sec)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            if ratios.len() > 1 {
+                eprintln!("{system} {}: ratios to fio {ratios:.2?}", w.name);
+            }
+            let mut mine = median(ours);
+            if let Some(r) = mine.as_mut() {
+                r.ratio_to_fio = ratios.get(ratios.len() / 2).copied();
+            }
+            rows.extend(mine);
             rows.extend(median(theirs));
             if is_write {
                 // Leave the region written for whatever runs next.
@@ -229,6 +263,10 @@ impl DeviceBench {
         }
         Ok(rows)
     }
+}
+
+fn selected(filters: &[String], name: &str) -> bool {
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
 
 /// The run with the median ops/s (a missing run counts as zero).
@@ -366,19 +404,5 @@ fn fio_row(
             missing: None,
         },
         Err(e) => Row::missing("fio", w.name, w.qd, format!("{e:#}")),
-    }
-}
-
-/// Sets `ratio_to_fio` on the file backend's untimed rows.
-fn attach_fio_ratios(rows: &mut [Row]) {
-    let fio: Vec<(String, f64)> = rows
-        .iter()
-        .filter(|r| r.system == "fio" && r.missing.is_none())
-        .map(|r| (r.workload.clone(), r.ops_per_sec))
-        .collect();
-    for r in rows.iter_mut().filter(|r| r.system == "hwftl-file/none") {
-        if let Some((_, base)) = fio.iter().find(|(w, _)| *w == r.workload) {
-            r.ratio_to_fio = Some(r.ops_per_sec / base);
-        }
     }
 }

@@ -31,12 +31,19 @@ enum Bench {
         /// Operations per workload (queue depth 1 runs a tenth).
         #[arg(long)]
         ops: Option<u64>,
-        /// Runs per workload; the median is reported (default: 3 quick, 5 full).
+        /// Runs per workload on the file backend, each paired with a fio run (default 5); the
+        /// median run and the median of the paired ratios are reported.
         #[arg(long)]
         repeats: Option<u32>,
         /// Size of the region the workloads run on, in MiB (default 256, quick; 2048 full).
         #[arg(long)]
         region_mib: Option<u64>,
+        /// Only workloads whose names contain this (repeatable), e.g. `randread`.
+        #[arg(long)]
+        only: Vec<String>,
+        /// Only systems whose names contain this (repeatable), e.g. `file/none`.
+        #[arg(long)]
+        system: Vec<String>,
     },
 }
 
@@ -50,13 +57,17 @@ fn main() -> anyhow::Result<()> {
             ops,
             repeats,
             region_mib,
+            only,
+            system,
         } => {
             let bench = device::DeviceBench {
                 quick,
                 scratch,
                 ops,
-                repeats: repeats.unwrap_or(if quick { 3 } else { 5 }),
+                repeats: repeats.unwrap_or(5),
                 region_mib,
+                only,
+                systems: system,
             };
             let rows = bench.run()?;
             report::print_table(&rows);

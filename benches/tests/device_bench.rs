@@ -10,7 +10,16 @@ fn device_bench_writes_a_row_for_every_system_and_workload() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("device.json");
     let out = Command::new(env!("CARGO_BIN_EXE_lightstore-bench"))
-        .args(["device", "--quick", "--ops", "400", "--repeats", "1", "--region-mib", "64"])
+        .args([
+            "device",
+            "--quick",
+            "--ops",
+            "400",
+            "--repeats",
+            "1",
+            "--region-mib",
+            "64",
+        ])
         .arg("--scratch")
         .arg(dir.path().join("scratch"))
         .arg("--json")

@@ -18,7 +18,11 @@ const DEFAULT_CAPACITY: &str = "8GiB";
 const SIM_DEVICE_FILE: &str = "device.img";
 
 #[derive(Parser, Debug)]
-#[command(name = "lightstore", version, about = "LightStore network-attached key-value drive")]
+#[command(
+    name = "lightstore",
+    version,
+    about = "LightStore network-attached key-value drive"
+)]
 struct Args {
     /// Directory holding the simulated device.
     #[arg(long, default_value = "data")]
@@ -37,9 +41,7 @@ struct Args {
 /// Parses sizes like `512MiB`, `8GiB`, `1G`, `4096`.
 fn parse_size(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()

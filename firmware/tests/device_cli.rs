@@ -28,12 +28,20 @@ fn formats_on_first_start_and_reopens_after() {
     let d = data.to_str().unwrap();
     let first = lightstore(&["--data-dir", d, "--capacity", "256MiB"]);
     assert!(first.status.success(), "{}", text(&first));
-    assert!(text(&first).contains("2 segments of 128 MiB"), "{}", text(&first));
+    assert!(
+        text(&first).contains("2 segments of 128 MiB"),
+        "{}",
+        text(&first)
+    );
     assert!(data.join("device.img").exists());
     // A second start reopens the same device, whatever capacity is asked for.
     let second = lightstore(&["--data-dir", d, "--capacity", "1GiB"]);
     assert!(second.status.success(), "{}", text(&second));
-    assert!(text(&second).contains("2 segments of 128 MiB"), "{}", text(&second));
+    assert!(
+        text(&second).contains("2 segments of 128 MiB"),
+        "{}",
+        text(&second)
+    );
 }
 
 #[test]

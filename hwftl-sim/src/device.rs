@@ -199,6 +199,17 @@ pub trait AppendDevice: Send + Sync {
     /// adjacent pages can be merged on the way down. Returns one result per command, in order.
     fn submit_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>>;
 
+    /// Queues `cmds` and reaps as [`AppendDevice::reap`] does, handing the commands to the
+    /// backend in the same system call as the wait (a poller's loop: one kernel entry per turn
+    /// instead of two). Returns each command's submission result and the reap's.
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<Command>,
+        out: &mut Vec<Completion>,
+        max: usize,
+        wait: Wait,
+    ) -> (Vec<std::result::Result<Tag, Rejected>>, Result<usize>);
+
     /// Moves up to `max` completions into `out`, waiting as `wait` says. Returns how many.
     ///
     /// # Errors

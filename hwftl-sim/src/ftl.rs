@@ -1018,9 +1018,31 @@ impl AppendDevice for Ftl {
         out
     }
 
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<Command>,
+        out: &mut Vec<Completion>,
+        max: usize,
+        wait: Wait,
+    ) -> (Vec<std::result::Result<Tag, Rejected>>, Result<usize>) {
+        // No doorbell here: the media poll inside `reap` hands the commands over.
+        let tags = cmds
+            .into_iter()
+            .map(|c| self.submit_inner(c, false))
+            .collect();
+        let reaped = self.reap(out, max, wait);
+        (tags, reaped)
+    }
+
     fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> Result<usize> {
         loop {
-            self.pump(false, None)?;
+            // With `Block` and nothing ready, one kernel entry both hands over queued
+            // commands and sleeps until a completion arrives.
+            let sleep = wait == Wait::Block && {
+                let st = self.state.lock();
+                st.ready.is_empty() && self.reapable(&st) > 0
+            };
+            self.pump(sleep, None)?;
             let due_in = {
                 let mut st = self.state.lock();
                 if !st.powered {
@@ -1032,10 +1054,9 @@ impl AppendDevice for Ftl {
                 }
                 self.wait_for_due(&st)
             };
-            match (due_in, wait) {
-                (Some(d), _) => pause(d),
-                (None, Wait::Block) => self.pump(true, None)?,
-                (None, _) => std::hint::spin_loop(),
+            match due_in {
+                Some(d) => pause(d),
+                None => std::hint::spin_loop(),
             }
         }
     }

@@ -225,14 +225,16 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
             };
             batch.push(cmd);
         }
-        for result in dev.submit_many(std::mem::take(&mut batch)) {
+        out.clear();
+        let (submitted, reaped) =
+            dev.submit_and_reap(std::mem::take(&mut batch), &mut out, reap_max, Wait::Block);
+        for result in submitted {
             match result {
                 Ok(_) => issued += 1,
                 Err(r) => return Err(r.error),
             }
         }
-        out.clear();
-        dev.reap(&mut out, reap_max, Wait::Block)?;
+        reaped?;
         for c in out.drain(..) {
             latencies.push(c.latency_ns);
             done += 1;

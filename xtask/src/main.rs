@@ -63,7 +63,11 @@ fn ensure_debian_tools() {
         eprintln!("xtask: apt-get not found; cannot install {missing:?}");
         return;
     }
-    let sudo = if nix_is_root() { vec![] } else { vec!["sudo", "-n"] };
+    let sudo = if nix_is_root() {
+        vec![]
+    } else {
+        vec!["sudo", "-n"]
+    };
     eprintln!("xtask: installing {missing:?} from Debian");
     let run = |args: &[&str]| {
         let mut argv: Vec<&str> = sudo.clone();
@@ -114,7 +118,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ensure_debian_tools();
             match which.as_str() {
                 "device" => cargo(
-                    &["run", "--release", "-p", "lightstore-benches", "--", "device"],
+                    &[
+                        "run",
+                        "--release",
+                        "-p",
+                        "lightstore-benches",
+                        "--",
+                        "device",
+                    ],
                     &args,
                 ),
                 other => bail!("unknown benchmark `{other}` (available: device)"),
@@ -123,7 +134,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Lint => {
             cargo(&["fmt", "--all", "--", "--check"], &[])?;
             cargo(
-                &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
                 &[],
             )
         }

@@ -174,6 +174,73 @@ impl FileMedia {
         Ok(())
     }
 
+    /// Enters the kernel once: submits every queued entry and, with `wait`, waits for at
+    /// least one completion. Returns how many entries were submitted.
+    fn enter(&self, wait: bool) -> Result<usize> {
+        let queued = self.unsubmitted.load(Ordering::Acquire) as u32;
+        if queued == 0 && !wait {
+            return Ok(0);
+        }
+        let (min_complete, flags) = if wait {
+            (1, IORING_ENTER_GETEVENTS)
+        } else {
+            (0, 0)
+        };
+        // SAFETY: no argument is passed; entries counted in `queued` were fully written and
+        // published (tail synced) under sq_lock before being counted.
+        let r = unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(queued, min_complete, flags, None)
+        };
+        match r {
+            Ok(n) => {
+                let _ = self
+                    .unsubmitted
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                        Some(u.saturating_sub(n))
+                    });
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(DeviceError::io("io_uring_enter", e)),
+        }
+    }
+
+    /// Moves finished entries out of the completion queue (cq_lock held by the caller).
+    fn drain_completions(&self, out: &mut Vec<MediaDone>) {
+        // SAFETY: the caller holds cq_lock, so no other CompletionQueue exists.
+        let cq = unsafe { self.ring.completion_shared() };
+        for cqe in cq {
+            let id = cqe.user_data() as u32;
+            let res = cqe.result();
+            let Some(slot) = self.take_slot(id) else {
+                tracing::error!("io_uring completion for unknown tag {id}");
+                continue;
+            };
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let mut buf = slot.buf;
+            let result = if res < 0 {
+                Err(DeviceError::io(
+                    format!("io_uring I/O on {}", self.path.display()),
+                    io::Error::from_raw_os_error(-res),
+                ))
+            } else if slot.kind != IoKind::Flush && res as usize != PAGE_SIZE {
+                Err(DeviceError::io(
+                    format!("io_uring I/O on {}", self.path.display()),
+                    io::Error::other(format!("short transfer of {res} bytes")),
+                ))
+            } else {
+                Ok(())
+            };
+            if let Some(b) = buf.as_mut() {
+                // Reads come back scrambled; programs get the caller's bytes back.
+                scramble(b);
+            }
+            out.push(MediaDone { id, result, buf });
+        }
+    }
+
     fn take_slot(&self, id: u32) -> Option<IoSlot> {
         self.slots
             .lock()
@@ -290,75 +357,22 @@ impl Media for FileMedia {
 
     fn doorbell(&self) -> Result<()> {
         let _sq = self.sq_lock.lock();
-        if self.unsubmitted.load(Ordering::Acquire) == 0 {
-            return Ok(());
-        }
-        loop {
-            match self.ring.submit() {
-                Ok(n) => {
-                    self.unsubmitted.fetch_sub(
-                        n.min(self.unsubmitted.load(Ordering::Acquire)),
-                        Ordering::AcqRel,
-                    );
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(DeviceError::io("io_uring submit", e)),
-            }
-        }
+        self.enter(false).map(drop)
     }
 
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
         let _cq = self.cq_lock.lock();
         loop {
             let before = out.len();
-            {
-                // SAFETY: cq_lock guarantees no other CompletionQueue exists while this lives.
-                let cq = unsafe { self.ring.completion_shared() };
-                for cqe in cq {
-                    let id = cqe.user_data() as u32;
-                    let res = cqe.result();
-                    let Some(slot) = self.take_slot(id) else {
-                        tracing::error!("io_uring completion for unknown tag {id}");
-                        continue;
-                    };
-                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    let mut buf = slot.buf;
-                    let result = if res < 0 {
-                        Err(DeviceError::io(
-                            format!("io_uring I/O on {}", self.path.display()),
-                            io::Error::from_raw_os_error(-res),
-                        ))
-                    } else if slot.kind != IoKind::Flush && res as usize != PAGE_SIZE {
-                        Err(DeviceError::io(
-                            format!("io_uring I/O on {}", self.path.display()),
-                            io::Error::other(format!("short transfer of {res} bytes")),
-                        ))
-                    } else {
-                        Ok(())
-                    };
-                    if let Some(b) = buf.as_mut() {
-                        // Reads come back scrambled; programs get the caller's bytes back.
-                        scramble(b);
-                    }
-                    out.push(MediaDone { id, result, buf });
-                }
-            }
-            if out.len() > before || !block || self.in_flight.load(Ordering::Acquire) == 0 {
+            self.drain_completions(out);
+            let wait = block && out.len() == before && self.in_flight.load(Ordering::Acquire) > 0;
+            if !wait && self.unsubmitted.load(Ordering::Acquire) == 0 {
                 return Ok(());
             }
-            // Never sleep on operations the kernel has not been handed yet.
-            self.doorbell()?;
-            // SAFETY: no submission is made (to_submit = 0) and no argument is passed.
-            let waited = unsafe {
-                self.ring
-                    .submitter()
-                    .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
-            };
-            if let Err(e) = waited {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(DeviceError::io("waiting for io_uring completions", e));
-                }
+            // One system call hands over what is queued and, if asked, waits.
+            self.enter(wait)?;
+            if !wait {
+                return Ok(());
             }
         }
     }
