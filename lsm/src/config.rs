@@ -1,0 +1,49 @@
+//! Engine configuration with defaults sensible for a laptop-sized drive.
+
+/// Default maximum key length (bytes). Keys are kept in DRAM keytables and in one value-log
+/// page, so they are bounded well below a page.
+pub const DEFAULT_MAX_KEY: usize = 4096;
+/// Default maximum value length (bytes), further bounded by one segment (see
+/// [`EngineConfig::max_value`]).
+pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+/// Default memtable size before it is flushed to a keytable run (bytes of keys + pointers).
+pub const DEFAULT_MEMTABLE_BYTES: usize = 32 << 20;
+/// Default number of L0 runs that triggers a compaction into L1.
+pub const DEFAULT_L0_RUNS: usize = 4;
+/// Default size ratio between adjacent levels.
+pub const DEFAULT_LEVEL_RATIO: usize = 10;
+/// Default target size of L1 (keytable bytes).
+pub const DEFAULT_L1_BYTES: usize = 64 << 20;
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Longest key accepted.
+    pub max_key: usize,
+    /// Longest value accepted (also bounded by what one segment holds).
+    pub max_value: u64,
+    /// Memtable budget before a flush.
+    pub memtable_bytes: usize,
+    /// L0 runs that trigger a compaction.
+    pub l0_runs: usize,
+    /// Size ratio between levels.
+    pub level_ratio: usize,
+    /// Target size of L1.
+    pub l1_bytes: usize,
+    /// Bloom filter false-positive rate per run.
+    pub bloom_fp_rate: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_key: DEFAULT_MAX_KEY,
+            max_value: DEFAULT_MAX_VALUE,
+            memtable_bytes: DEFAULT_MEMTABLE_BYTES,
+            l0_runs: DEFAULT_L0_RUNS,
+            level_ratio: DEFAULT_LEVEL_RATIO,
+            l1_bytes: DEFAULT_L1_BYTES,
+            bloom_fp_rate: 0.01,
+        }
+    }
+}

@@ -1,0 +1,1215 @@
+//! The engine: the write path (value log + memtable, group-committed batches), the read path
+//! (memtable, then keytable runs newest first, then one value read), flush, metadata-only
+//! compaction, garbage accounting and recovery.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use hwftl_sim::{
+    AppendDevice, Command, Completion, Geometry, Lba, PageBuf, SegmentId, SegmentState, Wait,
+    PAGE_SIZE,
+};
+use parking_lot::Mutex;
+
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Result};
+use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
+use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
+use crate::memtable::MemTable;
+use crate::merge::{compact, run_source, Invalidated, Merge, Source};
+use crate::vlog_format::{
+    check_page, fits_inline, parse_records, raw_pages, PageBuilder, RecordKind, ValueLoc, ValuePtr,
+    INDIRECT_PAYLOAD, PAGE_HEADER, RECORD_HEADER,
+};
+
+/// Free segments kept back from puts so deletes, flushes and compactions can still run on a
+/// full drive.
+const RESERVED_SEGMENTS: usize = 2;
+/// Value-log bytes written since the last flush that trigger a flush (bounds replay time).
+const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
+/// Device commands the engine keeps in flight at once.
+const IO_WINDOW: usize = 32;
+
+/// One operation of an atomic write batch.
+#[derive(Debug, Clone, Copy)]
+pub enum WriteOp<'a> {
+    /// Set a key.
+    Put(&'a [u8], &'a [u8]),
+    /// Delete a key.
+    Delete(&'a [u8]),
+}
+
+/// Counters and sizes for INFO and benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Key and value bytes accepted from clients.
+    pub user_bytes_written: u64,
+    /// Bytes the engine wrote to the device (value log, keytables, manifest).
+    pub device_bytes_written: u64,
+    /// Value-log bytes still referenced (written minus known garbage).
+    pub live_bytes: u64,
+    /// Value-log bytes in segments in use.
+    pub total_bytes: u64,
+    /// DRAM held by keytable runs.
+    pub keytable_dram_bytes: u64,
+    /// Keys in the memtable.
+    pub memtable_keys: u64,
+    /// Runs per level, L0 first.
+    pub runs_per_level: Vec<usize>,
+    /// Keys per level, L0 first.
+    pub keys_per_level: Vec<u64>,
+    /// Flushes and compactions done since open.
+    pub flushes: u64,
+    /// Compactions done since open.
+    pub compactions: u64,
+    /// Free segments.
+    pub free_segments: u64,
+    /// Records replayed at open.
+    pub replayed_records: u64,
+}
+
+/// The current value-log segment being appended to.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    log_seg: u32,
+    segment: u32,
+    /// Next page index to hand out.
+    next_page: u32,
+}
+
+/// A batch's pages in the order they must be written.
+struct BatchPages {
+    pages: Vec<(Lba, PageBuf)>,
+    /// The open packed page and its position.
+    open: PageBuilder,
+    open_at: Option<(u32, u32)>,
+    /// Raw pages that follow the open page.
+    raws: Vec<(Lba, PageBuf)>,
+    raw_after: u32,
+    batch: u64,
+}
+
+/// The LightStore engine over an append-only device.
+pub struct Engine {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    dev: Arc<dyn AppendDevice>,
+    g: Geometry,
+    cfg: EngineConfig,
+    manifest: ManifestStore,
+    snap_seq: u64,
+    mem: MemTable,
+    /// L0 newest first; each deeper level has at most one run.
+    levels: Vec<Vec<Arc<KeyTable>>>,
+    runs: HashMap<u64, RunMeta>,
+    log_segs: BTreeMap<u32, LogSegMeta>,
+    head: Option<Head>,
+    kt_segments: Vec<u32>,
+    free: BTreeSet<u32>,
+    next_seq: u64,
+    next_run: u64,
+    next_log_seg: u32,
+    next_batch: u64,
+    next_l0_order: u64,
+    checkpoint: (u32, u32),
+    pages_since_checkpoint: u64,
+    stats: EngineStats,
+    /// Device page writes when the engine opened (write amplification baseline).
+    dev_writes_at_open: u64,
+    closed: bool,
+}
+
+fn corrupt(msg: impl Into<String>) -> EngineError {
+    EngineError::Corrupt(msg.into())
+}
+
+impl Engine {
+    /// Opens the store on `dev`: an empty device is initialised; otherwise the manifest,
+    /// keytable runs and the value-log tail are recovered.
+    ///
+    /// # Errors
+    /// `Unrecoverable` for an unusable geometry or metadata, `Corrupt` for a damaged
+    /// keytable, device errors.
+    pub fn open(dev: Arc<dyn AppendDevice>, cfg: EngineConfig) -> Result<Engine> {
+        let g = dev.geometry();
+        if g.pages_per_segment() > MAX_INLINE_PAGE + 1 {
+            return Err(EngineError::Unrecoverable(format!(
+                "segments of {} pages: the engine addresses at most {} pages per segment",
+                g.pages_per_segment(),
+                MAX_INLINE_PAGE + 1
+            )));
+        }
+        if g.segments() < 6 {
+            return Err(EngineError::Unrecoverable(format!(
+                "{} segments: the engine needs at least 6",
+                g.segments()
+            )));
+        }
+        let (manifest, snap) = ManifestStore::load(dev.as_ref())?;
+        let fresh = snap.is_none();
+        let snap = snap.unwrap_or_else(|| Snapshot {
+            next_seq: 1,
+            next_run: 1,
+            next_log_seg: 1,
+            next_batch: 1,
+            checkpoint: (1, 0),
+            ..Snapshot::default()
+        });
+        let mut inner = Inner {
+            dev,
+            g,
+            cfg,
+            manifest: if fresh {
+                ManifestStore::fresh()
+            } else {
+                manifest
+            },
+            snap_seq: snap.seq,
+            mem: MemTable::default(),
+            levels: vec![Vec::new()],
+            runs: HashMap::new(),
+            log_segs: snap
+                .log_segs
+                .iter()
+                .map(|l| (l.log_seg, l.clone()))
+                .collect(),
+            head: None,
+            kt_segments: snap.kt_segments.clone(),
+            free: BTreeSet::new(),
+            next_seq: snap.next_seq,
+            next_run: snap.next_run,
+            next_log_seg: snap.next_log_seg,
+            next_batch: snap.next_batch,
+            next_l0_order: 1,
+            checkpoint: snap.checkpoint,
+            pages_since_checkpoint: 0,
+            stats: EngineStats::default(),
+            dev_writes_at_open: 0,
+            closed: false,
+        };
+        inner.dev_writes_at_open = inner.dev.stats().writes;
+        inner.load_runs(&snap.runs)?;
+        inner.rebuild_free_list()?;
+        inner.replay()?;
+        inner.persist()?;
+        Ok(Engine {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// Sets `key` to `value`; durable on return.
+    ///
+    /// # Errors
+    /// `EmptyKey`, `KeyTooLarge`, `ValueTooLarge`, `DeviceFull`, device errors.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(&[WriteOp::Put(key, value)])
+    }
+
+    /// Deletes `key` (deleting a missing key is not an error); durable on return.
+    ///
+    /// # Errors
+    /// `EmptyKey`, `KeyTooLarge`, `DeviceFull`, device errors.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write(&[WriteOp::Delete(key)])
+    }
+
+    /// Applies a batch atomically and durably: after a power cut either all of it is there
+    /// or none. Concurrent writers passing their operations in one batch share the page
+    /// writes (group commit).
+    ///
+    /// # Errors
+    /// As [`Engine::put`]; nothing of a failed batch is applied.
+    pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
+        self.inner.lock().write(ops)
+    }
+
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// `Corrupt` when the value fails its checksum; device errors.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut v = self.multi_get(&[key])?;
+        Ok(v.pop().flatten())
+    }
+
+    /// The values of several keys, read from the device in parallel.
+    ///
+    /// # Errors
+    /// As [`Engine::get`].
+    pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let ptrs: Vec<Option<ValuePtr>> = keys
+            .iter()
+            .map(|k| match inner.lookup(k) {
+                Some(Slot::Value(p)) => Some(p),
+                _ => None,
+            })
+            .collect();
+        inner.read_values(&ptrs)
+    }
+
+    /// Up to `limit` live pairs with `start <= key < end` (no `end`: to the last key), in
+    /// key order.
+    ///
+    /// # Errors
+    /// As [`Engine::get`].
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let mut keys = Vec::new();
+        let mut ptrs = Vec::new();
+        let mut merge = inner.merge_from(start);
+        while keys.len() < limit {
+            let Some((k, slot)) = merge.next() else { break };
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if let Slot::Value(p) = slot {
+                keys.push(k.to_vec());
+                ptrs.push(Some(p));
+            }
+        }
+        drop(merge);
+        let values = inner.read_values(&ptrs)?;
+        Ok(keys
+            .into_iter()
+            .zip(values)
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect())
+    }
+
+    /// Writes the memtable as a keytable run (then compacts if a level is over its budget).
+    ///
+    /// # Errors
+    /// `DeviceFull`, device errors.
+    pub fn flush(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        inner.check_open()?;
+        inner.flush()
+    }
+
+    /// Flushes, then merges every level into one bottom run.
+    ///
+    /// # Errors
+    /// As [`Engine::flush`].
+    pub fn compact_all(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        inner.check_open()?;
+        inner.flush()?;
+        inner.compact_all()
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> EngineStats {
+        self.inner.lock().stats()
+    }
+
+    /// Flushes the memtable so the next open replays nothing, and closes the engine.
+    ///
+    /// # Errors
+    /// As [`Engine::flush`].
+    pub fn close(self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        inner.check_open()?;
+        inner.flush()?;
+        inner.closed = true;
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(EngineError::Closed);
+        }
+        Ok(())
+    }
+
+    fn max_value(&self) -> u64 {
+        let seg = u64::from(self.g.pages_per_segment() - 1) * PAGE_SIZE as u64;
+        self.cfg.max_value.min(seg)
+    }
+
+    fn validate_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(EngineError::EmptyKey);
+        }
+        let max = self.cfg.max_key.min(usize::from(u16::MAX));
+        if key.len() > max {
+            return Err(EngineError::KeyTooLarge {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- device helpers
+
+    /// Runs commands (windowed to the device's queue) and returns completions in command
+    /// order.
+    fn run_io(&self, cmds: Vec<Command>) -> Result<Vec<Completion>> {
+        let n = cmds.len();
+        let mut out: Vec<Option<Completion>> = (0..n).map(|_| None).collect();
+        let mut tag_to_index: HashMap<u32, usize> = HashMap::new();
+        let mut pending = cmds.into_iter().enumerate().peekable();
+        let mut done = 0;
+        let mut reaped = Vec::new();
+        let mut first_error: Option<EngineError> = None;
+        while done < n {
+            while let Some((i, cmd)) = pending.next() {
+                match self.dev.submit(cmd) {
+                    Ok(tag) => {
+                        tag_to_index.insert(tag.0, i);
+                    }
+                    Err(r) => {
+                        first_error.get_or_insert(EngineError::Device(r.error));
+                        done += 1;
+                    }
+                }
+                // The engine is the device's only user: a window below the queue depth
+                // never meets a full queue.
+                if tag_to_index.len() >= IO_WINDOW {
+                    break;
+                }
+            }
+            if tag_to_index.is_empty() {
+                break;
+            }
+            reaped.clear();
+            self.dev.reap(&mut reaped, IO_WINDOW, Wait::Block)?;
+            for c in reaped.drain(..) {
+                if let Some(i) = tag_to_index.remove(&c.tag.0) {
+                    out[i] = Some(c);
+                    done += 1;
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        out.into_iter()
+            .map(|c| c.ok_or_else(|| corrupt("a device command produced no completion")))
+            .collect()
+    }
+
+    fn read_pages(&self, lbas: &[Lba]) -> Result<Vec<PageBuf>> {
+        let cmds = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::zeroed(),
+            })
+            .collect();
+        self.run_io(cmds)?
+            .into_iter()
+            .map(|c| {
+                c.into_buf()?
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            })
+            .collect()
+    }
+
+    fn write_pages(&mut self, pages: Vec<(Lba, PageBuf)>) -> Result<()> {
+        let cmds = pages
+            .into_iter()
+            .map(|(lba, buf)| Command::Write { lba, buf })
+            .collect();
+        for c in self.run_io(cmds)? {
+            c.result?;
+        }
+        Ok(())
+    }
+
+    fn segment_of(&self, log_seg: u32) -> Result<u32> {
+        self.log_segs
+            .get(&log_seg)
+            .map(|m| m.segment)
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "value in log segment {log_seg}, which no longer exists"
+                ))
+            })
+    }
+
+    // ---------------------------------------------------------------- write path
+
+    fn alloc_segment(&mut self, purpose: &'static str, reserve: usize) -> Result<u32> {
+        if self.free.len() <= reserve {
+            return Err(EngineError::DeviceFull { purpose });
+        }
+        let seg = self
+            .free
+            .pop_first()
+            .ok_or(EngineError::DeviceFull { purpose })?;
+        Ok(seg)
+    }
+
+    /// Makes sure the head segment has `pages` free pages, opening a new log segment if not.
+    fn ensure_room(&mut self, pages: u32, reserve: usize) -> Result<()> {
+        let pps = self.g.pages_per_segment();
+        if self.head.is_some_and(|h| h.next_page + pages <= pps) {
+            return Ok(());
+        }
+        if let Some(h) = self.head.take() {
+            if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                m.sealed_end = Some(h.next_page);
+                m.written = u64::from(h.next_page) * PAGE_SIZE as u64;
+            }
+        }
+        let segment = self.alloc_segment("values", reserve)?;
+        let log_seg = self.next_log_seg;
+        self.next_log_seg += 1;
+        self.log_segs.insert(
+            log_seg,
+            LogSegMeta {
+                log_seg,
+                segment,
+                sealed_end: None,
+                written: 0,
+                dead: 0,
+            },
+        );
+        self.head = Some(Head {
+            log_seg,
+            segment,
+            next_page: 0,
+        });
+        // The manifest must know the segment before data lands in it.
+        self.persist()
+    }
+
+    /// Seals the open page of a batch into the list of pages to write.
+    fn seal_open(&mut self, b: &mut BatchPages, last: bool) -> Result<()> {
+        let Some((log_seg, page)) = b.open_at.take() else {
+            return Ok(());
+        };
+        let sealed = b.open.seal(log_seg, page, b.batch, last, b.raw_after);
+        let waste = (PAGE_SIZE - b.open.bytes().len() + PAGE_HEADER) as u64;
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.dead += waste;
+            m.written += PAGE_SIZE as u64;
+        }
+        let lba = self.g.lba(SegmentId(self.segment_of(log_seg)?), page);
+        b.pages.push((lba, PageBuf::from_slice(&sealed)));
+        b.pages.append(&mut b.raws);
+        b.open = PageBuilder::new();
+        b.raw_after = 0;
+        Ok(())
+    }
+
+    /// Opens a packed page with room for `raw` raw pages after it.
+    fn open_page(&mut self, b: &mut BatchPages, raw: u32, reserve: usize) -> Result<()> {
+        self.seal_open(b, false)?;
+        self.ensure_room(1 + raw, reserve)?;
+        let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+        b.open_at = Some((h.log_seg, h.next_page));
+        h.next_page += 1;
+        Ok(())
+    }
+
+    fn write(&mut self, ops: &[WriteOp<'_>]) -> Result<()> {
+        self.check_open()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let max_value = self.max_value();
+        let mut any_put = false;
+        for op in ops {
+            match op {
+                WriteOp::Put(k, v) => {
+                    self.validate_key(k)?;
+                    if v.len() as u64 > max_value {
+                        return Err(EngineError::ValueTooLarge {
+                            len: v.len() as u64,
+                            max: max_value,
+                        });
+                    }
+                    any_put = true;
+                }
+                WriteOp::Delete(k) => self.validate_key(k)?,
+            }
+        }
+        // Deletes may dip into the reserve; puts may not.
+        let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        let mut b = BatchPages {
+            pages: Vec::new(),
+            open: PageBuilder::new(),
+            open_at: None,
+            raws: Vec::new(),
+            raw_after: 0,
+            batch,
+        };
+        let mut updates: Vec<(&[u8], Slot)> = Vec::with_capacity(ops.len());
+        let result = (|| -> Result<()> {
+            for op in ops {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                match *op {
+                    WriteOp::Put(k, v) if fits_inline(k.len(), v.len()) => {
+                        let need = RECORD_HEADER + k.len() + v.len();
+                        if b.open_at.is_none() || b.open.free() < need {
+                            self.open_page(&mut b, 0, reserve)?;
+                        }
+                        let Some((log_seg, page)) = b.open_at else {
+                            return Err(EngineError::Closed);
+                        };
+                        let offset = b
+                            .open
+                            .add(RecordKind::Put, seq, k, v.len() as u32, v)
+                            .ok_or_else(|| corrupt("record does not fit a fresh page"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Inline { page, offset },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Put(k, v) => {
+                        let n = raw_pages(v.len() as u64) as u32;
+                        let need = RECORD_HEADER + k.len() + INDIRECT_PAYLOAD;
+                        let pps = self.g.pages_per_segment();
+                        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+                        if b.open_at.is_none() || b.open.free() < need || !room {
+                            self.open_page(&mut b, n, reserve)?;
+                        }
+                        let (Some((log_seg, _)), Some(h)) = (b.open_at, self.head.as_mut()) else {
+                            return Err(EngineError::Closed);
+                        };
+                        let first = h.next_page;
+                        h.next_page += n;
+                        let segment = h.segment;
+                        let crc = crc32c::crc32c(v);
+                        for (i, chunk) in v.chunks(PAGE_SIZE).enumerate() {
+                            let lba = self.g.lba(SegmentId(segment), first + i as u32);
+                            b.raws.push((lba, PageBuf::from_slice(chunk)));
+                        }
+                        if v.is_empty() {
+                            let lba = self.g.lba(SegmentId(segment), first);
+                            b.raws.push((lba, PageBuf::zeroed()));
+                        }
+                        b.raw_after += n;
+                        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                            m.written += u64::from(n) * PAGE_SIZE as u64;
+                        }
+                        let mut payload = [0u8; INDIRECT_PAYLOAD];
+                        payload[..4].copy_from_slice(&first.to_le_bytes());
+                        payload[4..].copy_from_slice(&crc.to_le_bytes());
+                        b.open
+                            .add(RecordKind::Indirect, seq, k, v.len() as u32, &payload)
+                            .ok_or_else(|| corrupt("indirect record does not fit"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Raw { page: first, crc },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Delete(k) => {
+                        let need = RECORD_HEADER + k.len();
+                        if b.open_at.is_none() || b.open.free() < need {
+                            self.open_page(&mut b, 0, reserve)?;
+                        }
+                        b.open
+                            .add(RecordKind::Delete, seq, k, 0, &[])
+                            .ok_or_else(|| corrupt("delete record does not fit"))?;
+                        // A delete record is needed only until the next flush: count it dead.
+                        if let Some((log_seg, _)) = b.open_at {
+                            if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                                m.dead += (RECORD_HEADER + k.len()) as u64;
+                            }
+                        }
+                        updates.push((k, Slot::Tombstone));
+                    }
+                }
+            }
+            self.seal_open(&mut b, true)?;
+            let pages = std::mem::take(&mut b.pages);
+            let n = pages.len() as u64;
+            self.write_pages(pages)?;
+            self.pages_since_checkpoint += n;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // The head segment may now have holes or a torn batch: start a new one.
+            if let Some(h) = self.head.take() {
+                if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                    m.sealed_end = Some(h.next_page);
+                }
+            }
+            return Err(e);
+        }
+        for op in ops {
+            self.stats.user_bytes_written += match op {
+                WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
+                WriteOp::Delete(k) => k.len() as u64,
+            };
+        }
+        for (k, slot) in updates {
+            self.apply(k, slot);
+        }
+        if self.mem.bytes() >= self.cfg.memtable_bytes
+            || self.pages_since_checkpoint >= REPLAY_BUDGET_PAGES
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Puts a slot into the memtable, counting the value it replaces as garbage.
+    fn apply(&mut self, key: &[u8], slot: Slot) {
+        if let Some(Slot::Value(old)) = self.mem.insert(key, slot) {
+            self.mark_dead(&[(key.len(), old)]);
+        }
+    }
+
+    fn mark_dead(&mut self, dead: &[Invalidated]) {
+        for (klen, p) in dead {
+            if let Some(m) = self.log_segs.get_mut(&p.log_seg) {
+                m.dead += p.record_bytes(*klen);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- read path
+
+    fn lookup(&self, key: &[u8]) -> Option<Slot> {
+        if let Some(s) = self.mem.get(key) {
+            return Some(s);
+        }
+        self.levels.iter().flatten().find_map(|run| run.get(key))
+    }
+
+    fn merge_from<'a>(&'a self, start: &[u8]) -> Merge<'a> {
+        let mut sources: Vec<Source<'a>> = vec![Box::new(self.mem.range_from(start))];
+        for run in self.levels.iter().flatten() {
+            let i = run.seek(start);
+            sources.push(run_source(run, i));
+        }
+        Merge::new(sources)
+    }
+
+    /// Reads values, all page reads in flight together.
+    fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut lbas = Vec::new();
+        let mut spans = Vec::with_capacity(ptrs.len());
+        for p in ptrs {
+            let Some(p) = p else {
+                spans.push(None);
+                continue;
+            };
+            let seg = SegmentId(self.segment_of(p.log_seg)?);
+            let (first, n) = match p.loc {
+                ValueLoc::Inline { page, .. } => (page, 1),
+                ValueLoc::Raw { page, .. } => (page, raw_pages(u64::from(p.len)) as u32),
+            };
+            spans.push(Some((lbas.len(), n)));
+            lbas.extend((0..n).map(|i| self.g.lba(seg, first + i)));
+        }
+        let pages = self.read_pages(&lbas)?;
+        let mut out = Vec::with_capacity(ptrs.len());
+        for (p, span) in ptrs.iter().zip(spans) {
+            let (Some(p), Some((at, n))) = (p, span) else {
+                out.push(None);
+                continue;
+            };
+            let value = match p.loc {
+                ValueLoc::Inline { page, offset } => {
+                    let buf = &pages[at];
+                    check_page(buf, p.log_seg, page).map_err(|e| {
+                        corrupt(format!(
+                            "value page {page} of log segment {}: {e}",
+                            p.log_seg
+                        ))
+                    })?;
+                    let start = usize::from(offset);
+                    buf.get(start..start + p.len as usize)
+                        .ok_or_else(|| corrupt("value runs past its page"))?
+                        .to_vec()
+                }
+                ValueLoc::Raw { page, crc } => {
+                    let mut v = Vec::with_capacity(n as usize * PAGE_SIZE);
+                    for buf in &pages[at..at + n as usize] {
+                        v.extend_from_slice(buf);
+                    }
+                    v.truncate(p.len as usize);
+                    if crc32c::crc32c(&v) != crc {
+                        return Err(corrupt(format!(
+                            "value at page {page} of log segment {} fails its checksum",
+                            p.log_seg
+                        )));
+                    }
+                    v
+                }
+            };
+            out.push(Some(value));
+        }
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------- flush and compaction
+
+    /// Writes a run's pages into keytable segments; returns its extents.
+    fn write_run(&mut self, t: &KeyTable) -> Result<Vec<(u64, u32)>> {
+        let pages = t.encode_pages();
+        let mut extents: Vec<(u64, u32)> = Vec::new();
+        let mut i = 0;
+        while i < pages.len() {
+            let cur = self.kt_segments.last().copied();
+            let room = match cur {
+                Some(s) => {
+                    let info = self.dev.segment_info(SegmentId(s))?;
+                    (info.state != SegmentState::Full && info.state != SegmentState::ReadOnly)
+                        .then(|| info.pages - info.write_pointer)
+                        .unwrap_or(0)
+                }
+                None => 0,
+            };
+            if room == 0 {
+                let s = self.alloc_segment("keytables", 0)?;
+                self.kt_segments.push(s);
+                continue;
+            }
+            let Some(seg) = cur else { continue };
+            let n = (room as usize).min(pages.len() - i);
+            let wp = self.dev.segment_info(SegmentId(seg))?.write_pointer;
+            let chunk: Vec<(Lba, PageBuf)> = (0..n)
+                .map(|j| {
+                    (
+                        self.g.lba(SegmentId(seg), wp + j as u32),
+                        PageBuf::from_slice(&pages[i + j]),
+                    )
+                })
+                .collect();
+            let first = chunk[0].0;
+            self.write_pages(chunk)?;
+            match extents.last_mut() {
+                Some((lba, cnt)) if *lba + u64::from(*cnt) == first.0 => *cnt += n as u32,
+                _ => extents.push((first.0, n as u32)),
+            }
+            i += n;
+        }
+        Ok(extents)
+    }
+
+    fn add_run(&mut self, t: KeyTable, level: usize, extents: Vec<(u64, u32)>) {
+        let order = if level == 0 {
+            let o = self.next_l0_order;
+            self.next_l0_order += 1;
+            o
+        } else {
+            0
+        };
+        self.runs.insert(
+            t.id(),
+            RunMeta {
+                id: t.id(),
+                level: level as u8,
+                order,
+                extents,
+            },
+        );
+        while self.levels.len() <= level {
+            self.levels.push(Vec::new());
+        }
+        if level == 0 {
+            self.levels[0].insert(0, Arc::new(t));
+        } else {
+            self.levels[level] = vec![Arc::new(t)];
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.mem.is_empty() {
+            if self.pages_since_checkpoint > 0 {
+                self.checkpoint = self.head_position();
+                self.pages_since_checkpoint = 0;
+                self.persist()?;
+            }
+            return Ok(());
+        }
+        let id = self.next_run;
+        self.next_run += 1;
+        let mut b = KeyTableBuilder::new(id);
+        for (k, s) in self.mem.iter() {
+            b.push(k, &s);
+        }
+        let t = b.finish(self.cfg.bloom_fp_rate);
+        let extents = self.write_run(&t)?;
+        self.add_run(t, 0, extents);
+        // Everything in the memtable was written before the head's next page.
+        self.checkpoint = self.head_position();
+        self.pages_since_checkpoint = 0;
+        self.persist()?;
+        self.mem.clear();
+        self.stats.flushes += 1;
+        self.maybe_compact()
+    }
+
+    fn head_position(&self) -> (u32, u32) {
+        match self.head {
+            Some(h) => (h.log_seg, h.next_page),
+            None => (self.next_log_seg, 0),
+        }
+    }
+
+    fn level_target(&self, level: usize) -> usize {
+        let mut t = self.cfg.l1_bytes;
+        for _ in 1..level {
+            t = t.saturating_mul(self.cfg.level_ratio);
+        }
+        t
+    }
+
+    fn level_bytes(&self, level: usize) -> usize {
+        self.levels
+            .get(level)
+            .map_or(0, |l| l.iter().map(|r| r.data_bytes()).sum())
+    }
+
+    fn deepest_nonempty(&self) -> usize {
+        (0..self.levels.len())
+            .rev()
+            .find(|&l| !self.levels[l].is_empty())
+            .unwrap_or(0)
+    }
+
+    fn maybe_compact(&mut self) -> Result<()> {
+        if self.levels[0].len() >= self.cfg.l0_runs.max(1) {
+            self.compact_into(0, 1)?;
+        }
+        let mut level = 1;
+        while level < self.levels.len() {
+            if self.level_bytes(level) > self.level_target(level) {
+                self.compact_into(level, level + 1)?;
+            }
+            level += 1;
+        }
+        Ok(())
+    }
+
+    fn compact_all(&mut self) -> Result<()> {
+        let deepest = self.deepest_nonempty().max(1);
+        for level in 0..deepest {
+            if !self.levels[level].is_empty() {
+                self.compact_into(level, level + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges level `from` into level `to` (metadata only: values stay where they are).
+    fn compact_into(&mut self, from: usize, to: usize) -> Result<()> {
+        while self.levels.len() <= to {
+            self.levels.push(Vec::new());
+        }
+        let mut inputs: Vec<Arc<KeyTable>> = self.levels[from].clone();
+        inputs.extend(self.levels[to].iter().cloned());
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        let bottom = self.deepest_nonempty() <= to;
+        let id = self.next_run;
+        self.next_run += 1;
+        let (t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
+        let extents = self.write_run(&t)?;
+        for r in &inputs {
+            self.runs.remove(&r.id());
+        }
+        self.levels[from].clear();
+        self.levels[to].clear();
+        self.add_run(t, to, extents);
+        self.mark_dead(&dead);
+        self.persist()?;
+        self.stats.compactions += 1;
+        self.release_keytable_segments()
+    }
+
+    /// Trims keytable segments no run uses any more (never the one being appended to).
+    fn release_keytable_segments(&mut self) -> Result<()> {
+        let pps = u64::from(self.g.pages_per_segment());
+        let used: BTreeSet<u32> = self
+            .runs
+            .values()
+            .flat_map(|r| r.extents.iter().map(|(lba, _)| (lba / pps) as u32))
+            .collect();
+        let current = self.kt_segments.last().copied();
+        let (keep, drop): (Vec<u32>, Vec<u32>) = self
+            .kt_segments
+            .iter()
+            .partition(|s| used.contains(s) || Some(**s) == current);
+        if drop.is_empty() {
+            return Ok(());
+        }
+        self.kt_segments = keep;
+        self.persist()?;
+        for s in drop {
+            self.dev
+                .execute(Command::Trim {
+                    segment: SegmentId(s),
+                })?
+                .result?;
+            self.free.insert(s);
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- manifest and recovery
+
+    fn snapshot(&self) -> Snapshot {
+        let mut runs: Vec<RunMeta> = self.runs.values().cloned().collect();
+        runs.sort_by_key(|r| r.id);
+        Snapshot {
+            seq: self.snap_seq,
+            next_seq: self.next_seq,
+            next_run: self.next_run,
+            next_log_seg: self.next_log_seg,
+            next_batch: self.next_batch,
+            checkpoint: self.checkpoint,
+            log_segs: self.log_segs.values().cloned().collect(),
+            kt_segments: self.kt_segments.clone(),
+            runs,
+        }
+    }
+
+    fn persist(&mut self) -> Result<()> {
+        self.snap_seq += 1;
+        let snap = self.snapshot();
+        self.manifest.write(self.dev.as_ref(), &snap)?;
+        Ok(())
+    }
+
+    fn load_runs(&mut self, runs: &[RunMeta]) -> Result<()> {
+        let mut sorted: Vec<&RunMeta> = runs.iter().collect();
+        // L0 oldest first, so inserting each at the front leaves the newest first.
+        sorted.sort_by_key(|r| (r.level, r.order));
+        for meta in sorted {
+            let lbas: Vec<Lba> = meta
+                .extents
+                .iter()
+                .flat_map(|(first, n)| (0..u64::from(*n)).map(move |i| Lba(first + i)))
+                .collect();
+            let pages = self.read_pages(&lbas)?;
+            let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+            let t = KeyTable::decode_pages(meta.id, &refs, self.cfg.bloom_fp_rate)
+                .map_err(EngineError::Corrupt)?;
+            self.next_l0_order = self.next_l0_order.max(meta.order + 1);
+            let level = usize::from(meta.level);
+            while self.levels.len() <= level {
+                self.levels.push(Vec::new());
+            }
+            if level == 0 {
+                self.levels[0].insert(0, Arc::new(t));
+            } else {
+                self.levels[level].push(Arc::new(t));
+            }
+            self.runs.insert(meta.id, meta.clone());
+        }
+        Ok(())
+    }
+
+    /// Every segment the manifest does not account for is free; leftovers are trimmed.
+    fn rebuild_free_list(&mut self) -> Result<()> {
+        let mut used: BTreeSet<u32> = MANIFEST_SEGMENTS.into_iter().collect();
+        used.extend(self.log_segs.values().map(|m| m.segment));
+        used.extend(self.kt_segments.iter().copied());
+        for s in 0..self.g.segments() {
+            if used.contains(&s) {
+                continue;
+            }
+            if self.dev.segment_info(SegmentId(s))?.state != SegmentState::Free {
+                self.dev
+                    .execute(Command::Trim {
+                        segment: SegmentId(s),
+                    })?
+                    .result?;
+            }
+            self.free.insert(s);
+        }
+        Ok(())
+    }
+
+    /// Replays complete write batches from the checkpoint into the memtable; the value log
+    /// ends at the first page or batch that did not fully reach the device.
+    fn replay(&mut self) -> Result<()> {
+        let start = self.checkpoint;
+        let metas: Vec<LogSegMeta> = self
+            .log_segs
+            .values()
+            .filter(|m| m.log_seg >= start.0)
+            .cloned()
+            .collect();
+        let mut pending: Vec<(Vec<u8>, Slot, u64, u64)> = Vec::new();
+        let mut pending_batch: Option<u64> = None;
+        // Where the batch being collected began: the log ends there if it never completes.
+        let mut batch_start: (u32, u32) = start;
+        let mut stop: Option<(u32, u32)> = None;
+        let mut max_seq = 0;
+        let mut max_batch = 0;
+        let mut replayed = 0u64;
+        'segs: for m in &metas {
+            let seg = SegmentId(m.segment);
+            let end = match m.sealed_end {
+                Some(e) => e,
+                None => self.dev.segment_info(seg)?.write_pointer,
+            };
+            let mut page = if m.log_seg == start.0 { start.1 } else { 0 };
+            while page < end {
+                let buf = match self.read_pages(&[self.g.lba(seg, page)]) {
+                    Ok(mut v) => v.pop(),
+                    Err(_) => None,
+                };
+                let parsed = buf.as_ref().and_then(|b| {
+                    let info = check_page(b, m.log_seg, page).ok()?;
+                    let recs = parse_records(b, &info).ok()?;
+                    Some((info, recs))
+                });
+                if pending_batch.is_none() {
+                    batch_start = (m.log_seg, page);
+                }
+                let Some((info, recs)) = parsed else {
+                    stop = Some(batch_start);
+                    break 'segs;
+                };
+                if pending_batch.is_some_and(|b| b != info.batch) {
+                    // The previous batch never finished.
+                    stop = Some(batch_start);
+                    break 'segs;
+                }
+                pending_batch = Some(info.batch);
+                let mut raw_ok = true;
+                for r in &recs {
+                    let slot = match r.kind {
+                        RecordKind::Put => Slot::Value(ValuePtr {
+                            log_seg: m.log_seg,
+                            loc: ValueLoc::Inline {
+                                page,
+                                offset: r.payload_offset,
+                            },
+                            len: r.value_len,
+                        }),
+                        RecordKind::Indirect => {
+                            let (first, crc) = r.raw.unwrap_or((0, 0));
+                            let p = ValuePtr {
+                                log_seg: m.log_seg,
+                                loc: ValueLoc::Raw { page: first, crc },
+                                len: r.value_len,
+                            };
+                            if first + raw_pages(u64::from(r.value_len)) as u32 > end
+                                || self.read_values(&[Some(p)]).is_err()
+                            {
+                                raw_ok = false;
+                                break;
+                            }
+                            Slot::Value(p)
+                        }
+                        RecordKind::Delete => Slot::Tombstone,
+                    };
+                    pending.push((r.key.clone(), slot, r.seq, info.batch));
+                }
+                if !raw_ok {
+                    stop = Some(batch_start);
+                    break 'segs;
+                }
+                if info.last_in_batch {
+                    for (k, slot, seq, batch) in pending.drain(..) {
+                        max_seq = max_seq.max(seq);
+                        max_batch = max_batch.max(batch);
+                        if slot == Slot::Tombstone {
+                            if let Some(meta) = self.log_segs.get_mut(&m.log_seg) {
+                                meta.dead += (RECORD_HEADER + k.len()) as u64;
+                            }
+                        }
+                        self.apply(&k, slot);
+                        replayed += 1;
+                    }
+                    pending_batch = None;
+                }
+                page += 1 + info.raw_after;
+                self.pages_since_checkpoint += 1 + u64::from(info.raw_after);
+            }
+        }
+        if stop.is_none() && pending_batch.is_some() {
+            // The log ended inside a batch.
+            stop = Some(batch_start);
+        }
+        self.next_seq = self.next_seq.max(max_seq + 1);
+        self.next_batch = self.next_batch.max(max_batch + 1);
+        self.stats.replayed_records = replayed;
+        // Seal where the log ends; drop log segments after the end (they hold only
+        // unacknowledged data). New writes go to a fresh log segment.
+        let mut to_trim = Vec::new();
+        for m in metas.iter() {
+            let Some(meta) = self.log_segs.get_mut(&m.log_seg) else {
+                continue;
+            };
+            match stop {
+                Some((s, p)) if m.log_seg == s => {
+                    meta.sealed_end = Some(p);
+                    meta.written = u64::from(p) * PAGE_SIZE as u64;
+                }
+                Some((s, _)) if m.log_seg > s => to_trim.push(m.log_seg),
+                _ => {
+                    if meta.sealed_end.is_none() {
+                        let wp = self.dev.segment_info(SegmentId(m.segment))?.write_pointer;
+                        meta.sealed_end = Some(wp);
+                        meta.written = u64::from(wp) * PAGE_SIZE as u64;
+                    }
+                }
+            }
+        }
+        for log_seg in to_trim {
+            if let Some(meta) = self.log_segs.remove(&log_seg) {
+                self.free.insert(meta.segment);
+                // Trimmed lazily: the free list trims before reuse via a fresh open.
+                self.dev
+                    .execute(Command::Trim {
+                        segment: SegmentId(meta.segment),
+                    })?
+                    .result?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> EngineStats {
+        let mut s = self.stats.clone();
+        s.device_bytes_written =
+            (self.dev.stats().writes - self.dev_writes_at_open) * PAGE_SIZE as u64;
+        s.total_bytes = self.log_segs.values().map(|m| m.written).sum();
+        s.live_bytes = self
+            .log_segs
+            .values()
+            .map(|m| m.written.saturating_sub(m.dead))
+            .sum();
+        s.keytable_dram_bytes = self
+            .levels
+            .iter()
+            .flatten()
+            .map(|r| r.dram_bytes() as u64)
+            .sum();
+        s.memtable_keys = self.mem.len() as u64;
+        s.runs_per_level = self.levels.iter().map(Vec::len).collect();
+        s.keys_per_level = self
+            .levels
+            .iter()
+            .map(|l| l.iter().map(|r| r.len() as u64).sum())
+            .collect();
+        s.free_segments = self.free.len() as u64;
+        s
+    }
+}

@@ -1,0 +1,55 @@
+//! The engine's error type.
+
+use hwftl_sim::DeviceError;
+
+/// Everything the engine can refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// Keys must have at least one byte.
+    #[error("empty key")]
+    EmptyKey,
+    /// The key is longer than the configured maximum.
+    #[error("key of {len} bytes is longer than the maximum of {max} bytes")]
+    KeyTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value is longer than the configured maximum.
+    #[error("value of {len} bytes is longer than the maximum of {max} bytes")]
+    ValueTooLarge {
+        /// Its length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// No free segment is left for values or keytables; reads and deletes still work.
+    #[error("the drive is full: no free segment left for {purpose}")]
+    DeviceFull {
+        /// What needed the space.
+        purpose: &'static str,
+    },
+    /// Stored data failed its checksum: reported, never returned as data.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// The engine's metadata on the device cannot be used.
+    #[error("cannot open the store: {0}")]
+    Unrecoverable(String),
+    /// A device command failed.
+    #[error("device error: {0}")]
+    Device(#[from] DeviceError),
+    /// The engine was closed or hit a fatal device error; open it again.
+    #[error("the engine is closed")]
+    Closed,
+}
+
+impl From<hwftl_sim::Rejected> for EngineError {
+    fn from(r: hwftl_sim::Rejected) -> Self {
+        EngineError::Device(r.error)
+    }
+}
+
+/// Result type of the engine.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,374 @@
+//! On-device format of the value log: packed pages of self-describing records, and raw value
+//! pages.
+//!
+//! A *packed page* is 8 KiB: a 32-byte header, then records back to back.
+//!
+//! ```text
+//! header: crc32c u32 (of bytes 4..8192) | magic u16 | used u16 | log_seg u32 | page u32 |
+//!         batch u64 | flags u8 | 3 pad | raw_after u32
+//! record: kind u8 | 0 u8 | key_len u16 | value_len u32 | seq u64 | key | payload
+//!         payload: Put = value bytes; Indirect = raw_page u32 + crc32c u32 of the value; Delete = none
+//! ```
+//!
+//! Values too large for a packed page are *raw*: page-aligned, without headers, in the
+//! `raw_after` pages that follow the packed page describing them, so an 8 KiB value costs
+//! exactly one page read. Their checksum lives in the indirect record (and in the keytable
+//! entry). Every page of a write batch carries the batch number; the last one is flagged, so
+//! recovery applies a batch only when all of it reached the device.
+
+use hwftl_sim::PAGE_SIZE;
+
+/// Bytes of a packed page's header.
+pub const PAGE_HEADER: usize = 32;
+/// Bytes of a record header.
+pub const RECORD_HEADER: usize = 16;
+/// Extra payload bytes of an indirect record (raw page and checksum).
+pub const INDIRECT_PAYLOAD: usize = 8;
+/// Record payload capacity of a packed page.
+pub const PAGE_CAPACITY: usize = PAGE_SIZE - PAGE_HEADER;
+
+const MAGIC: u16 = 0x4c56; // "VL"
+const FLAG_LAST_IN_BATCH: u8 = 1;
+
+/// What a record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A value stored inside the packed page.
+    Put,
+    /// A value stored in raw pages after the packed page.
+    Indirect,
+    /// A deletion.
+    Delete,
+}
+
+impl RecordKind {
+    fn code(self) -> u8 {
+        match self {
+            RecordKind::Put => 1,
+            RecordKind::Indirect => 2,
+            RecordKind::Delete => 3,
+        }
+    }
+    fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            1 => RecordKind::Put,
+            2 => RecordKind::Indirect,
+            3 => RecordKind::Delete,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a value lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueLoc {
+    /// Inside packed page `page`, starting at byte `offset`.
+    Inline {
+        /// Page within the log segment.
+        page: u32,
+        /// Byte offset of the value within the page.
+        offset: u16,
+    },
+    /// In raw pages starting at `page`, with this crc32c.
+    Raw {
+        /// First raw page within the log segment.
+        page: u32,
+        /// crc32c of the value.
+        crc: u32,
+    },
+}
+
+/// Address of a value in the value log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValuePtr {
+    /// Log segment number (not the device segment: log segments are numbered as opened).
+    pub log_seg: u32,
+    /// Where in it.
+    pub loc: ValueLoc,
+    /// Value length in bytes.
+    pub len: u32,
+}
+
+impl ValuePtr {
+    /// Bytes this value's record occupies in the log (header, key, payload, raw pages).
+    pub fn record_bytes(&self, key_len: usize) -> u64 {
+        match self.loc {
+            ValueLoc::Inline { .. } => (RECORD_HEADER + key_len) as u64 + u64::from(self.len),
+            ValueLoc::Raw { .. } => {
+                (RECORD_HEADER + key_len + INDIRECT_PAYLOAD) as u64
+                    + raw_pages(u64::from(self.len)) * PAGE_SIZE as u64
+            }
+        }
+    }
+}
+
+/// Pages a raw value of `len` bytes takes.
+pub fn raw_pages(len: u64) -> u64 {
+    len.div_ceil(PAGE_SIZE as u64).max(1)
+}
+
+/// True when a record of this key and value fits in a packed page.
+pub fn fits_inline(key_len: usize, value_len: usize) -> bool {
+    RECORD_HEADER + key_len + value_len <= PAGE_CAPACITY
+}
+
+/// A record read back from a packed page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// What it is.
+    pub kind: RecordKind,
+    /// Sequence number.
+    pub seq: u64,
+    /// The key.
+    pub key: Vec<u8>,
+    /// Value length.
+    pub value_len: u32,
+    /// Offset of the value in the page (Put) — or of the payload.
+    pub payload_offset: u16,
+    /// First raw page and crc (Indirect).
+    pub raw: Option<(u32, u32)>,
+}
+
+/// Builds a packed page in memory.
+#[derive(Debug)]
+pub struct PageBuilder {
+    buf: Vec<u8>,
+}
+
+impl Default for PageBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PageBuilder {
+    /// An empty page.
+    pub fn new() -> Self {
+        let mut buf = Vec::with_capacity(PAGE_SIZE);
+        buf.resize(PAGE_HEADER, 0);
+        PageBuilder { buf }
+    }
+
+    /// True when no record was added.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == PAGE_HEADER
+    }
+
+    /// Bytes free for records.
+    pub fn free(&self) -> usize {
+        PAGE_SIZE - self.buf.len()
+    }
+
+    /// Bytes used by records.
+    pub fn used_by_records(&self) -> usize {
+        self.buf.len() - PAGE_HEADER
+    }
+
+    /// The page bytes so far (header not yet filled in).
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Appends a record if it fits; returns the offset of its payload.
+    pub fn add(
+        &mut self,
+        kind: RecordKind,
+        seq: u64,
+        key: &[u8],
+        value_len: u32,
+        payload: &[u8],
+    ) -> Option<u16> {
+        let need = RECORD_HEADER + key.len() + payload.len();
+        if need > self.free() || key.len() > usize::from(u16::MAX) {
+            return None;
+        }
+        self.buf.push(kind.code());
+        self.buf.push(0);
+        self.buf
+            .extend_from_slice(&(key.len() as u16).to_le_bytes());
+        self.buf.extend_from_slice(&value_len.to_le_bytes());
+        self.buf.extend_from_slice(&seq.to_le_bytes());
+        self.buf.extend_from_slice(key);
+        let at = self.buf.len() as u16;
+        self.buf.extend_from_slice(payload);
+        Some(at)
+    }
+
+    /// Fills in the header and returns the finished 8 KiB page.
+    pub fn seal(
+        &self,
+        log_seg: u32,
+        page: u32,
+        batch: u64,
+        last_in_batch: bool,
+        raw_after: u32,
+    ) -> Vec<u8> {
+        let mut p = self.buf.clone();
+        let used = p.len() as u16;
+        p.resize(PAGE_SIZE, 0);
+        p[4..6].copy_from_slice(&MAGIC.to_le_bytes());
+        p[6..8].copy_from_slice(&used.to_le_bytes());
+        p[8..12].copy_from_slice(&log_seg.to_le_bytes());
+        p[12..16].copy_from_slice(&page.to_le_bytes());
+        p[16..24].copy_from_slice(&batch.to_le_bytes());
+        p[24] = if last_in_batch { FLAG_LAST_IN_BATCH } else { 0 };
+        p[28..32].copy_from_slice(&raw_after.to_le_bytes());
+        let crc = crc32c::crc32c(&p[4..]);
+        p[0..4].copy_from_slice(&crc.to_le_bytes());
+        p
+    }
+}
+
+/// Header fields of a packed page that passed its checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageInfo {
+    /// Write batch the page belongs to.
+    pub batch: u64,
+    /// Last page of its batch.
+    pub last_in_batch: bool,
+    /// Raw pages following this one.
+    pub raw_after: u32,
+    /// End of the records.
+    pub used: u16,
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Checks a packed page's checksum and identity (it must be page `page` of log segment
+/// `log_seg`, so a stale page of a reused segment is never taken for a current one).
+///
+/// # Errors
+/// A description of what is wrong.
+pub fn check_page(p: &[u8], log_seg: u32, page: u32) -> Result<PageInfo, String> {
+    if p.len() != PAGE_SIZE {
+        return Err(format!("page of {} bytes", p.len()));
+    }
+    if crc32c::crc32c(&p[4..]) != u32_at(p, 0) {
+        return Err("page checksum mismatch".into());
+    }
+    if u16_at(p, 4) != MAGIC {
+        return Err("not a value-log page".into());
+    }
+    if u32_at(p, 8) != log_seg || u32_at(p, 12) != page {
+        return Err(format!(
+            "page belongs to log segment {} page {}, expected {log_seg}/{page}",
+            u32_at(p, 8),
+            u32_at(p, 12)
+        ));
+    }
+    let used = u16_at(p, 6);
+    if usize::from(used) < PAGE_HEADER || usize::from(used) > PAGE_SIZE {
+        return Err("bad used length".into());
+    }
+    Ok(PageInfo {
+        batch: u64_at(p, 16),
+        last_in_batch: p[24] & FLAG_LAST_IN_BATCH != 0,
+        raw_after: u32_at(p, 28),
+        used,
+    })
+}
+
+/// Parses the records of a page that passed [`check_page`].
+///
+/// # Errors
+/// A description of a malformed record.
+pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
+    let end = usize::from(info.used);
+    let mut at = PAGE_HEADER;
+    let mut out = Vec::new();
+    while at < end {
+        if at + RECORD_HEADER > end {
+            return Err("truncated record header".into());
+        }
+        let kind = RecordKind::from_code(p[at]).ok_or("unknown record kind")?;
+        let key_len = usize::from(u16_at(p, at + 2));
+        let value_len = u32_at(p, at + 4);
+        let seq = u64_at(p, at + 8);
+        let key_start = at + RECORD_HEADER;
+        let payload = key_start + key_len;
+        let payload_len = match kind {
+            RecordKind::Put => value_len as usize,
+            RecordKind::Indirect => INDIRECT_PAYLOAD,
+            RecordKind::Delete => 0,
+        };
+        if payload + payload_len > end {
+            return Err("record runs past the page".into());
+        }
+        let raw =
+            (kind == RecordKind::Indirect).then(|| (u32_at(p, payload), u32_at(p, payload + 4)));
+        out.push(Record {
+            kind,
+            seq,
+            key: p[key_start..payload].to_vec(),
+            value_len,
+            payload_offset: payload as u16,
+            raw,
+        });
+        at = payload + payload_len;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_round_trip() {
+        let mut b = PageBuilder::new();
+        let off = b.add(RecordKind::Put, 7, b"k1", 3, b"abc").expect("fits");
+        b.add(RecordKind::Delete, 8, b"k2", 0, &[]).expect("fits");
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&5u32.to_le_bytes());
+        raw.extend_from_slice(&0xdead_beefu32.to_le_bytes());
+        b.add(RecordKind::Indirect, 9, b"k3", 9000, &raw)
+            .expect("fits");
+        let page = b.seal(3, 4, 11, true, 2);
+        let info = check_page(&page, 3, 4).expect("valid");
+        assert_eq!(info.batch, 11);
+        assert!(info.last_in_batch);
+        assert_eq!(info.raw_after, 2);
+        let recs = parse_records(&page, &info).expect("parse");
+        assert_eq!(recs.len(), 3);
+        assert_eq!(&page[usize::from(off)..usize::from(off) + 3], b"abc");
+        assert_eq!(recs[0].key, b"k1");
+        assert_eq!(recs[1].kind, RecordKind::Delete);
+        assert_eq!(recs[2].raw, Some((5, 0xdead_beef)));
+        assert_eq!(recs[2].value_len, 9000);
+    }
+
+    #[test]
+    fn damaged_or_misplaced_pages_are_refused() {
+        let mut b = PageBuilder::new();
+        b.add(RecordKind::Put, 1, b"k", 1, b"v").expect("fits");
+        let mut page = b.seal(1, 2, 3, false, 0);
+        assert!(check_page(&page, 1, 3).is_err(), "wrong page number");
+        assert!(check_page(&page, 2, 2).is_err(), "wrong log segment");
+        page[100] ^= 1;
+        assert!(check_page(&page, 1, 2).is_err(), "bit flip");
+        assert!(check_page(&[0u8; PAGE_SIZE], 0, 0).is_err(), "erased");
+    }
+
+    #[test]
+    fn a_full_page_refuses_more() {
+        let mut b = PageBuilder::new();
+        let v = vec![1u8; PAGE_CAPACITY - RECORD_HEADER - 1];
+        assert!(fits_inline(1, v.len()));
+        assert!(b
+            .add(RecordKind::Put, 1, b"k", v.len() as u32, &v)
+            .is_some());
+        assert_eq!(b.free(), 0);
+        assert!(b.add(RecordKind::Delete, 2, b"k", 0, &[]).is_none());
+        assert!(!fits_inline(2, v.len()));
+    }
+}
