@@ -1,5 +1,9 @@
 //! Engine configuration with defaults sensible for a laptop-sized drive.
 
+use std::sync::Arc;
+
+use crate::gc::{GcPolicy, LeastLive};
+
 /// Default maximum key length (bytes). Keys are kept in DRAM keytables and in one value-log
 /// page, so they are bounded well below a page.
 pub const DEFAULT_MAX_KEY: usize = 4096;
@@ -18,6 +22,8 @@ pub const DEFAULT_L1_BYTES: usize = 64 << 20;
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// Chooses the value-log segment to reclaim when free segments run low.
+    pub gc_policy: Arc<dyn GcPolicy>,
     /// Longest key accepted.
     pub max_key: usize,
     /// Longest value accepted (also bounded by what one segment holds).
@@ -37,6 +43,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
+            gc_policy: Arc::new(LeastLive),
             max_key: DEFAULT_MAX_KEY,
             max_value: DEFAULT_MAX_VALUE,
             memtable_bytes: DEFAULT_MEMTABLE_BYTES,

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
+use crate::gc::GcCandidate;
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
@@ -29,6 +30,10 @@ const RESERVED_SEGMENTS: usize = 2;
 const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
 /// Device commands the engine keeps in flight at once.
 const IO_WINDOW: usize = 32;
+/// Free segments below which garbage collection runs before a write.
+const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
+/// Live values relocated per write batch during garbage collection.
+const GC_BATCH: usize = 32;
 
 /// One operation of an atomic write batch.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +71,14 @@ pub struct EngineStats {
     pub free_segments: u64,
     /// Records replayed at open.
     pub replayed_records: u64,
+    /// Value-log segments reclaimed by garbage collection.
+    pub gc_segments: u64,
+    /// Value bytes garbage collection moved.
+    pub gc_bytes_moved: u64,
+    /// Device segments holding the value log.
+    pub log_segments: u64,
+    /// Device segments holding keytable pages.
+    pub keytable_segments: u64,
 }
 
 /// The current value-log segment being appended to.
@@ -118,6 +131,8 @@ struct Inner {
     stats: EngineStats,
     /// Device page writes when the engine opened (write amplification baseline).
     dev_writes_at_open: u64,
+    /// Garbage collection is relocating values (its writes must not start another).
+    in_gc: bool,
     closed: bool,
 }
 
@@ -187,6 +202,7 @@ impl Engine {
             pages_since_checkpoint: 0,
             stats: EngineStats::default(),
             dev_writes_at_open: 0,
+            in_gc: false,
             closed: false,
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
@@ -360,12 +376,12 @@ impl Inner {
         let n = cmds.len();
         let mut out: Vec<Option<Completion>> = (0..n).map(|_| None).collect();
         let mut tag_to_index: HashMap<u32, usize> = HashMap::new();
-        let mut pending = cmds.into_iter().enumerate().peekable();
+        let mut pending = cmds.into_iter().enumerate();
         let mut done = 0;
         let mut reaped = Vec::new();
         let mut first_error: Option<EngineError> = None;
         while done < n {
-            while let Some((i, cmd)) = pending.next() {
+            for (i, cmd) in pending.by_ref() {
                 match self.dev.submit(cmd) {
                     Ok(tag) => {
                         tag_to_index.insert(tag.0, i);
@@ -538,8 +554,15 @@ impl Inner {
                 WriteOp::Delete(k) => self.validate_key(k)?,
             }
         }
-        // Deletes may dip into the reserve; puts may not.
-        let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
+        if !self.in_gc {
+            self.reclaim_if_low()?;
+        }
+        // Deletes and garbage collection may dip into the reserve; client puts may not.
+        let reserve = if any_put && !self.in_gc {
+            RESERVED_SEGMENTS
+        } else {
+            0
+        };
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {
@@ -773,9 +796,11 @@ impl Inner {
             let room = match cur {
                 Some(s) => {
                     let info = self.dev.segment_info(SegmentId(s))?;
-                    (info.state != SegmentState::Full && info.state != SegmentState::ReadOnly)
-                        .then(|| info.pages - info.write_pointer)
-                        .unwrap_or(0)
+                    if info.state == SegmentState::Full || info.state == SegmentState::ReadOnly {
+                        0
+                    } else {
+                        info.pages - info.write_pointer
+                    }
                 }
                 None => 0,
             };
@@ -966,6 +991,146 @@ impl Inner {
             self.free.insert(s);
         }
         Ok(())
+    }
+
+    // ---------------------------------------------------------------- garbage collection
+
+    /// Reclaims value-log segments while free segments are scarce.
+    fn reclaim_if_low(&mut self) -> Result<()> {
+        while self.free.len() <= GC_LOW_WATER {
+            if !self.collect_garbage()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn gc_candidates(&self) -> Vec<GcCandidate> {
+        let capacity = u64::from(self.g.pages_per_segment()) * PAGE_SIZE as u64;
+        self.log_segs
+            .values()
+            .filter(|m| m.sealed_end.is_some() && m.log_seg < self.checkpoint.0)
+            .filter(|m| self.head.is_none_or(|h| h.log_seg != m.log_seg))
+            .map(|m| GcCandidate {
+                log_seg: m.log_seg,
+                live_bytes: m.written.saturating_sub(m.dead),
+                written_bytes: m.written,
+                capacity_bytes: capacity,
+            })
+            .collect()
+    }
+
+    /// Reclaims one value-log segment: its live values are rewritten at the head, then it
+    /// is trimmed. Returns false when nothing could be reclaimed.
+    fn collect_garbage(&mut self) -> Result<bool> {
+        let mut victim = self.cfg.gc_policy.pick(&self.gc_candidates());
+        if victim.is_none() && (!self.mem.is_empty() || self.pages_since_checkpoint > 0) {
+            // Segments after the replay checkpoint are still needed by recovery: flush to
+            // move the checkpoint to the head, which makes them candidates.
+            self.flush()?;
+            victim = self.cfg.gc_policy.pick(&self.gc_candidates());
+        }
+        let Some(log_seg) = victim else {
+            return Ok(false);
+        };
+        let Some(meta) = self.log_segs.get(&log_seg).cloned() else {
+            return Ok(false);
+        };
+        let seg = SegmentId(meta.segment);
+        let end = meta.sealed_end.unwrap_or(0);
+        let lbas: Vec<Lba> = (0..end).map(|p| self.g.lba(seg, p)).collect();
+        let cmds = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::zeroed(),
+            })
+            .collect();
+        // Unreadable pages (never written, lost in a cut) hold nothing live.
+        let pages: Vec<Option<PageBuf>> = self
+            .run_io(cmds)?
+            .into_iter()
+            .map(|c| c.into_buf().ok().flatten())
+            .collect();
+        let mut live: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut page = 0u32;
+        while page < end {
+            let Some(buf) = pages[page as usize].as_ref() else {
+                page += 1;
+                continue;
+            };
+            let Ok(info) = check_page(buf, log_seg, page) else {
+                page += 1;
+                continue;
+            };
+            let records = parse_records(buf, &info).unwrap_or_default();
+            for r in records {
+                let ptr = match (r.kind, r.raw) {
+                    (RecordKind::Put, _) => ValuePtr {
+                        log_seg,
+                        loc: ValueLoc::Inline {
+                            page,
+                            offset: r.payload_offset,
+                        },
+                        len: r.value_len,
+                    },
+                    (RecordKind::Indirect, Some((first, crc))) => ValuePtr {
+                        log_seg,
+                        loc: ValueLoc::Raw { page: first, crc },
+                        len: r.value_len,
+                    },
+                    _ => continue,
+                };
+                if self.lookup(&r.key) != Some(Slot::Value(ptr)) {
+                    continue;
+                }
+                let value = match ptr.loc {
+                    ValueLoc::Inline { offset, .. } => {
+                        let at = usize::from(offset);
+                        buf[at..at + r.value_len as usize].to_vec()
+                    }
+                    ValueLoc::Raw { page: first, crc } => {
+                        let n = raw_pages(u64::from(r.value_len)) as u32;
+                        let mut v = Vec::with_capacity(n as usize * PAGE_SIZE);
+                        for p in first..first + n {
+                            let raw = pages
+                                .get(p as usize)
+                                .and_then(Option::as_ref)
+                                .ok_or_else(|| corrupt("a live raw value page is unreadable"))?;
+                            v.extend_from_slice(raw);
+                        }
+                        v.truncate(r.value_len as usize);
+                        if crc32c::crc32c(&v) != crc {
+                            return Err(corrupt(format!(
+                                "live value in log segment {log_seg} fails its checksum"
+                            )));
+                        }
+                        v
+                    }
+                };
+                live.push((r.key, value));
+            }
+            page += 1 + info.raw_after;
+        }
+        self.in_gc = true;
+        let moved: Result<u64> = (|| {
+            let mut bytes = 0;
+            for chunk in live.chunks(GC_BATCH) {
+                let ops: Vec<WriteOp<'_>> = chunk.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+                self.write(&ops)?;
+                bytes += chunk.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+            }
+            Ok(bytes)
+        })();
+        self.in_gc = false;
+        let moved = moved?;
+        self.log_segs.remove(&log_seg);
+        self.persist()?;
+        self.dev.execute(Command::Trim { segment: seg })?.result?;
+        self.free.insert(meta.segment);
+        self.stats.gc_segments += 1;
+        self.stats.gc_bytes_moved += moved;
+        Ok(true)
     }
 
     // ---------------------------------------------------------------- manifest and recovery
@@ -1210,6 +1375,8 @@ impl Inner {
             .map(|l| l.iter().map(|r| r.len() as u64).sum())
             .collect();
         s.free_segments = self.free.len() as u64;
+        s.log_segments = self.log_segs.len() as u64;
+        s.keytable_segments = self.kt_segments.len() as u64;
         s
     }
 }

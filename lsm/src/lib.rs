@@ -30,6 +30,7 @@
 mod config;
 mod engine;
 mod error;
+pub mod gc;
 pub mod keytable;
 pub mod manifest;
 mod memtable;
@@ -42,3 +43,4 @@ pub use config::{
 };
 pub use engine::{Engine, EngineStats, WriteOp};
 pub use error::{EngineError, Result};
+pub use gc::{GcCandidate, GcPolicy, LeastLive};

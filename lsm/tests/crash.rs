@@ -1,0 +1,230 @@
+//! Crash test: a thousand power cuts at random points of a mixed load (puts of every size,
+//! deletes, atomic batches, flushes, compactions). After each recovery every acknowledged
+//! write is there with its exact bytes, and the batch that was cut is there entirely or not
+//! at all.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use hwftl_sim::{
+    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceStats, Ftl, Geometry, Rejected,
+    SegmentId, SegmentInfo, Tag, Wait,
+};
+use lsm::{Engine, EngineConfig, WriteOp};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Passes commands to the device until the armed count runs out, then cuts its power.
+struct CutDevice {
+    inner: Arc<Ftl>,
+    remaining: AtomicI64,
+}
+
+impl CutDevice {
+    fn tick(&self, n: i64) {
+        let before = self.remaining.fetch_sub(n, Ordering::SeqCst);
+        if before > 0 && before - n <= 0 {
+            self.inner.power_cut();
+        }
+    }
+}
+
+impl AppendDevice for CutDevice {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
+        self.tick(1);
+        self.inner.submit(cmd)
+    }
+    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
+        cmds.into_iter().map(|c| self.submit(c)).collect()
+    }
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<Command>,
+        out: &mut Vec<Completion>,
+        max: usize,
+        wait: Wait,
+    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
+        let tags = self.submit_many(cmds);
+        (tags, self.inner.reap(out, max, wait))
+    }
+    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
+        self.inner.reap(out, max, wait)
+    }
+    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
+        self.tick(1);
+        self.inner.execute(cmd)
+    }
+    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
+        self.inner.segment_info(segment)
+    }
+    fn stats(&self) -> DeviceStats {
+        self.inner.stats()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+}
+
+fn geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 48,
+        pages_per_block: 8,
+        spare_blocks_per_chip: 2,
+    }
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        memtable_bytes: 3000,
+        l0_runs: 3,
+        l1_bytes: 6000,
+        level_ratio: 3,
+        ..EngineConfig::default()
+    }
+}
+
+fn value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..10) {
+        0..=5 => rng.gen_range(0..300),
+        6..=7 => rng.gen_range(1000..5000),
+        8 => 8192,
+        _ => rng.gen_range(8193..24000),
+    };
+    let seed: u8 = rng.gen();
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+#[test]
+fn every_acknowledged_write_survives_a_thousand_power_cuts() {
+    let iterations: u32 = std::env::var("CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let store = hwftl_sim::RamStore::new();
+    let backend = Backend::Ram(store);
+    let cfg = DeviceConfig::new(geometry());
+    drop(Ftl::format(&backend, cfg).unwrap());
+    let mut rng = SmallRng::seed_from_u64(0x5eed);
+    let mut acked: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut cut_batch: Option<Batch> = None;
+    let mut cuts = 0;
+    let mut gc_segments = 0;
+    for iteration in 0..iterations {
+        let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+        let dev = Arc::new(CutDevice {
+            inner: ftl.clone(),
+            remaining: AtomicI64::new(i64::MAX),
+        });
+        let db = Engine::open(dev.clone(), config()).unwrap();
+
+        // Check the recovered state against what was acknowledged.
+        let all: BTreeMap<Vec<u8>, Vec<u8>> = db
+            .range(b"", None, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .collect();
+        let mut expected = acked.clone();
+        if let Some(batch) = cut_batch.take() {
+            let applied = batch.iter().map(|(k, v)| all.get(k) == v.as_ref());
+            let applied: Vec<bool> = applied.collect();
+            let kept_old = batch.iter().map(|(k, _)| all.get(k) == acked.get(k));
+            let kept_old: Vec<bool> = kept_old.collect();
+            let whole = applied.iter().all(|&a| a);
+            let none = kept_old.iter().all(|&a| a);
+            assert!(
+                whole || none,
+                "iteration {iteration}: the cut batch is half there: applied {applied:?}"
+            );
+            if whole {
+                for (k, v) in batch {
+                    match v {
+                        Some(v) => expected.insert(k, v),
+                        None => expected.remove(&k),
+                    };
+                }
+            }
+        }
+        assert_eq!(
+            all.len(),
+            expected.len(),
+            "iteration {iteration}: key count"
+        );
+        for (k, v) in &expected {
+            assert_eq!(
+                all.get(k),
+                Some(v),
+                "iteration {iteration}: key {}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        acked = expected;
+
+        // Load until the armed cut hits.
+        dev.remaining.store(rng.gen_range(1..120), Ordering::SeqCst);
+        for _ in 0..200 {
+            let batch: Batch = (0..rng.gen_range(1..4))
+                .map(|_| {
+                    let k = format!("k{:03}", rng.gen_range(0..150)).into_bytes();
+                    let v = (rng.gen_range(0..5) != 0).then(|| value(&mut rng));
+                    (k, v)
+                })
+                .collect();
+            let ops: Vec<WriteOp<'_>> = batch
+                .iter()
+                .map(|(k, v)| match v {
+                    Some(v) => WriteOp::Put(k, v),
+                    None => WriteOp::Delete(k),
+                })
+                .collect();
+            let result = match rng.gen_range(0..40) {
+                0 => db.flush().and_then(|()| db.write(&ops)),
+                1 => db.compact_all().and_then(|()| db.write(&ops)),
+                _ => db.write(&ops),
+            };
+            match result {
+                Ok(()) => {
+                    for (k, v) in batch {
+                        match v {
+                            Some(v) => acked.insert(k, v),
+                            None => acked.remove(&k),
+                        };
+                    }
+                }
+                Err(e) => {
+                    assert!(
+                        matches!(
+                            e,
+                            lsm::EngineError::Device(hwftl_sim::DeviceError::PoweredOff)
+                        ),
+                        "iteration {iteration}: a write failed for another reason than the cut: {e}\n{:#?}",
+                        db.stats()
+                    );
+                    cut_batch = Some(batch);
+                    cuts += 1;
+                    break;
+                }
+            }
+        }
+        gc_segments += db.stats().gc_segments;
+        ftl.power_cut();
+    }
+    assert!(cuts >= iterations * 9 / 10, "only {cuts} cuts hit a write");
+    // The load writes far more than the device holds: garbage collection had to run.
+    assert!(
+        iterations < 200 || gc_segments > 50,
+        "only {gc_segments} segments reclaimed"
+    );
+    println!("{cuts} cuts, {gc_segments} segments reclaimed");
+}
