@@ -67,6 +67,8 @@ pub struct EngineStats {
     pub flushes: u64,
     /// Compactions done since open.
     pub compactions: u64,
+    /// Value versions compactions dropped (shadowed by newer versions).
+    pub compaction_invalidated: u64,
     /// Free segments.
     pub free_segments: u64,
     /// Records replayed at open.
@@ -676,7 +678,7 @@ impl Inner {
             }
             return Err(e);
         }
-        for op in ops {
+        for op in ops.iter().filter(|_| !self.in_gc) {
             self.stats.user_bytes_written += match op {
                 WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
                 WriteOp::Delete(k) => k.len() as u64,
@@ -686,11 +688,21 @@ impl Inner {
             self.apply(k, slot);
         }
         if self.mem.bytes() >= self.cfg.memtable_bytes
-            || self.pages_since_checkpoint >= REPLAY_BUDGET_PAGES
+            || self.pages_since_checkpoint >= self.replay_budget_pages()
         {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Value-log pages after the checkpoint that trigger a flush: bounded for recovery time,
+    /// and to a sixteenth of the device so garbage collection always has sealed, flushed
+    /// segments to choose from.
+    fn replay_budget_pages(&self) -> u64 {
+        let device = u64::from(self.g.segments()) * u64::from(self.g.pages_per_segment());
+        REPLAY_BUDGET_PAGES
+            .min(device / 16)
+            .max(u64::from(self.g.pages_per_segment()))
     }
 
     /// Puts a slot into the memtable, counting the value it replaces as garbage.
@@ -870,12 +882,19 @@ impl Inner {
         let id = self.next_run;
         self.next_run += 1;
         let mut b = KeyTableBuilder::new(id);
+        // Garbage is counted here, exactly once per version: each flushed key shadows the
+        // newest older version in the runs (found in DRAM, bloom filter first).
+        let mut dead: Vec<Invalidated> = Vec::new();
         for (k, s) in self.mem.iter() {
             b.push(k, &s);
+            if let Some(Slot::Value(old)) = self.levels.iter().flatten().find_map(|r| r.get(k)) {
+                dead.push((k.len(), old));
+            }
         }
         let t = b.finish(self.cfg.bloom_fp_rate);
         let extents = self.write_run(&t)?;
         self.add_run(t, 0, extents);
+        self.mark_dead(&dead);
         // Everything in the memtable was written before the head's next page.
         self.checkpoint = self.head_position();
         self.pages_since_checkpoint = 0;
@@ -958,7 +977,8 @@ impl Inner {
         self.levels[from].clear();
         self.levels[to].clear();
         self.add_run(t, to, extents);
-        self.mark_dead(&dead);
+        // Already counted as garbage when their successors were flushed.
+        self.stats.compaction_invalidated += dead.len() as u64;
         self.persist()?;
         self.stats.compactions += 1;
         self.release_keytable_segments()
@@ -1124,6 +1144,13 @@ impl Inner {
         })();
         self.in_gc = false;
         let moved = moved?;
+        tracing::debug!(
+            log_seg,
+            written = meta.written,
+            dead = meta.dead,
+            moved,
+            "reclaimed a value-log segment"
+        );
         self.log_segs.remove(&log_seg);
         self.persist()?;
         self.dev.execute(Command::Trim { segment: seg })?.result?;
