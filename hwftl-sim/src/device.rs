@@ -224,6 +224,13 @@ pub trait AppendDevice: Send + Sync {
     /// machinery fails.
     fn execute(&self, cmd: Command) -> std::result::Result<Completion, Rejected>;
 
+    /// Runs several commands together (all in flight at once, as the queue allows) and
+    /// waits for each one's own completion, without taking other commands' completions.
+    /// Results come in command order.
+    fn execute_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Completion, Rejected>> {
+        cmds.into_iter().map(|c| self.execute(c)).collect()
+    }
+
     /// State and write pointer of a segment.
     ///
     /// # Errors

@@ -674,7 +674,9 @@ impl Ftl {
                     result: Ok(()),
                     buf: spare_buf,
                 });
-                st.ready.push(Reverse((inflight.due, inflight.seq, tag)));
+                if !inflight.awaited {
+                    st.ready.push(Reverse((inflight.due, inflight.seq, tag)));
+                }
             }
         }
         if !inflight.awaited {
@@ -844,8 +846,12 @@ impl Ftl {
                 let id = d.id as usize;
                 if let Some(cmd) = st.cmds.get_mut(id).and_then(Option::as_mut) {
                     let key = (cmd.due, cmd.seq, d.id);
+                    let awaited = cmd.awaited;
                     cmd.done = Some(d);
-                    st.ready.push(Reverse(key));
+                    // Awaited commands are delivered by their waiter, not by `reap`.
+                    if !awaited {
+                        st.ready.push(Reverse(key));
+                    }
                 }
                 // Else: lost in a power cut.
             }
@@ -976,6 +982,31 @@ impl Ftl {
         (*due > now).then(|| Duration::from_nanos(due - now))
     }
 
+    /// Waits for the completion of a command submitted as awaited, and delivers it.
+    fn wait_for(&self, tag: u32) -> std::result::Result<Completion, Rejected> {
+        loop {
+            {
+                let mut st = self.state.lock();
+                let Some(cmd) = st.cmds[tag as usize].as_ref() else {
+                    return Err(reject(DeviceError::PoweredOff, None));
+                };
+                if cmd.done.is_some() {
+                    let due = cmd.due;
+                    let now = self.wall_ns();
+                    if self.config.release == Release::WallClock && due > now {
+                        drop(st);
+                        pause(Duration::from_nanos(due - now));
+                        continue;
+                    }
+                    return Ok(self.finish(&mut st, tag));
+                }
+            }
+            if let Err(e) = self.pump(true, Some(tag)) {
+                return Err(reject(e, None));
+            }
+        }
+    }
+
     /// Hands queued commands to the backend. A failure is logged: the commands stay queued
     /// and the next doorbell (or a blocking reap) hands them over.
     fn ring_doorbell(&self) {
@@ -987,6 +1018,39 @@ impl Ftl {
     /// Commands in flight that a general reap can deliver (not awaited by `execute`).
     fn reapable(&self, st: &State) -> usize {
         st.reapable
+    }
+}
+
+/// A command without its buffer, to rebuild it when the queue hands the buffer back.
+#[derive(Clone, Copy)]
+enum Shape {
+    Read(Lba),
+    Write(Lba),
+    Append(SegmentId),
+    Trim(SegmentId),
+    Flush,
+}
+
+impl Shape {
+    fn of(cmd: &Command) -> Shape {
+        match cmd {
+            Command::Read { lba, .. } => Shape::Read(*lba),
+            Command::Write { lba, .. } => Shape::Write(*lba),
+            Command::Append { segment, .. } => Shape::Append(*segment),
+            Command::Trim { segment } => Shape::Trim(*segment),
+            Command::Flush => Shape::Flush,
+        }
+    }
+
+    fn rebuild(self, buf: Option<PageBuf>) -> Command {
+        let buf = buf.unwrap_or_else(PageBuf::zeroed);
+        match self {
+            Shape::Read(lba) => Command::Read { lba, buf },
+            Shape::Write(lba) => Command::Write { lba, buf },
+            Shape::Append(segment) => Command::Append { segment, buf },
+            Shape::Trim(segment) => Command::Trim { segment },
+            Shape::Flush => Command::Flush,
+        }
     }
 }
 
@@ -1064,30 +1128,47 @@ impl AppendDevice for Ftl {
     fn execute(&self, cmd: Command) -> std::result::Result<Completion, Rejected> {
         let tag = self.submit_inner(cmd, true)?.0;
         self.ring_doorbell();
-        loop {
-            {
-                let mut st = self.state.lock();
-                let Some(cmd) = st.cmds[tag as usize].as_ref() else {
-                    return Err(reject(DeviceError::PoweredOff, None));
-                };
-                if cmd.done.is_some() {
-                    let due = cmd.due;
-                    let now = self.wall_ns();
-                    if self.config.release == Release::WallClock && due > now {
-                        drop(st);
-                        pause(Duration::from_nanos(due - now));
-                        continue;
+        self.wait_for(tag)
+    }
+
+    fn execute_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Completion, Rejected>> {
+        let n = cmds.len();
+        let mut results: Vec<Option<std::result::Result<Completion, Rejected>>> =
+            (0..n).map(|_| None).collect();
+        // (index, tag) of submitted commands not yet waited for, oldest first.
+        let mut outstanding: std::collections::VecDeque<(usize, u32)> = Default::default();
+        for (i, mut cmd) in cmds.into_iter().enumerate() {
+            loop {
+                let shape = Shape::of(&cmd);
+                match self.submit_inner(cmd, true) {
+                    Ok(tag) => {
+                        outstanding.push_back((i, tag.0));
+                        break;
                     }
-                    // Remove it from the ready heap, then deliver it.
-                    let ready = std::mem::take(&mut st.ready);
-                    st.ready = ready.into_iter().filter(|r| r.0 .2 != tag).collect();
-                    return Ok(self.finish(&mut st, tag));
+                    Err(r) if matches!(r.error, DeviceError::QueueFull { .. }) => {
+                        // Make room: finish our oldest command, or let other users finish.
+                        self.ring_doorbell();
+                        cmd = shape.rebuild(r.buf);
+                        match outstanding.pop_front() {
+                            Some((j, t)) => results[j] = Some(self.wait_for(t)),
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                    Err(r) => {
+                        results[i] = Some(Err(r));
+                        break;
+                    }
                 }
             }
-            if let Err(e) = self.pump(true, Some(tag)) {
-                return Err(reject(e, None));
-            }
         }
+        self.ring_doorbell();
+        for (j, t) in outstanding {
+            results[j] = Some(self.wait_for(t));
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(reject(DeviceError::PoweredOff, None))))
+            .collect()
     }
 
     fn segment_info(&self, segment: SegmentId) -> Result<SegmentInfo> {

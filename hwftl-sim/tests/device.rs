@@ -507,3 +507,66 @@ fn many_threads_submit_while_one_polls() {
         );
     }
 }
+
+#[test]
+fn execute_many_runs_more_commands_than_the_queue_holds_beside_other_users() {
+    let store = RamStore::new();
+    let mut cfg = DeviceConfig::new(geometry());
+    cfg.queue_depth = 4;
+    let dev = std::sync::Arc::new(Ftl::format(&Backend::Ram(store), cfg).unwrap());
+    let g = dev.geometry();
+    let pps = u64::from(g.pages_per_segment());
+    let writes: Vec<Command> = (0..pps)
+        .map(|i| Command::Write {
+            lba: Lba(i),
+            buf: page(i),
+        })
+        .collect();
+    assert!(dev
+        .execute_many(writes)
+        .iter()
+        .all(|r| r.as_ref().unwrap().result.is_ok()));
+    // Readers with execute_many, while a writer appends through submit/reap.
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let reads: Vec<Command> = (0..pps)
+                        .map(|i| Command::Read {
+                            lba: Lba(i),
+                            buf: PageBuf::zeroed(),
+                        })
+                        .collect();
+                    for (i, r) in dev.execute_many(reads).into_iter().enumerate() {
+                        let buf = r.unwrap().into_buf().unwrap().unwrap();
+                        assert_eq!(buf, page(i as u64));
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..pps {
+        loop {
+            match dev.submit(Command::Append {
+                segment: SegmentId(1),
+                buf: page(100 + i),
+            }) {
+                Ok(_) => break,
+                Err(r) if matches!(r.error, DeviceError::QueueFull { .. }) => {
+                    dev.reap(&mut out, 4, Wait::NoWait).unwrap();
+                    std::thread::yield_now();
+                }
+                Err(r) => panic!("{r:?}"),
+            }
+        }
+    }
+    while out.len() < pps as usize {
+        dev.reap(&mut out, 4, Wait::Block).unwrap();
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(out.iter().all(|c| c.result.is_ok()));
+}

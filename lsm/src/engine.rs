@@ -104,6 +104,83 @@ struct BatchPages {
     batch: u64,
 }
 
+/// Page reads that resolve a list of value pointers.
+struct ReadPlan {
+    ptrs: Vec<Option<ValuePtr>>,
+    lbas: Vec<Lba>,
+    /// Per pointer: first index into `lbas` and page count.
+    spans: Vec<Option<(usize, u32)>>,
+}
+
+impl ReadPlan {
+    /// Reads the pages straight from the device, concurrently with other callers (no engine
+    /// lock held).
+    fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<PageBuf>> {
+        let cmds = self
+            .lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::zeroed(),
+            })
+            .collect();
+        dev.execute_many(cmds)
+            .into_iter()
+            .map(|r| {
+                r.map_err(EngineError::from)?
+                    .into_buf()?
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            })
+            .collect()
+    }
+
+    /// Checks the pages and cuts the values out of them.
+    fn assemble(&self, pages: &[Result<PageBuf>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let page = |i: usize| -> Result<&PageBuf> {
+            match pages.get(i) {
+                Some(Ok(p)) => Ok(p),
+                Some(Err(e)) => Err(corrupt(format!("value page unreadable: {e}"))),
+                None => Err(corrupt("value page missing")),
+            }
+        };
+        let mut out = Vec::with_capacity(self.ptrs.len());
+        for (p, span) in self.ptrs.iter().zip(&self.spans) {
+            let (Some(p), Some((at, n))) = (p, span) else {
+                out.push(None);
+                continue;
+            };
+            let value = match p.loc {
+                ValueLoc::Inline { page: pg, offset } => {
+                    let buf = page(*at)?;
+                    check_page(buf, p.log_seg, pg).map_err(|e| {
+                        corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
+                    })?;
+                    let start = usize::from(offset);
+                    buf.get(start..start + p.len as usize)
+                        .ok_or_else(|| corrupt("value runs past its page"))?
+                        .to_vec()
+                }
+                ValueLoc::Raw { page: pg, crc } => {
+                    let mut v = Vec::with_capacity(*n as usize * PAGE_SIZE);
+                    for i in *at..*at + *n as usize {
+                        v.extend_from_slice(page(i)?);
+                    }
+                    v.truncate(p.len as usize);
+                    if crc32c::crc32c(&v) != crc {
+                        return Err(corrupt(format!(
+                            "value at page {pg} of log segment {} fails its checksum",
+                            p.log_seg
+                        )));
+                    }
+                    v
+                }
+            };
+            out.push(Some(value));
+        }
+        Ok(out)
+    }
+}
+
 /// The LightStore engine over an append-only device.
 pub struct Engine {
     inner: Mutex<Inner>,
@@ -257,16 +334,15 @@ impl Engine {
     /// # Errors
     /// As [`Engine::get`].
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
-        let ptrs: Vec<Option<ValuePtr>> = keys
-            .iter()
-            .map(|k| match inner.lookup(k) {
-                Some(Slot::Value(p)) => Some(p),
-                _ => None,
-            })
-            .collect();
-        inner.read_values(&ptrs)
+        self.read_consistent(|inner| {
+            Ok(keys
+                .iter()
+                .map(|k| match inner.lookup(k) {
+                    Some(Slot::Value(p)) => Some(p),
+                    _ => None,
+                })
+                .collect())
+        })
     }
 
     /// Up to `limit` live pairs with `start <= key < end` (no `end`: to the last key), in
@@ -280,28 +356,61 @@ impl Engine {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
         let mut keys = Vec::new();
-        let mut ptrs = Vec::new();
-        let mut merge = inner.merge_from(start);
-        while keys.len() < limit {
-            let Some((k, slot)) = merge.next() else { break };
-            if end.is_some_and(|e| k >= e) {
-                break;
+        let values = self.read_consistent(|inner| {
+            keys.clear();
+            let mut ptrs = Vec::new();
+            let mut merge = inner.merge_from(start);
+            while keys.len() < limit {
+                let Some((k, slot)) = merge.next() else { break };
+                if end.is_some_and(|e| k >= e) {
+                    break;
+                }
+                if let Slot::Value(p) = slot {
+                    keys.push(k.to_vec());
+                    ptrs.push(Some(p));
+                }
             }
-            if let Slot::Value(p) = slot {
-                keys.push(k.to_vec());
-                ptrs.push(Some(p));
-            }
-        }
-        drop(merge);
-        let values = inner.read_values(&ptrs)?;
+            Ok(ptrs)
+        })?;
         Ok(keys
             .into_iter()
             .zip(values)
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect())
+    }
+
+    /// Resolves pointers under the lock, then reads the device without it, so a read waiting
+    /// on the device does not hold up other reads or writes. A value that garbage collection
+    /// moved meanwhile fails its page checks; the lookup is then repeated.
+    fn read_consistent(
+        &self,
+        mut resolve: impl FnMut(&Inner) -> Result<Vec<Option<ValuePtr>>>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut attempts = 0;
+        loop {
+            let (ptrs, plan, dev) = {
+                let inner = self.inner.lock();
+                inner.check_open()?;
+                let ptrs = resolve(&inner)?;
+                let plan = inner.plan_reads(&ptrs)?;
+                (ptrs, plan, inner.dev.clone())
+            };
+            let pages = plan.fetch(dev.as_ref());
+            match plan.assemble(&pages) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    attempts += 1;
+                    let moved = {
+                        let inner = self.inner.lock();
+                        resolve(&inner)? != ptrs
+                    };
+                    if !moved || attempts >= 3 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
     }
 
     /// Writes the memtable as a keytable run (then compacts if a level is over its budget).
@@ -738,13 +847,23 @@ impl Inner {
         Merge::new(sources)
     }
 
-    /// Reads values, all page reads in flight together.
+    /// Reads values under the engine lock (recovery and garbage collection).
     fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut lbas = Vec::new();
-        let mut spans = Vec::with_capacity(ptrs.len());
+        let plan = self.plan_reads(ptrs)?;
+        let pages = self.read_pages(&plan.lbas)?;
+        plan.assemble(&pages.into_iter().map(Ok).collect::<Vec<_>>())
+    }
+
+    /// Which pages hold these values.
+    fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
+        let mut plan = ReadPlan {
+            ptrs: ptrs.to_vec(),
+            lbas: Vec::new(),
+            spans: Vec::with_capacity(ptrs.len()),
+        };
         for p in ptrs {
             let Some(p) = p else {
-                spans.push(None);
+                plan.spans.push(None);
                 continue;
             };
             let seg = SegmentId(self.segment_of(p.log_seg)?);
@@ -752,48 +871,10 @@ impl Inner {
                 ValueLoc::Inline { page, .. } => (page, 1),
                 ValueLoc::Raw { page, .. } => (page, raw_pages(u64::from(p.len)) as u32),
             };
-            spans.push(Some((lbas.len(), n)));
-            lbas.extend((0..n).map(|i| self.g.lba(seg, first + i)));
+            plan.spans.push(Some((plan.lbas.len(), n)));
+            plan.lbas.extend((0..n).map(|i| self.g.lba(seg, first + i)));
         }
-        let pages = self.read_pages(&lbas)?;
-        let mut out = Vec::with_capacity(ptrs.len());
-        for (p, span) in ptrs.iter().zip(spans) {
-            let (Some(p), Some((at, n))) = (p, span) else {
-                out.push(None);
-                continue;
-            };
-            let value = match p.loc {
-                ValueLoc::Inline { page, offset } => {
-                    let buf = &pages[at];
-                    check_page(buf, p.log_seg, page).map_err(|e| {
-                        corrupt(format!(
-                            "value page {page} of log segment {}: {e}",
-                            p.log_seg
-                        ))
-                    })?;
-                    let start = usize::from(offset);
-                    buf.get(start..start + p.len as usize)
-                        .ok_or_else(|| corrupt("value runs past its page"))?
-                        .to_vec()
-                }
-                ValueLoc::Raw { page, crc } => {
-                    let mut v = Vec::with_capacity(n as usize * PAGE_SIZE);
-                    for buf in &pages[at..at + n as usize] {
-                        v.extend_from_slice(buf);
-                    }
-                    v.truncate(p.len as usize);
-                    if crc32c::crc32c(&v) != crc {
-                        return Err(corrupt(format!(
-                            "value at page {page} of log segment {} fails its checksum",
-                            p.log_seg
-                        )));
-                    }
-                    v
-                }
-            };
-            out.push(Some(value));
-        }
-        Ok(out)
+        Ok(plan)
     }
 
     // ---------------------------------------------------------------- flush and compaction
