@@ -353,17 +353,15 @@ fn unsafe_zeroed_statvfs() -> libc::statvfs {
 }
 
 fn row(system: &str, w: &Workload, r: &LoadReport) -> Row {
-    Row {
-        system: system.into(),
-        workload: w.name.into(),
-        ops_per_sec: r.ops_per_sec(),
-        mb_per_sec: r.mb_per_sec(),
-        p50_us: r.percentile_us(50.0),
-        p99_us: r.percentile_us(99.0),
-        queue_depth: w.qd,
-        ratio_to_fio: None,
-        missing: None,
-    }
+    Row::measured(
+        system,
+        w.name,
+        w.qd,
+        r.ops_per_sec(),
+        r.mb_per_sec(),
+        r.percentile_us(50.0),
+        r.percentile_us(99.0),
+    )
 }
 
 fn fio_row(
@@ -392,17 +390,15 @@ fn fio_row(
         size,
     };
     match fio::run(file, &job) {
-        Ok(f) => Row {
-            system: "fio".into(),
-            workload: w.name.into(),
-            ops_per_sec: f.iops,
-            mb_per_sec: f.bytes_per_sec / 1e6,
-            p50_us: f.p50_us,
-            p99_us: f.p99_us,
-            queue_depth: w.qd,
-            ratio_to_fio: None,
-            missing: None,
-        },
+        Ok(f) => Row::measured(
+            "fio",
+            w.name,
+            w.qd,
+            f.iops,
+            f.bytes_per_sec / 1e6,
+            f.p50_us,
+            f.p99_us,
+        ),
         Err(e) => Row::missing("fio", w.name, w.qd, format!("{e:#}")),
     }
 }

@@ -2,6 +2,7 @@
 
 mod device;
 mod fio;
+mod local;
 mod report;
 
 use std::path::PathBuf;
@@ -45,6 +46,30 @@ enum Bench {
         #[arg(long)]
         system: Vec<String>,
     },
+    /// The engine in-process: the paper's Table 3 workloads next to the device ceiling.
+    Local {
+        /// Small data sets (about a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for scratch files (device images).
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// Data set size per value size, in MiB (default 64 quick, 1024 full).
+        #[arg(long)]
+        data_mib: Option<u64>,
+    },
+}
+
+fn emit(rows: &[report::Row], json: Option<PathBuf>) -> anyhow::Result<()> {
+    report::print_table(rows);
+    if let Some(path) = json {
+        report::write_json(rows, &path)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,12 +94,20 @@ fn main() -> anyhow::Result<()> {
                 only,
                 systems: system,
             };
-            let rows = bench.run()?;
-            report::print_table(&rows);
-            if let Some(path) = json {
-                report::write_json(&rows, &path)?;
-                println!("wrote {}", path.display());
-            }
+            emit(&bench.run()?, json)?;
+        }
+        Bench::Local {
+            quick,
+            json,
+            scratch,
+            data_mib,
+        } => {
+            let bench = local::LocalBench {
+                quick,
+                scratch,
+                data_mib,
+            };
+            emit(&bench.run()?, json)?;
         }
     }
     Ok(())

@@ -22,9 +22,18 @@ pub struct Row {
     pub p99_us: f64,
     /// Commands in flight.
     pub queue_depth: u32,
-    /// Ratio of ops/s to the baseline row of the same workload, where there is one.
+    /// Ratio of ops/s to fio's on the same bytes (device benchmark, file backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_fio: Option<f64>,
+    /// Value size in bytes (engine benchmarks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_size: Option<u32>,
+    /// Device bytes written / user bytes written (engine benchmarks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_amp: Option<f64>,
+    /// Ratio to the raw device ceiling of the same backend measured in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_device: Option<f64>,
     /// Why the row has no figures (a peer that could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
@@ -42,30 +51,59 @@ impl Row {
             p99_us: 0.0,
             queue_depth,
             ratio_to_fio: None,
+            value_size: None,
+            write_amp: None,
+            ratio_to_device: None,
             missing: Some(reason),
+        }
+    }
+}
+
+impl Row {
+    /// A measured row; the optional ratios start empty.
+    pub fn measured(
+        system: &str,
+        workload: &str,
+        queue_depth: u32,
+        ops_per_sec: f64,
+        mb_per_sec: f64,
+        p50_us: f64,
+        p99_us: f64,
+    ) -> Row {
+        Row {
+            system: system.into(),
+            workload: workload.into(),
+            ops_per_sec,
+            mb_per_sec,
+            p50_us,
+            p99_us,
+            queue_depth,
+            ratio_to_fio: None,
+            value_size: None,
+            write_amp: None,
+            ratio_to_device: None,
+            missing: None,
         }
     }
 }
 
 /// Prints rows as an aligned table.
 pub fn print_table(rows: &[Row]) {
+    let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
     println!(
-        "{:<26} {:<16} {:>4} {:>11} {:>9} {:>9} {:>9} {:>7}",
-        "system", "workload", "qd", "ops/s", "MB/s", "p50 us", "p99 us", "vs fio"
+        "{:<28} {:<16} {:>4} {:>11} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}",
+        "system", "workload", "qd", "ops/s", "MB/s", "p50 us", "p99 us", "vs fio", "vs dev", "WA"
     );
     for r in rows {
         if let Some(why) = &r.missing {
             println!(
-                "{:<26} {:<16} {:>4} missing: {why}",
+                "{:<28} {:<16} {:>4} missing: {why}",
                 r.system, r.workload, r.queue_depth
             );
             continue;
         }
-        let ratio = r
-            .ratio_to_fio
-            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
         println!(
-            "{:<26} {:<16} {:>4} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+            "{:<28} {:<16} {:>4} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>7} {:>6}",
             r.system,
             r.workload,
             r.queue_depth,
@@ -73,7 +111,9 @@ pub fn print_table(rows: &[Row]) {
             r.mb_per_sec,
             r.p50_us,
             r.p99_us,
-            ratio
+            opt(r.ratio_to_fio),
+            opt(r.ratio_to_device),
+            opt(r.write_amp)
         );
     }
 }

@@ -6,14 +6,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use hwftl_sim::{
-    AppendDevice, Command, Completion, Geometry, Lba, PageBuf, SegmentId, SegmentState, Wait,
-    PAGE_SIZE,
+    AppendDevice, Command, Completion, DeviceError, Geometry, Lba, PageBuf, SegmentId,
+    SegmentState, PAGE_SIZE,
 };
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::gc::GcCandidate;
+use crate::io::Poller;
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
@@ -32,8 +33,14 @@ const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
 const IO_WINDOW: usize = 32;
 /// Free segments below which garbage collection runs before a write.
 const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
+/// Value-log pages of client batches on the device at once (the write pipeline's depth).
+const PIPELINE_PAGES: u64 = 96;
+/// Larger batches are written synchronously, alone.
+const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
+/// How long a submission waits for a free device tag before giving up.
+const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Live values relocated per write batch during garbage collection.
-const GC_BATCH: usize = 32;
+const GC_BATCH_BYTES: usize = 1 << 20;
 
 /// One operation of an atomic write batch.
 #[derive(Debug, Clone, Copy)]
@@ -184,6 +191,8 @@ impl ReadPlan {
 /// The LightStore engine over an append-only device.
 pub struct Engine {
     inner: Mutex<Inner>,
+    /// Signalled whenever pipelined batches are applied.
+    applied: Condvar,
 }
 
 struct Inner {
@@ -213,6 +222,35 @@ struct Inner {
     /// Garbage collection is relocating values (its writes must not start another).
     in_gc: bool,
     closed: bool,
+    /// Delivers completions of the commands the engine does not wait for in place.
+    poller: Arc<Poller>,
+    /// Client batches on the device, not yet applied, by ticket (applied in ticket order).
+    pipeline: BTreeMap<u64, InFlight>,
+    /// Pages of the batches in `pipeline`.
+    pipeline_pages: u64,
+    /// Ticket of the next pipelined batch.
+    next_ticket: u64,
+    /// Every ticket up to this one has been applied or failed.
+    applied_upto: u64,
+    /// Tickets below this fail: they were on the device when an earlier batch failed.
+    poisoned_below: u64,
+    /// Outcomes of applied batches, until their writers collect them.
+    outcomes: HashMap<u64, Result<()>>,
+    /// Callers waiting for the pipeline to drain; no new batch enters it meanwhile.
+    quiescers: usize,
+}
+
+/// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
+/// they are durable.
+type LaidOut<'a> = (Vec<(Lba, PageBuf)>, Vec<(&'a [u8], Slot)>);
+
+/// A pipelined batch between submission and application.
+struct InFlight {
+    updates: Vec<(Vec<u8>, Slot)>,
+    user_bytes: u64,
+    pages: u64,
+    /// Set when all its pages completed (or one failed).
+    io: Option<std::result::Result<(), DeviceError>>,
 }
 
 fn corrupt(msg: impl Into<String>) -> EngineError {
@@ -251,6 +289,7 @@ impl Engine {
             checkpoint: (1, 0),
             ..Snapshot::default()
         });
+        let dev_for_poller = dev.clone();
         let mut inner = Inner {
             dev,
             g,
@@ -283,6 +322,16 @@ impl Engine {
             dev_writes_at_open: 0,
             in_gc: false,
             closed: false,
+            poller: Arc::new(Poller::start(dev_for_poller).map_err(|e| {
+                EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
+            })?),
+            pipeline: BTreeMap::new(),
+            pipeline_pages: 0,
+            next_ticket: 1,
+            applied_upto: 0,
+            poisoned_below: 0,
+            outcomes: HashMap::new(),
+            quiescers: 0,
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
@@ -291,6 +340,7 @@ impl Engine {
         inner.persist()?;
         Ok(Engine {
             inner: Mutex::new(inner),
+            applied: Condvar::new(),
         })
     }
 
@@ -317,7 +367,68 @@ impl Engine {
     /// # Errors
     /// As [`Engine::put`]; nothing of a failed batch is applied.
     pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
-        self.inner.lock().write(ops)
+        let mut g = self.inner.lock();
+        g.check_open()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        g.validate_batch(ops)?;
+        let bound = Inner::page_bound(ops);
+        // Several batches share the device: wait for room in the pipeline.
+        while g.can_pipeline(bound)
+            && !g.pipeline.is_empty()
+            && g.pipeline_pages + bound > PIPELINE_PAGES
+        {
+            self.applied.wait(&mut g);
+        }
+        if !g.can_pipeline(bound) {
+            // Maintenance (GC, flush) or a large batch: alone, with nothing else in flight.
+            self.quiesce(&mut g);
+            let r = g.write(ops);
+            self.applied.notify_all();
+            return r;
+        }
+        let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
+        drop(g);
+        // Wait outside the lock: other batches are laid out and submitted meanwhile.
+        let mut io: std::result::Result<(), DeviceError> = Ok(());
+        for _ in 0..submitted {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if io.is_ok() {
+                        io = Err(e);
+                    }
+                }
+                Err(_) => {
+                    io = Err(DeviceError::PoweredOff);
+                    break;
+                }
+            }
+        }
+        let mut g = self.inner.lock();
+        if let Some(b) = g.pipeline.get_mut(&ticket) {
+            // A page refused at submission already failed the batch.
+            b.io = Some(match b.io.take() {
+                Some(Err(e)) => Err(e),
+                _ => io,
+            });
+        }
+        g.apply_ready();
+        self.applied.notify_all();
+        while g.applied_upto < ticket {
+            self.applied.wait(&mut g);
+        }
+        g.outcomes.remove(&ticket).unwrap_or(Ok(()))
+    }
+
+    /// Waits until no pipelined batch is on the device (maintenance needs a still head).
+    fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
+        g.quiescers += 1;
+        while !g.pipeline.is_empty() {
+            self.applied.wait(g);
+        }
+        g.quiescers -= 1;
     }
 
     /// The value of `key`.
@@ -419,6 +530,7 @@ impl Engine {
     /// `DeviceFull`, device errors.
     pub fn flush(&self) -> Result<()> {
         let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
         inner.check_open()?;
         inner.flush()
     }
@@ -429,6 +541,7 @@ impl Engine {
     /// As [`Engine::flush`].
     pub fn compact_all(&self) -> Result<()> {
         let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
         inner.check_open()?;
         inner.flush()?;
         inner.compact_all()
@@ -445,6 +558,7 @@ impl Engine {
     /// As [`Engine::flush`].
     pub fn close(self) -> Result<()> {
         let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
         inner.check_open()?;
         inner.flush()?;
         inner.closed = true;
@@ -483,48 +597,13 @@ impl Inner {
 
     /// Runs commands (windowed to the device's queue) and returns completions in command
     /// order.
+    /// Runs commands through the poller, `IO_WINDOW` at a time, and returns their
+    /// completions in order.
     fn run_io(&self, cmds: Vec<Command>) -> Result<Vec<Completion>> {
-        let n = cmds.len();
-        let mut out: Vec<Option<Completion>> = (0..n).map(|_| None).collect();
-        let mut tag_to_index: HashMap<u32, usize> = HashMap::new();
-        let mut pending = cmds.into_iter().enumerate();
-        let mut done = 0;
-        let mut reaped = Vec::new();
-        let mut first_error: Option<EngineError> = None;
-        while done < n {
-            for (i, cmd) in pending.by_ref() {
-                match self.dev.submit(cmd) {
-                    Ok(tag) => {
-                        tag_to_index.insert(tag.0, i);
-                    }
-                    Err(r) => {
-                        first_error.get_or_insert(EngineError::Device(r.error));
-                        done += 1;
-                    }
-                }
-                // The engine is the device's only user: a window below the queue depth
-                // never meets a full queue.
-                if tag_to_index.len() >= IO_WINDOW {
-                    break;
-                }
-            }
-            if tag_to_index.is_empty() {
-                break;
-            }
-            reaped.clear();
-            self.dev.reap(&mut reaped, IO_WINDOW, Wait::Block)?;
-            for c in reaped.drain(..) {
-                if let Some(i) = tag_to_index.remove(&c.tag.0) {
-                    out[i] = Some(c);
-                    done += 1;
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        out.into_iter()
-            .map(|c| c.ok_or_else(|| corrupt("a device command produced no completion")))
+        self.poller
+            .run(cmds, IO_WINDOW)
+            .into_iter()
+            .map(|r| r.map_err(EngineError::Device))
             .collect()
     }
 
@@ -643,11 +722,132 @@ impl Inner {
         Ok(())
     }
 
-    fn write(&mut self, ops: &[WriteOp<'_>]) -> Result<()> {
-        self.check_open()?;
-        if ops.is_empty() {
-            return Ok(());
+    /// Whether a client batch of at most `bound` pages can go down the pipeline: no
+    /// maintenance is due and it is small.
+    fn can_pipeline(&self, bound: u64) -> bool {
+        !self.closed
+            && !self.in_gc
+            && self.quiescers == 0
+            && bound <= PIPELINE_MAX_BATCH_PAGES
+            && self.free.len() > GC_LOW_WATER
+            && self.mem.bytes() < self.cfg.memtable_bytes
+            && self.pages_since_checkpoint + self.pipeline_pages + bound
+                < self.replay_budget_pages()
+    }
+
+    /// Lays out a client batch and submits its pages in order (the lock held, so batches
+    /// reach each segment's write pointer in order). Returns its ticket, the channel its page
+    /// completions arrive on and how many were submitted.
+    #[allow(clippy::type_complexity)]
+    fn start_batch(
+        &mut self,
+        ops: &[WriteOp<'_>],
+        bound: u64,
+    ) -> Result<(
+        u64,
+        std::sync::mpsc::Receiver<std::result::Result<(), DeviceError>>,
+        usize,
+    )> {
+        let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
+        let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
+        let (pages, updates) = self.build_batch(ops, reserve)?;
+        let n = pages.len() as u64;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut submitted = 0;
+        let mut refused: Option<DeviceError> = None;
+        for (lba, buf) in pages {
+            let mut cmd = Command::Write { lba, buf };
+            let since = std::time::Instant::now();
+            loop {
+                let tx = tx.clone();
+                let done: crate::io::OnDone =
+                    Box::new(move |r| drop(tx.send(r.and_then(|c| c.result))));
+                match self.poller.submit(cmd, done) {
+                    Ok(()) => {
+                        submitted += 1;
+                        break;
+                    }
+                    // Reads hold the tags: let them finish.
+                    Err(r)
+                        if matches!(r.error, DeviceError::QueueFull { .. })
+                            && since.elapsed() < QUEUE_FULL_PATIENCE =>
+                    {
+                        let Some(buf) = r.buf else {
+                            refused = Some(r.error);
+                            break;
+                        };
+                        cmd = Command::Write { lba, buf };
+                        std::thread::yield_now();
+                    }
+                    Err(r) => {
+                        refused = Some(r.error);
+                        break;
+                    }
+                }
+            }
+            if refused.is_some() {
+                break;
+            }
         }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.pages_since_checkpoint += n;
+        self.pipeline_pages += bound;
+        self.pipeline.insert(
+            ticket,
+            InFlight {
+                updates: updates.into_iter().map(|(k, s)| (k.to_vec(), s)).collect(),
+                user_bytes: Self::user_bytes(ops),
+                pages: bound,
+                io: refused.map(Err),
+            },
+        );
+        Ok((ticket, rx, submitted))
+    }
+
+    /// Applies, in ticket order, every pipelined batch whose pages have all completed. A
+    /// failed batch fails those submitted after it too (they may sit behind its hole).
+    fn apply_ready(&mut self) {
+        loop {
+            let t = self.applied_upto + 1;
+            let ready = self.pipeline.get(&t).is_some_and(|b| b.io.is_some());
+            if !ready {
+                return;
+            }
+            let Some(b) = self.pipeline.remove(&t) else {
+                return;
+            };
+            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            let outcome = match b.io {
+                Some(Ok(())) if t >= self.poisoned_below => {
+                    self.stats.user_bytes_written += b.user_bytes;
+                    for (k, slot) in b.updates {
+                        self.apply(&k, slot);
+                    }
+                    Ok(())
+                }
+                other => {
+                    // Its records are garbage; the head may hold a hole.
+                    for (k, slot) in &b.updates {
+                        if let Slot::Value(p) = slot {
+                            self.mark_dead(&[(k.len(), *p)]);
+                        }
+                    }
+                    self.abandon_head();
+                    self.poisoned_below = self.poisoned_below.max(self.next_ticket);
+                    Err(match other {
+                        Some(Err(e)) => EngineError::Device(e),
+                        _ => EngineError::BatchAborted,
+                    })
+                }
+            };
+            self.outcomes.insert(t, outcome);
+            self.applied_upto = t;
+        }
+    }
+
+    /// Checks a batch's keys and value sizes; returns whether it holds a put.
+    fn validate_batch(&self, ops: &[WriteOp<'_>]) -> Result<bool> {
         let max_value = self.max_value();
         let mut any_put = false;
         for op in ops {
@@ -665,15 +865,40 @@ impl Inner {
                 WriteOp::Delete(k) => self.validate_key(k)?,
             }
         }
-        if !self.in_gc {
-            self.reclaim_if_low()?;
+        Ok(any_put)
+    }
+
+    /// Most value-log pages a batch can take: one packed page per operation plus one, and
+    /// every raw page.
+    fn page_bound(ops: &[WriteOp<'_>]) -> u64 {
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) if !fits_inline(k.len(), v.len()) => {
+                    1 + raw_pages(v.len() as u64)
+                }
+                _ => 1,
+            })
+            .sum::<u64>()
+            + 1
+    }
+
+    /// Ends the head segment where it stands (after a failed or abandoned batch it may hold
+    /// holes or a torn batch); the next write opens a new one.
+    fn abandon_head(&mut self) {
+        if let Some(h) = self.head.take() {
+            if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                m.sealed_end = Some(h.next_page);
+            }
         }
-        // Deletes and garbage collection may dip into the reserve; client puts may not.
-        let reserve = if any_put && !self.in_gc {
-            RESERVED_SEGMENTS
-        } else {
-            0
-        };
+    }
+
+    /// Lays out a batch in value-log pages at the head: the pages to write, in order, and
+    /// the keytable updates to apply once they are durable. On error the head is abandoned.
+    fn build_batch<'a>(
+        &mut self,
+        ops: &[WriteOp<'a>],
+        reserve: usize,
+    ) -> Result<LaidOut<'a>> {
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {
@@ -684,7 +909,7 @@ impl Inner {
             raw_after: 0,
             batch,
         };
-        let mut updates: Vec<(&[u8], Slot)> = Vec::with_capacity(ops.len());
+        let mut updates: Vec<(&'a [u8], Slot)> = Vec::with_capacity(ops.len());
         let result = (|| -> Result<()> {
             for op in ops {
                 let seq = self.next_seq;
@@ -771,31 +996,59 @@ impl Inner {
                     }
                 }
             }
-            self.seal_open(&mut b, true)?;
-            let pages = std::mem::take(&mut b.pages);
-            let n = pages.len() as u64;
-            self.write_pages(pages)?;
-            self.pages_since_checkpoint += n;
-            Ok(())
+            self.seal_open(&mut b, true)
         })();
         if let Err(e) = result {
-            // The head segment may now have holes or a torn batch: start a new one.
-            if let Some(h) = self.head.take() {
-                if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
-                    m.sealed_end = Some(h.next_page);
-                }
-            }
+            self.abandon_head();
             return Err(e);
         }
-        for op in ops.iter().filter(|_| !self.in_gc) {
-            self.stats.user_bytes_written += match op {
-                WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
-                WriteOp::Delete(k) => k.len() as u64,
-            };
+        Ok((b.pages, updates))
+    }
+
+    /// Counts a durable batch's user bytes and applies its updates to the memtable.
+    fn commit_updates(&mut self, user_bytes: u64, updates: Vec<(&[u8], Slot)>) {
+        if !self.in_gc {
+            self.stats.user_bytes_written += user_bytes;
         }
         for (k, slot) in updates {
             self.apply(k, slot);
         }
+    }
+
+    fn user_bytes(ops: &[WriteOp<'_>]) -> u64 {
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
+                WriteOp::Delete(k) => k.len() as u64,
+            })
+            .sum()
+    }
+
+    /// Writes a batch and waits for it (the synchronous path: garbage collection, and client
+    /// batches that need maintenance first or are too large to pipeline).
+    fn write(&mut self, ops: &[WriteOp<'_>]) -> Result<()> {
+        self.check_open()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let any_put = self.validate_batch(ops)?;
+        if !self.in_gc {
+            self.reclaim_if_low()?;
+        }
+        // Deletes and garbage collection may dip into the reserve; client puts may not.
+        let reserve = if any_put && !self.in_gc {
+            RESERVED_SEGMENTS
+        } else {
+            0
+        };
+        let (pages, updates) = self.build_batch(ops, reserve)?;
+        let n = pages.len() as u64;
+        if let Err(e) = self.write_pages(pages) {
+            self.abandon_head();
+            return Err(e);
+        }
+        self.pages_since_checkpoint += n;
+        self.commit_updates(Self::user_bytes(ops), updates);
         if self.mem.bytes() >= self.cfg.memtable_bytes
             || self.pages_since_checkpoint >= self.replay_budget_pages()
         {
@@ -1216,10 +1469,25 @@ impl Inner {
         self.in_gc = true;
         let moved: Result<u64> = (|| {
             let mut bytes = 0;
-            for chunk in live.chunks(GC_BATCH) {
-                let ops: Vec<WriteOp<'_>> = chunk.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+            let mut start = 0;
+            while start < live.len() {
+                // One group commit per ~GC_BATCH_BYTES, so small values move in large writes.
+                let mut end = start;
+                let mut batch_bytes = 0;
+                while end < live.len() && (end == start || batch_bytes < GC_BATCH_BYTES) {
+                    batch_bytes += live[end].0.len() + live[end].1.len() + RECORD_HEADER;
+                    end += 1;
+                }
+                let ops: Vec<WriteOp<'_>> = live[start..end]
+                    .iter()
+                    .map(|(k, v)| WriteOp::Put(k, v))
+                    .collect();
                 self.write(&ops)?;
-                bytes += chunk.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+                bytes += live[start..end]
+                    .iter()
+                    .map(|(_, v)| v.len() as u64)
+                    .sum::<u64>();
+                start = end;
             }
             Ok(bytes)
         })();

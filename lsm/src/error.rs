@@ -40,6 +40,10 @@ pub enum EngineError {
     /// A device command failed.
     #[error("device error: {0}")]
     Device(#[from] DeviceError),
+    /// The batch reached the device behind an earlier batch that failed there, so it was
+    /// not applied (it may or may not be found after a restart; it was never acknowledged).
+    #[error("write not applied: an earlier write batch failed on the device")]
+    BatchAborted,
     /// The engine was closed or hit a fatal device error; open it again.
     #[error("the engine is closed")]
     Closed,

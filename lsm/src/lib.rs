@@ -31,6 +31,7 @@ mod config;
 mod engine;
 mod error;
 pub mod gc;
+mod io;
 pub mod keytable;
 pub mod manifest;
 mod memtable;

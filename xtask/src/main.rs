@@ -3,6 +3,7 @@
 //! - `cargo xtask test [ARGS]`: installs the Debian tools the tests use when they are missing
 //!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`).
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
+//! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
 
 use std::process::{Command, ExitCode};
@@ -30,7 +31,7 @@ enum Task {
     },
     /// Run a benchmark (release build).
     Bench {
-        /// Which benchmark: device.
+        /// Which benchmark: device, local.
         which: String,
         /// Passed to the harness (`--quick`, `--json PATH`, ...).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -117,18 +118,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {
-                "device" => cargo(
+                "device" | "local" => cargo(
                     &[
                         "run",
                         "--release",
                         "-p",
                         "lightstore-benches",
                         "--",
-                        "device",
+                        which.as_str(),
                     ],
                     &args,
                 ),
-                other => bail!("unknown benchmark `{other}` (available: device)"),
+                other => bail!("unknown benchmark `{other}` (available: device, local)"),
             }
         }
         Task::Lint => {
