@@ -1,77 +1,53 @@
-//! `lightstore`: the drive binary.
+//! `lightstore`: the drive binary. It opens (or formats) the device, opens the engine on it,
+//! and serves the Redis protocol with a fixed set of named threads:
 //!
-//! Today it brings up the drive's flash device: it formats the simulated device under
-//! `--data-dir` on first start (or opens it, recovering after an unclean stop), prints what
-//! the FTL reports, and closes it cleanly. The RESP server, engine and thread set arrive with
-//! the engine and firmware work (see docs/ARCHITECTURE.md).
+//! | thread | does |
+//! |---|---|
+//! | `lightstore` (main) | start-up, then waits for the others; closes the engine on the way out |
+//! | `ls-net` | network receive and reply: accept, read, frame, connection commands, write replies |
+//! | `ls-engine` | reads (GET, MGET, HGET, SCAN, ...), batched into parallel device reads |
+//! | `ls-writer` | writes, group-committed; flush, compaction and GC run inside its writes |
+//! | `lsm-poller` | the device poller: completions of the engine's writes |
+//!
+//! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
+//! `mio` waker). See docs/ARCHITECTURE.md.
 
+mod config;
+mod exec;
+mod info;
+mod keyspace;
+mod net;
+mod store;
+
+use std::net::ToSocketAddrs;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, TimingModel};
+use kvproto::Limits;
+use lsm::{Engine, EngineConfig};
 
-/// Default logical capacity of the simulated device (a sparse file: only written pages use
-/// disk space).
-const DEFAULT_CAPACITY: &str = "8GiB";
+use crate::config::{Args, DriveConfig, Durability};
+use crate::exec::ReplySink;
+use crate::info::Metrics;
+use crate::net::{Net, NetConfig, WAKER};
+use crate::store::Store;
+
 /// File name of the simulated device inside the data directory.
 const SIM_DEVICE_FILE: &str = "device.img";
+/// Jobs that may wait in each worker queue before the network thread blocks on it.
+const QUEUE_DEPTH: usize = 65_536;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "lightstore",
-    version,
-    about = "LightStore network-attached key-value drive"
-)]
-struct Args {
-    /// Directory holding the simulated device.
-    #[arg(long, default_value = "data")]
-    data_dir: PathBuf,
-    /// `sim` (a device file in the data directory) or `file:PATH` (a file or raw block device).
-    #[arg(long, default_value = "sim")]
-    device: String,
-    /// Logical capacity when formatting a new device, e.g. 512MiB, 8GiB.
-    #[arg(long, default_value = DEFAULT_CAPACITY)]
-    capacity: String,
-    /// NAND timing model: none, paper-card, or custom:READ,PROGRAM,ERASE,XFER,WXFER (ns).
-    #[arg(long, default_value = "none")]
-    timing: String,
-}
-
-/// Parses sizes like `512MiB`, `8GiB`, `1G`, `4096`.
-fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("size `{s}` does not start with a number"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => anyhow::bail!("unknown size unit `{other}` in `{s}` (use KiB, MiB, GiB, TiB)"),
-    };
-    n.checked_mul(mult)
-        .with_context(|| format!("size `{s}` is too large"))
-}
-
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let args = Args::parse();
-    let timing: TimingModel = args.timing.parse().map_err(anyhow::Error::msg)?;
-    let path = match args.device.as_str() {
+fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
+    let timing: TimingModel = cfg.timing.parse().map_err(anyhow::Error::msg)?;
+    let path = match cfg.device.as_str() {
         "sim" => {
-            std::fs::create_dir_all(&args.data_dir)
-                .with_context(|| format!("creating {}", args.data_dir.display()))?;
-            args.data_dir.join(SIM_DEVICE_FILE)
+            std::fs::create_dir_all(&cfg.data_dir)
+                .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+            cfg.data_dir.join(SIM_DEVICE_FILE)
         }
         d => PathBuf::from(
             d.strip_prefix("file:")
@@ -81,54 +57,181 @@ fn main() -> anyhow::Result<()> {
     let backend = Backend::File(path.clone());
     let geometry = match Ftl::probe(&backend) {
         Ok(g) => g,
-        Err(_) if !path.exists() => Geometry::paper_card(parse_size(&args.capacity)?)?,
-        Err(hwftl_sim::DeviceError::NotFormatted) => {
-            Geometry::paper_card(parse_size(&args.capacity)?)?
-        }
+        Err(_) if !path.exists() => Geometry::paper_card(cfg.capacity)?,
+        Err(hwftl_sim::DeviceError::NotFormatted) => Geometry::paper_card(cfg.capacity)?,
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     let mut config = DeviceConfig::new(geometry);
     config.timing = timing;
     let dev = Ftl::open_or_format(&backend, config)
         .with_context(|| format!("opening the device at {}", path.display()))?;
-    let s = dev.stats();
-    println!("device      {}", dev.describe());
-    println!("geometry    {geometry}");
-    println!(
-        "capacity    {} MiB in {} segments of {} MiB",
-        geometry.capacity_bytes() >> 20,
-        geometry.segments(),
-        geometry.segment_bytes() >> 20
+    tracing::info!(
+        device = %dev.describe(),
+        geometry = %geometry,
+        capacity_mib = geometry.capacity_bytes() >> 20,
+        timing = %timing,
+        "device open"
     );
-    println!("timing      {timing}");
-    println!(
-        "segments    {} free, {} open, {} full, {} read-only",
-        s.free_segments, s.open_segments, s.full_segments, s.read_only_segments
-    );
-    println!(
-        "wear        P/E {}..{}, {} bad blocks",
-        s.pe_min, s.pe_max, s.bad_blocks
-    );
-    dev.close().context("closing the device")?;
-    println!(
-        "The device is ready. This build has no key-value server yet: the RESP server lands \
-         with the engine and firmware work (docs/ARCHITECTURE.md)."
-    );
-    Ok(())
+    Ok(Arc::new(dev))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
+fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)> {
+    let mut v = vec![
+        ("bind".into(), cfg.bind.clone()),
+        ("port".into(), cfg.port.to_string()),
+        ("maxclients".into(), cfg.maxclients.to_string()),
+        (
+            "protected-mode".into(),
+            if cfg.protected_mode { "yes" } else { "no" }.into(),
+        ),
+        (
+            "requirepass".into(),
+            cfg.requirepass.clone().unwrap_or_default(),
+        ),
+        ("dir".into(), cfg.data_dir.display().to_string()),
+        ("save".into(), String::new()),
+        ("appendonly".into(), "no".into()),
+        ("databases".into(), "1".into()),
+        ("timeout".into(), "0".into()),
+        ("maxmemory".into(), "0".into()),
+        ("cluster-enabled".into(), "no".into()),
+        ("proto-max-bulk-len".into(), limits.max_bulk_len.to_string()),
+        (
+            "client-query-buffer-limit".into(),
+            cfg.query_buffer_limit.to_string(),
+        ),
+    ];
+    v.push((
+        "durability".into(),
+        match cfg.durability {
+            Durability::Sync => "sync",
+            Durability::Plp => "plp",
+        }
+        .into(),
+    ));
+    v
+}
 
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096").ok(), Some(4096));
-        assert_eq!(parse_size("512MiB").ok(), Some(512 << 20));
-        assert_eq!(parse_size("8GiB").ok(), Some(8 << 30));
-        assert_eq!(parse_size("1g").ok(), Some(1 << 30));
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("5 parsecs").is_err());
-        assert!(parse_size("99999999999999TiB").is_err());
+fn spawn<F: FnOnce() + Send + 'static>(
+    name: &str,
+    f: F,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .with_context(|| format!("starting thread {name}"))
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = DriveConfig::resolve(Args::parse())?;
+    anyhow::ensure!(
+        cfg.durability == Durability::Sync,
+        "--durability plp is not available yet: the engine acknowledges writes only once they \
+         are on the device (sync)"
+    );
+    let addr = (cfg.bind.as_str(), cfg.port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {}:{}", cfg.bind, cfg.port))?
+        .next()
+        .with_context(|| format!("{}:{} resolves to no address", cfg.bind, cfg.port))?;
+    // Bind before the (possibly long) recovery so a port clash fails fast.
+    let listener =
+        mio::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let dev = open_device(&cfg)?;
+    let started = std::time::Instant::now();
+    let engine = Engine::open(
+        dev.clone() as Arc<dyn AppendDevice>,
+        EngineConfig::default(),
+    )
+    .context("opening the engine")?;
+    let store = Arc::new(Store::open(engine).context("loading the expiry index")?);
+    tracing::info!(
+        recovery_ms = started.elapsed().as_millis() as u64,
+        replayed = store.engine().stats().replayed_records,
+        "engine open"
+    );
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
+    let metrics = Arc::new(Metrics::new(local.port()));
+    let poll = mio::Poll::new().context("creating the poll")?;
+    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).context("creating the waker")?);
+    let (engine_tx, engine_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);
+    let (writer_tx, writer_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    let sink = ReplySink {
+        tx: reply_tx,
+        waker,
+    };
+    let limits = Limits::default();
+    let net_cfg = NetConfig {
+        requirepass: cfg.requirepass.clone(),
+        maxclients: cfg.maxclients,
+        protected_mode: cfg.protected_mode,
+        query_buffer_limit: cfg.query_buffer_limit,
+        output_buffer_limit: cfg.output_buffer_limit,
+        limits,
+        reported: reported_settings(&cfg, &limits),
+    };
+    let net = Net::new(
+        poll,
+        listener,
+        engine_tx,
+        writer_tx,
+        reply_rx,
+        metrics.clone(),
+        shutdown.clone(),
+        net_cfg,
+    )
+    .context("starting the network loop")?;
+
+    let engine_thread = {
+        let (store, metrics, sink) = (store.clone(), metrics.clone(), sink.clone());
+        spawn("ls-engine", move || {
+            exec::engine_loop(&store, &metrics, &engine_rx, &sink);
+        })?
+    };
+    let writer_thread = {
+        let (store, metrics) = (store.clone(), metrics.clone());
+        spawn("ls-writer", move || {
+            exec::writer_loop(&store, &metrics, &writer_rx, &sink);
+        })?
+    };
+    let net_thread = spawn("ls-net", move || {
+        if let Err(e) = net.run() {
+            tracing::error!("network loop failed: {e}");
+        }
+    })?;
+    tracing::info!(%local, "ready to accept connections");
+    // Printed for scripts and tests waiting for the drive (with the real port for --port 0).
+    println!("lightstore ready on {local}");
+
+    let _ = net_thread.join();
+    tracing::info!("shutting down: finishing queued writes");
+    // The network thread dropped the queue senders: the workers drain and stop.
+    let _ = engine_thread.join();
+    let _ = writer_thread.join();
+    let store = Arc::try_unwrap(store)
+        .map_err(|_| anyhow::anyhow!("the store is still in use at shutdown"))?;
+    store
+        .into_engine()
+        .close()
+        .context("flushing the engine at shutdown")?;
+    if let Ok(dev) = Arc::try_unwrap(dev) {
+        dev.close().context("closing the device")?;
+    }
+    tracing::info!("bye");
+    Ok(())
 }

@@ -3,10 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod common;
+
 use std::process::{Command, Output};
+
+use common::Drive;
 
 fn lightstore(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lightstore"))
+        .args(["--port", "0"])
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
@@ -21,27 +26,29 @@ fn text(o: &Output) -> String {
     )
 }
 
+fn ftl_segments(d: &Drive) -> u64 {
+    let mut c = d.conn();
+    let info: String = redis::cmd("INFO").arg("ftl").query(&mut c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("segments:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn formats_on_first_start_and_reopens_after() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let d = data.to_str().unwrap();
-    let first = lightstore(&["--data-dir", d, "--capacity", "256MiB"]);
-    assert!(first.status.success(), "{}", text(&first));
-    assert!(
-        text(&first).contains("2 segments of 128 MiB"),
-        "{}",
-        text(&first)
-    );
+    let d = Drive::start(&data, &["--capacity", "1GiB"]);
+    assert_eq!(ftl_segments(&d), 8);
     assert!(data.join("device.img").exists());
+    assert!(d.shutdown());
     // A second start reopens the same device, whatever capacity is asked for.
-    let second = lightstore(&["--data-dir", d, "--capacity", "1GiB"]);
-    assert!(second.status.success(), "{}", text(&second));
-    assert!(
-        text(&second).contains("2 segments of 128 MiB"),
-        "{}",
-        text(&second)
-    );
+    let d = Drive::start(&data, &["--capacity", "4GiB"]);
+    assert_eq!(ftl_segments(&d), 8);
+    assert!(d.shutdown());
 }
 
 #[test]
@@ -56,11 +63,14 @@ fn bad_flags_and_bad_device_files_are_refused_clearly() {
     assert!(text(&o).contains("use sim or file:PATH"), "{}", text(&o));
     let o = lightstore(&["--data-dir", d, "--capacity", "lots"]);
     assert!(!o.status.success());
+    let o = lightstore(&["--data-dir", d, "--durability", "maybe"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("use sync or plp"), "{}", text(&o));
     // A formatted device file cut short.
     let img = dir.path().join("dev.img");
     let spec = format!("file:{}", img.display());
-    let o = lightstore(&["--device", &spec, "--capacity", "128MiB"]);
-    assert!(o.status.success(), "{}", text(&o));
+    let drive = Drive::start(dir.path(), &["--device", &spec]);
+    assert!(drive.shutdown());
     let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
     f.set_len(f.metadata().unwrap().len() / 2).unwrap();
     let o = lightstore(&["--device", &spec]);

@@ -47,6 +47,6 @@ pub use error::{DeviceError, Result};
 pub use faults::{FaultInjector, FaultTarget};
 pub use ftl::{Backend, DeviceConfig, Ftl};
 pub use geometry::{Geometry, Lba, SegmentId, PAGE_SIZE};
-pub use media::RamStore;
+pub use media::{RamStore, IOWQ_MAX_BOUNDED_WORKERS};
 pub use tables::{BlockState, SegmentState};
 pub use timing::{NandTiming, Release, TimingModel};

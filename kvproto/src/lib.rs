@@ -1,3 +1,27 @@
-//! RESP wire codec, the typed `Command` enum, reply encoding and an async RESP client.
+//! RESP wire codec, the typed [`Command`] enum, reply encoding and an async RESP client.
 //!
-//! Empty until the firmware issue lands; see `docs/ARCHITECTURE.md`.
+//! Shared by the drive (`firmware`), the adapters and the benchmarks:
+//!
+//! - [`request`]: the server-side request framer. It enforces [`Limits`] from the headers,
+//!   before it buffers anything, and hands each argument out as a [`bytes::Bytes`] view of
+//!   the socket buffer (no copy).
+//! - [`command`]: `Command::parse` turns framed arguments into a typed command with the
+//!   error texts Redis 7 uses; [`command::COMMANDS`] is the command table behind `COMMAND`.
+//! - [`reply`]: the reply tree and its RESP2 / RESP3 encoding.
+//! - [`client`]: a small tokio client that decodes replies with the `redis-protocol` crate.
+//! - [`glob`]: Redis-style glob matching (`SCAN MATCH`, `CONFIG GET`).
+
+pub mod client;
+pub mod command;
+pub mod glob;
+pub mod limits;
+pub mod reply;
+pub mod request;
+
+pub use client::{Client, ClientError};
+pub use command::{
+    Command, CommandError, CommandSpec, Expire, ScoreBound, SetCondition, ZAddOptions,
+};
+pub use limits::Limits;
+pub use reply::{Protocol, Reply};
+pub use request::{encode_command, ProtocolError, RequestParser};

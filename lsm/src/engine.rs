@@ -491,6 +491,70 @@ impl Engine {
             .collect())
     }
 
+    /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
+    /// order, from the DRAM-cached keytables and memtable only (no device read).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn range_keys(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let mut keys = Vec::new();
+        let mut merge = inner.merge_from(start);
+        while keys.len() < limit {
+            let Some((k, slot)) = merge.next() else { break };
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if matches!(slot, Slot::Value(_)) {
+                keys.push(k.to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// How many live keys lie in `start <= key < end`, from DRAM only.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn count_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let mut n = 0;
+        let merge = inner.merge_from(start);
+        for (k, slot) in merge {
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if matches!(slot, Slot::Value(_)) {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The value length of each key, `None` for a missing key, from DRAM only (no device
+    /// read): existence and length checks cost no I/O.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn value_lens(&self, keys: &[&[u8]]) -> Result<Vec<Option<u32>>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        Ok(keys
+            .iter()
+            .map(|k| match inner.lookup(k) {
+                Some(Slot::Value(p)) => Some(p.len),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Resolves pointers under the lock, then reads the device without it, so a read waiting
     /// on the device does not hold up other reads or writes. A value that garbage collection
     /// moved meanwhile fails its page checks; the lookup is then repeated.
@@ -545,6 +609,12 @@ impl Engine {
         inner.check_open()?;
         inner.flush()?;
         inner.compact_all()
+    }
+
+    /// The device's own counters (segments, wear, I/O).
+    pub fn device_stats(&self) -> hwftl_sim::DeviceStats {
+        let dev = self.inner.lock().dev.clone();
+        dev.stats()
     }
 
     /// Counters and sizes.
@@ -894,11 +964,7 @@ impl Inner {
 
     /// Lays out a batch in value-log pages at the head: the pages to write, in order, and
     /// the keytable updates to apply once they are durable. On error the head is abandoned.
-    fn build_batch<'a>(
-        &mut self,
-        ops: &[WriteOp<'a>],
-        reserve: usize,
-    ) -> Result<LaidOut<'a>> {
+    fn build_batch<'a>(&mut self, ops: &[WriteOp<'a>], reserve: usize) -> Result<LaidOut<'a>> {
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {

@@ -12,7 +12,12 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
 /// Debian packages the tests and benchmarks use, with a binary that shows each is installed.
-const DEBIAN_TOOLS: &[(&str, &str)] = &[("fio", "fio")];
+const DEBIAN_TOOLS: &[(&str, &str)] = &[
+    ("fio", "fio"),
+    ("redis-cli", "redis-tools"),
+    ("redis-benchmark", "redis-tools"),
+    ("redis-server", "redis-server"),
+];
 
 #[derive(Parser)]
 #[command(name = "xtask")]

@@ -10,6 +10,7 @@ pub(crate) mod ram;
 pub(crate) mod uring;
 
 pub use ram::RamStore;
+pub use uring::IOWQ_MAX_BOUNDED_WORKERS;
 
 /// Sizes of the regions of the media: the metadata area (superblock and two table slots)
 /// followed by the page array.

@@ -22,6 +22,10 @@ use crate::scramble::{is_erased, scramble};
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 /// `BLKZEROOUT`: zero a byte range of a block device.
 const BLKZEROOUT: libc::c_ulong = 0x127f;
+/// Most kernel io-wq workers (`iou-wrk-*` threads) a ring may use for work the kernel
+/// cannot do inline (fsync, writes that allocate blocks). They are kernel threads in the
+/// drive's thread group; the bound keeps the drive's thread set small and fixed.
+pub const IOWQ_MAX_BOUNDED_WORKERS: u32 = 2;
 /// `IORING_ENTER_GETEVENTS` (linux/io_uring.h): wait for completions in `io_uring_enter`.
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
@@ -78,6 +82,10 @@ impl FileMedia {
             .is_block_device();
         let entries = queue_depth.max(2).next_power_of_two();
         let ring = IoUring::new(entries).map_err(|e| DeviceError::io("setting up io_uring", e))?;
+        // Kernels before 5.15 lack the limit; the ring works without it.
+        let _ = ring
+            .submitter()
+            .register_iowq_max_workers(&mut [IOWQ_MAX_BOUNDED_WORKERS, IOWQ_MAX_BOUNDED_WORKERS]);
         Ok(FileMedia {
             path: path.to_path_buf(),
             file,

@@ -1,0 +1,250 @@
+//! The drive's settings: command-line flags (clap), an optional TOML file (`--config`), and
+//! defaults sensible for a laptop run. A flag wins over the file, the file over the default.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Parser;
+use serde::Deserialize;
+
+/// Address the drive listens on by default (loopback only).
+pub const DEFAULT_BIND: &str = "127.0.0.1";
+/// Port the drive listens on by default (Redis's).
+pub const DEFAULT_PORT: u16 = 6379;
+/// Directory holding the simulated device by default.
+pub const DEFAULT_DATA_DIR: &str = "data";
+/// Logical capacity of a newly formatted simulated device (a sparse file).
+pub const DEFAULT_CAPACITY: &str = "8GiB";
+/// Most clients connected at once (Redis's default).
+pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
+/// Largest query buffer a client may hold before it is disconnected (Redis's default).
+pub const DEFAULT_QUERY_BUFFER_LIMIT: usize = 1 << 30;
+/// Largest reply backlog a client that does not read may hold before it is disconnected.
+pub const DEFAULT_OUTPUT_BUFFER_LIMIT: usize = 1 << 30;
+
+/// Command-line flags; every one can also be set in the `--config` file.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "lightstore",
+    version,
+    about = "LightStore network-attached key-value drive (serves the Redis protocol)"
+)]
+pub struct Args {
+    /// TOML file with any of the settings below (flags override it).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// TCP port.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Directory holding the simulated device.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// `sim` (a device file in the data directory) or `file:PATH` (a file or raw block device).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Logical capacity when formatting a new device, e.g. 512MiB, 8GiB.
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// NAND timing model: none, paper-card, or custom:READ,PROGRAM,ERASE,XFER,WXFER (ns).
+    #[arg(long)]
+    pub timing: Option<String>,
+    /// `sync` (a write is acknowledged once on the device) or `plp` (acknowledged from DRAM,
+    /// flushed on a power-fail signal).
+    #[arg(long)]
+    pub durability: Option<String>,
+    /// Password clients must send with AUTH (none: only loopback clients are accepted).
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Most clients connected at once.
+    #[arg(long)]
+    pub maxclients: Option<usize>,
+    /// Refuse non-loopback clients while no password is set (yes/no).
+    #[arg(long)]
+    pub protected_mode: Option<String>,
+}
+
+/// The settings file: the same keys as the flags, in kebab or snake case.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    bind: Option<String>,
+    port: Option<u16>,
+    #[serde(alias = "data_dir")]
+    data_dir: Option<PathBuf>,
+    device: Option<String>,
+    capacity: Option<String>,
+    timing: Option<String>,
+    durability: Option<String>,
+    requirepass: Option<String>,
+    maxclients: Option<usize>,
+    #[serde(alias = "protected_mode")]
+    protected_mode: Option<bool>,
+}
+
+/// How writes are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged once on the device.
+    Sync,
+    /// Acknowledged from DRAM (power-loss-protected card).
+    Plp,
+}
+
+/// The resolved settings of a drive.
+#[derive(Debug, Clone)]
+pub struct DriveConfig {
+    /// Listen address.
+    pub bind: String,
+    /// Listen port.
+    pub port: u16,
+    /// Data directory (simulated device).
+    pub data_dir: PathBuf,
+    /// Device spec: `sim` or `file:PATH`.
+    pub device: String,
+    /// Capacity of a new device, in bytes.
+    pub capacity: u64,
+    /// Timing model spec.
+    pub timing: String,
+    /// Durability mode.
+    pub durability: Durability,
+    /// AUTH password.
+    pub requirepass: Option<String>,
+    /// Client limit.
+    pub maxclients: usize,
+    /// Protected mode.
+    pub protected_mode: bool,
+    /// Query buffer limit per client.
+    pub query_buffer_limit: usize,
+    /// Output buffer limit per client.
+    pub output_buffer_limit: usize,
+}
+
+impl DriveConfig {
+    /// Resolves flags over the file over the defaults.
+    ///
+    /// # Errors
+    /// An unreadable or malformed file, or a malformed value.
+    pub fn resolve(args: Args) -> anyhow::Result<DriveConfig> {
+        let file = match &args.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let durability = match args
+            .durability
+            .or(file.durability)
+            .unwrap_or_else(|| "sync".into())
+            .as_str()
+        {
+            "sync" => Durability::Sync,
+            "plp" => Durability::Plp,
+            other => anyhow::bail!("durability `{other}`: use sync or plp"),
+        };
+        let protected_mode = match args.protected_mode.as_deref() {
+            Some("yes") => true,
+            Some("no") => false,
+            Some(other) => anyhow::bail!("protected-mode `{other}`: use yes or no"),
+            None => file.protected_mode.unwrap_or(true),
+        };
+        let capacity = args
+            .capacity
+            .or(file.capacity)
+            .unwrap_or_else(|| DEFAULT_CAPACITY.into());
+        let maxclients = args
+            .maxclients
+            .or(file.maxclients)
+            .unwrap_or(DEFAULT_MAX_CLIENTS);
+        anyhow::ensure!(maxclients > 0, "maxclients must be at least 1");
+        Ok(DriveConfig {
+            bind: args
+                .bind
+                .or(file.bind)
+                .unwrap_or_else(|| DEFAULT_BIND.into()),
+            port: args.port.or(file.port).unwrap_or(DEFAULT_PORT),
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            device: args.device.or(file.device).unwrap_or_else(|| "sim".into()),
+            capacity: parse_size(&capacity)?,
+            timing: args.timing.or(file.timing).unwrap_or_else(|| "none".into()),
+            durability,
+            requirepass: args.requirepass.or(file.requirepass),
+            maxclients,
+            protected_mode,
+            query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
+            output_buffer_limit: DEFAULT_OUTPUT_BUFFER_LIMIT,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing the config file {}", path.display()))
+}
+
+/// Parses sizes like `512MiB`, `8GiB`, `1G`, `4096`.
+///
+/// # Errors
+/// A missing number, an unknown unit, or a size above `u64`.
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("size `{s}` does not start with a number"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => anyhow::bail!("unknown size unit `{other}` in `{s}` (use KiB, MiB, GiB, TiB)"),
+    };
+    n.checked_mul(mult)
+        .with_context(|| format!("size `{s}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096").ok(), Some(4096));
+        assert_eq!(parse_size("512MiB").ok(), Some(512 << 20));
+        assert_eq!(parse_size("8GiB").ok(), Some(8 << 30));
+        assert_eq!(parse_size("1g").ok(), Some(1 << 30));
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert!(parse_size("99999999999999TiB").is_err());
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drive.toml");
+        std::fs::write(&path, "port = 7000\nmaxclients = 5\nrequirepass = \"pw\"\n").unwrap();
+        let args = Args {
+            config: Some(path.clone()),
+            port: Some(7001),
+            ..Args::default()
+        };
+        let c = DriveConfig::resolve(args).unwrap();
+        assert_eq!(c.port, 7001);
+        assert_eq!(c.maxclients, 5);
+        assert_eq!(c.requirepass.as_deref(), Some("pw"));
+        assert_eq!(c.bind, DEFAULT_BIND);
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        let bad = DriveConfig::resolve(Args {
+            config: Some(path),
+            ..Args::default()
+        });
+        assert!(bad.is_err());
+    }
+}

@@ -1,0 +1,471 @@
+//! The engine thread and the writer thread: each drains its lock-free queue in batches and
+//! answers through the reply queue.
+//!
+//! - **engine** (`ls-engine`): reads. The GETs and MGETs of a drained batch become one
+//!   `multi_get`, so their device reads are all in flight together; other reads run in order.
+//! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
+//!   [`WriteGroup`] and committed as one atomic engine batch (group commit); the replies go
+//!   out once it is durable. Between batches it removes expired keys. Memtable flushes,
+//!   compactions and GC run inside the engine's write path, on this thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
+
+use crate::info::{self, Metrics};
+use crate::keyspace::{HASH, ZSET};
+use crate::store::{self, now_ms, SetOptions, Store, StoreError, WriteGroup};
+
+/// Most jobs taken off a queue per batch.
+const MAX_BATCH: usize = 512;
+/// A write group is committed once it holds this many bytes.
+const MAX_GROUP_BYTES: usize = 4 << 20;
+/// How often the writer looks for expired keys when idle.
+const EXPIRY_SWEEP: Duration = Duration::from_millis(100);
+/// Expired keys removed per sweep.
+const EXPIRY_SWEEP_KEYS: usize = 1024;
+
+/// A command for the engine or writer thread, from connection `conn`.
+pub struct Job {
+    /// Connection id.
+    pub conn: u64,
+    /// The connection's protocol (replies differ in RESP3).
+    pub proto: Protocol,
+    /// The command.
+    pub cmd: Command,
+}
+
+/// A reply for connection `conn`.
+pub struct Done {
+    /// Connection id.
+    pub conn: u64,
+    /// The reply.
+    pub reply: Reply,
+}
+
+/// Where replies go: a queue to the network thread and the waker of its poll loop.
+#[derive(Clone)]
+pub struct ReplySink {
+    /// The queue.
+    pub tx: Sender<Done>,
+    /// Wakes the network thread.
+    pub waker: Arc<mio::Waker>,
+}
+
+impl ReplySink {
+    fn send_all(&self, replies: Vec<Done>) {
+        if replies.is_empty() {
+            return;
+        }
+        for d in replies {
+            // The network thread gone means shutdown: nothing to answer.
+            let _ = self.tx.send(d);
+        }
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("waking the network thread failed: {e}");
+        }
+    }
+}
+
+fn err(e: &StoreError) -> Reply {
+    Reply::error(e.reply_text())
+}
+
+fn bulk_or_null(v: Option<Bytes>) -> Reply {
+    v.map_or(Reply::Null, Reply::Bulk)
+}
+
+/// Resolves a score bound to (value, inclusive).
+fn bound(b: &ScoreBound) -> (f64, bool) {
+    match b {
+        ScoreBound::NegInf => (f64::NEG_INFINITY, true),
+        ScoreBound::PosInf => (f64::INFINITY, true),
+        ScoreBound::Inclusive(v) => (*v, true),
+        ScoreBound::Exclusive(v) => (*v, false),
+    }
+}
+
+/// The engine thread's loop: returns when the queue closes.
+pub fn engine_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink: &ReplySink) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let replies = run_reads(store, metrics, batch);
+        sink.send_all(replies);
+    }
+}
+
+fn run_reads(store: &Store, metrics: &Metrics, batch: Vec<Job>) -> Vec<Done> {
+    // Every GET / MGET key of the batch in one multi_get.
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for j in &batch {
+        match &j.cmd {
+            Command::Get(k) => keys.push(k),
+            Command::MGet(ks) => keys.extend(ks.iter().map(|k| &k[..])),
+            _ => {}
+        }
+    }
+    let fetched = if keys.is_empty() {
+        Ok(Vec::new())
+    } else {
+        store.get_strings(&keys, false)
+    };
+    let mut values = match fetched {
+        Ok(v) => Ok(v.into_iter()),
+        Err(e) => Err(e),
+    };
+    let mut out = Vec::with_capacity(batch.len());
+    for j in batch {
+        let reply = match (&j.cmd, &mut values) {
+            (Command::Get(k), Ok(vals)) => match vals.next() {
+                Some(Ok(Some(v))) => Reply::Bulk(v),
+                _ => match store.kind(k) {
+                    Ok(Some(t)) if t != crate::keyspace::STRING => err(&StoreError::WrongType),
+                    Ok(_) => Reply::Null,
+                    Err(e) => err(&e),
+                },
+            },
+            (Command::MGet(ks), Ok(vals)) => Reply::Array(
+                ks.iter()
+                    .map(|_| match vals.next() {
+                        Some(Ok(Some(v))) => Reply::Bulk(v),
+                        _ => Reply::Null,
+                    })
+                    .collect(),
+            ),
+            (Command::Get(_) | Command::MGet(_), Err(e)) => err(e),
+            (cmd, _) => read_one(store, metrics, cmd, j.proto),
+        };
+        // Each value read is copied twice: out of the device page into its own buffer
+        // (inside the engine) and into the connection's write buffer (`net`).
+        metrics
+            .value_bytes_copied
+            .fetch_add(2 * reply.payload_len() as u64, Ordering::Relaxed);
+        out.push(Done {
+            conn: j.conn,
+            reply,
+        });
+    }
+    out
+}
+
+fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        Ok(match cmd {
+            Command::Strlen(k) => Reply::Integer(store.strlen(k)?),
+            Command::Exists(keys) => {
+                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                Reply::Integer(store.exists(&refs)?)
+            }
+            Command::GetRange { key, start, end } => {
+                let v = store.get_strings(&[key], true)?.pop().unwrap_or(Ok(None))?;
+                Reply::Bulk(get_range(v.unwrap_or_default(), *start, *end))
+            }
+            Command::HGet { key, field } => {
+                bulk_or_null(store.hash_get(key, &[field])?.pop().flatten())
+            }
+            Command::HMGet { key, fields } => {
+                let refs: Vec<&[u8]> = fields.iter().map(|f| &f[..]).collect();
+                Reply::Array(
+                    store
+                        .hash_get(key, &refs)?
+                        .into_iter()
+                        .map(bulk_or_null)
+                        .collect(),
+                )
+            }
+            Command::HGetAll(key) => Reply::Map(
+                store
+                    .hash_get_all(key)?
+                    .into_iter()
+                    .map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v)))
+                    .collect(),
+            ),
+            Command::HLen(key) => Reply::Integer(store.count(HASH, key)?),
+            Command::HExists { key, field } => {
+                Reply::Integer(i64::from(store.hash_exists(key, field)?))
+            }
+            Command::ZScore { key, member } => match store.zscore(key, member)? {
+                Some(s) => Reply::Double(s),
+                None => Reply::Null,
+            },
+            Command::ZCard(key) => Reply::Integer(store.count(ZSET, key)?),
+            Command::ZRangeByScore {
+                key,
+                min,
+                max,
+                withscores,
+                limit,
+            } => {
+                let (offset, count) = match limit {
+                    Some((o, _)) if *o < 0 => return Ok(Reply::Array(Vec::new())),
+                    Some((o, c)) => (*o as usize, usize::try_from(*c).ok()),
+                    None => (0, None),
+                };
+                let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
+                let mut items = Vec::new();
+                for (m, s) in found {
+                    if *withscores && proto == Protocol::Resp3 {
+                        items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
+                    } else {
+                        items.push(Reply::Bulk(m));
+                        if *withscores {
+                            items.push(Reply::Double(s));
+                        }
+                    }
+                }
+                Reply::Array(items)
+            }
+            Command::Scan {
+                cursor,
+                pattern,
+                count,
+                kind,
+            } => {
+                let count = count.map_or(10, |c| usize::try_from(c).unwrap_or(usize::MAX));
+                let (next, keys) =
+                    store.scan(*cursor, pattern.as_deref(), count, kind.as_deref())?;
+                Reply::Array(vec![
+                    Reply::Bulk(Bytes::from(next.to_string())),
+                    Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+                ])
+            }
+            Command::DbSize => Reply::Integer(store.dbsize()?),
+            Command::Info(sections) => {
+                Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
+            }
+            other => Reply::error(format!(
+                "ERR internal: '{}' was routed to the engine thread",
+                other.name()
+            )),
+        })
+    })();
+    r.unwrap_or_else(|e| err(&e))
+}
+
+/// GETRANGE's Redis semantics: negative offsets from the end, clamped, empty when crossed.
+fn get_range(v: Bytes, start: i64, end: i64) -> Bytes {
+    let len = v.len() as i64;
+    if len == 0 {
+        return Bytes::new();
+    }
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (norm(start), norm(end).min(len - 1));
+    if start < 0 && end < 0 && start > end || s > e {
+        return Bytes::new();
+    }
+    v.slice(s as usize..=e as usize)
+}
+
+/// The writer thread's loop: returns when the queue closes (after the last group is
+/// committed).
+pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink: &ReplySink) {
+    loop {
+        let first = match jobs.recv_timeout(EXPIRY_SWEEP) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) => {
+                sweep_expired(store);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut group = WriteGroup::new(store);
+        let mut pending: Vec<(u64, Reply)> = Vec::new();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(job) = next.take() {
+            taken += 1;
+            if matches!(job.cmd, Command::FlushAll) {
+                // FLUSHALL runs alone: commit what came before it, then delete everything.
+                let replies = commit(
+                    store,
+                    metrics,
+                    std::mem::replace(&mut group, WriteGroup::new(store)),
+                    std::mem::take(&mut pending),
+                );
+                sink.send_all(replies);
+                let reply = match store::flush_all(store) {
+                    Ok(()) => Reply::ok(),
+                    Err(e) => err(&e),
+                };
+                sink.send_all(vec![Done {
+                    conn: job.conn,
+                    reply,
+                }]);
+            } else {
+                let reply = apply_write(&mut group, &job.cmd, job.proto);
+                pending.push((job.conn, reply));
+            }
+            if taken < MAX_BATCH && group.bytes() < MAX_GROUP_BYTES {
+                next = jobs.try_recv().ok();
+            }
+        }
+        let replies = commit(store, metrics, group, pending);
+        sink.send_all(replies);
+    }
+}
+
+/// Commits a group; on failure every reply that reported success becomes the error.
+fn commit(
+    store: &Store,
+    metrics: &Metrics,
+    group: WriteGroup<'_>,
+    pending: Vec<(u64, Reply)>,
+) -> Vec<Done> {
+    let _ = store;
+    match group.commit() {
+        Ok(value_bytes) => {
+            // The engine copies each value into its device pages.
+            metrics
+                .value_bytes_copied
+                .fetch_add(value_bytes, Ordering::Relaxed);
+            pending
+                .into_iter()
+                .map(|(conn, reply)| {
+                    // Old values (SET ... GET) were read like GET's: two copies.
+                    metrics
+                        .value_bytes_copied
+                        .fetch_add(2 * reply.payload_len() as u64, Ordering::Relaxed);
+                    Done { conn, reply }
+                })
+                .collect()
+        }
+        Err(e) => {
+            tracing::warn!("write group failed: {e}");
+            pending
+                .into_iter()
+                .map(|(conn, reply)| Done {
+                    conn,
+                    reply: match reply {
+                        Reply::Error(m) => Reply::Error(m),
+                        _ => err(&e),
+                    },
+                })
+                .collect()
+        }
+    }
+}
+
+fn sweep_expired(store: &Store) {
+    let due = store.due_expiries(EXPIRY_SWEEP_KEYS);
+    if due.is_empty() {
+        return;
+    }
+    let mut g = WriteGroup::new(store);
+    match g.expire(&due).and_then(|n| g.commit().map(|_| n)) {
+        Ok(n) => {
+            store.expired_keys.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!("removing expired keys failed: {e}"),
+    }
+}
+
+fn deadline_of(e: &kvproto::Expire) -> u64 {
+    let now = now_ms();
+    match *e {
+        kvproto::Expire::Ex(s) => now.saturating_add(s.saturating_mul(1000)),
+        kvproto::Expire::Px(ms) => now.saturating_add(ms),
+        kvproto::Expire::ExAt(s) => s.saturating_mul(1000),
+        kvproto::Expire::PxAt(ms) => ms,
+    }
+}
+
+/// Applies one write command to the group and returns its reply (sent once committed).
+fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        Ok(match cmd {
+            Command::Set {
+                key,
+                value,
+                expire,
+                condition,
+                keep_ttl,
+                get,
+            } => {
+                let o = SetOptions {
+                    deadline: expire.as_ref().map(deadline_of),
+                    nx: matches!(condition, Some(SetCondition::Nx)),
+                    xx: matches!(condition, Some(SetCondition::Xx)),
+                    keep_ttl: *keep_ttl,
+                    get: *get,
+                };
+                let out = g.set(key, value.clone(), o)?;
+                if *get {
+                    bulk_or_null(out.old)
+                } else if out.applied {
+                    Reply::ok()
+                } else {
+                    Reply::Null
+                }
+            }
+            Command::MSet(pairs) => {
+                for (k, v) in pairs {
+                    g.set(k, v.clone(), SetOptions::default())?;
+                }
+                Reply::ok()
+            }
+            Command::Del(keys) => Reply::Integer(g.delete(keys)?),
+            Command::IncrBy { key, delta } => Reply::Integer(g.incr_by(key, *delta)?),
+            Command::HSet { key, pairs, hmset } => {
+                let added = g.hash_set(key, pairs)?;
+                if *hmset {
+                    Reply::ok()
+                } else {
+                    Reply::Integer(added)
+                }
+            }
+            Command::HDel { key, fields } => Reply::Integer(g.hash_del(key, fields)?),
+            Command::ZAdd {
+                key,
+                options,
+                members,
+            } => {
+                let out = g.zadd(key, options, members)?;
+                if options.incr {
+                    match out.score {
+                        Some(s) => Reply::Double(s),
+                        None => Reply::Null,
+                    }
+                } else if options.ch {
+                    Reply::Integer(out.added + out.changed)
+                } else {
+                    Reply::Integer(out.added)
+                }
+            }
+            Command::ZRem { key, members } => Reply::Integer(g.zrem(key, members)?),
+            other => Reply::error(format!(
+                "ERR internal: '{}' was routed to the writer thread",
+                other.name()
+            )),
+        })
+    })();
+    let _ = proto;
+    r.unwrap_or_else(|e| err(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_range;
+    use bytes::Bytes;
+
+    #[test]
+    fn get_range_follows_redis() {
+        let v = Bytes::from_static(b"This is a string");
+        assert_eq!(&get_range(v.clone(), 0, 3)[..], b"This");
+        assert_eq!(&get_range(v.clone(), -3, -1)[..], b"ing");
+        assert_eq!(&get_range(v.clone(), 0, -1)[..], b"This is a string");
+        assert_eq!(&get_range(v.clone(), 10, 100)[..], b"string");
+        assert_eq!(&get_range(v.clone(), 5, 3)[..], b"");
+        assert_eq!(&get_range(v, -1, -5)[..], b"");
+        assert_eq!(&get_range(Bytes::new(), 0, -1)[..], b"");
+    }
+}

@@ -1,0 +1,224 @@
+//! Server-wide counters and the INFO text (sections server, clients, stats, keyspace, lsm,
+//! ftl), in Redis's `field:value` format.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::store::Store;
+
+/// Counters shared by the network, engine and writer threads.
+#[derive(Debug)]
+pub struct Metrics {
+    /// When the drive started.
+    pub started: Instant,
+    /// TCP port.
+    pub port: u16,
+    /// Clients connected now.
+    pub connected_clients: AtomicU64,
+    /// Connections accepted since start.
+    pub total_connections: AtomicU64,
+    /// Connections refused (maxclients, protected mode).
+    pub rejected_connections: AtomicU64,
+    /// Commands executed.
+    pub commands_processed: AtomicU64,
+    /// Bytes read from clients.
+    pub net_input_bytes: AtomicU64,
+    /// Bytes written to clients.
+    pub net_output_bytes: AtomicU64,
+    /// Value bytes copied between the socket and the device (see docs/ARCHITECTURE.md).
+    pub value_bytes_copied: AtomicU64,
+    /// Value bytes received in SETs / sent in GET replies.
+    pub value_bytes_moved: AtomicU64,
+    /// Clients disconnected for exceeding a buffer limit.
+    pub buffer_limit_disconnects: AtomicU64,
+    /// Protocol errors.
+    pub protocol_errors: AtomicU64,
+}
+
+impl Metrics {
+    /// Fresh counters.
+    pub fn new(port: u16) -> Metrics {
+        Metrics {
+            started: Instant::now(),
+            port,
+            connected_clients: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            commands_processed: AtomicU64::new(0),
+            net_input_bytes: AtomicU64::new(0),
+            net_output_bytes: AtomicU64::new(0),
+            value_bytes_copied: AtomicU64::new(0),
+            value_bytes_moved: AtomicU64::new(0),
+            buffer_limit_disconnects: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Zeroes the stats counters (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        for c in [
+            &self.total_connections,
+            &self.rejected_connections,
+            &self.commands_processed,
+            &self.net_input_bytes,
+            &self.net_output_bytes,
+            &self.value_bytes_copied,
+            &self.value_bytes_moved,
+            &self.buffer_limit_disconnects,
+            &self.protocol_errors,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+fn wants(sections: &[Bytes], name: &str) -> bool {
+    sections.is_empty()
+        || sections.iter().any(|s| {
+            let s = s.to_ascii_lowercase();
+            s == name.as_bytes() || s == b"all" || s == b"everything" || s == b"default"
+        })
+}
+
+/// Current resident set size in bytes (Linux `/proc/self/statm`).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Renders INFO for `sections` (empty: every section).
+pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    if wants(sections, "server") {
+        let up = m.started.elapsed().as_secs();
+        let _ = write!(
+            s,
+            "# Server\r\nredis_version:7.2.0\r\nlightstore_version:{}\r\nredis_mode:standalone\r\n\
+             os:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{up}\r\n\
+             uptime_in_days:{}\r\nexecutable:lightstore\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
+            m.port,
+            up / 86_400,
+        );
+    }
+    if wants(sections, "clients") {
+        let _ = write!(
+            s,
+            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:0\r\n\r\n",
+            load(&m.connected_clients)
+        );
+    }
+    if wants(sections, "memory") {
+        let _ = write!(s, "# Memory\r\nused_memory_rss:{}\r\n\r\n", rss_bytes());
+    }
+    if wants(sections, "stats") {
+        let _ = write!(
+            s,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
+             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
+             value_bytes_copied:{}\r\nvalue_bytes_moved:{}\r\nclient_buffer_limit_disconnections:{}\r\n\
+             total_error_replies_protocol:{}\r\n\r\n",
+            load(&m.total_connections),
+            load(&m.commands_processed),
+            load(&m.net_input_bytes),
+            load(&m.net_output_bytes),
+            load(&m.rejected_connections),
+            load(&store.expired_keys),
+            load(&store.keyspace_hits),
+            load(&store.keyspace_misses),
+            load(&m.value_bytes_copied),
+            load(&m.value_bytes_moved),
+            load(&m.buffer_limit_disconnects),
+            load(&m.protocol_errors),
+        );
+    }
+    if wants(sections, "keyspace") {
+        s.push_str("# Keyspace\r\n");
+        match store.dbsize() {
+            Ok(n) if n > 0 => {
+                let _ = write!(
+                    s,
+                    "db0:keys={n},expires={},avg_ttl=0\r\n",
+                    store.expiring_keys()
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("counting keys for INFO failed: {e}"),
+        }
+        s.push_str("\r\n");
+    }
+    let e = store.engine().stats();
+    if wants(sections, "lsm") {
+        let wa = if e.user_bytes_written > 0 {
+            e.device_bytes_written as f64 / e.user_bytes_written as f64
+        } else {
+            0.0
+        };
+        let sa = if e.live_bytes > 0 {
+            e.total_bytes as f64 / e.live_bytes as f64
+        } else {
+            0.0
+        };
+        let _ = write!(
+            s,
+            "# Lsm\r\nuser_bytes_written:{}\r\ndevice_bytes_written:{}\r\nwrite_amplification:{wa:.3}\r\n\
+             live_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
+             memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
+             compaction_invalidated:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
+             keytable_segments:{}\r\nreplayed_records:{}\r\n\r\n",
+            e.user_bytes_written,
+            e.device_bytes_written,
+            e.live_bytes,
+            e.total_bytes,
+            e.keytable_dram_bytes,
+            e.memtable_keys,
+            e.runs_per_level,
+            e.keys_per_level,
+            e.flushes,
+            e.compactions,
+            e.compaction_invalidated,
+            e.gc_segments,
+            e.gc_bytes_moved,
+            e.log_segments,
+            e.keytable_segments,
+            e.replayed_records,
+        );
+    }
+    if wants(sections, "ftl") {
+        let d = store.engine().device_stats();
+        let _ = write!(
+            s,
+            "# Ftl\r\nsegments:{}\r\nfree_segments:{}\r\nopen_segments:{}\r\nfull_segments:{}\r\n\
+             read_only_segments:{}\r\npe_min:{}\r\npe_max:{}\r\nbad_blocks:{}\r\npage_reads:{}\r\n\
+             page_writes:{}\r\ntrims:{}\r\nerases:{}\r\ndevice_errors:{}\r\n\r\n",
+            d.segments,
+            d.free_segments,
+            d.open_segments,
+            d.full_segments,
+            d.read_only_segments,
+            d.pe_min,
+            d.pe_max,
+            d.bad_blocks,
+            d.reads,
+            d.writes,
+            d.trims,
+            d.erases,
+            d.errors,
+        );
+    }
+    // Redis ends the text without the final blank line.
+    while s.ends_with("\r\n\r\n") {
+        s.truncate(s.len() - 2);
+    }
+    s
+}

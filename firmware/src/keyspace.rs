@@ -1,0 +1,183 @@
+//! How Redis data types map onto the engine's single ordered key space.
+//!
+//! Every engine key starts with a one-byte tag, so each kind of record lives in its own
+//! contiguous key range (SCAN and DBSIZE walk the three "top-level" ranges):
+//!
+//! | tag | engine key | value |
+//! |---|---|---|
+//! | `s` | `s` key | the string's bytes, as stored (no header: a GET reads exactly the value) |
+//! | `h` | `h` key | hash: field count, u64 LE |
+//! | `f` | `f` len(key) u32 BE, key, field | the field's value |
+//! | `z` | `z` key | sorted set: member count, u64 LE |
+//! | `m` | `m` len(key) u32 BE, key, member | the member's score, f64 LE |
+//! | `o` | `o` len(key) u32 BE, key, sortable score (8 bytes BE), member | empty: the score order |
+//! | `x` | `x` key | expiry deadline of string `key`, unix milliseconds u64 LE |
+//!
+//! The length prefix keeps one key's sub-records contiguous and apart from a longer key
+//! that shares its prefix.
+
+use bytes::Bytes;
+
+/// Tag of string records.
+pub const STRING: u8 = b's';
+/// Tag of hash headers.
+pub const HASH: u8 = b'h';
+/// Tag of hash fields.
+pub const HASH_FIELD: u8 = b'f';
+/// Tag of sorted-set headers.
+pub const ZSET: u8 = b'z';
+/// Tag of sorted-set member -> score records.
+pub const ZSET_MEMBER: u8 = b'm';
+/// Tag of sorted-set score-order records.
+pub const ZSET_ORDER: u8 = b'o';
+/// Tag of expiry records.
+pub const EXPIRY: u8 = b'x';
+
+/// The tags of user-visible keys, in SCAN order.
+pub const TOP_LEVEL: [u8; 3] = [STRING, HASH, ZSET];
+
+/// Redis type of a top-level tag, as TYPE and SCAN TYPE name it.
+pub fn type_name(tag: u8) -> &'static str {
+    match tag {
+        STRING => "string",
+        HASH => "hash",
+        ZSET => "zset",
+        _ => "none",
+    }
+}
+
+/// `tag` followed by `key`: the record of a top-level key.
+pub fn top(tag: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(tag);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The prefix shared by every sub-record of `key` under `tag`.
+pub fn sub_prefix(tag: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + key.len());
+    k.push(tag);
+    // Keys are bounded by the engine's key limit, far below 4 GiB.
+    k.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// A sub-record key: the prefix, then `rest`.
+pub fn sub(tag: u8, key: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = sub_prefix(tag, key);
+    k.extend_from_slice(rest);
+    k
+}
+
+/// The first key after every key that starts with `prefix` (`None`: no such key).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Score bits that sort as the scores do (negative scores flipped entirely, positive ones
+/// with the sign bit set).
+pub fn sortable_score(score: f64) -> [u8; 8] {
+    // -0.0 and 0.0 are the same score.
+    let score = if score == 0.0 { 0.0 } else { score };
+    let bits = score.to_bits();
+    let key = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
+    key.to_be_bytes()
+}
+
+/// Inverse of [`sortable_score`].
+pub fn score_from_sortable(b: [u8; 8]) -> f64 {
+    let key = u64::from_be_bytes(b);
+    let bits = if key >> 63 == 1 {
+        key & !(1 << 63)
+    } else {
+        !key
+    };
+    f64::from_bits(bits)
+}
+
+/// Splits an `o` record key of `key` into (score, member).
+pub fn parse_order(prefix_len: usize, k: &[u8]) -> Option<(f64, Bytes)> {
+    let rest = k.get(prefix_len..)?;
+    let score: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+    Some((
+        score_from_sortable(score),
+        Bytes::copy_from_slice(rest.get(8..)?),
+    ))
+}
+
+/// A stored count (hash fields, set members); a malformed record counts as zero.
+pub fn decode_count(v: &[u8]) -> u64 {
+    v.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+/// A stored score; `None` when the record is malformed.
+pub fn decode_score(v: &[u8]) -> Option<f64> {
+    v.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(f64::from_le_bytes)
+}
+
+/// A stored deadline; `None` when the record is malformed.
+pub fn decode_deadline(v: &[u8]) -> Option<u64> {
+    v.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_sort_as_numbers() {
+        let scores = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -2.5,
+            -1.0,
+            -f64::MIN_POSITIVE,
+            0.0,
+            f64::MIN_POSITIVE,
+            1.0,
+            2.5,
+            1e300,
+            f64::INFINITY,
+        ];
+        for w in scores.windows(2) {
+            assert!(sortable_score(w[0]) < sortable_score(w[1]), "{w:?}");
+        }
+        for s in scores {
+            assert_eq!(score_from_sortable(sortable_score(s)), s);
+        }
+        assert_eq!(sortable_score(-0.0), sortable_score(0.0));
+    }
+
+    #[test]
+    fn sub_records_of_a_key_are_contiguous_and_apart_from_longer_keys() {
+        let a = sub(HASH_FIELD, b"ab", b"zzz");
+        let b = sub(HASH_FIELD, b"abc", b"");
+        let p = sub_prefix(HASH_FIELD, b"ab");
+        let end = prefix_end(&p);
+        assert!(a.starts_with(&p));
+        assert!(!b.starts_with(&p));
+        assert!(end.as_deref().is_some_and(|e| a.as_slice() < e));
+        assert_eq!(prefix_end(&[1, 255, 255]), Some(vec![2]));
+        assert_eq!(prefix_end(&[255]), None);
+    }
+}

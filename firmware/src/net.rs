@@ -1,0 +1,912 @@
+//! The network thread (`ls-net`): one `mio` poll loop that accepts clients, reads and frames
+//! their requests, answers connection-level commands itself, hands data commands to the
+//! engine or writer thread through lock-free queues, and writes the replies those threads
+//! send back (woken by a `mio::Waker`).
+//!
+//! Per-connection order: a connection's commands may be in flight to one worker thread at a
+//! time (each worker answers in order); a command for the other worker, or one answered here,
+//! waits in the connection's backlog until the in-flight ones are answered. Pipelines of one
+//! kind (all GETs, all SETs) therefore flow without stalls.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use crossbeam_channel::{Receiver, Sender};
+use kvproto::command::COMMANDS;
+use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+use crate::exec::{Done, Job};
+use crate::info::Metrics;
+
+/// Token of the listening socket.
+const LISTENER: Token = Token(0);
+/// Token of the waker the worker threads ring.
+pub const WAKER: Token = Token(1);
+/// First connection id (ids are never reused).
+const FIRST_CONN: u64 = 2;
+/// How long a poll waits before looking at the shutdown flag.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// Bytes read per `read` call at least.
+const READ_CHUNK: usize = 16 << 10;
+/// Bytes read per `read` call at most.
+const MAX_READ: usize = 256 << 10;
+/// A connection stops reading while this many of its commands wait (back-pressure).
+const MAX_QUEUED_PER_CONN: usize = 4096;
+
+/// Redis's reply to a non-loopback client in protected mode.
+pub const PROTECTED_MODE_ERROR: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+/// Redis's reply when maxclients is reached.
+pub const MAX_CLIENTS_ERROR: &str = "-ERR max number of clients reached\r\n";
+
+/// Settings of the network thread.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// AUTH password.
+    pub requirepass: Option<String>,
+    /// Client limit.
+    pub maxclients: usize,
+    /// Refuse non-loopback clients without a password.
+    pub protected_mode: bool,
+    /// Query buffer limit per client.
+    pub query_buffer_limit: usize,
+    /// Output buffer limit per client.
+    pub output_buffer_limit: usize,
+    /// Request framing limits.
+    pub limits: Limits,
+    /// Settings CONFIG GET reports.
+    pub reported: Vec<(String, String)>,
+}
+
+/// Whether protected mode turns `peer` away.
+pub fn protected_refuses(protected_mode: bool, has_password: bool, peer: &SocketAddr) -> bool {
+    protected_mode && !has_password && !peer.ip().is_loopback() && !is_mapped_loopback(peer)
+}
+
+fn is_mapped_loopback(peer: &SocketAddr) -> bool {
+    match peer {
+        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        SocketAddr::V4(_) => false,
+    }
+}
+
+/// Which thread answers a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Here,
+    Engine,
+    Writer,
+}
+
+struct Conn {
+    id: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    parser: RequestParser,
+    proto: Protocol,
+    authed: bool,
+    name: Option<Bytes>,
+    lib_name: Option<Bytes>,
+    lib_ver: Option<Bytes>,
+    /// Commands sent to a worker and not answered yet, and which worker.
+    in_flight: usize,
+    in_flight_to: Route,
+    /// Parsed requests waiting for their turn.
+    backlog: VecDeque<Vec<Bytes>>,
+    /// Close once the write buffer is flushed (QUIT, protocol error, peer closed).
+    closing: bool,
+    /// The peer closed its side: no more reads.
+    eof: bool,
+    /// Reading stopped because too many requests wait (resumed as they are answered).
+    paused: bool,
+}
+
+/// The network thread's state.
+pub struct Net {
+    poll: Poll,
+    listener: TcpListener,
+    conns: HashMap<u64, Conn>,
+    next_id: u64,
+    engine_tx: Sender<Job>,
+    writer_tx: Sender<Job>,
+    replies: Receiver<Done>,
+    metrics: Arc<Metrics>,
+    shutdown: Arc<AtomicBool>,
+    cfg: NetConfig,
+}
+
+/// What running a connection-level command asks of the loop.
+struct Local {
+    reply: Option<Reply>,
+    close: bool,
+}
+
+impl Net {
+    /// Builds the loop around a bound listener and a poll (whose registry the waker uses).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        engine_tx: Sender<Job>,
+        writer_tx: Sender<Job>,
+        replies: Receiver<Done>,
+        metrics: Arc<Metrics>,
+        shutdown: Arc<AtomicBool>,
+        cfg: NetConfig,
+    ) -> std::io::Result<Net> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Net {
+            poll,
+            listener,
+            conns: HashMap::new(),
+            next_id: FIRST_CONN,
+            engine_tx,
+            writer_tx,
+            replies,
+            metrics,
+            shutdown,
+            cfg,
+        })
+    }
+
+    /// Runs until the shutdown flag is raised (SIGTERM, SHUTDOWN).
+    ///
+    /// # Errors
+    /// A failing poll.
+    pub fn run(mut self) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        while !self.shutdown.load(Ordering::Acquire) {
+            match self.poll.poll(&mut events, Some(POLL_TIMEOUT)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(t) => {
+                        let id = t as u64;
+                        if ev.is_readable() || ev.is_read_closed() {
+                            self.on_readable(id);
+                        }
+                        if ev.is_writable() {
+                            self.flush(id);
+                        }
+                    }
+                }
+            }
+            self.drain_replies();
+        }
+        // Last words to clients still connected are not owed: their in-flight writes finish
+        // in the writer thread before the engine closes.
+        Ok(())
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // Out of file descriptors and the like: try again on the next event.
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            if protected_refuses(
+                self.cfg.protected_mode,
+                self.cfg.requirepass.is_some(),
+                &peer,
+            ) {
+                self.metrics
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write(PROTECTED_MODE_ERROR.as_bytes());
+                continue;
+            }
+            if self.conns.len() >= self.cfg.maxclients {
+                self.metrics
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write(MAX_CLIENTS_ERROR.as_bytes());
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let id = self.next_id;
+            self.next_id += 1;
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(id as usize),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                tracing::warn!("registering a client failed: {e}");
+                continue;
+            }
+            self.metrics
+                .total_connections
+                .fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .connected_clients
+                .fetch_add(1, Ordering::Relaxed);
+            self.conns.insert(
+                id,
+                Conn {
+                    id,
+                    stream,
+                    peer,
+                    rbuf: BytesMut::with_capacity(READ_CHUNK),
+                    wbuf: BytesMut::new(),
+                    parser: RequestParser::new(self.cfg.limits),
+                    proto: Protocol::Resp2,
+                    authed: self.cfg.requirepass.is_none(),
+                    name: None,
+                    lib_name: None,
+                    lib_ver: None,
+                    in_flight: 0,
+                    in_flight_to: Route::Here,
+                    backlog: VecDeque::new(),
+                    closing: false,
+                    eof: false,
+                    paused: false,
+                },
+            );
+        }
+    }
+
+    fn close(&mut self, id: u64) {
+        if let Some(mut c) = self.conns.remove(&id) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.metrics
+                .connected_clients
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads what the socket has (unless back-pressured), then serves the requests.
+    fn on_readable(&mut self, id: u64) {
+        let limit = self.cfg.query_buffer_limit;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let mut over_limit = false;
+        while !c.eof && !c.closing && c.backlog.len() < MAX_QUEUED_PER_CONN {
+            let want = c
+                .parser
+                .bytes_hint(&c.rbuf)
+                .unwrap_or(0)
+                .clamp(READ_CHUNK, 64 << 20);
+            if c.rbuf.capacity() - c.rbuf.len() < want {
+                // Frame what is complete first: those bytes leave as arguments that share
+                // this buffer, so growing moves only the unfinished tail.
+                frame_requests(c, &self.metrics);
+                let want = c
+                    .parser
+                    .bytes_hint(&c.rbuf)
+                    .unwrap_or(0)
+                    .clamp(READ_CHUNK, 64 << 20);
+                // Growing may move what is still buffered: count it as copied.
+                let before = c.rbuf.as_ptr();
+                c.rbuf.reserve(want);
+                if c.rbuf.as_ptr() != before {
+                    self.metrics
+                        .value_bytes_copied
+                        .fetch_add(c.rbuf.len() as u64, Ordering::Relaxed);
+                }
+            }
+            let start = c.rbuf.len();
+            // Zero only the part this read may fill (reads need initialised memory).
+            let room = (c.rbuf.capacity() - start).min(MAX_READ);
+            c.rbuf.resize(start + room, 0);
+            match c.stream.read(&mut c.rbuf[start..]) {
+                Ok(0) => {
+                    c.rbuf.truncate(start);
+                    c.eof = true;
+                }
+                Ok(n) => {
+                    c.rbuf.truncate(start + n);
+                    self.metrics
+                        .net_input_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    if c.rbuf.len() > limit {
+                        over_limit = true;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    c.rbuf.truncate(start);
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {
+                    c.rbuf.truncate(start);
+                }
+                Err(_) => {
+                    c.rbuf.truncate(start);
+                    c.eof = true;
+                    c.closing = true;
+                }
+            }
+        }
+        if c.backlog.len() >= MAX_QUEUED_PER_CONN {
+            c.paused = true;
+        }
+        if over_limit {
+            tracing::info!(client = id, "closing a client over the query buffer limit");
+            self.metrics
+                .buffer_limit_disconnects
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(id);
+            return;
+        }
+        self.serve(id);
+    }
+
+    /// Frames requests from the read buffer and runs what may run now.
+    fn serve(&mut self, id: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.closing {
+                break;
+            }
+            if c.backlog.len() >= MAX_QUEUED_PER_CONN {
+                c.paused = true;
+                break;
+            }
+            let before = c.backlog.len();
+            frame_requests(c, &self.metrics);
+            let framed = c.backlog.len() > before;
+            self.run_backlog(id);
+            if !framed {
+                break;
+            }
+        }
+        self.finish_if_done(id);
+        self.flush(id);
+    }
+
+    /// Runs backlog entries in order while each may run now.
+    fn run_backlog(&mut self, id: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.closing {
+                c.backlog.clear();
+                return;
+            }
+            let Some(args) = c.backlog.front() else {
+                return;
+            };
+            if args
+                .first()
+                .is_some_and(|a| a.as_ref() == PROTOCOL_ERROR_MARK)
+            {
+                if c.in_flight > 0 {
+                    return;
+                }
+                let msg = args.get(1).cloned().unwrap_or_default();
+                c.backlog.clear();
+                Reply::Error(msg).encode(c.proto, &mut c.wbuf);
+                c.closing = true;
+                return;
+            }
+            let parsed = Command::parse(args);
+            let route = match &parsed {
+                Ok(cmd)
+                    if c.authed
+                        || matches!(
+                            cmd,
+                            Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+                        ) =>
+                {
+                    route_of(cmd)
+                }
+                _ => Route::Here,
+            };
+            if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
+                return;
+            }
+            c.backlog.pop_front();
+            self.metrics
+                .commands_processed
+                .fetch_add(1, Ordering::Relaxed);
+            let cmd = match parsed {
+                Ok(cmd) => cmd,
+                Err(e) => {
+                    Reply::error(e.to_string()).encode(c.proto, &mut c.wbuf);
+                    continue;
+                }
+            };
+            if route == Route::Here {
+                if !c.authed
+                    && !matches!(
+                        cmd,
+                        Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+                    )
+                {
+                    Reply::error("NOAUTH Authentication required.").encode(c.proto, &mut c.wbuf);
+                    continue;
+                }
+                let out = self.local(id, cmd);
+                let Some(c) = self.conns.get_mut(&id) else {
+                    return;
+                };
+                if let Some(r) = out.reply {
+                    r.encode(c.proto, &mut c.wbuf);
+                }
+                if out.close {
+                    c.closing = true;
+                    c.backlog.clear();
+                    return;
+                }
+                continue;
+            }
+            if let Command::Set { value, .. } = &cmd {
+                self.metrics
+                    .value_bytes_moved
+                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+            }
+            let job = Job {
+                conn: id,
+                proto: c.proto,
+                cmd,
+            };
+            let sent = match route {
+                Route::Writer => self.writer_tx.send(job),
+                _ => self.engine_tx.send(job),
+            };
+            if sent.is_err() {
+                // Workers gone: the drive is shutting down.
+                Reply::error("ERR the drive is shutting down").encode(c.proto, &mut c.wbuf);
+                c.closing = true;
+                return;
+            }
+            c.in_flight += 1;
+            c.in_flight_to = route;
+        }
+    }
+
+    fn drain_replies(&mut self) {
+        let mut touched = Vec::new();
+        while let Ok(d) = self.replies.try_recv() {
+            let Some(c) = self.conns.get_mut(&d.conn) else {
+                continue;
+            };
+            c.in_flight = c.in_flight.saturating_sub(1);
+            if let Reply::Bulk(b) = &d.reply {
+                self.metrics
+                    .value_bytes_moved
+                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+            }
+            d.reply.encode(c.proto, &mut c.wbuf);
+            if touched.last() != Some(&d.conn) {
+                touched.push(d.conn);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            self.run_backlog(id);
+            let paused = self.conns.get_mut(&id).is_some_and(|c| {
+                let p = c.paused && c.backlog.len() < MAX_QUEUED_PER_CONN;
+                if p {
+                    c.paused = false;
+                }
+                p
+            });
+            if paused {
+                // It stopped reading under back-pressure: read (and serve) again.
+                self.on_readable(id);
+            } else {
+                self.serve(id);
+            }
+        }
+    }
+
+    /// Once the peer closed and nothing is pending, close (after the last replies).
+    fn finish_if_done(&mut self, id: u64) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if c.eof && c.in_flight == 0 && c.backlog.is_empty() {
+                c.closing = true;
+            }
+        }
+    }
+
+    /// Writes what the socket takes; closes a closing connection once flushed.
+    fn flush(&mut self, id: u64) {
+        let limit = self.cfg.output_buffer_limit;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let mut dead = false;
+        while !c.wbuf.is_empty() {
+            match c.stream.write(&c.wbuf) {
+                Ok(0) => {
+                    dead = true;
+                    break;
+                }
+                Ok(n) => {
+                    let _ = c.wbuf.split_to(n);
+                    self.metrics
+                        .net_output_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    dead = true;
+                    break;
+                }
+            }
+        }
+        if c.wbuf.len() > limit {
+            tracing::info!(client = id, "closing a client over the output buffer limit");
+            self.metrics
+                .buffer_limit_disconnects
+                .fetch_add(1, Ordering::Relaxed);
+            dead = true;
+        }
+        let done = c.closing && c.wbuf.is_empty() && c.in_flight == 0;
+        if dead || done {
+            self.close(id);
+        }
+    }
+
+    /// Connection-level commands, answered on this thread.
+    fn local(&mut self, id: u64, cmd: Command) -> Local {
+        let reply = |r: Reply| Local {
+            reply: Some(r),
+            close: false,
+        };
+        let password = self.cfg.requirepass.clone();
+        let nconns = self.conns.len();
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Local {
+                reply: None,
+                close: true,
+            };
+        };
+        match cmd {
+            Command::Ping(None) => reply(Reply::Simple(Bytes::from_static(b"PONG"))),
+            Command::Ping(Some(m)) | Command::Echo(m) => reply(Reply::Bulk(m)),
+            Command::Quit => Local {
+                reply: Some(Reply::ok()),
+                close: true,
+            },
+            Command::Select(0) => reply(Reply::ok()),
+            Command::Select(_) => reply(Reply::error("ERR DB index is out of range")),
+            Command::Auth {
+                username,
+                password: given,
+            } => {
+                let Some(pw) = password else {
+                    return reply(Reply::error(
+                        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+                    ));
+                };
+                let user_ok = username.as_deref().is_none_or(|u| u == b"default");
+                if user_ok && given.as_ref() == pw.as_bytes() {
+                    c.authed = true;
+                    reply(Reply::ok())
+                } else {
+                    reply(Reply::error(
+                        "WRONGPASS invalid username-password pair or user is disabled.",
+                    ))
+                }
+            }
+            Command::Hello {
+                protover,
+                auth,
+                setname,
+            } => {
+                let proto = match protover {
+                    None => c.proto,
+                    Some(2) => Protocol::Resp2,
+                    Some(3) => Protocol::Resp3,
+                    Some(_) => {
+                        return reply(Reply::error("NOPROTO unsupported protocol version"));
+                    }
+                };
+                if let Some((user, given)) = auth {
+                    let ok = password.as_deref().is_some_and(|pw| {
+                        user.as_ref() == b"default" && given.as_ref() == pw.as_bytes()
+                    });
+                    if !ok {
+                        return reply(Reply::error(
+                            "WRONGPASS invalid username-password pair or user is disabled.",
+                        ));
+                    }
+                    c.authed = true;
+                }
+                if !c.authed {
+                    return reply(Reply::error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
+                }
+                if let Some(n) = setname {
+                    if !valid_client_name(&n) {
+                        return reply(Reply::error("ERR Client names cannot contain spaces, newlines or special characters."));
+                    }
+                    c.name = Some(n);
+                }
+                c.proto = proto;
+                let s = |v: &'static str| Reply::Bulk(Bytes::from_static(v.as_bytes()));
+                reply(Reply::Map(vec![
+                    (s("server"), s("redis")),
+                    (s("version"), s("7.2.0")),
+                    (
+                        s("proto"),
+                        Reply::Integer(if proto == Protocol::Resp3 { 3 } else { 2 }),
+                    ),
+                    (s("id"), Reply::Integer(c.id as i64)),
+                    (s("mode"), s("standalone")),
+                    (s("role"), s("master")),
+                    (s("modules"), Reply::Array(Vec::new())),
+                ]))
+            }
+            Command::ClientSetName(n) => {
+                if !valid_client_name(&n) {
+                    return reply(Reply::error(
+                        "ERR Client names cannot contain spaces, newlines or special characters.",
+                    ));
+                }
+                c.name = if n.is_empty() { None } else { Some(n) };
+                reply(Reply::ok())
+            }
+            Command::ClientGetName => reply(c.name.clone().map_or(Reply::Null, Reply::Bulk)),
+            Command::ClientSetInfo { attr, value } => {
+                match attr.to_ascii_lowercase().as_slice() {
+                    b"lib-name" => c.lib_name = Some(value),
+                    b"lib-ver" => c.lib_ver = Some(value),
+                    _ => {
+                        return reply(Reply::error(format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&attr)
+                        )))
+                    }
+                }
+                reply(Reply::ok())
+            }
+            Command::ClientId => reply(Reply::Integer(c.id as i64)),
+            Command::ClientInfo => reply(Reply::Verbatim(Bytes::from(client_line(c)))),
+            Command::ClientList => {
+                let mut text = String::new();
+                let mut ids: Vec<&u64> = self.conns.keys().collect();
+                ids.sort_unstable();
+                for i in ids {
+                    if let Some(other) = self.conns.get(i) {
+                        text.push_str(&client_line(other));
+                    }
+                }
+                reply(Reply::Verbatim(Bytes::from(text)))
+            }
+            Command::CommandCount => reply(Reply::Integer(COMMANDS.len() as i64)),
+            Command::CommandList => reply(Reply::Array(
+                COMMANDS
+                    .iter()
+                    .map(|s| Reply::Bulk(Bytes::from_static(s.name.as_bytes())))
+                    .collect(),
+            )),
+            Command::CommandInfo(names) => {
+                if names.is_empty() {
+                    reply(Reply::Array(
+                        COMMANDS.iter().map(|s| s.info_reply()).collect(),
+                    ))
+                } else {
+                    reply(Reply::Array(
+                        names
+                            .iter()
+                            .map(|n| {
+                                kvproto::command::lookup(n)
+                                    .map_or(Reply::NullArray, |s| s.info_reply())
+                            })
+                            .collect(),
+                    ))
+                }
+            }
+            Command::CommandDocs(names) => {
+                let specs: Vec<_> = if names.is_empty() {
+                    COMMANDS.iter().collect()
+                } else {
+                    names
+                        .iter()
+                        .filter_map(|n| kvproto::command::lookup(n))
+                        .collect()
+                };
+                reply(Reply::Map(
+                    specs
+                        .into_iter()
+                        .map(|s| {
+                            (
+                                Reply::Bulk(Bytes::from_static(s.name.as_bytes())),
+                                s.docs_reply(),
+                            )
+                        })
+                        .collect(),
+                ))
+            }
+            Command::ConfigGet(patterns) => {
+                let mut pairs = Vec::new();
+                for (k, v) in &self.cfg.reported {
+                    if patterns
+                        .iter()
+                        .any(|p| kvproto::glob::glob_match(&p.to_ascii_lowercase(), k.as_bytes()))
+                    {
+                        pairs.push((
+                            Reply::Bulk(Bytes::copy_from_slice(k.as_bytes())),
+                            Reply::Bulk(Bytes::copy_from_slice(v.as_bytes())),
+                        ));
+                    }
+                }
+                reply(Reply::Map(pairs))
+            }
+            Command::ConfigSet(pairs) => {
+                let name = pairs
+                    .first()
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                    .unwrap_or_default();
+                reply(Reply::error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - this drive's settings are fixed at start (flags or --config)"
+                )))
+            }
+            Command::ConfigResetStat => {
+                self.metrics.reset();
+                reply(Reply::ok())
+            }
+            Command::Shutdown { .. } => {
+                tracing::info!(clients = nconns, "SHUTDOWN received");
+                self.shutdown.store(true, Ordering::Release);
+                Local {
+                    reply: None,
+                    close: true,
+                }
+            }
+            Command::Cluster(_) | Command::Readonly | Command::Readwrite => reply(Reply::error(
+                "ERR This instance has cluster support disabled",
+            )),
+            other => reply(Reply::error(format!(
+                "ERR internal: '{}' is not a connection command",
+                other.name()
+            ))),
+        }
+    }
+}
+
+/// Marks a protocol error queued behind earlier requests (never a real command name: it
+/// cannot come out of the parser, which only yields what the client sent after framing, and
+/// is checked before parsing).
+const PROTOCOL_ERROR_MARK: &[u8] = b"\0protocol-error";
+
+/// Frames the complete requests in `c.rbuf` into the backlog (up to the backlog limit).
+/// A protocol error is queued as a marker: Redis answers it after what came before it and
+/// then closes, so nothing after it is framed.
+fn frame_requests(c: &mut Conn, metrics: &Metrics) {
+    while c.backlog.len() < MAX_QUEUED_PER_CONN && !c.closing {
+        if c.backlog
+            .back()
+            .is_some_and(|a| a.first().is_some_and(|m| m.as_ref() == PROTOCOL_ERROR_MARK))
+        {
+            c.rbuf.clear();
+            return;
+        }
+        match c.parser.parse(&mut c.rbuf) {
+            Ok(Some(args)) => {
+                if !args.is_empty() {
+                    c.backlog.push_back(args);
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                c.backlog.push_back(vec![
+                    Bytes::from_static(PROTOCOL_ERROR_MARK),
+                    Bytes::from(e.to_string()),
+                ]);
+                c.rbuf.clear();
+                return;
+            }
+        }
+    }
+}
+
+fn valid_client_name(n: &[u8]) -> bool {
+    n.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn client_line(c: &Conn) -> String {
+    let name = c
+        .name
+        .as_deref()
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    format!(
+        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} resp={} lib-name={} lib-ver={}\n",
+        c.id,
+        c.peer,
+        c.stream
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+        name,
+        c.rbuf.len(),
+        c.wbuf.len(),
+        if c.proto == Protocol::Resp3 { 3 } else { 2 },
+        c.lib_name
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default(),
+        c.lib_ver
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default(),
+    )
+}
+
+/// The thread that answers `cmd`.
+fn route_of(cmd: &Command) -> Route {
+    match cmd {
+        Command::Get(_)
+        | Command::MGet(_)
+        | Command::Strlen(_)
+        | Command::Exists(_)
+        | Command::GetRange { .. }
+        | Command::HGet { .. }
+        | Command::HMGet { .. }
+        | Command::HGetAll(_)
+        | Command::HLen(_)
+        | Command::HExists { .. }
+        | Command::ZScore { .. }
+        | Command::ZCard(_)
+        | Command::ZRangeByScore { .. }
+        | Command::Scan { .. }
+        | Command::DbSize
+        | Command::Info(_) => Route::Engine,
+        Command::Set { .. }
+        | Command::MSet(_)
+        | Command::Del(_)
+        | Command::IncrBy { .. }
+        | Command::FlushAll
+        | Command::HSet { .. }
+        | Command::HDel { .. }
+        | Command::ZAdd { .. }
+        | Command::ZRem { .. } => Route::Writer,
+        _ => Route::Here,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protected_mode_refuses_only_remote_clients_without_a_password() {
+        let remote: SocketAddr = "10.0.0.5:5000".parse().unwrap_or_else(|_| unreachable!());
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap_or_else(|_| unreachable!());
+        let local6: SocketAddr = "[::1]:5000".parse().unwrap_or_else(|_| unreachable!());
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000"
+            .parse()
+            .unwrap_or_else(|_| unreachable!());
+        assert!(protected_refuses(true, false, &remote));
+        assert!(!protected_refuses(true, true, &remote));
+        assert!(!protected_refuses(false, false, &remote));
+        assert!(!protected_refuses(true, false, &local));
+        assert!(!protected_refuses(true, false, &local6));
+        assert!(!protected_refuses(true, false, &mapped));
+    }
+
+    #[test]
+    fn client_names_refuse_spaces_and_control_bytes() {
+        assert!(valid_client_name(b"bench-1"));
+        assert!(!valid_client_name(b"a b"));
+        assert!(!valid_client_name(b"a\nb"));
+    }
+}

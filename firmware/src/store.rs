@@ -1,0 +1,1118 @@
+//! The drive's data model over the engine: strings, hashes and sorted sets as records in one
+//! ordered key space ([`crate::keyspace`]), string expiry, and the reads and the write groups
+//! the engine and writer threads run.
+//!
+//! Reads ([`Store`] methods) go straight to the engine; existence, type and length checks use
+//! the DRAM-cached keytables only. Writes go through a [`WriteGroup`]: the writer thread
+//! applies many clients' commands to one group (read-your-writes through its overlay), then
+//! commits it as one atomic engine batch — a group commit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use lsm::{Engine, EngineError, WriteOp};
+use parking_lot::{Mutex, RwLock};
+
+use crate::keyspace::{
+    self as ks, EXPIRY, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER, ZSET_ORDER,
+};
+
+/// Scan cursors remembered at once (the oldest is forgotten first).
+const MAX_SCAN_CURSORS: usize = 16_384;
+/// Keys deleted per engine batch by FLUSHALL and large deletions.
+const DELETE_CHUNK: usize = 4096;
+
+/// Why a data command failed; `reply_text` is what the client sees.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The key holds another type.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// INCR on a value that is not an integer.
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    /// INCR past i64.
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    /// ZADD INCR produced NaN.
+    #[error("ERR resulting score is not a number (NaN)")]
+    NanScore,
+    /// SCAN with a cursor this drive did not hand out (or forgot).
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
+    /// The engine refused or failed.
+    #[error("ERR {0}")]
+    Engine(#[from] EngineError),
+}
+
+impl StoreError {
+    /// The error reply's text (without the leading `-`).
+    pub fn reply_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Result of a store operation.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Position of a SCAN: which top-level range, and the last key returned in it.
+#[derive(Debug, Clone)]
+struct ScanPosition {
+    tag_index: usize,
+    after: Option<Vec<u8>>,
+}
+
+/// SCAN cursors handed out, by number.
+#[derive(Default)]
+struct Cursors {
+    next: u64,
+    by_id: BTreeMap<u64, ScanPosition>,
+}
+
+/// The data model over one engine.
+pub struct Store {
+    db: Engine,
+    /// Deadline (unix ms) of every string key that has one.
+    expiries: RwLock<HashMap<Vec<u8>, u64>>,
+    cursors: Mutex<Cursors>,
+    /// Keys found expired and removed.
+    pub expired_keys: AtomicU64,
+    /// Reads that found their key.
+    pub keyspace_hits: AtomicU64,
+    /// Reads that did not.
+    pub keyspace_misses: AtomicU64,
+}
+
+/// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
+pub type ScanPage = (u64, Vec<Bytes>);
+
+impl Store {
+    /// Wraps an open engine, loading the expiry index.
+    ///
+    /// # Errors
+    /// Engine read errors.
+    pub fn open(db: Engine) -> Result<Store> {
+        let mut expiries = HashMap::new();
+        let end = ks::prefix_end(&[EXPIRY]);
+        for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
+            if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
+                expiries.insert(key.to_vec(), deadline);
+            }
+        }
+        Ok(Store {
+            db,
+            expiries: RwLock::new(expiries),
+            cursors: Mutex::new(Cursors {
+                next: 1,
+                by_id: BTreeMap::new(),
+            }),
+            expired_keys: AtomicU64::new(0),
+            keyspace_hits: AtomicU64::new(0),
+            keyspace_misses: AtomicU64::new(0),
+        })
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &Engine {
+        &self.db
+    }
+
+    /// Gives the engine back (for a clean close).
+    pub fn into_engine(self) -> Engine {
+        self.db
+    }
+
+    /// Whether string `key` has passed its deadline.
+    fn expired(&self, key: &[u8], now: u64) -> bool {
+        self.expiries.read().get(key).is_some_and(|&d| d <= now)
+    }
+
+    /// Keys with a deadline.
+    pub fn expiring_keys(&self) -> usize {
+        self.expiries.read().len()
+    }
+
+    /// Keys whose deadline has passed, at most `limit`.
+    pub fn due_expiries(&self, limit: usize) -> Vec<Vec<u8>> {
+        let now = now_ms();
+        self.expiries
+            .read()
+            .iter()
+            .filter(|(_, &d)| d <= now)
+            .take(limit)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The type tag of `key` ([`STRING`], [`HASH`], [`ZSET`]), from DRAM only.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        let keys = [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)];
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let lens = self.db.value_lens(&refs)?;
+        if lens[0].is_some() && !self.expired(key, now_ms()) {
+            return Ok(Some(STRING));
+        }
+        if lens[1].is_some() {
+            return Ok(Some(HASH));
+        }
+        if lens[2].is_some() {
+            return Ok(Some(ZSET));
+        }
+        Ok(None)
+    }
+
+    fn count_hit(&self, hit: bool) {
+        if hit {
+            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// String values of many keys, with all their device reads in flight at once. A key of
+    /// another type gives `WrongType` when `strict` (GET), `None` otherwise (MGET).
+    ///
+    /// # Errors
+    /// Engine errors fail the whole call.
+    pub fn get_strings(&self, keys: &[&[u8]], strict: bool) -> Result<Vec<Result<Option<Bytes>>>> {
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let values = self.db.multi_get(&refs)?;
+        let now = now_ms();
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, v) in keys.iter().zip(values) {
+            let v = match v {
+                Some(_) if self.expired(key, now) => None,
+                v => v,
+            };
+            self.count_hit(v.is_some());
+            match v {
+                Some(v) => out.push(Ok(Some(Bytes::from(v)))),
+                None if strict && self.kind(key)?.is_some() => out.push(Err(StoreError::WrongType)),
+                None => out.push(Ok(None)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// STRLEN, from DRAM only.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn strlen(&self, key: &[u8]) -> Result<i64> {
+        match self.kind(key)? {
+            None => Ok(0),
+            Some(STRING) => {
+                let k = ks::top(STRING, key);
+                Ok(self.db.value_lens(&[&k])?[0].map_or(0, i64::from))
+            }
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// How many of `keys` exist (a key named twice counts twice), from DRAM only.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn exists(&self, keys: &[&[u8]]) -> Result<i64> {
+        let mut n = 0;
+        for k in keys {
+            if self.kind(k)?.is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Hash field values; `None` for a missing field or hash.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_get(&self, key: &[u8], fields: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        match self.kind(key)? {
+            None => return Ok(vec![None; fields.len()]),
+            Some(HASH) => {}
+            Some(_) => return Err(StoreError::WrongType),
+        }
+        let engine_keys: Vec<Vec<u8>> =
+            fields.iter().map(|f| ks::sub(HASH_FIELD, key, f)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        Ok(self
+            .db
+            .multi_get(&refs)?
+            .into_iter()
+            .map(|v| v.map(Bytes::from))
+            .collect())
+    }
+
+    /// Every (field, value) of a hash, in field order.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_get_all(&self, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
+        match self.kind(key)? {
+            None => return Ok(Vec::new()),
+            Some(HASH) => {}
+            Some(_) => return Err(StoreError::WrongType),
+        }
+        let prefix = ks::sub_prefix(HASH_FIELD, key);
+        let end = ks::prefix_end(&prefix);
+        Ok(self
+            .db
+            .range(&prefix, end.as_deref(), usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    Bytes::copy_from_slice(k.get(prefix.len()..).unwrap_or_default()),
+                    Bytes::from(v),
+                )
+            })
+            .collect())
+    }
+
+    /// HLEN / ZCARD: the stored count of a hash or sorted set (`tag` HASH or ZSET).
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn count(&self, tag: u8, key: &[u8]) -> Result<i64> {
+        match self.kind(key)? {
+            None => Ok(0),
+            Some(t) if t == tag => {
+                let v = self.db.get(&ks::top(tag, key))?;
+                Ok(v.map_or(0, |v| ks::decode_count(&v) as i64))
+            }
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// HEXISTS, from DRAM only.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_exists(&self, key: &[u8], field: &[u8]) -> Result<bool> {
+        match self.kind(key)? {
+            None => Ok(false),
+            Some(HASH) => {
+                let k = ks::sub(HASH_FIELD, key, field);
+                Ok(self.db.value_lens(&[&k])?[0].is_some())
+            }
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// ZSCORE.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn zscore(&self, key: &[u8], member: &[u8]) -> Result<Option<f64>> {
+        match self.kind(key)? {
+            None => Ok(None),
+            Some(ZSET) => Ok(self
+                .db
+                .get(&ks::sub(ZSET_MEMBER, key, member))?
+                .and_then(|v| ks::decode_score(&v))),
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// ZRANGEBYSCORE over the score-order records (DRAM only): members with `min <= score
+    /// <= max` as bounded by the inclusive flags, skipping `offset`, at most `count`.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn zrange_by_score(
+        &self,
+        key: &[u8],
+        min: (f64, bool),
+        max: (f64, bool),
+        offset: usize,
+        count: Option<usize>,
+    ) -> Result<Vec<(Bytes, f64)>> {
+        match self.kind(key)? {
+            None => return Ok(Vec::new()),
+            Some(ZSET) => {}
+            Some(_) => return Err(StoreError::WrongType),
+        }
+        let prefix = ks::sub_prefix(ZSET_ORDER, key);
+        let mut start = prefix.clone();
+        start.extend_from_slice(&ks::sortable_score(min.0));
+        let end = ks::prefix_end(&prefix);
+        let mut out = Vec::new();
+        let mut skipped = 0;
+        let mut from = start;
+        loop {
+            let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
+            let last = keys.last().cloned();
+            for k in &keys {
+                let Some((score, member)) = ks::parse_order(prefix.len(), k) else {
+                    continue;
+                };
+                if score < min.0 || (!min.1 && score == min.0) {
+                    continue;
+                }
+                if score > max.0 || (!max.1 && score == max.0) {
+                    return Ok(out);
+                }
+                if skipped < offset {
+                    skipped += 1;
+                    continue;
+                }
+                if count.is_some_and(|c| out.len() >= c) {
+                    return Ok(out);
+                }
+                out.push((member, score));
+            }
+            match last {
+                Some(mut l) if keys.len() == DELETE_CHUNK => {
+                    l.push(0);
+                    from = l;
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn dbsize(&self) -> Result<i64> {
+        let mut n = 0u64;
+        for tag in ks::TOP_LEVEL {
+            let end = ks::prefix_end(&[tag]);
+            n += self.db.count_keys(&[tag], end.as_deref())?;
+        }
+        let now = now_ms();
+        let expired = self.expiries.read().values().filter(|&&d| d <= now).count() as u64;
+        Ok(n.saturating_sub(expired) as i64)
+    }
+
+    /// One SCAN step: up to about `count` keys from where `cursor` left off, matching
+    /// `pattern` and `kind`. A key present for the whole scan is returned (keys are walked
+    /// in order and the cursor remembers the last one).
+    ///
+    /// # Errors
+    /// `InvalidCursor`, engine errors.
+    pub fn scan(
+        &self,
+        cursor: u64,
+        pattern: Option<&[u8]>,
+        count: usize,
+        kind: Option<&[u8]>,
+    ) -> Result<ScanPage> {
+        let mut pos = if cursor == 0 {
+            ScanPosition {
+                tag_index: 0,
+                after: None,
+            }
+        } else {
+            self.cursors
+                .lock()
+                .by_id
+                .get(&cursor)
+                .cloned()
+                .ok_or(StoreError::InvalidCursor)?
+        };
+        let count = count.max(1);
+        let now = now_ms();
+        let mut out = Vec::new();
+        let mut visited = 0;
+        while pos.tag_index < ks::TOP_LEVEL.len() && visited < count {
+            let tag = ks::TOP_LEVEL[pos.tag_index];
+            let start = match &pos.after {
+                Some(a) => {
+                    let mut s = a.clone();
+                    s.push(0);
+                    s
+                }
+                None => vec![tag],
+            };
+            let end = ks::prefix_end(&[tag]);
+            let keys = self
+                .db
+                .range_keys(&start, end.as_deref(), count - visited)?;
+            if keys.len() < count - visited {
+                pos.tag_index += 1;
+                pos.after = None;
+            } else {
+                pos.after = keys.last().cloned();
+            }
+            visited += keys.len();
+            let type_ok =
+                kind.is_none_or(|t| t.eq_ignore_ascii_case(ks::type_name(tag).as_bytes()));
+            for k in keys {
+                let user = k.get(1..).unwrap_or_default();
+                if tag == STRING && self.expired(user, now) {
+                    continue;
+                }
+                if type_ok && pattern.is_none_or(|p| kvproto::glob::glob_match(p, user)) {
+                    out.push(Bytes::copy_from_slice(user));
+                }
+            }
+        }
+        if pos.tag_index >= ks::TOP_LEVEL.len() {
+            return Ok((0, out));
+        }
+        let mut c = self.cursors.lock();
+        let id = c.next;
+        c.next += 1;
+        c.by_id.insert(id, pos);
+        while c.by_id.len() > MAX_SCAN_CURSORS {
+            c.by_id.pop_first();
+        }
+        Ok((id, out))
+    }
+}
+
+/// What a write command decided about one string key's deadline.
+#[derive(Debug, Clone, Copy)]
+enum DeadlineChange {
+    Set(u64),
+    Clear,
+}
+
+/// Many commands' writes gathered for one atomic engine batch, with read-your-writes.
+pub struct WriteGroup<'s> {
+    store: &'s Store,
+    /// Latest state of every engine key this group wrote (`None`: deleted).
+    overlay: BTreeMap<Vec<u8>, Option<Bytes>>,
+    deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    bytes: usize,
+}
+
+/// The SET command's options, resolved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetOptions {
+    /// Absolute deadline (unix ms).
+    pub deadline: Option<u64>,
+    /// Only if the key does not exist.
+    pub nx: bool,
+    /// Only if it exists.
+    pub xx: bool,
+    /// Keep the key's current deadline.
+    pub keep_ttl: bool,
+    /// Return the old value.
+    pub get: bool,
+}
+
+/// Outcome of SET: whether it was applied, and the old value when asked for.
+#[derive(Debug, Clone)]
+pub struct SetOutcome {
+    /// Whether the value was written (NX/XX).
+    pub applied: bool,
+    /// The previous string value (SET ... GET).
+    pub old: Option<Bytes>,
+}
+
+impl<'s> WriteGroup<'s> {
+    /// An empty group over `store`.
+    pub fn new(store: &'s Store) -> WriteGroup<'s> {
+        WriteGroup {
+            store,
+            overlay: BTreeMap::new(),
+            deadlines: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes of keys and values gathered so far.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Bytes) {
+        self.bytes += key.len() + value.len();
+        self.overlay.insert(key, Some(value));
+    }
+
+    fn del(&mut self, key: Vec<u8>) {
+        self.bytes += key.len();
+        self.overlay.insert(key, None);
+    }
+
+    fn read(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => Ok(self.store.db.get(key)?.map(Bytes::from)),
+        }
+    }
+
+    fn present(&self, key: &[u8]) -> Result<bool> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.is_some()),
+            None => Ok(self.store.db.value_lens(&[key])?[0].is_some()),
+        }
+    }
+
+    fn deadline(&self, key: &[u8]) -> Option<u64> {
+        match self.deadlines.get(key) {
+            Some(DeadlineChange::Set(d)) => Some(*d),
+            Some(DeadlineChange::Clear) => None,
+            None => self.store.expiries.read().get(key).copied(),
+        }
+    }
+
+    fn set_deadline(&mut self, key: &[u8], change: DeadlineChange) {
+        let x = ks::top(EXPIRY, key);
+        match change {
+            DeadlineChange::Set(d) => self.put(x, Bytes::copy_from_slice(&d.to_le_bytes())),
+            DeadlineChange::Clear => {
+                if self.deadline(key).is_none() {
+                    return;
+                }
+                self.del(x);
+            }
+        }
+        self.deadlines.insert(key.to_vec(), change);
+    }
+
+    /// The type of `key` as this group sees it.
+    fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        if self.present(&ks::top(STRING, key))? {
+            let live = self.deadline(key).is_none_or(|d| d > now_ms());
+            if live {
+                return Ok(Some(STRING));
+            }
+        }
+        if self.present(&ks::top(HASH, key))? {
+            return Ok(Some(HASH));
+        }
+        if self.present(&ks::top(ZSET, key))? {
+            return Ok(Some(ZSET));
+        }
+        Ok(None)
+    }
+
+    /// Every engine key in `[prefix, prefix_end)` as this group sees it.
+    fn keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let end = ks::prefix_end(prefix);
+        let mut keys: std::collections::BTreeSet<Vec<u8>> = self
+            .store
+            .db
+            .range_keys(prefix, end.as_deref(), usize::MAX)?
+            .into_iter()
+            .collect();
+        let upper = match &end {
+            Some(e) => std::ops::Bound::Excluded(e.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        for (k, v) in self
+            .overlay
+            .range((std::ops::Bound::Included(prefix.to_vec()), upper))
+        {
+            if v.is_some() {
+                keys.insert(k.clone());
+            } else {
+                keys.remove(k);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// Removes `key` whatever its type; whether it existed.
+    fn remove_any(&mut self, key: &[u8]) -> Result<bool> {
+        let Some(kind) = self.kind(key)? else {
+            // An expired string still has records: drop them quietly.
+            if self.present(&ks::top(STRING, key))? {
+                self.del(ks::top(STRING, key));
+                self.set_deadline(key, DeadlineChange::Clear);
+            }
+            return Ok(false);
+        };
+        match kind {
+            STRING => {
+                self.del(ks::top(STRING, key));
+                self.set_deadline(key, DeadlineChange::Clear);
+            }
+            HASH => {
+                for k in self.keys_under(&ks::sub_prefix(HASH_FIELD, key))? {
+                    self.del(k);
+                }
+                self.del(ks::top(HASH, key));
+            }
+            _ => {
+                for tag in [ZSET_MEMBER, ZSET_ORDER] {
+                    for k in self.keys_under(&ks::sub_prefix(tag, key))? {
+                        self.del(k);
+                    }
+                }
+                self.del(ks::top(ZSET, key));
+            }
+        }
+        Ok(true)
+    }
+
+    /// SET with its options.
+    ///
+    /// # Errors
+    /// `WrongType` (only with GET), engine errors.
+    pub fn set(&mut self, key: &[u8], value: Bytes, o: SetOptions) -> Result<SetOutcome> {
+        let kind = self.kind(key)?;
+        let old = if o.get {
+            match kind {
+                None => None,
+                Some(STRING) => self.read(&ks::top(STRING, key))?,
+                Some(_) => return Err(StoreError::WrongType),
+            }
+        } else {
+            None
+        };
+        if (o.nx && kind.is_some()) || (o.xx && kind.is_none()) {
+            return Ok(SetOutcome {
+                applied: false,
+                old,
+            });
+        }
+        if kind.is_some_and(|k| k != STRING) {
+            self.remove_any(key)?;
+        }
+        self.put(ks::top(STRING, key), value);
+        match o.deadline {
+            Some(d) => self.set_deadline(key, DeadlineChange::Set(d)),
+            None if o.keep_ttl && kind == Some(STRING) => {}
+            None => self.set_deadline(key, DeadlineChange::Clear),
+        }
+        Ok(SetOutcome { applied: true, old })
+    }
+
+    /// DEL: how many keys existed.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn delete(&mut self, keys: &[Bytes]) -> Result<i64> {
+        let mut n = 0;
+        for k in keys {
+            if self.remove_any(k)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// INCRBY: the new value.
+    ///
+    /// # Errors
+    /// `WrongType`, `NotInteger`, `Overflow`, engine errors.
+    pub fn incr_by(&mut self, key: &[u8], delta: i64) -> Result<i64> {
+        let current = match self.kind(key)? {
+            None => 0,
+            Some(STRING) => {
+                let v = self.read(&ks::top(STRING, key))?.unwrap_or_default();
+                parse_i64(&v).ok_or(StoreError::NotInteger)?
+            }
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let next = current.checked_add(delta).ok_or(StoreError::Overflow)?;
+        let was_string = self.kind(key)? == Some(STRING);
+        self.put(ks::top(STRING, key), Bytes::from(next.to_string()));
+        if !was_string {
+            self.set_deadline(key, DeadlineChange::Clear);
+        }
+        Ok(next)
+    }
+
+    /// HSET: how many fields were new.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_set(&mut self, key: &[u8], pairs: &[(Bytes, Bytes)]) -> Result<i64> {
+        let mut count = match self.kind(key)? {
+            None => 0,
+            Some(HASH) => ks::decode_count(&self.read(&ks::top(HASH, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let mut added = 0;
+        for (field, value) in pairs {
+            let fk = ks::sub(HASH_FIELD, key, field);
+            if !self.present(&fk)? {
+                added += 1;
+                count += 1;
+            }
+            self.put(fk, value.clone());
+        }
+        self.put(
+            ks::top(HASH, key),
+            Bytes::copy_from_slice(&count.to_le_bytes()),
+        );
+        Ok(added)
+    }
+
+    /// HDEL: how many fields were removed.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_del(&mut self, key: &[u8], fields: &[Bytes]) -> Result<i64> {
+        let mut count = match self.kind(key)? {
+            None => return Ok(0),
+            Some(HASH) => ks::decode_count(&self.read(&ks::top(HASH, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let mut removed = 0;
+        for field in fields {
+            let fk = ks::sub(HASH_FIELD, key, field);
+            if self.present(&fk)? {
+                self.del(fk);
+                removed += 1;
+                count = count.saturating_sub(1);
+            }
+        }
+        if count == 0 {
+            self.del(ks::top(HASH, key));
+        } else {
+            self.put(
+                ks::top(HASH, key),
+                Bytes::copy_from_slice(&count.to_le_bytes()),
+            );
+        }
+        Ok(removed)
+    }
+
+    /// ZADD. Returns the reply value: the count of added (or changed, with CH) members, or
+    /// with INCR the new score (`None` when NX/XX/GT/LT stopped it).
+    ///
+    /// # Errors
+    /// `WrongType`, `NanScore`, engine errors.
+    pub fn zadd(
+        &mut self,
+        key: &[u8],
+        o: &kvproto::ZAddOptions,
+        members: &[(f64, Bytes)],
+    ) -> Result<ZAddOutcome> {
+        let mut count = match self.kind(key)? {
+            None => 0,
+            Some(ZSET) => ks::decode_count(&self.read(&ks::top(ZSET, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let mut added = 0;
+        let mut changed = 0;
+        let mut last_score = None;
+        for (score, member) in members {
+            let mk = ks::sub(ZSET_MEMBER, key, member);
+            let old = self.read(&mk)?.and_then(|v| ks::decode_score(&v));
+            let mut new = *score;
+            if o.incr {
+                new += old.unwrap_or(0.0);
+                if new.is_nan() {
+                    return Err(StoreError::NanScore);
+                }
+            }
+            let allowed = match old {
+                None => !o.xx,
+                Some(prev) => !o.nx && (!o.gt || new > prev) && (!o.lt || new < prev),
+            };
+            if !allowed {
+                last_score = None;
+                continue;
+            }
+            last_score = Some(new);
+            match old {
+                Some(prev) if prev == new => {}
+                Some(prev) => {
+                    let mut ok = ks::sub_prefix(ZSET_ORDER, key);
+                    ok.extend_from_slice(&ks::sortable_score(prev));
+                    ok.extend_from_slice(member);
+                    self.del(ok);
+                    changed += 1;
+                }
+                None => {
+                    added += 1;
+                    count += 1;
+                }
+            }
+            if old != Some(new) {
+                let mut ok = ks::sub_prefix(ZSET_ORDER, key);
+                ok.extend_from_slice(&ks::sortable_score(new));
+                ok.extend_from_slice(member);
+                self.put(ok, Bytes::new());
+                self.put(mk, Bytes::copy_from_slice(&new.to_le_bytes()));
+            }
+        }
+        if count > 0 {
+            self.put(
+                ks::top(ZSET, key),
+                Bytes::copy_from_slice(&count.to_le_bytes()),
+            );
+        }
+        Ok(ZAddOutcome {
+            added,
+            changed,
+            score: last_score,
+        })
+    }
+
+    /// ZREM: how many members were removed.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn zrem(&mut self, key: &[u8], members: &[Bytes]) -> Result<i64> {
+        let mut count = match self.kind(key)? {
+            None => return Ok(0),
+            Some(ZSET) => ks::decode_count(&self.read(&ks::top(ZSET, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let mut removed = 0;
+        for member in members {
+            let mk = ks::sub(ZSET_MEMBER, key, member);
+            let Some(score) = self.read(&mk)?.and_then(|v| ks::decode_score(&v)) else {
+                continue;
+            };
+            let mut ok = ks::sub_prefix(ZSET_ORDER, key);
+            ok.extend_from_slice(&ks::sortable_score(score));
+            ok.extend_from_slice(member);
+            self.del(ok);
+            self.del(mk);
+            removed += 1;
+            count = count.saturating_sub(1);
+        }
+        if count == 0 {
+            self.del(ks::top(ZSET, key));
+        } else {
+            self.put(
+                ks::top(ZSET, key),
+                Bytes::copy_from_slice(&count.to_le_bytes()),
+            );
+        }
+        Ok(removed)
+    }
+
+    /// Removes string keys whose deadline passed (the expiry sweep).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn expire(&mut self, keys: &[Vec<u8>]) -> Result<u64> {
+        let now = now_ms();
+        let mut n = 0;
+        for key in keys {
+            if self.deadline(key).is_some_and(|d| d <= now) {
+                self.del(ks::top(STRING, key));
+                self.set_deadline(key, DeadlineChange::Clear);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Commits the group as one atomic engine batch; on success the group's deadline
+    /// changes take effect. Returns the value bytes handed to the engine.
+    ///
+    /// # Errors
+    /// The engine's refusal or failure: nothing of the group is applied.
+    pub fn commit(self) -> Result<u64> {
+        if self.overlay.is_empty() {
+            return Ok(0);
+        }
+        let mut value_bytes = 0u64;
+        let ops: Vec<WriteOp<'_>> = self
+            .overlay
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => {
+                    value_bytes += v.len() as u64;
+                    WriteOp::Put(k, v)
+                }
+                None => WriteOp::Delete(k),
+            })
+            .collect();
+        self.store.db.write(&ops)?;
+        let mut ex = self.store.expiries.write();
+        for (k, c) in self.deadlines {
+            match c {
+                DeadlineChange::Set(d) => {
+                    ex.insert(k, d);
+                }
+                DeadlineChange::Clear => {
+                    ex.remove(&k);
+                }
+            }
+        }
+        Ok(value_bytes)
+    }
+}
+
+/// What ZADD did.
+#[derive(Debug, Clone, Copy)]
+pub struct ZAddOutcome {
+    /// Members added.
+    pub added: i64,
+    /// Members whose score changed.
+    pub changed: i64,
+    /// With INCR: the member's new score (`None`: not applied).
+    pub score: Option<f64>,
+}
+
+/// FLUSHALL: deletes every key, in batches.
+///
+/// # Errors
+/// Engine errors (keys deleted before the failure stay deleted).
+pub fn flush_all(store: &Store) -> Result<()> {
+    loop {
+        let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
+        if keys.is_empty() {
+            break;
+        }
+        let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
+        store.db.write(&ops)?;
+    }
+    store.expiries.write().clear();
+    store.cursors.lock().by_id.clear();
+    Ok(())
+}
+
+/// Parses a Redis integer string strictly (no spaces, no leading `+`, no leading zeros).
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && s.starts_with('0'))
+        || s.starts_with("-0")
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::Arc;
+
+    use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
+    use lsm::EngineConfig;
+
+    fn store() -> Store {
+        let g = Geometry {
+            channels: 2,
+            ways: 2,
+            blocks_per_chip: 32,
+            pages_per_block: 8,
+            spare_blocks_per_chip: 1,
+        };
+        let dev =
+            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
+        Store::open(Engine::open(dev, EngineConfig::default()).unwrap()).unwrap()
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn types_exclude_each_other_and_set_replaces_any_type() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        g.hash_set(b"h", &[(b("f1"), b("v1")), (b("f2"), b("v2"))])
+            .unwrap();
+        assert!(matches!(g.incr_by(b"h", 1), Err(StoreError::WrongType)));
+        g.commit().unwrap();
+        assert!(matches!(
+            s.get_strings(&[b"h"], true).unwrap()[0],
+            Err(StoreError::WrongType)
+        ));
+        assert_eq!(s.count(HASH, b"h").unwrap(), 2);
+        let mut g = WriteGroup::new(&s);
+        g.set(b"h", b("str"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        assert_eq!(s.kind(b"h").unwrap(), Some(STRING));
+        assert!(s.hash_get_all(b"h").is_err());
+        assert_eq!(
+            s.engine()
+                .count_keys(&[HASH_FIELD], Some(&[HASH_FIELD + 1]))
+                .unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn zset_orders_by_score_and_moves_members() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        let o = kvproto::ZAddOptions::default();
+        g.zadd(b"z", &o, &[(3.0, b("c")), (1.0, b("a")), (-2.0, b("b"))])
+            .unwrap();
+        g.zadd(b"z", &o, &[(5.0, b("a"))]).unwrap();
+        g.commit().unwrap();
+        let all = s
+            .zrange_by_score(
+                b"z",
+                (f64::NEG_INFINITY, true),
+                (f64::INFINITY, true),
+                0,
+                None,
+            )
+            .unwrap();
+        let names: Vec<&[u8]> = all.iter().map(|(m, _)| &m[..]).collect();
+        assert_eq!(names, vec![&b"b"[..], b"c", b"a"]);
+        let some = s
+            .zrange_by_score(b"z", (-2.0, false), (5.0, true), 1, Some(5))
+            .unwrap();
+        assert_eq!(some.len(), 1);
+        assert_eq!(s.count(ZSET, b"z").unwrap(), 3);
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.zrem(b"z", &[b("a"), b("nope")]).unwrap(), 1);
+        g.commit().unwrap();
+        assert_eq!(s.zscore(b"z", b"a").unwrap(), None);
+        assert_eq!(s.zscore(b"z", b"c").unwrap(), Some(3.0));
+    }
+
+    #[test]
+    fn scan_returns_every_key_across_types_once() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        for i in 0..50 {
+            g.set(format!("s{i}").as_bytes(), b("v"), SetOptions::default())
+                .unwrap();
+            g.hash_set(format!("h{i}").as_bytes(), &[(b("f"), b("v"))])
+                .unwrap();
+        }
+        g.commit().unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, keys) = s.scan(cursor, None, 7, None).unwrap();
+            for k in keys {
+                assert!(seen.insert(k));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        assert_eq!(seen.len(), 100);
+        assert_eq!(s.dbsize().unwrap(), 100);
+        assert!(matches!(
+            s.scan(999_999, None, 10, None),
+            Err(StoreError::InvalidCursor)
+        ));
+    }
+
+    #[test]
+    fn integers_parse_strictly() {
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"0"), Some(0));
+        for bad in [
+            &b""[..],
+            b"+1",
+            b"01",
+            b" 1",
+            b"1.0",
+            b"99999999999999999999",
+            b"-0",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Starts the real `lightstore` binary on a free port and a scratch data directory.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running drive; killed on drop.
+pub struct Drive {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+/// Capacity of test devices (sparse files).
+pub const TEST_CAPACITY: &str = "1GiB";
+
+impl Drive {
+    /// Starts a drive on `data_dir` with extra flags; waits until it accepts clients.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Drive {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lightstore"));
+        cmd.args(["--port", "0"]);
+        if !extra.contains(&"--capacity") {
+            cmd.args(["--capacity", TEST_CAPACITY]);
+        }
+        let mut child = cmd
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting lightstore");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(a) = line.strip_prefix("lightstore ready on ") {
+                    let _ = tx.send(a.trim().to_string());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a.parse().unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!("lightstore did not become ready (exit: {status:?})");
+            }
+        };
+        Drive {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// A redis-rs client for this drive.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://{}/", self.addr)).unwrap()
+    }
+
+    /// A synchronous redis-rs connection.
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().unwrap()
+    }
+
+    /// A raw TCP connection.
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SHUTDOWN through the protocol; waits for a clean exit and returns its success.
+    pub fn shutdown(mut self) -> bool {
+        let mut s = self.raw();
+        let _ = s.write_all(b"*1\r\n$8\r\nSHUTDOWN\r\n");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.success();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "drive did not exit after SHUTDOWN"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit on its own (after SIGTERM, say).
+    pub fn wait_exit(mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.success();
+            }
+            assert!(Instant::now() < deadline, "drive did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Drive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends raw bytes and reads what comes back until the server closes or `wait` passes
+/// without more bytes.
+pub fn exchange(s: &mut TcpStream, bytes: &[u8], wait: Duration) -> (Vec<u8>, bool) {
+    s.write_all(bytes).unwrap();
+    read_for(s, wait)
+}
+
+/// Reads until the peer closes (true) or nothing arrives for `wait` (false).
+pub fn read_for(s: &mut TcpStream, wait: Duration) -> (Vec<u8>, bool) {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+/// Whether a Debian tool is installed; prints why a test skips when it is not.
+pub fn have_tool(bin: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIP: `{bin}` is not installed (cargo xtask test installs redis-tools)");
+    }
+    ok
+}

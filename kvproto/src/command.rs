@@ -1,0 +1,1474 @@
+//! The typed [`Command`] enum (`parse` -> apply in the firmware) and the command table.
+//!
+//! Parsing checks arity, options and numbers and produces Redis 7's error texts, so a
+//! client sees the same `-ERR ...` lines it would from `redis-server`. Arguments stay
+//! [`Bytes`] views of the request buffer.
+
+use bytes::Bytes;
+
+use crate::reply::Reply;
+
+/// A request that is not a valid command. `Display` is the full error reply text
+/// (`ERR ...`, `WRONGTYPE ...`), ready for [`Reply::error`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CommandError(pub String);
+
+fn err(text: &str) -> CommandError {
+    CommandError(text.to_owned())
+}
+
+const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+const NOT_FLOAT: &str = "ERR value is not a valid float";
+const SYNTAX: &str = "ERR syntax error";
+
+/// When a SET expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expire {
+    /// `EX seconds` from now.
+    Ex(u64),
+    /// `PX milliseconds` from now.
+    Px(u64),
+    /// `EXAT unix-seconds`.
+    ExAt(u64),
+    /// `PXAT unix-milliseconds`.
+    PxAt(u64),
+}
+
+/// SET's `NX` / `XX` condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetCondition {
+    /// Only if the key does not exist.
+    Nx,
+    /// Only if the key exists.
+    Xx,
+}
+
+/// One end of a `ZRANGEBYSCORE` interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScoreBound {
+    /// `-inf`.
+    NegInf,
+    /// `+inf`.
+    PosInf,
+    /// `score`: the bound is included.
+    Inclusive(f64),
+    /// `(score`: the bound is excluded.
+    Exclusive(f64),
+}
+
+/// ZADD's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(clippy::struct_excessive_bools)]
+pub struct ZAddOptions {
+    /// Only add new members.
+    pub nx: bool,
+    /// Only update existing members.
+    pub xx: bool,
+    /// Only update when the new score is greater.
+    pub gt: bool,
+    /// Only update when the new score is less.
+    pub lt: bool,
+    /// Reply with added + changed instead of added.
+    pub ch: bool,
+    /// Increment the score (ZINCRBY semantics); reply with the new score.
+    pub incr: bool,
+}
+
+/// A parsed command.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // Variants are the Redis commands of the same name.
+pub enum Command {
+    Ping(Option<Bytes>),
+    Echo(Bytes),
+    Hello {
+        protover: Option<i64>,
+        auth: Option<(Bytes, Bytes)>,
+        setname: Option<Bytes>,
+    },
+    Auth {
+        username: Option<Bytes>,
+        password: Bytes,
+    },
+    Select(i64),
+    Quit,
+    Get(Bytes),
+    Set {
+        key: Bytes,
+        value: Bytes,
+        expire: Option<Expire>,
+        condition: Option<SetCondition>,
+        keep_ttl: bool,
+        get: bool,
+    },
+    MGet(Vec<Bytes>),
+    MSet(Vec<(Bytes, Bytes)>),
+    Del(Vec<Bytes>),
+    Exists(Vec<Bytes>),
+    Strlen(Bytes),
+    GetRange {
+        key: Bytes,
+        start: i64,
+        end: i64,
+    },
+    /// INCR, DECR, INCRBY and DECRBY.
+    IncrBy {
+        key: Bytes,
+        delta: i64,
+    },
+    Scan {
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: Option<u64>,
+        kind: Option<Bytes>,
+    },
+    DbSize,
+    FlushAll,
+    Info(Vec<Bytes>),
+    ConfigGet(Vec<Bytes>),
+    ConfigSet(Vec<(Bytes, Bytes)>),
+    ConfigResetStat,
+    CommandCount,
+    CommandDocs(Vec<Bytes>),
+    /// `COMMAND` (empty list: every command) and `COMMAND INFO`.
+    CommandInfo(Vec<Bytes>),
+    CommandList,
+    ClientSetName(Bytes),
+    ClientGetName,
+    ClientSetInfo {
+        attr: Bytes,
+        value: Bytes,
+    },
+    ClientId,
+    ClientInfo,
+    ClientList,
+    Shutdown {
+        nosave: bool,
+    },
+    /// HSET and HMSET (`hmset` replies `+OK`).
+    HSet {
+        key: Bytes,
+        pairs: Vec<(Bytes, Bytes)>,
+        hmset: bool,
+    },
+    HGet {
+        key: Bytes,
+        field: Bytes,
+    },
+    HMGet {
+        key: Bytes,
+        fields: Vec<Bytes>,
+    },
+    HGetAll(Bytes),
+    HDel {
+        key: Bytes,
+        fields: Vec<Bytes>,
+    },
+    HLen(Bytes),
+    HExists {
+        key: Bytes,
+        field: Bytes,
+    },
+    ZAdd {
+        key: Bytes,
+        options: ZAddOptions,
+        members: Vec<(f64, Bytes)>,
+    },
+    ZRem {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    ZScore {
+        key: Bytes,
+        member: Bytes,
+    },
+    ZCard(Bytes),
+    ZRangeByScore {
+        key: Bytes,
+        min: ScoreBound,
+        max: ScoreBound,
+        withscores: bool,
+        limit: Option<(i64, i64)>,
+    },
+    /// `CLUSTER <args>`: the arguments after `CLUSTER`.
+    Cluster(Vec<Bytes>),
+    Readonly,
+    Readwrite,
+}
+
+/// Parses a Redis integer as `string2ll` does: optional `-`, no `+`, no leading zeros.
+#[must_use]
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    if s == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 19 || !(b'1'..=b'9').contains(&digits[0]) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if neg {
+        if v == 1 << 63 {
+            Some(i64::MIN)
+        } else {
+            i64::try_from(v).ok().map(|v| -v)
+        }
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// Parses a Redis float (`strtod` without spaces); `inf` is accepted, NaN is not.
+#[must_use]
+pub fn parse_f64(s: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(s).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    let v: f64 = s.parse().ok()?;
+    (!v.is_nan()).then_some(v)
+}
+
+fn int(s: &[u8]) -> Result<i64, CommandError> {
+    parse_i64(s).ok_or_else(|| err(NOT_INTEGER))
+}
+
+fn lower(s: &[u8]) -> Vec<u8> {
+    s.to_ascii_lowercase()
+}
+
+/// `ERR wrong number of arguments for 'name' command`.
+fn wrong_args(name: &str) -> CommandError {
+    CommandError(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn unknown_subcommand(sub: &[u8], container: &str) -> CommandError {
+    CommandError(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(&sub[..sub.len().min(128)]),
+        container
+    ))
+}
+
+/// Redis 7's unknown-command text, with up to 128 bytes of the first arguments.
+fn unknown_command(args: &[Bytes]) -> CommandError {
+    let name = args.first().map_or(&b""[..], |n| &n[..]);
+    let mut shown = String::new();
+    for a in args.iter().skip(1) {
+        if shown.len() >= 128 {
+            break;
+        }
+        let room = 128 - shown.len();
+        shown.push('\'');
+        shown.push_str(&String::from_utf8_lossy(&a[..a.len().min(room)]));
+        shown.push_str("' ");
+    }
+    CommandError(format!(
+        "ERR unknown command '{}', with args beginning with: {}",
+        String::from_utf8_lossy(&name[..name.len().min(128)]),
+        shown
+    ))
+}
+
+fn pairs(a: &[Bytes]) -> Vec<(Bytes, Bytes)> {
+    a.chunks_exact(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect()
+}
+
+fn score_bound(s: &[u8]) -> Result<ScoreBound, CommandError> {
+    let bad = || err("ERR min or max is not a float");
+    if let Some(rest) = s.strip_prefix(b"(") {
+        let v = parse_f64(rest).ok_or_else(bad)?;
+        return Ok(ScoreBound::Exclusive(v));
+    }
+    match lower(s).as_slice() {
+        b"-inf" => Ok(ScoreBound::NegInf),
+        b"+inf" | b"inf" => Ok(ScoreBound::PosInf),
+        _ => parse_f64(s).map(ScoreBound::Inclusive).ok_or_else(bad),
+    }
+}
+
+fn parse_set(a: &[Bytes]) -> Result<Command, CommandError> {
+    let mut expire = None;
+    let mut condition = None;
+    let mut keep_ttl = false;
+    let mut get = false;
+    let mut i = 2;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        let next = a.get(i + 1);
+        match opt.as_slice() {
+            b"nx" if condition.is_none() => condition = Some(SetCondition::Nx),
+            b"xx" if condition.is_none() => condition = Some(SetCondition::Xx),
+            b"get" => get = true,
+            b"keepttl" if expire.is_none() => keep_ttl = true,
+            b"ex" | b"px" | b"exat" | b"pxat" if expire.is_none() && !keep_ttl => {
+                let Some(v) = next else {
+                    return Err(err(SYNTAX));
+                };
+                let n = int(v)?;
+                let bad = || err("ERR invalid expire time in 'set' command");
+                let n = u64::try_from(n).ok().filter(|&n| n > 0).ok_or_else(bad)?;
+                let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
+                if seconds && n > u64::MAX / 1000 {
+                    return Err(bad());
+                }
+                expire = Some(match opt.as_slice() {
+                    b"ex" => Expire::Ex(n),
+                    b"px" => Expire::Px(n),
+                    b"exat" => Expire::ExAt(n),
+                    _ => Expire::PxAt(n),
+                });
+                i += 1;
+            }
+            _ => return Err(err(SYNTAX)),
+        }
+        i += 1;
+    }
+    Ok(Command::Set {
+        key: a[0].clone(),
+        value: a[1].clone(),
+        expire,
+        condition,
+        keep_ttl,
+        get,
+    })
+}
+
+fn parse_scan(a: &[Bytes]) -> Result<Command, CommandError> {
+    let cursor = std::str::from_utf8(&a[0])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| err("ERR invalid cursor"))?;
+    let (mut pattern, mut count, mut kind) = (None, None, None);
+    let mut i = 1;
+    while i < a.len() {
+        let Some(v) = a.get(i + 1) else {
+            return Err(err(SYNTAX));
+        };
+        match lower(&a[i]).as_slice() {
+            b"match" => pattern = Some(v.clone()),
+            b"count" => {
+                let n = int(v)?;
+                count = Some(
+                    u64::try_from(n)
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| err(SYNTAX))?,
+                );
+            }
+            b"type" => kind = Some(v.clone()),
+            _ => return Err(err(SYNTAX)),
+        }
+        i += 2;
+    }
+    Ok(Command::Scan {
+        cursor,
+        pattern,
+        count,
+        kind,
+    })
+}
+
+fn parse_hello(a: &[Bytes]) -> Result<Command, CommandError> {
+    let Some(v) = a.first() else {
+        return Ok(Command::Hello {
+            protover: None,
+            auth: None,
+            setname: None,
+        });
+    };
+    let protover = parse_i64(v)
+        .ok_or_else(|| err("ERR Protocol version is not an integer or out of range"))?;
+    let (mut auth, mut setname) = (None, None);
+    let mut i = 1;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        match opt.as_slice() {
+            b"auth" if i + 2 < a.len() => {
+                auth = Some((a[i + 1].clone(), a[i + 2].clone()));
+                i += 3;
+            }
+            b"setname" if i + 1 < a.len() => {
+                setname = Some(a[i + 1].clone());
+                i += 2;
+            }
+            _ => {
+                return Err(CommandError(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&a[i])
+                )))
+            }
+        }
+    }
+    Ok(Command::Hello {
+        protover: Some(protover),
+        auth,
+        setname,
+    })
+}
+
+fn parse_zadd(a: &[Bytes]) -> Result<Command, CommandError> {
+    let mut o = ZAddOptions::default();
+    let mut i = 1;
+    while i < a.len() {
+        match lower(&a[i]).as_slice() {
+            b"nx" => o.nx = true,
+            b"xx" => o.xx = true,
+            b"gt" => o.gt = true,
+            b"lt" => o.lt = true,
+            b"ch" => o.ch = true,
+            b"incr" => o.incr = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    let rest = &a[i..];
+    if rest.is_empty() || rest.len() % 2 != 0 {
+        return Err(err(SYNTAX));
+    }
+    if o.nx && o.xx {
+        return Err(err(
+            "ERR XX and NX options at the same time are not compatible",
+        ));
+    }
+    if ((o.gt || o.lt) && o.nx) || (o.gt && o.lt) {
+        return Err(err(
+            "ERR GT, LT, and/or NX options at the same time are not compatible",
+        ));
+    }
+    if o.incr && rest.len() > 2 {
+        return Err(err(
+            "ERR INCR option supports a single increment-element pair",
+        ));
+    }
+    let mut members = Vec::with_capacity(rest.len() / 2);
+    for p in rest.chunks_exact(2) {
+        let score = parse_f64(&p[0]).ok_or_else(|| err(NOT_FLOAT))?;
+        members.push((score, p[1].clone()));
+    }
+    Ok(Command::ZAdd {
+        key: a[0].clone(),
+        options: o,
+        members,
+    })
+}
+
+fn parse_zrangebyscore(a: &[Bytes]) -> Result<Command, CommandError> {
+    let min = score_bound(&a[1])?;
+    let max = score_bound(&a[2])?;
+    let (mut withscores, mut limit) = (false, None);
+    let mut i = 3;
+    while i < a.len() {
+        match lower(&a[i]).as_slice() {
+            b"withscores" => i += 1,
+            b"limit" if i + 2 < a.len() => {
+                limit = Some((int(&a[i + 1])?, int(&a[i + 2])?));
+                i += 3;
+                continue;
+            }
+            _ => return Err(err(SYNTAX)),
+        }
+        withscores = true;
+    }
+    Ok(Command::ZRangeByScore {
+        key: a[0].clone(),
+        min,
+        max,
+        withscores,
+        limit,
+    })
+}
+
+fn parse_config(a: &[Bytes]) -> Result<Command, CommandError> {
+    let sub = lower(&a[0]);
+    let rest = &a[1..];
+    match sub.as_slice() {
+        b"get" if rest.is_empty() => Err(wrong_args("config|get")),
+        b"get" => Ok(Command::ConfigGet(rest.to_vec())),
+        b"set" if rest.len() < 2 || rest.len() % 2 != 0 => Err(wrong_args("config|set")),
+        b"set" => Ok(Command::ConfigSet(pairs(rest))),
+        b"resetstat" if !rest.is_empty() => Err(wrong_args("config|resetstat")),
+        b"resetstat" => Ok(Command::ConfigResetStat),
+        _ => Err(unknown_subcommand(&a[0], "CONFIG")),
+    }
+}
+
+fn parse_command(a: &[Bytes]) -> Result<Command, CommandError> {
+    let Some(sub) = a.first() else {
+        return Ok(Command::CommandInfo(Vec::new()));
+    };
+    let rest = &a[1..];
+    match lower(sub).as_slice() {
+        b"count" if !rest.is_empty() => Err(wrong_args("command|count")),
+        b"count" => Ok(Command::CommandCount),
+        b"docs" => Ok(Command::CommandDocs(rest.to_vec())),
+        b"info" => Ok(Command::CommandInfo(rest.to_vec())),
+        b"list" if !rest.is_empty() => Err(err(SYNTAX)),
+        b"list" => Ok(Command::CommandList),
+        _ => Err(unknown_subcommand(sub, "COMMAND")),
+    }
+}
+
+fn parse_client(a: &[Bytes]) -> Result<Command, CommandError> {
+    let sub = lower(&a[0]);
+    let rest = &a[1..];
+    let exact = |n: usize, name: &str| {
+        if rest.len() == n {
+            Ok(())
+        } else {
+            Err(wrong_args(name))
+        }
+    };
+    match sub.as_slice() {
+        b"setname" => exact(1, "client|setname").map(|()| Command::ClientSetName(rest[0].clone())),
+        b"getname" => exact(0, "client|getname").map(|()| Command::ClientGetName),
+        b"setinfo" => exact(2, "client|setinfo").map(|()| Command::ClientSetInfo {
+            attr: rest[0].clone(),
+            value: rest[1].clone(),
+        }),
+        b"id" => exact(0, "client|id").map(|()| Command::ClientId),
+        b"info" => exact(0, "client|info").map(|()| Command::ClientInfo),
+        b"list" if !rest.is_empty() => Err(err(SYNTAX)),
+        b"list" => Ok(Command::ClientList),
+        _ => Err(unknown_subcommand(&a[0], "CLIENT")),
+    }
+}
+
+fn parse_shutdown(a: &[Bytes]) -> Result<Command, CommandError> {
+    let mut nosave = false;
+    for opt in a {
+        match lower(opt).as_slice() {
+            b"nosave" => nosave = true,
+            b"save" | b"now" | b"force" => {}
+            b"abort" => return Err(err("ERR No shutdown in progress.")),
+            _ => return Err(err(SYNTAX)),
+        }
+    }
+    Ok(Command::Shutdown { nosave })
+}
+
+impl Command {
+    /// Parses a framed request (`args[0]` is the command name, any case).
+    ///
+    /// # Errors
+    ///
+    /// A [`CommandError`] with Redis 7's text for an unknown command, a wrong argument
+    /// count, a bad option or a malformed number.
+    pub fn parse(args: &[Bytes]) -> Result<Self, CommandError> {
+        let Some(name) = args.first() else {
+            return Err(unknown_command(args));
+        };
+        let Some(spec) = lookup(name) else {
+            return Err(unknown_command(args));
+        };
+        let argc = i64::try_from(args.len()).unwrap_or(i64::MAX);
+        if (spec.arity >= 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
+            return Err(wrong_args(spec.name));
+        }
+        let a = &args[1..];
+        let key = || a[0].clone();
+        Ok(match spec.name {
+            "ping" if a.len() > 1 => return Err(wrong_args("ping")),
+            "ping" => Self::Ping(a.first().cloned()),
+            "echo" => Self::Echo(key()),
+            "hello" => parse_hello(a)?,
+            "auth" if a.len() > 2 => return Err(err(SYNTAX)),
+            "auth" if a.len() == 2 => Self::Auth {
+                username: Some(a[0].clone()),
+                password: a[1].clone(),
+            },
+            "auth" => Self::Auth {
+                username: None,
+                password: key(),
+            },
+            "select" => Self::Select(int(&a[0])?),
+            "quit" => Self::Quit,
+            "get" => Self::Get(key()),
+            "set" => parse_set(a)?,
+            "mget" => Self::MGet(a.to_vec()),
+            "mset" if a.len() % 2 != 0 => return Err(wrong_args("mset")),
+            "mset" => Self::MSet(pairs(a)),
+            "del" => Self::Del(a.to_vec()),
+            "exists" => Self::Exists(a.to_vec()),
+            "strlen" => Self::Strlen(key()),
+            "getrange" => Self::GetRange {
+                key: key(),
+                start: int(&a[1])?,
+                end: int(&a[2])?,
+            },
+            "incr" => Self::IncrBy {
+                key: key(),
+                delta: 1,
+            },
+            "decr" => Self::IncrBy {
+                key: key(),
+                delta: -1,
+            },
+            "incrby" => Self::IncrBy {
+                key: key(),
+                delta: int(&a[1])?,
+            },
+            "decrby" => Self::IncrBy {
+                key: key(),
+                delta: int(&a[1])?
+                    .checked_neg()
+                    .ok_or_else(|| err("ERR decrement would overflow"))?,
+            },
+            "scan" => parse_scan(a)?,
+            "dbsize" => Self::DbSize,
+            "flushall" if a.len() > 1 => return Err(err(SYNTAX)),
+            "flushall" => match a.first().map(|m| lower(m)) {
+                None => Self::FlushAll,
+                Some(m) if m == b"async" || m == b"sync" => Self::FlushAll,
+                Some(_) => return Err(err(SYNTAX)),
+            },
+            "info" => Self::Info(a.to_vec()),
+            "config" => parse_config(a)?,
+            "command" => parse_command(a)?,
+            "client" => parse_client(a)?,
+            "shutdown" => parse_shutdown(a)?,
+            "hset" | "hmset" if a.len() % 2 == 0 => return Err(wrong_args(spec.name)),
+            "hset" | "hmset" => Self::HSet {
+                key: key(),
+                pairs: pairs(&a[1..]),
+                hmset: spec.name == "hmset",
+            },
+            "hget" => Self::HGet {
+                key: key(),
+                field: a[1].clone(),
+            },
+            "hmget" => Self::HMGet {
+                key: key(),
+                fields: a[1..].to_vec(),
+            },
+            "hgetall" => Self::HGetAll(key()),
+            "hdel" => Self::HDel {
+                key: key(),
+                fields: a[1..].to_vec(),
+            },
+            "hlen" => Self::HLen(key()),
+            "hexists" => Self::HExists {
+                key: key(),
+                field: a[1].clone(),
+            },
+            "zadd" => parse_zadd(a)?,
+            "zrem" => Self::ZRem {
+                key: key(),
+                members: a[1..].to_vec(),
+            },
+            "zscore" => Self::ZScore {
+                key: key(),
+                member: a[1].clone(),
+            },
+            "zcard" => Self::ZCard(key()),
+            "zrangebyscore" => parse_zrangebyscore(a)?,
+            "cluster" => Self::Cluster(a.to_vec()),
+            "readonly" => Self::Readonly,
+            "readwrite" => Self::Readwrite,
+            _ => return Err(unknown_command(args)),
+        })
+    }
+
+    /// The command's name as in the command table (lowercase).
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Ping(_) => "ping",
+            Self::Echo(_) => "echo",
+            Self::Hello { .. } => "hello",
+            Self::Auth { .. } => "auth",
+            Self::Select(_) => "select",
+            Self::Quit => "quit",
+            Self::Get(_) => "get",
+            Self::Set { .. } => "set",
+            Self::MGet(_) => "mget",
+            Self::MSet(_) => "mset",
+            Self::Del(_) => "del",
+            Self::Exists(_) => "exists",
+            Self::Strlen(_) => "strlen",
+            Self::GetRange { .. } => "getrange",
+            Self::IncrBy { .. } => "incrby",
+            Self::Scan { .. } => "scan",
+            Self::DbSize => "dbsize",
+            Self::FlushAll => "flushall",
+            Self::Info(_) => "info",
+            Self::ConfigGet(_) | Self::ConfigSet(_) | Self::ConfigResetStat => "config",
+            Self::CommandCount
+            | Self::CommandDocs(_)
+            | Self::CommandInfo(_)
+            | Self::CommandList => "command",
+            Self::ClientSetName(_)
+            | Self::ClientGetName
+            | Self::ClientSetInfo { .. }
+            | Self::ClientId
+            | Self::ClientInfo
+            | Self::ClientList => "client",
+            Self::Shutdown { .. } => "shutdown",
+            Self::HSet { hmset: true, .. } => "hmset",
+            Self::HSet { .. } => "hset",
+            Self::HGet { .. } => "hget",
+            Self::HMGet { .. } => "hmget",
+            Self::HGetAll(_) => "hgetall",
+            Self::HDel { .. } => "hdel",
+            Self::HLen(_) => "hlen",
+            Self::HExists { .. } => "hexists",
+            Self::ZAdd { .. } => "zadd",
+            Self::ZRem { .. } => "zrem",
+            Self::ZScore { .. } => "zscore",
+            Self::ZCard(_) => "zcard",
+            Self::ZRangeByScore { .. } => "zrangebyscore",
+            Self::Cluster(_) => "cluster",
+            Self::Readonly => "readonly",
+            Self::Readwrite => "readwrite",
+        }
+    }
+
+    /// Whether the command changes stored data.
+    #[must_use]
+    pub fn is_write(&self) -> bool {
+        lookup(self.name().as_bytes()).is_some_and(|s| s.flags.contains(&"write"))
+    }
+
+    /// The keys the command touches, in argument order (for slot routing).
+    #[must_use]
+    pub fn keys(&self) -> Vec<&[u8]> {
+        match self {
+            Self::Get(k)
+            | Self::Strlen(k)
+            | Self::HGetAll(k)
+            | Self::HLen(k)
+            | Self::ZCard(k)
+            | Self::Set { key: k, .. }
+            | Self::GetRange { key: k, .. }
+            | Self::IncrBy { key: k, .. }
+            | Self::HSet { key: k, .. }
+            | Self::HGet { key: k, .. }
+            | Self::HMGet { key: k, .. }
+            | Self::HDel { key: k, .. }
+            | Self::HExists { key: k, .. }
+            | Self::ZAdd { key: k, .. }
+            | Self::ZRem { key: k, .. }
+            | Self::ZScore { key: k, .. }
+            | Self::ZRangeByScore { key: k, .. } => vec![&k[..]],
+            Self::MGet(ks) | Self::Del(ks) | Self::Exists(ks) => {
+                ks.iter().map(|k| &k[..]).collect()
+            }
+            Self::MSet(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One row of the command table (what `COMMAND INFO` and `COMMAND DOCS` report).
+#[derive(Debug, Clone, Copy)]
+pub struct CommandSpec {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly n arguments (name included), `-n` at least n.
+    pub arity: i64,
+    /// Redis command flags (`write`, `readonly`, `fast`, ...).
+    pub flags: &'static [&'static str],
+    /// Position of the first key (0: no keys).
+    pub first_key: i64,
+    /// Position of the last key (-1: the last argument).
+    pub last_key: i64,
+    /// Step between keys.
+    pub step: i64,
+    /// Command group (`string`, `hash`, `sorted-set`, ...).
+    pub group: &'static str,
+    /// Time complexity, as Redis documents it.
+    pub complexity: &'static str,
+    /// One-line summary.
+    pub summary: &'static str,
+}
+
+impl CommandSpec {
+    /// The `COMMAND INFO` entry (Redis 7 layout: name, arity, flags, first, last, step,
+    /// ACL categories, tips, key specs, subcommands).
+    #[must_use]
+    pub fn info_reply(&self) -> Reply {
+        let s = |t: &'static str| Reply::Simple(Bytes::from_static(t.as_bytes()));
+        Reply::Array(vec![
+            Reply::Bulk(Bytes::from_static(self.name.as_bytes())),
+            Reply::Integer(self.arity),
+            Reply::Set(self.flags.iter().map(|f| s(f)).collect()),
+            Reply::Integer(self.first_key),
+            Reply::Integer(self.last_key),
+            Reply::Integer(self.step),
+            Reply::Set(Vec::new()),
+            Reply::Set(Vec::new()),
+            Reply::Array(Vec::new()),
+            Reply::Array(Vec::new()),
+        ])
+    }
+
+    /// The `COMMAND DOCS` entry: summary, since, group and complexity.
+    #[must_use]
+    pub fn docs_reply(&self) -> Reply {
+        let b = |t: &'static str| Reply::Bulk(Bytes::from_static(t.as_bytes()));
+        Reply::Map(vec![
+            (b("summary"), b(self.summary)),
+            (b("since"), b("1.0.0")),
+            (b("group"), b(self.group)),
+            (b("complexity"), b(self.complexity)),
+        ])
+    }
+}
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, [$($flag:literal),*], $first:expr, $last:expr, $step:expr,
+     $group:literal, $cx:literal, $summary:literal) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: &[$($flag),*],
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            group: $group,
+            complexity: $cx,
+            summary: $summary,
+        }
+    };
+}
+
+/// Every command the drive serves.
+pub const COMMANDS: &[CommandSpec] = &[
+    spec!(
+        "ping",
+        -1,
+        ["fast", "stale"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Returns the server's liveliness response."
+    ),
+    spec!(
+        "echo",
+        2,
+        ["fast"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Returns the given string."
+    ),
+    spec!(
+        "hello",
+        -1,
+        ["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Handshakes with the drive."
+    ),
+    spec!(
+        "auth",
+        -2,
+        ["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(N)",
+        "Authenticates the connection."
+    ),
+    spec!(
+        "select",
+        2,
+        ["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Changes the selected database (only 0 exists)."
+    ),
+    spec!(
+        "quit",
+        -1,
+        ["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Closes the connection."
+    ),
+    spec!(
+        "get",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Returns the string value of a key."
+    ),
+    spec!(
+        "set",
+        -3,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Sets the string value of a key, with optional expiry and conditions."
+    ),
+    spec!(
+        "mget",
+        -2,
+        ["readonly", "fast"],
+        1,
+        -1,
+        1,
+        "string",
+        "O(N)",
+        "Returns the string values of one or more keys."
+    ),
+    spec!(
+        "mset",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        2,
+        "string",
+        "O(N)",
+        "Sets the string values of one or more keys."
+    ),
+    spec!(
+        "del",
+        -2,
+        ["write"],
+        1,
+        -1,
+        1,
+        "generic",
+        "O(N)",
+        "Deletes one or more keys."
+    ),
+    spec!(
+        "exists",
+        -2,
+        ["readonly", "fast"],
+        1,
+        -1,
+        1,
+        "generic",
+        "O(N)",
+        "Counts how many of the given keys exist."
+    ),
+    spec!(
+        "strlen",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Returns the length of a string value."
+    ),
+    spec!(
+        "getrange",
+        4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "string",
+        "O(N)",
+        "Returns a substring of a string value."
+    ),
+    spec!(
+        "incr",
+        2,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Increments the integer value of a key by one."
+    ),
+    spec!(
+        "decr",
+        2,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Decrements the integer value of a key by one."
+    ),
+    spec!(
+        "incrby",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Increments the integer value of a key by a number."
+    ),
+    spec!(
+        "decrby",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Decrements the integer value of a key by a number."
+    ),
+    spec!(
+        "scan",
+        -2,
+        ["readonly"],
+        0,
+        0,
+        0,
+        "generic",
+        "O(1) per call",
+        "Iterates over the key names."
+    ),
+    spec!(
+        "dbsize",
+        1,
+        ["readonly", "fast"],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "Returns the number of keys."
+    ),
+    spec!(
+        "flushall",
+        -1,
+        ["write"],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "Removes all keys."
+    ),
+    spec!(
+        "info",
+        -1,
+        ["loading", "stale"],
+        0,
+        0,
+        0,
+        "server",
+        "O(1)",
+        "Returns information and statistics about the drive."
+    ),
+    spec!(
+        "config",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "CONFIG GET, CONFIG SET and CONFIG RESETSTAT."
+    ),
+    spec!(
+        "command",
+        -1,
+        ["loading", "stale"],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "Returns information about the commands."
+    ),
+    spec!(
+        "client",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO and LIST."
+    ),
+    spec!(
+        "shutdown",
+        -1,
+        ["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "Flushes the engine and stops the drive."
+    ),
+    spec!(
+        "hset",
+        -4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Sets fields of a hash."
+    ),
+    spec!(
+        "hmset",
+        -4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Sets fields of a hash."
+    ),
+    spec!(
+        "hget",
+        3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Returns the value of a field in a hash."
+    ),
+    spec!(
+        "hmget",
+        -3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns the values of fields in a hash."
+    ),
+    spec!(
+        "hgetall",
+        2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns all fields and values of a hash."
+    ),
+    spec!(
+        "hdel",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Deletes fields from a hash."
+    ),
+    spec!(
+        "hlen",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns the number of fields in a hash."
+    ),
+    spec!(
+        "hexists",
+        3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Whether a field exists in a hash."
+    ),
+    spec!(
+        "zadd",
+        -4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Adds members to a sorted set or updates their scores."
+    ),
+    spec!(
+        "zrem",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(M*log(N))",
+        "Removes members from a sorted set."
+    ),
+    spec!(
+        "zscore",
+        3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(1)",
+        "Returns the score of a member."
+    ),
+    spec!(
+        "zcard",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(N)",
+        "Returns the number of members."
+    ),
+    spec!(
+        "zrangebyscore",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a score range."
+    ),
+    spec!(
+        "cluster",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "cluster",
+        "O(1)",
+        "Cluster commands."
+    ),
+    spec!(
+        "readonly",
+        1,
+        ["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        "cluster",
+        "O(1)",
+        "Enables read-only queries on a replica connection."
+    ),
+    spec!(
+        "readwrite",
+        1,
+        ["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        "cluster",
+        "O(1)",
+        "Disables read-only queries."
+    ),
+];
+
+/// The table row for `name` (any case).
+#[must_use]
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS
+        .iter()
+        .find(|s| s.name.len() == name.len() && s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(parts: &[&str]) -> Result<Command, CommandError> {
+        let args: Vec<Bytes> = parts.iter().map(|p| Bytes::from(p.to_string())).collect();
+        Command::parse(&args)
+    }
+
+    fn err_text(parts: &[&str]) -> String {
+        match cmd(parts) {
+            Ok(c) => format!("parsed as {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn redis_error_texts() {
+        assert_eq!(
+            err_text(&["FOO", "a", "b"]),
+            "ERR unknown command 'FOO', with args beginning with: 'a' 'b' "
+        );
+        assert_eq!(
+            err_text(&["get"]),
+            "ERR wrong number of arguments for 'get' command"
+        );
+        assert_eq!(
+            err_text(&["GET", "a", "b"]),
+            "ERR wrong number of arguments for 'get' command"
+        );
+        assert_eq!(err_text(&["set", "k", "v", "bogus"]), "ERR syntax error");
+        assert_eq!(err_text(&["set", "k", "v", "ex", "x"]), NOT_INTEGER);
+        assert_eq!(
+            err_text(&["set", "k", "v", "ex", "0"]),
+            "ERR invalid expire time in 'set' command"
+        );
+        assert_eq!(err_text(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
+        assert_eq!(err_text(&["incrby", "k", "1.5"]), NOT_INTEGER);
+        assert_eq!(
+            err_text(&["mset", "a", "1", "b"]),
+            "ERR wrong number of arguments for 'mset' command"
+        );
+        assert_eq!(err_text(&["zadd", "z", "x", "m"]), NOT_FLOAT);
+        assert_eq!(
+            err_text(&["zadd", "z", "nx", "xx", "1", "m"]),
+            "ERR XX and NX options at the same time are not compatible"
+        );
+        assert_eq!(
+            err_text(&["zadd", "z", "gt", "lt", "1", "m"]),
+            "ERR GT, LT, and/or NX options at the same time are not compatible"
+        );
+        assert_eq!(
+            err_text(&["zrangebyscore", "z", "a", "1"]),
+            "ERR min or max is not a float"
+        );
+        assert_eq!(err_text(&["scan", "x"]), "ERR invalid cursor");
+        assert_eq!(
+            err_text(&["config", "bogus"]),
+            "ERR unknown subcommand 'bogus'. Try CONFIG HELP."
+        );
+        assert_eq!(
+            err_text(&["config", "get"]),
+            "ERR wrong number of arguments for 'config|get' command"
+        );
+        assert_eq!(
+            err_text(&["hset", "h", "f"]),
+            "ERR wrong number of arguments for 'hset' command"
+        );
+    }
+
+    #[test]
+    fn parses_options() {
+        assert_eq!(
+            cmd(&["SET", "k", "v", "PX", "100", "NX", "GET"]).ok(),
+            Some(Command::Set {
+                key: Bytes::from("k"),
+                value: Bytes::from("v"),
+                expire: Some(Expire::Px(100)),
+                condition: Some(SetCondition::Nx),
+                keep_ttl: false,
+                get: true,
+            })
+        );
+        assert_eq!(
+            cmd(&[
+                "zrangebyscore",
+                "z",
+                "(1",
+                "+inf",
+                "WITHSCORES",
+                "LIMIT",
+                "0",
+                "10"
+            ])
+            .ok(),
+            Some(Command::ZRangeByScore {
+                key: Bytes::from("z"),
+                min: ScoreBound::Exclusive(1.0),
+                max: ScoreBound::PosInf,
+                withscores: true,
+                limit: Some((0, 10)),
+            })
+        );
+        assert_eq!(
+            cmd(&["scan", "0", "match", "a*", "count", "5"]).ok(),
+            Some(Command::Scan {
+                cursor: 0,
+                pattern: Some(Bytes::from("a*")),
+                count: Some(5),
+                kind: None,
+            })
+        );
+        assert_eq!(
+            cmd(&["decrby", "k", "-9223372036854775808"])
+                .err()
+                .map(|e| e.0),
+            Some("ERR decrement would overflow".to_owned())
+        );
+        assert!(cmd(&["hello", "3", "auth", "u", "p", "setname", "n"]).is_ok());
+    }
+
+    #[test]
+    fn integers_like_string2ll() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"01"), None);
+        assert_eq!(parse_i64(b"+1"), None);
+        assert_eq!(parse_i64(b" 1"), None);
+        assert_eq!(parse_i64(b"-0"), None);
+        assert_eq!(parse_i64(b""), None);
+    }
+
+    #[test]
+    fn table_is_consistent() {
+        for s in COMMANDS {
+            assert_eq!(
+                lookup(s.name.to_uppercase().as_bytes()).map(|x| x.name),
+                Some(s.name)
+            );
+        }
+        assert!(cmd(&["set", "k", "v"]).is_ok_and(|c| c.is_write()));
+        assert!(cmd(&["get", "k"]).is_ok_and(|c| !c.is_write()));
+        assert_eq!(
+            cmd(&["mset", "a", "1", "b", "2"])
+                .ok()
+                .map(|c| c.keys().len()),
+            Some(2)
+        );
+    }
+}
