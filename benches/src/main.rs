@@ -3,6 +3,7 @@
 mod device;
 mod fio;
 mod local;
+mod net;
 mod report;
 
 use std::path::PathBuf;
@@ -61,6 +62,25 @@ enum Bench {
         #[arg(long)]
         data_mib: Option<u64>,
     },
+    /// The drive over RESP next to redis-server (in-memory and AOF everysec), driven by
+    /// redis-benchmark with the same settings.
+    Net {
+        /// Small key spaces and request counts (a few minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for the servers' data.
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// The lightstore binary (default: next to this one).
+        #[arg(long)]
+        lightstore: Option<PathBuf>,
+        /// Requests per run with 50 connections (default 20000 quick, 200000 full).
+        #[arg(long)]
+        requests: Option<u64>,
+    },
 }
 
 fn emit(rows: &[report::Row], json: Option<PathBuf>) -> anyhow::Result<()> {
@@ -106,6 +126,21 @@ fn main() -> anyhow::Result<()> {
                 quick,
                 scratch,
                 data_mib,
+            };
+            emit(&bench.run()?, json)?;
+        }
+        Bench::Net {
+            quick,
+            json,
+            scratch,
+            lightstore,
+            requests,
+        } => {
+            let bench = net::NetBench {
+                quick,
+                scratch,
+                lightstore,
+                requests,
             };
             emit(&bench.run()?, json)?;
         }

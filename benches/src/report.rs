@@ -34,6 +34,21 @@ pub struct Row {
     /// Ratio to the raw device ceiling of the same backend measured in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_device: Option<f64>,
+    /// Client connections (network benchmark).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u32>,
+    /// Requests each connection keeps in flight (network benchmark).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<u32>,
+    /// Server CPU seconds (user + system) per million requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_mop: Option<f64>,
+    /// Server resident memory after the run, in MB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_mb: Option<f64>,
+    /// Ratio of ops/s to in-memory Redis with the same client settings, in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_redis: Option<f64>,
     /// Why the row has no figures (a peer that could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
@@ -54,6 +69,11 @@ impl Row {
             value_size: None,
             write_amp: None,
             ratio_to_device: None,
+            connections: None,
+            pipeline: None,
+            cpu_s_per_mop: None,
+            rss_mb: None,
+            ratio_to_redis: None,
             missing: Some(reason),
         }
     }
@@ -82,13 +102,22 @@ impl Row {
             value_size: None,
             write_amp: None,
             ratio_to_device: None,
+            connections: None,
+            pipeline: None,
+            cpu_s_per_mop: None,
+            rss_mb: None,
+            ratio_to_redis: None,
             missing: None,
         }
     }
 }
 
-/// Prints rows as an aligned table.
+/// Prints rows as an aligned table (the network layout when rows carry connections).
 pub fn print_table(rows: &[Row]) {
+    if rows.iter().any(|r| r.connections.is_some()) {
+        print_net_table(rows);
+        return;
+    }
     let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
     println!(
         "{:<28} {:<16} {:>4} {:>11} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}",
@@ -114,6 +143,48 @@ pub fn print_table(rows: &[Row]) {
             opt(r.ratio_to_fio),
             opt(r.ratio_to_device),
             opt(r.write_amp)
+        );
+    }
+}
+
+fn print_net_table(rows: &[Row]) {
+    let opt = |x: Option<f64>, p: usize| x.map_or_else(|| "-".to_string(), |x| format!("{x:.p$}"));
+    println!(
+        "{:<22} {:<12} {:>5} {:>3} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}",
+        "system",
+        "workload",
+        "value",
+        "c",
+        "P",
+        "ops/s",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "CPU s/M",
+        "RSS MB",
+        "vs redis"
+    );
+    for r in rows {
+        let (c, p) = (r.connections.unwrap_or(0), r.pipeline.unwrap_or(0));
+        let v = r.value_size.unwrap_or(0);
+        if let Some(why) = &r.missing {
+            println!(
+                "{:<22} {:<12} {v:>5} {c:>3} {p:>3} missing: {why}",
+                r.system, r.workload
+            );
+            continue;
+        }
+        println!(
+            "{:<22} {:<12} {v:>5} {c:>3} {p:>3} {:>10.0} {:>8.1} {:>8.0} {:>8.0} {:>8} {:>7} {:>7}",
+            r.system,
+            r.workload,
+            r.ops_per_sec,
+            r.mb_per_sec,
+            r.p50_us,
+            r.p99_us,
+            opt(r.cpu_s_per_mop, 1),
+            opt(r.rss_mb, 0),
+            opt(r.ratio_to_redis, 2)
         );
     }
 }

@@ -4,6 +4,7 @@
 //!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`).
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
 //! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
+//! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
 
 use std::process::{Command, ExitCode};
@@ -36,7 +37,7 @@ enum Task {
     },
     /// Run a benchmark (release build).
     Bench {
-        /// Which benchmark: device, local.
+        /// Which benchmark: device, local, net.
         which: String,
         /// Passed to the harness (`--quick`, `--json PATH`, ...).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -134,7 +135,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ],
                     &args,
                 ),
-                other => bail!("unknown benchmark `{other}` (available: device, local)"),
+                "net" => {
+                    // The drive binary the benchmark starts, next to the harness.
+                    cargo(&["build", "--release", "-p", "firmware"], &[])?;
+                    cargo(
+                        &["run", "--release", "-p", "lightstore-benches", "--", "net"],
+                        &args,
+                    )
+                }
+                other => bail!("unknown benchmark `{other}` (available: device, local, net)"),
             }
         }
         Task::Lint => {

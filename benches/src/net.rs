@@ -1,0 +1,545 @@
+//! The network benchmark: `redis-benchmark` (Debian redis-tools) against the drive and
+//! against `redis-server` (in-memory, and appendonly with `appendfsync everysec`) in the same
+//! run with the same client settings. SET / GET / MSET / MGET (10 keys each) with 8 KiB and
+//! 100 B values, 1 and 50 connections, pipeline 1 and 16. For every run it also reads the
+//! server's CPU time and resident memory from `/proc`.
+//!
+//! Every server runs on this machine's loopback, and so does `redis-benchmark`: client and
+//! server share the same cores, which the figures include.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use kvproto::{Client, Reply};
+
+use crate::report::Row;
+
+/// Keys per MSET / MGET request (what `redis-benchmark -t mset` sends).
+const KEYS_PER_MULTI: u32 = 10;
+/// Value sizes measured, in bytes.
+const VALUE_SIZES: [u32; 2] = [8192, 100];
+/// (connections, pipeline) pairs measured.
+const CLIENT_SETTINGS: [(u32, u32); 4] = [(1, 1), (50, 1), (1, 16), (50, 16)];
+/// How long a server may take to accept clients.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Clock ticks per second of `/proc/<pid>/stat` times (Linux's fixed `USER_HZ`).
+const USER_HZ: f64 = 100.0;
+/// Capacity of the drive's device file (sparse).
+const DRIVE_CAPACITY: &str = "8GiB";
+
+/// One workload: its name and how `redis-benchmark` runs it.
+#[derive(Clone, Copy)]
+enum Workload {
+    Set,
+    Get,
+    MSet,
+    MGet,
+}
+
+impl Workload {
+    const ALL: [Workload; 4] = [Workload::Set, Workload::Get, Workload::MSet, Workload::MGet];
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Set => "SET",
+            Workload::Get => "GET",
+            Workload::MSet => "MSET",
+            Workload::MGet => "MGET",
+        }
+    }
+
+    fn keys_per_op(self) -> u32 {
+        match self {
+            Workload::Set | Workload::Get => 1,
+            Workload::MSet | Workload::MGet => KEYS_PER_MULTI,
+        }
+    }
+
+    /// `redis-benchmark` arguments selecting the workload.
+    fn args(self) -> Vec<String> {
+        match self {
+            Workload::Set => vec!["-t".into(), "set".into()],
+            Workload::Get => vec!["-t".into(), "get".into()],
+            Workload::MSet => vec!["-t".into(), "mset".into()],
+            Workload::MGet => {
+                let mut a = vec!["MGET".to_string()];
+                a.extend((0..KEYS_PER_MULTI).map(|_| "key:__rand_int__".to_string()));
+                a
+            }
+        }
+    }
+}
+
+/// Which server a row measures.
+#[derive(Clone)]
+enum System {
+    Drive { timing: &'static str },
+    Redis { aof: bool },
+}
+
+impl System {
+    fn name(&self) -> String {
+        match self {
+            System::Drive { timing: "none" } => "lightstore/file".into(),
+            System::Drive { timing } => format!("lightstore/{timing}"),
+            System::Redis { aof: false } => "redis".into(),
+            System::Redis { aof: true } => "redis-aof-everysec".into(),
+        }
+    }
+}
+
+/// A server process, stopped when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM first so the drive closes its engine; SIGKILL if it does not stop.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// CPU seconds (user + system) the process has used so far.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unexpected /proc/pid/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat; here, after `pid (comm)`, 12 and 13.
+    let utime: f64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: f64 = fields.get(12).context("no stime")?.parse()?;
+    Ok((utime + stime) / USER_HZ)
+}
+
+/// Resident memory of the process in MB.
+fn rss_mb(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no VmRSS")?
+        .parse()?;
+    Ok(kb * 1024.0 / 1e6)
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The network benchmark's settings.
+pub struct NetBench {
+    /// Small key spaces and request counts.
+    pub quick: bool,
+    /// Scratch directory for the servers' data.
+    pub scratch: PathBuf,
+    /// The `lightstore` binary (default: next to this one).
+    pub lightstore: Option<PathBuf>,
+    /// Requests per run at pipeline 1 with 50 connections (other settings scale from it).
+    pub requests: Option<u64>,
+}
+
+impl NetBench {
+    fn keyspace(&self, value_size: u32) -> u64 {
+        match (self.quick, value_size >= 4096) {
+            (true, true) => 4_000,
+            (true, false) => 20_000,
+            (false, true) => 100_000,
+            (false, false) => 1_000_000,
+        }
+    }
+
+    fn requests(&self, w: Workload, connections: u32, pipeline: u32) -> u64 {
+        let base = self
+            .requests
+            .unwrap_or(if self.quick { 20_000 } else { 200_000 });
+        // One connection without pipelining is latency-bound: a tenth as many requests.
+        let n = if connections == 1 && pipeline == 1 {
+            base / 10
+        } else {
+            base
+        };
+        (n / u64::from(w.keys_per_op())).max(100)
+    }
+
+    fn systems(&self) -> Vec<System> {
+        let mut v = vec![System::Drive { timing: "none" }];
+        if !self.quick {
+            v.push(System::Drive {
+                timing: "paper-card",
+            });
+        }
+        v.push(System::Redis { aof: false });
+        v.push(System::Redis { aof: true });
+        v
+    }
+
+    fn lightstore_bin(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.lightstore {
+            return Ok(p.clone());
+        }
+        let exe = std::env::current_exe()?;
+        let p = exe.with_file_name("lightstore");
+        if !p.exists() {
+            bail!(
+                "{} not found (build it with `cargo build --release -p firmware`, or pass --lightstore)",
+                p.display()
+            );
+        }
+        Ok(p)
+    }
+
+    fn start(&self, sys: &System) -> anyhow::Result<Server> {
+        let dir = self.scratch.join("net").join(sys.name().replace('/', "-"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        match sys {
+            System::Drive { timing } => start_drive(&self.lightstore_bin()?, &dir, timing),
+            System::Redis { aof } => start_redis(&dir, *aof),
+        }
+    }
+
+    /// Runs every system and workload; a system that cannot start gives missing rows.
+    ///
+    /// # Errors
+    /// When the scratch directory cannot be used.
+    pub fn run(&self) -> anyhow::Result<Vec<Row>> {
+        std::fs::create_dir_all(&self.scratch)
+            .with_context(|| format!("creating {}", self.scratch.display()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let mut rows = Vec::new();
+        let bench_ok = have("redis-benchmark");
+        for sys in self.systems() {
+            let name = sys.name();
+            let reason = if !bench_ok {
+                Some("redis-benchmark is not installed (Debian redis-tools)".to_string())
+            } else if matches!(sys, System::Redis { .. }) && !have("redis-server") {
+                Some("redis-server is not installed (Debian redis-server)".to_string())
+            } else {
+                None
+            };
+            let server = match reason {
+                Some(r) => Err(anyhow::anyhow!(r)),
+                None => self.start(&sys),
+            };
+            let server = match server {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{name}: {e:#}");
+                    for &v in &VALUE_SIZES {
+                        for &(c, p) in &CLIENT_SETTINGS {
+                            for w in Workload::ALL {
+                                let mut r = Row::missing(&name, w.name(), c * p, format!("{e:#}"));
+                                r.value_size = Some(v);
+                                r.connections = Some(c);
+                                r.pipeline = Some(p);
+                                rows.push(r);
+                            }
+                        }
+                    }
+                    continue;
+                }
+            };
+            for &v in &VALUE_SIZES {
+                let keyspace = self.keyspace(v);
+                eprintln!("{name}: loading {keyspace} keys of {v} B");
+                if let Err(e) = rt.block_on(fill(server.addr, keyspace, v)) {
+                    eprintln!("{name}: loading failed: {e:#}");
+                }
+                for &(c, p) in &CLIENT_SETTINGS {
+                    for w in Workload::ALL {
+                        let n = self.requests(w, c, p);
+                        let row = match run_one(&server, &name, w, v, c, p, n, keyspace) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                let mut r = Row::missing(&name, w.name(), c * p, format!("{e:#}"));
+                                r.value_size = Some(v);
+                                r.connections = Some(c);
+                                r.pipeline = Some(p);
+                                r
+                            }
+                        };
+                        eprintln!(
+                            "{name} {} {v}B c{c} P{p}: {:.0} ops/s",
+                            w.name(),
+                            row.ops_per_sec
+                        );
+                        rows.push(row);
+                    }
+                }
+            }
+            drop(server);
+        }
+        add_redis_ratios(&mut rows);
+        let _ = std::fs::remove_dir_all(self.scratch.join("net"));
+        Ok(rows)
+    }
+}
+
+fn start_drive(bin: &Path, dir: &Path, timing: &str) -> anyhow::Result<Server> {
+    let mut child = Command::new(bin)
+        .args([
+            "--port",
+            "0",
+            "--device",
+            "sim",
+            "--capacity",
+            DRIVE_CAPACITY,
+        ])
+        .args(["--timing", timing, "--data-dir"])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(a) = line.strip_prefix("lightstore ready on ") {
+                let _ = tx.send(a.trim().to_string());
+            }
+        }
+    });
+    let addr = match rx.recv_timeout(START_TIMEOUT) {
+        Ok(a) => a.parse().context("the drive printed a bad address")?,
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            bail!("the drive did not start (exit: {status:?})");
+        }
+    };
+    Ok(Server { child, addr })
+}
+
+fn start_redis(dir: &Path, aof: bool) -> anyhow::Result<Server> {
+    let port = free_port()?;
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ])
+    .args(["--daemonize", "no", "--protected-mode", "yes", "--dir"])
+    .arg(dir);
+    if aof {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting redis-server")?;
+    let server = Server {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(server.addr) {
+            use std::io::{Read, Write};
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.write_all(b"PING\r\n")?;
+            let mut b = [0u8; 7];
+            if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
+                return Ok(server);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("redis-server did not answer PING");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stores every key `redis-benchmark -r keyspace` can pick (`key:%012d`), with MSET batches.
+async fn fill(addr: SocketAddr, keyspace: u64, value_size: u32) -> anyhow::Result<()> {
+    let mut c = Client::connect(addr).await?;
+    let value = Bytes::from(vec![b'x'; value_size as usize]);
+    let per_request = (256 * 1024 / u64::from(value_size)).clamp(1, 100);
+    let mut next = 0;
+    while next < keyspace {
+        let mut batch = Vec::new();
+        for _ in 0..32 {
+            if next >= keyspace {
+                break;
+            }
+            let mut args: Vec<Bytes> = vec![Bytes::from_static(b"MSET")];
+            for _ in 0..per_request.min(keyspace - next) {
+                args.push(Bytes::from(format!("key:{next:012}")));
+                args.push(value.clone());
+                next += 1;
+            }
+            batch.push(args);
+        }
+        for r in c.pipeline(&batch).await? {
+            if let Reply::Error(e) = r {
+                bail!("MSET failed: {}", String::from_utf8_lossy(&e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses `redis-benchmark --csv` output: the last line's rps, p50 and p99 (ms).
+fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("\"test\""))
+        .context("redis-benchmark printed no result line")?;
+    let fields: Vec<&str> = line
+        .split(',')
+        .map(|f| f.trim().trim_matches('"'))
+        .collect();
+    // "test","rps","avg","min","p50","p95","p99","max": take from the end (the test name
+    // of a custom command could hold a comma).
+    let n = fields.len();
+    if n < 8 {
+        bail!("unexpected redis-benchmark line: {line}");
+    }
+    let num = |i: usize| -> anyhow::Result<f64> {
+        fields[i]
+            .parse::<f64>()
+            .with_context(|| format!("bad number in `{line}`"))
+    };
+    Ok((num(n - 7)?, num(n - 4)?, num(n - 2)?))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    server: &Server,
+    system: &str,
+    w: Workload,
+    value_size: u32,
+    connections: u32,
+    pipeline: u32,
+    requests: u64,
+    keyspace: u64,
+) -> anyhow::Result<Row> {
+    let cpu0 = cpu_seconds(server.pid())?;
+    let out = Command::new("redis-benchmark")
+        .args(["-h", &server.addr.ip().to_string()])
+        .args(["-p", &server.addr.port().to_string()])
+        .args(["-c", &connections.to_string(), "-P", &pipeline.to_string()])
+        .args(["-n", &requests.to_string(), "-r", &keyspace.to_string()])
+        .args(["-d", &value_size.to_string(), "--csv"])
+        .args(w.args())
+        .output()
+        .context("running redis-benchmark")?;
+    let cpu = cpu_seconds(server.pid())? - cpu0;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "redis-benchmark failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let (rps, p50_ms, p99_ms) = parse_csv(&stdout)?;
+    let bytes_per_op = f64::from(value_size) * f64::from(w.keys_per_op());
+    let mut row = Row::measured(
+        system,
+        w.name(),
+        connections * pipeline,
+        rps,
+        rps * bytes_per_op / 1e6,
+        p50_ms * 1000.0,
+        p99_ms * 1000.0,
+    );
+    row.value_size = Some(value_size);
+    row.connections = Some(connections);
+    row.pipeline = Some(pipeline);
+    row.cpu_s_per_mop = Some(cpu / (requests as f64 / 1e6));
+    row.rss_mb = rss_mb(server.pid()).ok();
+    Ok(row)
+}
+
+/// Sets `ratio_to_redis` on every measured row from the in-memory Redis row with the same
+/// workload, value size and client settings.
+fn add_redis_ratios(rows: &mut [Row]) {
+    let same = |a: &Row, b: &Row| {
+        a.workload == b.workload
+            && a.value_size == b.value_size
+            && a.connections == b.connections
+            && a.pipeline == b.pipeline
+    };
+    let base: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.system == "redis" && r.missing.is_none() && r.ops_per_sec > 0.0)
+        .cloned()
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.missing.is_none()) {
+        r.ratio_to_redis = base
+            .iter()
+            .find(|b| same(b, r))
+            .map(|b| r.ops_per_sec / b.ops_per_sec);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_redis_benchmark_csv() {
+        let out = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"SET\",\"40000.00\",\"0.100\",\"0.050\",\"0.095\",\"0.150\",\"0.300\",\"1.000\"\n";
+        let (rps, p50, p99) = parse_csv(out).unwrap_or_default();
+        assert!((rps - 40_000.0).abs() < 1e-9);
+        assert!((p50 - 0.095).abs() < 1e-9);
+        assert!((p99 - 0.3).abs() < 1e-9);
+        assert!(parse_csv("garbage").is_err());
+    }
+
+    #[test]
+    fn reads_own_cpu_and_rss() {
+        let pid = std::process::id();
+        assert!(cpu_seconds(pid).is_ok_and(|s| s >= 0.0));
+        assert!(rss_mb(pid).is_ok_and(|m| m > 0.0));
+    }
+}
