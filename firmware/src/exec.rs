@@ -2,13 +2,17 @@
 //! answers through the reply queue.
 //!
 //! - **engine** (`ls-engine`): reads. The GETs and MGETs of a drained batch become one
-//!   `multi_get`, so their device reads are all in flight together; other reads run in order.
+//!   asynchronous multi-get: the engine thread resolves the keys and submits the page reads,
+//!   and the engine's poller thread sends the replies when the pages are in, so the next
+//!   batch is resolved while this one is on the device. Other reads run here, in order.
+//!   Replies may thus leave out of order; each carries its request's sequence number and
+//!   the network thread restores each connection's order.
 //! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
 //!   [`WriteGroup`] and committed as one atomic engine batch (group commit); the replies go
 //!   out once it is durable. Between batches it removes expired keys. Memtable flushes,
 //!   compactions and GC run inside the engine's write path, on this thread.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +21,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
-use crate::keyspace::{HASH, ZSET};
+use crate::keyspace::{HASH, STRING, ZSET};
 use crate::store::{self, now_ms, SetOptions, Store, StoreError, WriteGroup};
 
 /// Most jobs taken off a queue per batch.
@@ -28,6 +32,8 @@ const MAX_GROUP_BYTES: usize = 4 << 20;
 const EXPIRY_SWEEP: Duration = Duration::from_millis(100);
 /// Expired keys removed per sweep.
 const EXPIRY_SWEEP_KEYS: usize = 1024;
+/// How long the engine thread waits at shutdown for reads still on the device.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A command for the engine or writer thread, from connection `conn`.
 pub struct Job {
@@ -37,12 +43,16 @@ pub struct Job {
     pub proto: Protocol,
     /// The command.
     pub cmd: Command,
+    /// The request's number on its connection (replies are delivered in this order).
+    pub seq: u64,
 }
 
 /// A reply for connection `conn`.
 pub struct Done {
     /// Connection id.
     pub conn: u64,
+    /// The number of the request it answers.
+    pub seq: u64,
     /// The reply.
     pub reply: Reply,
 }
@@ -89,8 +99,10 @@ fn bound(b: &ScoreBound) -> (f64, bool) {
     }
 }
 
-/// The engine thread's loop: returns when the queue closes.
-pub fn engine_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink: &ReplySink) {
+/// The engine thread's loop: returns when the queue closes and every read it started has
+/// been answered.
+pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, sink: &ReplySink) {
+    let outstanding = Arc::new(AtomicUsize::new(0));
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -99,63 +111,149 @@ pub fn engine_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 Err(_) => break,
             }
         }
-        let replies = run_reads(store, metrics, batch);
+        let (gets, others): (Vec<Job>, Vec<Job>) = batch
+            .into_iter()
+            .partition(|j| matches!(j.cmd, Command::Get(_) | Command::MGet(_)));
+        if !gets.is_empty() {
+            start_gets(store, metrics, gets, sink, &outstanding);
+        }
+        let replies: Vec<Done> = others
+            .into_iter()
+            .map(|j| {
+                let reply = read_one(store, metrics, &j.cmd, j.proto);
+                count_reply_copy(metrics, &reply);
+                Done {
+                    conn: j.conn,
+                    seq: j.seq,
+                    reply,
+                }
+            })
+            .collect();
         sink.send_all(replies);
+    }
+    // Reads on the device still hold replies (and the engine's poller delivers them).
+    let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
+    while outstanding.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
-fn run_reads(store: &Store, metrics: &Metrics, batch: Vec<Job>) -> Vec<Done> {
-    // Every GET / MGET key of the batch in one multi_get.
-    let mut keys: Vec<&[u8]> = Vec::new();
-    for j in &batch {
-        match &j.cmd {
-            Command::Get(k) => keys.push(k),
-            Command::MGet(ks) => keys.extend(ks.iter().map(|k| &k[..])),
-            _ => {}
+/// Replies are encoded into the connection's write buffer: one copy of each value.
+fn count_reply_copy(metrics: &Metrics, reply: &Reply) {
+    metrics
+        .value_bytes_copied
+        .fetch_add(reply.payload_len() as u64, Ordering::Relaxed);
+}
+
+/// What one GET / MGET of a batch waits for.
+enum GetShape {
+    /// Answered without a read (missing key, another type, an engine error).
+    Ready(Reply),
+    /// The next value read.
+    One,
+    /// The next `n` values read.
+    Many(usize),
+}
+
+/// Starts the reads of a batch of GETs and MGETs; the replies are sent from the engine's
+/// poller thread once the pages are in.
+fn start_gets(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    gets: Vec<Job>,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) {
+    // GET of a key that is not a string answers now (nil, or WRONGTYPE) without a read.
+    let get_keys: Vec<&[u8]> = gets
+        .iter()
+        .filter_map(|j| match &j.cmd {
+            Command::Get(k) => Some(&k[..]),
+            _ => None,
+        })
+        .collect();
+    let kinds = match store.kinds(&get_keys) {
+        Ok(k) => k,
+        Err(e) => {
+            let r = err(&e);
+            let replies = gets
+                .into_iter()
+                .map(|j| Done {
+                    conn: j.conn,
+                    seq: j.seq,
+                    reply: r.clone(),
+                })
+                .collect();
+            sink.send_all(replies);
+            return;
         }
-    }
-    let fetched = if keys.is_empty() {
-        Ok(Vec::new())
-    } else {
-        store.get_strings(&keys, false)
     };
-    let mut values = match fetched {
-        Ok(v) => Ok(v.into_iter()),
-        Err(e) => Err(e),
-    };
-    let mut out = Vec::with_capacity(batch.len());
-    for j in batch {
-        let reply = match (&j.cmd, &mut values) {
-            (Command::Get(k), Ok(vals)) => match vals.next() {
-                Some(Ok(Some(v))) => Reply::Bulk(v),
-                _ => match store.kind(k) {
-                    Ok(Some(t)) if t != crate::keyspace::STRING => err(&StoreError::WrongType),
-                    Ok(_) => Reply::Null,
-                    Err(e) => err(&e),
-                },
+    let mut kinds = kinds.into_iter();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut shapes: Vec<(u64, u64, GetShape)> = Vec::with_capacity(gets.len());
+    for j in &gets {
+        let shape = match &j.cmd {
+            Command::Get(k) => match kinds.next().flatten() {
+                Some(STRING) => {
+                    keys.push(k);
+                    GetShape::One
+                }
+                Some(_) => GetShape::Ready(err(&StoreError::WrongType)),
+                None => {
+                    store
+                        .counters
+                        .keyspace_misses
+                        .fetch_add(1, Ordering::Relaxed);
+                    GetShape::Ready(Reply::Null)
+                }
             },
-            (Command::MGet(ks), Ok(vals)) => Reply::Array(
-                ks.iter()
-                    .map(|_| match vals.next() {
-                        Some(Ok(Some(v))) => Reply::Bulk(v),
-                        _ => Reply::Null,
-                    })
-                    .collect(),
-            ),
-            (Command::Get(_) | Command::MGet(_), Err(e)) => err(e),
-            (cmd, _) => read_one(store, metrics, cmd, j.proto),
+            Command::MGet(ks) => {
+                keys.extend(ks.iter().map(|k| &k[..]));
+                GetShape::Many(ks.len())
+            }
+            _ => GetShape::Ready(Reply::error("ERR internal: not a GET or MGET")),
         };
-        // Each value read is copied twice: out of the device page into its own buffer
-        // (inside the engine) and into the connection's write buffer (`net`).
-        metrics
-            .value_bytes_copied
-            .fetch_add(2 * reply.payload_len() as u64, Ordering::Relaxed);
-        out.push(Done {
-            conn: j.conn,
-            reply,
-        });
+        shapes.push((j.conn, j.seq, shape));
     }
-    out
+    let (metrics, sink, outstanding) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.get_strings_async(
+        &keys,
+        Box::new(move |r| {
+            let replies = answer_gets(shapes, r, &metrics);
+            sink.send_all(replies);
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+}
+
+/// Builds the replies of a batch of GETs and MGETs from the values read.
+fn answer_gets(
+    shapes: Vec<(u64, u64, GetShape)>,
+    values: store::Result<Vec<Option<Bytes>>>,
+    metrics: &Metrics,
+) -> Vec<Done> {
+    let mut values = match values {
+        Ok(v) => Ok(v.into_iter()),
+        Err(e) => Err(err(&e)),
+    };
+    shapes
+        .into_iter()
+        .map(|(conn, seq, shape)| {
+            let reply = match (shape, &mut values) {
+                (GetShape::Ready(r), _) => r,
+                (_, Err(e)) => e.clone(),
+                (GetShape::One, Ok(vals)) => bulk_or_null(vals.next().flatten()),
+                (GetShape::Many(n), Ok(vals)) => Reply::Array(
+                    (0..n)
+                        .map(|_| bulk_or_null(vals.next().flatten()))
+                        .collect(),
+                ),
+            };
+            count_reply_copy(metrics, &reply);
+            Done { conn, seq, reply }
+        })
+        .collect()
 }
 
 fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) -> Reply {
@@ -279,7 +377,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
             Err(RecvTimeoutError::Disconnected) => break,
         };
         let mut group = WriteGroup::new(store);
-        let mut pending: Vec<(u64, Reply)> = Vec::new();
+        let mut pending: Vec<(u64, u64, Reply)> = Vec::new();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(job) = next.take() {
@@ -299,11 +397,12 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 };
                 sink.send_all(vec![Done {
                     conn: job.conn,
+                    seq: job.seq,
                     reply,
                 }]);
             } else {
                 let reply = apply_write(&mut group, &job.cmd, job.proto);
-                pending.push((job.conn, reply));
+                pending.push((job.conn, job.seq, reply));
             }
             if taken < MAX_BATCH && group.bytes() < MAX_GROUP_BYTES {
                 next = jobs.try_recv().ok();
@@ -319,7 +418,7 @@ fn commit(
     store: &Store,
     metrics: &Metrics,
     group: WriteGroup<'_>,
-    pending: Vec<(u64, Reply)>,
+    pending: Vec<(u64, u64, Reply)>,
 ) -> Vec<Done> {
     let _ = store;
     match group.commit() {
@@ -330,12 +429,11 @@ fn commit(
                 .fetch_add(value_bytes, Ordering::Relaxed);
             pending
                 .into_iter()
-                .map(|(conn, reply)| {
-                    // Old values (SET ... GET) were read like GET's: two copies.
-                    metrics
-                        .value_bytes_copied
-                        .fetch_add(2 * reply.payload_len() as u64, Ordering::Relaxed);
-                    Done { conn, reply }
+                .map(|(conn, seq, reply)| {
+                    // Old values (SET ... GET) are encoded into the write buffer like GET's;
+                    // the engine counts its own read copies.
+                    count_reply_copy(metrics, &reply);
+                    Done { conn, seq, reply }
                 })
                 .collect()
         }
@@ -343,8 +441,9 @@ fn commit(
             tracing::warn!("write group failed: {e}");
             pending
                 .into_iter()
-                .map(|(conn, reply)| Done {
+                .map(|(conn, seq, reply)| Done {
                     conn,
+                    seq,
                     reply: match reply {
                         Reply::Error(m) => Reply::Error(m),
                         _ => err(&e),
@@ -363,7 +462,7 @@ fn sweep_expired(store: &Store) {
     let mut g = WriteGroup::new(store);
     match g.expire(&due).and_then(|n| g.commit().map(|_| n)) {
         Ok(n) => {
-            store.expired_keys.fetch_add(n, Ordering::Relaxed);
+            store.counters.expired_keys.fetch_add(n, Ordering::Relaxed);
         }
         Err(e) => tracing::warn!("removing expired keys failed: {e}"),
     }

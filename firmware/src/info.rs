@@ -2,6 +2,7 @@
 //! ftl), in Redis's `field:value` format.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -35,11 +36,15 @@ pub struct Metrics {
     pub buffer_limit_disconnects: AtomicU64,
     /// Protocol errors.
     pub protocol_errors: AtomicU64,
+    /// The engine's count of value bytes its read path copied (shared with the engine).
+    pub engine_read_copies: Arc<AtomicU64>,
+    /// `engine_read_copies` at the last CONFIG RESETSTAT.
+    pub engine_read_copies_base: AtomicU64,
 }
 
 impl Metrics {
     /// Fresh counters.
-    pub fn new(port: u16) -> Metrics {
+    pub fn new(port: u16, engine_read_copies: Arc<AtomicU64>) -> Metrics {
         Metrics {
             started: Instant::now(),
             port,
@@ -53,6 +58,8 @@ impl Metrics {
             value_bytes_moved: AtomicU64::new(0),
             buffer_limit_disconnects: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
+            engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
+            engine_read_copies,
         }
     }
 
@@ -71,6 +78,10 @@ impl Metrics {
         ] {
             c.store(0, Ordering::Relaxed);
         }
+        self.engine_read_copies_base.store(
+            self.engine_read_copies.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -133,10 +144,11 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.net_input_bytes),
             load(&m.net_output_bytes),
             load(&m.rejected_connections),
-            load(&store.expired_keys),
-            load(&store.keyspace_hits),
-            load(&store.keyspace_misses),
-            load(&m.value_bytes_copied),
+            load(&store.counters.expired_keys),
+            load(&store.counters.keyspace_hits),
+            load(&store.counters.keyspace_misses),
+            load(&m.value_bytes_copied)
+                + load(&m.engine_read_copies).saturating_sub(load(&m.engine_read_copies_base)),
             load(&m.value_bytes_moved),
             load(&m.buffer_limit_disconnects),
             load(&m.protocol_errors),

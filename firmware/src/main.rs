@@ -165,7 +165,10 @@ fn main() -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
-    let metrics = Arc::new(Metrics::new(local.port()));
+    let metrics = Arc::new(Metrics::new(
+        local.port(),
+        store.engine().read_copy_counter(),
+    ));
     let poll = mio::Poll::new().context("creating the poll")?;
     let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).context("creating the waker")?);
     let (engine_tx, engine_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);

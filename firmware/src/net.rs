@@ -8,7 +8,7 @@
 //! waits in the connection's backlog until the in-flight ones are answered. Pipelines of one
 //! kind (all GETs, all SETs) therefore flow without stalls.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,12 @@ struct Conn {
     /// Commands sent to a worker and not answered yet, and which worker.
     in_flight: usize,
     in_flight_to: Route,
+    /// Sequence number of the next command sent to a worker.
+    next_seq: u64,
+    /// Sequence number of the next reply to deliver.
+    next_reply: u64,
+    /// Replies that arrived before an earlier one (workers answer out of order).
+    early: BTreeMap<u64, Reply>,
     /// Parsed requests waiting for their turn.
     backlog: VecDeque<Vec<Bytes>>,
     /// Close once the write buffer is flushed (QUIT, protocol error, peer closed).
@@ -254,6 +260,9 @@ impl Net {
                     lib_ver: None,
                     in_flight: 0,
                     in_flight_to: Route::Here,
+                    next_seq: 0,
+                    next_reply: 0,
+                    early: BTreeMap::new(),
                     backlog: VecDeque::new(),
                     closing: false,
                     eof: false,
@@ -461,7 +470,9 @@ impl Net {
                 conn: id,
                 proto: c.proto,
                 cmd,
+                seq: c.next_seq,
             };
+            c.next_seq += 1;
             let sent = match route {
                 Route::Writer => self.writer_tx.send(job),
                 _ => self.engine_tx.send(job),
@@ -483,13 +494,20 @@ impl Net {
             let Some(c) = self.conns.get_mut(&d.conn) else {
                 continue;
             };
-            c.in_flight = c.in_flight.saturating_sub(1);
-            if let Reply::Bulk(b) = &d.reply {
+            if d.seq != c.next_reply {
+                c.early.insert(d.seq, d.reply);
+                continue;
+            }
+            let mut reply = Some(d.reply);
+            while let Some(r) = reply {
+                c.in_flight = c.in_flight.saturating_sub(1);
+                c.next_reply += 1;
                 self.metrics
                     .value_bytes_moved
-                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+                    .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+                r.encode(c.proto, &mut c.wbuf);
+                reply = c.early.remove(&c.next_reply);
             }
-            d.reply.encode(c.proto, &mut c.wbuf);
             if touched.last() != Some(&d.conn) {
                 touched.push(d.conn);
             }

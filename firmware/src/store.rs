@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -85,6 +86,13 @@ pub struct Store {
     /// Deadline (unix ms) of every string key that has one.
     expiries: RwLock<HashMap<Vec<u8>, u64>>,
     cursors: Mutex<Cursors>,
+    /// Hit, miss and expiry counters (shared with asynchronous reads in flight).
+    pub counters: Arc<KeyspaceCounters>,
+}
+
+/// Keyspace counters INFO reports.
+#[derive(Debug, Default)]
+pub struct KeyspaceCounters {
     /// Keys found expired and removed.
     pub expired_keys: AtomicU64,
     /// Reads that found their key.
@@ -92,6 +100,20 @@ pub struct Store {
     /// Reads that did not.
     pub keyspace_misses: AtomicU64,
 }
+
+impl KeyspaceCounters {
+    fn count_hit(&self, hit: bool) {
+        if hit {
+            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Receives the values of [`Store::get_strings_async`] in key order (`None`: missing or
+/// expired).
+pub type OnStrings = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
 
 /// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
 pub type ScanPage = (u64, Vec<Bytes>);
@@ -116,9 +138,7 @@ impl Store {
                 next: 1,
                 by_id: BTreeMap::new(),
             }),
-            expired_keys: AtomicU64::new(0),
-            keyspace_hits: AtomicU64::new(0),
-            keyspace_misses: AtomicU64::new(0),
+            counters: Arc::new(KeyspaceCounters::default()),
         })
     }
 
@@ -175,11 +195,78 @@ impl Store {
     }
 
     fn count_hit(&self, hit: bool) {
-        if hit {
-            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        self.counters.count_hit(hit);
+    }
+
+    /// The type tags of many keys in one engine call, from DRAM only (see [`Store::kind`]).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn kinds(&self, keys: &[&[u8]]) -> Result<Vec<Option<u8>>> {
+        let tags = [STRING, HASH, ZSET];
+        let engine_keys: Vec<Vec<u8>> = keys
+            .iter()
+            .flat_map(|k| tags.iter().map(|&t| ks::top(t, k)))
+            .collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let lens = self.db.value_lens(&refs)?;
+        let expired = self.expired_mask(keys, now_ms());
+        Ok(lens
+            .chunks(tags.len())
+            .zip(expired)
+            .map(|(l, exp)| {
+                if l[0].is_some() && !exp {
+                    Some(STRING)
+                } else if l[1].is_some() {
+                    Some(HASH)
+                } else if l[2].is_some() {
+                    Some(ZSET)
+                } else {
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
+    /// has a deadline).
+    fn expired_mask(&self, keys: &[&[u8]], now: u64) -> Vec<bool> {
+        let ex = self.expiries.read();
+        if ex.is_empty() {
+            return vec![false; keys.len()];
         }
+        keys.iter()
+            .map(|k| ex.get(*k).is_some_and(|&d| d <= now))
+            .collect()
+    }
+
+    /// String values of many keys without waiting for the device: the reads are submitted
+    /// and `done` runs on the engine's poller thread once they are all in (or here, when
+    /// nothing needs reading). A value within one device page arrives as a slice of the
+    /// page read, without a copy. Expiry is judged when the reads are issued. `done` must be
+    /// short and must not call into the store.
+    pub fn get_strings_async(&self, keys: &[&[u8]], done: OnStrings) {
+        let expired = self.expired_mask(keys, now_ms());
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let counters = self.counters.clone();
+        self.db.multi_get_async(
+            &refs,
+            Box::new(move |r| {
+                let out = r.map_err(StoreError::from).map(|values| {
+                    values
+                        .into_iter()
+                        .zip(expired)
+                        .map(|(v, exp)| {
+                            let v = if exp { None } else { v };
+                            counters.count_hit(v.is_some());
+                            v
+                        })
+                        .collect()
+                });
+                done(out);
+            }),
+        );
     }
 
     /// String values of many keys, with all their device reads in flight at once. A key of

@@ -331,13 +331,12 @@ fn copied_value_bytes_are_counted() {
     let moved = info_field(&mut c, "stats", "value_bytes_moved");
     let copied = info_field(&mut c, "stats", "value_bytes_copied");
     assert_eq!(moved, 2 * 200 * 8192);
-    // Today (docs/ARCHITECTURE.md, "Copies"): a SET's value is copied once (into the
-    // device page), a GET's twice (out of the device page, into the reply buffer); framing
-    // requests adds none. So 3 copies per 2 values moved, and nothing more.
-    let expected = 3 * 200 * 8192;
-    assert!(copied >= expected, "copies not counted: {copied}");
+    // docs/ARCHITECTURE.md, "Copies": a SET's value is copied once (into the device page),
+    // a GET's once (into the reply buffer; an 8 KiB value is one device page, which the
+    // engine hands out as a slice); framing requests adds none.
+    assert!(copied >= moved, "copies not counted: {copied}");
     assert!(
-        copied <= expected + 64 * 1024,
+        copied <= moved + 64 * 1024,
         "copied {copied} of {moved} moved"
     );
 }
@@ -497,4 +496,59 @@ fn redis_cli_and_redis_benchmark_work() {
     let mut c = d.conn();
     let v: Vec<u8> = c.get("key:__rand_int__").unwrap();
     assert_eq!(v.len(), 1024);
+}
+
+/// GETs and MGETs are answered from the device poller thread, other reads from the engine
+/// thread, writes from the writer: a long pipeline mixing them must come back in order.
+#[test]
+fn pipelined_replies_keep_request_order() {
+    let (_dir, d) = drive();
+    let mut c = d.conn();
+    for i in 0..50 {
+        let v = vec![b'a' + (i % 26) as u8; 100 + i * 170];
+        let _: () = c.set(format!("o{i}"), v).unwrap();
+    }
+    let mut p = redis::pipe();
+    for round in 0..4 {
+        for i in 0..50 {
+            p.get(format!("o{i}"));
+            p.strlen(format!("o{i}"));
+            p.get(format!("missing{i}"));
+            p.mget(vec![format!("o{i}"), format!("o{}", (i + 1) % 50)]);
+            p.exists(format!("o{i}"));
+            if i % 10 == 0 {
+                p.set(format!("w{round}:{i}"), i);
+                p.get(format!("w{round}:{i}"));
+            }
+        }
+    }
+    let replies: Vec<Value> = p.query(&mut c).unwrap();
+    let mut it = replies.into_iter();
+    let bulk = |v: Value| match v {
+        Value::BulkString(b) => b,
+        other => panic!("expected a bulk string, got {other:?}"),
+    };
+    let expect = |i: usize| vec![b'a' + (i % 26) as u8; 100 + i * 170];
+    for _round in 0..4 {
+        for i in 0..50 {
+            assert_eq!(bulk(it.next().unwrap()), expect(i), "GET o{i}");
+            assert_eq!(it.next(), Some(Value::Int((100 + i * 170) as i64)), "STRLEN o{i}");
+            assert_eq!(it.next(), Some(Value::Nil), "GET missing{i}");
+            match it.next() {
+                Some(Value::Array(a)) => {
+                    assert_eq!(a.len(), 2);
+                    let mut a = a.into_iter();
+                    assert_eq!(bulk(a.next().unwrap()), expect(i));
+                    assert_eq!(bulk(a.next().unwrap()), expect((i + 1) % 50));
+                }
+                other => panic!("MGET: {other:?}"),
+            }
+            assert_eq!(it.next(), Some(Value::Int(1)), "EXISTS o{i}");
+            if i % 10 == 0 {
+                assert_eq!(it.next(), Some(Value::Okay));
+                assert_eq!(bulk(it.next().unwrap()), i.to_string().into_bytes());
+            }
+        }
+    }
+    assert_eq!(it.next(), None);
 }

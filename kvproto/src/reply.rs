@@ -67,11 +67,12 @@ impl Reply {
         matches!(self, Self::Error(_))
     }
 
-    /// Bytes of bulk payload this reply carries (values sent to the client), recursively.
+    /// Bytes of bulk-string payload this reply carries (values sent to the client),
+    /// recursively; verbatim text (INFO, CLIENT LIST) is not counted.
     #[must_use]
     pub fn payload_len(&self) -> usize {
         match self {
-            Self::Bulk(b) | Self::Verbatim(b) => b.len(),
+            Self::Bulk(b) => b.len(),
             Self::Array(items) | Self::Set(items) => items.iter().map(Self::payload_len).sum(),
             Self::Map(pairs) => pairs
                 .iter()

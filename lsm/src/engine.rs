@@ -3,7 +3,10 @@
 //! compaction, garbage accounting and recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 
 use hwftl_sim::{
     AppendDevice, Command, Completion, DeviceError, Geometry, Lba, PageBuf, SegmentId,
@@ -19,6 +22,7 @@ use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
+use crate::read::{page_bytes, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, fits_inline, parse_records, raw_pages, PageBuilder, RecordKind, ValueLoc, ValuePtr,
     INDIRECT_PAYLOAD, PAGE_HEADER, RECORD_HEADER,
@@ -122,7 +126,7 @@ struct ReadPlan {
 impl ReadPlan {
     /// Reads the pages straight from the device, concurrently with other callers (no engine
     /// lock held).
-    fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<PageBuf>> {
+    fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
         let cmds = self
             .lbas
             .iter()
@@ -136,14 +140,17 @@ impl ReadPlan {
             .map(|r| {
                 r.map_err(EngineError::from)?
                     .into_buf()?
+                    .map(page_bytes)
                     .ok_or_else(|| corrupt("a read returned no buffer"))
             })
             .collect()
     }
 
-    /// Checks the pages and cuts the values out of them.
-    fn assemble(&self, pages: &[Result<PageBuf>]) -> Result<Vec<Option<Vec<u8>>>> {
-        let page = |i: usize| -> Result<&PageBuf> {
+    /// Checks the pages and cuts the values out of them: a value within one page is a slice
+    /// of that page (no copy); a value spanning pages is joined into one buffer, and the
+    /// bytes joined are added to `copied`.
+    fn assemble(&self, pages: &[Result<Bytes>], copied: &AtomicU64) -> Result<Vec<Option<Bytes>>> {
+        let page = |i: usize| -> Result<&Bytes> {
             match pages.get(i) {
                 Some(Ok(p)) => Ok(p),
                 Some(Err(e)) => Err(corrupt(format!("value page unreadable: {e}"))),
@@ -156,6 +163,7 @@ impl ReadPlan {
                 out.push(None);
                 continue;
             };
+            let len = p.len as usize;
             let value = match p.loc {
                 ValueLoc::Inline { page: pg, offset } => {
                     let buf = page(*at)?;
@@ -163,16 +171,27 @@ impl ReadPlan {
                         corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
                     })?;
                     let start = usize::from(offset);
-                    buf.get(start..start + p.len as usize)
-                        .ok_or_else(|| corrupt("value runs past its page"))?
-                        .to_vec()
+                    if start + len > buf.len() {
+                        return Err(corrupt("value runs past its page"));
+                    }
+                    buf.slice(start..start + len)
                 }
                 ValueLoc::Raw { page: pg, crc } => {
-                    let mut v = Vec::with_capacity(*n as usize * PAGE_SIZE);
-                    for i in *at..*at + *n as usize {
-                        v.extend_from_slice(page(i)?);
-                    }
-                    v.truncate(p.len as usize);
+                    let v = if *n == 1 {
+                        let buf = page(*at)?;
+                        if len > buf.len() {
+                            return Err(corrupt("value runs past its page"));
+                        }
+                        buf.slice(..len)
+                    } else {
+                        let mut v = BytesMut::with_capacity(*n as usize * PAGE_SIZE);
+                        for i in *at..*at + *n as usize {
+                            v.extend_from_slice(page(i)?);
+                        }
+                        v.truncate(len);
+                        copied.fetch_add(len as u64, Ordering::Relaxed);
+                        v.freeze()
+                    };
                     if crc32c::crc32c(&v) != crc {
                         return Err(corrupt(format!(
                             "value at page {pg} of log segment {} fails its checksum",
@@ -188,9 +207,81 @@ impl ReadPlan {
     }
 }
 
+/// Times an asynchronous read retries a submission the device refused as full.
+const QUEUE_FULL_RETRIES: u32 = 10_000;
+/// Pause between those retries.
+const QUEUE_FULL_BACKOFF: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The pages of one [`Engine::multi_get_async`] call as they arrive.
+struct AsyncRead {
+    pages: Vec<Option<Result<Bytes>>>,
+    remaining: usize,
+    plan: Option<ReadPlan>,
+    done: Option<OnValues>,
+}
+
+/// The poller callback for page `i` of an asynchronous read.
+fn page_done(
+    i: usize,
+    acc: Arc<Mutex<AsyncRead>>,
+    reads: Arc<ReadWindow>,
+    copied: Arc<AtomicU64>,
+) -> crate::io::OnDone {
+    Box::new(move |r: std::result::Result<Completion, DeviceError>| {
+        let page = r
+            .and_then(Completion::into_buf)
+            .map_err(EngineError::from)
+            .and_then(|b| {
+                b.map(page_bytes)
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            });
+        finish_page(i, &acc, &reads, &copied, page);
+    })
+}
+
+/// Records page `i`; the last page assembles the values and calls the caller back.
+fn finish_page(
+    i: usize,
+    acc: &Mutex<AsyncRead>,
+    reads: &ReadWindow,
+    copied: &AtomicU64,
+    page: Result<Bytes>,
+) {
+    reads.release_page();
+    let (plan, done, pages) = {
+        let mut a = acc.lock();
+        if let Some(slot) = a.pages.get_mut(i) {
+            *slot = Some(page);
+        }
+        a.remaining = a.remaining.saturating_sub(1);
+        if a.remaining > 0 {
+            return;
+        }
+        let pages: Vec<Result<Bytes>> = a
+            .pages
+            .drain(..)
+            .map(|p| p.unwrap_or_else(|| Err(corrupt("value page missing"))))
+            .collect();
+        (a.plan.take(), a.done.take(), pages)
+    };
+    let result = match plan {
+        Some(plan) => plan.assemble(&pages, copied),
+        None => Err(corrupt("read plan missing")),
+    };
+    drop(pages);
+    reads.end_read();
+    if let Some(done) = done {
+        done(result);
+    }
+}
+
 /// The LightStore engine over an append-only device.
 pub struct Engine {
     inner: Mutex<Inner>,
+    /// Asynchronous reads in flight (shared with `Inner`, which waits on it before trims).
+    reads: Arc<ReadWindow>,
+    /// Value bytes copied on the read path (joining multi-page values, `Vec` results).
+    read_copied: Arc<AtomicU64>,
     /// Signalled whenever pipelined batches are applied.
     applied: Condvar,
 }
@@ -238,6 +329,8 @@ struct Inner {
     outcomes: HashMap<u64, Result<()>>,
     /// Callers waiting for the pipeline to drain; no new batch enters it meanwhile.
     quiescers: usize,
+    /// Reads holding resolved value pointers; value-log trims wait for them.
+    reads: Arc<ReadWindow>,
 }
 
 /// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
@@ -332,14 +425,18 @@ impl Engine {
             poisoned_below: 0,
             outcomes: HashMap::new(),
             quiescers: 0,
+            reads: Arc::new(ReadWindow::default()),
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
         inner.rebuild_free_list()?;
         inner.replay()?;
         inner.persist()?;
+        let reads = inner.reads.clone();
         Ok(Engine {
             inner: Mutex::new(inner),
+            reads,
+            read_copied: Arc::new(AtomicU64::new(0)),
             applied: Condvar::new(),
         })
     }
@@ -456,6 +553,84 @@ impl Engine {
         })
     }
 
+    /// The values of several keys without waiting: the value pages are submitted to the
+    /// device and `done` runs on the engine's poller thread once they are all read, with
+    /// the values in key order. Values within one page are slices of the page read (no
+    /// copy). At most [`crate::ASYNC_READ_WINDOW`] pages are in flight: a caller beyond it
+    /// waits here for earlier reads to finish. `done` must be short and must not call back
+    /// into the engine; it runs on the calling thread when nothing needs reading or the
+    /// engine is closed.
+    pub fn multi_get_async(&self, keys: &[&[u8]], done: OnValues) {
+        let resolved = {
+            let inner = self.inner.lock();
+            inner.check_open().and_then(|()| {
+                let ptrs: Vec<Option<ValuePtr>> = keys
+                    .iter()
+                    .map(|k| match inner.lookup(k) {
+                        Some(Slot::Value(p)) => Some(p),
+                        _ => None,
+                    })
+                    .collect();
+                let plan = inner.plan_reads(&ptrs)?;
+                if !plan.lbas.is_empty() {
+                    // From here until the pages are read, no value-log segment is trimmed.
+                    self.reads.begin_read();
+                }
+                Ok((plan, inner.poller.clone()))
+            })
+        };
+        let (plan, poller) = match resolved {
+            Ok(r) => r,
+            Err(e) => return done(Err(e)),
+        };
+        let n = plan.lbas.len();
+        if n == 0 {
+            return done(plan.assemble(&[], &self.read_copied));
+        }
+        self.reads.acquire_pages(n);
+        let lbas = plan.lbas.clone();
+        let acc = Arc::new(Mutex::new(AsyncRead {
+            pages: (0..n).map(|_| None).collect(),
+            remaining: n,
+            plan: Some(plan),
+            done: Some(done),
+        }));
+        for (i, lba) in lbas.into_iter().enumerate() {
+            let mut buf = PageBuf::zeroed();
+            let mut tries = 0u32;
+            loop {
+                let cb = page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
+                match poller.submit(Command::Read { lba, buf }, cb) {
+                    Ok(()) => break,
+                    Err(r)
+                        if matches!(r.error, DeviceError::QueueFull { .. })
+                            && tries < QUEUE_FULL_RETRIES =>
+                    {
+                        // Writes hold the device's tags: let some complete.
+                        tries += 1;
+                        buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                        std::thread::sleep(QUEUE_FULL_BACKOFF);
+                    }
+                    Err(r) => {
+                        finish_page(i, &acc, &self.reads, &self.read_copied, Err(r.error.into()));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Value bytes the read path copied since open (values spanning pages are joined; the
+    /// `Vec` results of [`Engine::get`] and [`Engine::multi_get`] are copies).
+    pub fn read_copy_bytes(&self) -> u64 {
+        self.read_copied.load(Ordering::Relaxed)
+    }
+
+    /// The counter behind [`Engine::read_copy_bytes`], for callers that report it.
+    pub fn read_copy_counter(&self) -> Arc<AtomicU64> {
+        self.read_copied.clone()
+    }
+
     /// Up to `limit` live pairs with `start <= key < end` (no `end`: to the last key), in
     /// key order.
     ///
@@ -562,6 +737,17 @@ impl Engine {
         &self,
         mut resolve: impl FnMut(&Inner) -> Result<Vec<Option<ValuePtr>>>,
     ) -> Result<Vec<Option<Vec<u8>>>> {
+        let to_vecs = |v: Vec<Option<Bytes>>| {
+            v.into_iter()
+                .map(|b| {
+                    b.map(|b| {
+                        self.read_copied
+                            .fetch_add(b.len() as u64, Ordering::Relaxed);
+                        b.to_vec()
+                    })
+                })
+                .collect()
+        };
         let mut attempts = 0;
         loop {
             let (ptrs, plan, dev) = {
@@ -572,8 +758,8 @@ impl Engine {
                 (ptrs, plan, inner.dev.clone())
             };
             let pages = plan.fetch(dev.as_ref());
-            match plan.assemble(&pages) {
-                Ok(v) => return Ok(v),
+            match plan.assemble(&pages, &self.read_copied) {
+                Ok(v) => return Ok(to_vecs(v)),
                 Err(e) => {
                     attempts += 1;
                     let moved = {
@@ -1167,10 +1353,11 @@ impl Inner {
     }
 
     /// Reads values under the engine lock (recovery and garbage collection).
-    fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Vec<u8>>>> {
+    fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Bytes>>> {
         let plan = self.plan_reads(ptrs)?;
         let pages = self.read_pages(&plan.lbas)?;
-        plan.assemble(&pages.into_iter().map(Ok).collect::<Vec<_>>())
+        let pages: Vec<Result<Bytes>> = pages.into_iter().map(|p| Ok(page_bytes(p))).collect();
+        plan.assemble(&pages, &AtomicU64::new(0))
     }
 
     /// Which pages hold these values.
@@ -1568,6 +1755,8 @@ impl Inner {
         );
         self.log_segs.remove(&log_seg);
         self.persist()?;
+        // A read that resolved a pointer into this segment may still be fetching from it.
+        self.reads.wait_idle();
         self.dev.execute(Command::Trim { segment: seg })?.result?;
         self.free.insert(meta.segment);
         self.stats.gc_segments += 1;
@@ -1783,6 +1972,7 @@ impl Inner {
             if let Some(meta) = self.log_segs.remove(&log_seg) {
                 self.free.insert(meta.segment);
                 // Trimmed lazily: the free list trims before reuse via a fresh open.
+                self.reads.wait_idle();
                 self.dev
                     .execute(Command::Trim {
                         segment: SegmentId(meta.segment),

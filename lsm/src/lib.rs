@@ -36,6 +36,7 @@ pub mod keytable;
 pub mod manifest;
 mod memtable;
 pub mod merge;
+mod read;
 pub mod vlog_format;
 
 pub use config::{
@@ -45,3 +46,4 @@ pub use config::{
 pub use engine::{Engine, EngineStats, WriteOp};
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive};
+pub use read::{OnValues, ASYNC_READ_WINDOW};
