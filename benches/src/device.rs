@@ -225,7 +225,7 @@ impl DeviceBench {
                     continue;
                 };
                 if is_write {
-                    // fio writes into erased (punched) space too, as the device just did.
+                    // fio writes into erased space too, as the device just did.
                     trim(dev, segments)?;
                     if let Some((off, len)) = extent {
                         punch(file, off, len)?;
@@ -298,31 +298,35 @@ fn region_extent(dev: &Ftl, segments: u32) -> Option<(u64, u64)> {
     Some((start, u64::from(segments) * seg_len))
 }
 
+/// Erases a range of the file the way the device's erase does (zero the range, keeping its
+/// blocks allocated; punch a hole where the file system cannot), so fio writes into the same
+/// kind of space as the device.
 fn punch(file: &Path, offset: u64, len: u64) -> anyhow::Result<()> {
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(file)
         .with_context(|| format!("opening {}", file.display()))?;
     let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
-        bail!("range too large to punch");
+        bail!("range too large to erase");
     };
-    // SAFETY: plain syscall on an open descriptor; no memory is passed.
-    let rc = unsafe {
-        libc::fallocate(
-            f.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            off,
-            n,
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "punching a hole in {}: {}",
-            file.display(),
-            std::io::Error::last_os_error()
-        );
+    for mode in [
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    ] {
+        // SAFETY: plain syscall on an open descriptor; no memory is passed.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, n) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            bail!("erasing a range of {}: {err}", file.display());
+        }
     }
-    Ok(())
+    bail!(
+        "{} supports neither zeroing nor punching a range",
+        file.display()
+    )
 }
 
 fn check_free_space(dir: &Path, need: u64) -> anyhow::Result<()> {

@@ -168,7 +168,12 @@ impl Ftl {
     pub fn format(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
         config.geometry.validate()?;
         Self::check_queue_depth(config.queue_depth)?;
-        let mut media = media_for(backend, true, config.queue_depth)?;
+        let media = media_for(backend, true, config.queue_depth)?;
+        Self::format_media(media, config)
+    }
+
+    /// Formats `media` (sized for `config.geometry`) and opens the device on it.
+    fn format_media(mut media: Box<dyn Media>, config: DeviceConfig) -> Result<Ftl> {
         let g = config.geometry;
         media.prepare(layout(&g), true)?;
         media.write_meta(0, &encode_superblock(&g))?;
@@ -406,11 +411,15 @@ impl Ftl {
         }
     }
 
+    /// Writes the tables as the next generation into that generation's slot. The in-memory
+    /// generation advances only once the write succeeded: after a failed (possibly torn) write
+    /// the next attempt goes to the same slot, so the other slot keeps the last good copy.
     fn persist(&self, st: &mut State) -> Result<()> {
-        st.tables.generation += 1;
-        let bytes = st.tables.encode();
+        let next = st.tables.generation + 1;
+        let bytes = st.tables.encode_as(next);
         self.media
-            .write_meta(slot_offset(&self.geometry, st.tables.generation), &bytes)?;
+            .write_meta(slot_offset(&self.geometry, next), &bytes)?;
+        st.tables.generation = next;
         st.counters.table_writes += 1;
         Ok(())
     }
@@ -428,18 +437,29 @@ impl Ftl {
     /// Simulates a power cut: every command not yet delivered is lost (its write undone on
     /// the RAM backend), nothing is persisted, and the handle refuses all further use. Open the
     /// backend again to recover.
+    ///
+    /// On the file backend, operations the kernel already holds may or may not land (as on a
+    /// real cut), but they have all finished when this returns: nothing lands afterwards, on
+    /// top of what a reopened device recovers.
     pub fn power_cut(&self) {
-        let mut st = self.state.lock();
-        st.powered = false;
-        for slot in st.cmds.iter_mut() {
-            if let Some(cmd) = slot.take() {
-                if let Some(ppa) = cmd.program_ppa {
-                    self.media.revert_program(ppa);
+        {
+            let mut st = self.state.lock();
+            st.powered = false;
+            for slot in st.cmds.iter_mut() {
+                if let Some(cmd) = slot.take() {
+                    if let Some(ppa) = cmd.program_ppa {
+                        self.media.revert_program(ppa);
+                    }
                 }
             }
+            st.ready.clear();
+            st.reapable = 0;
         }
-        st.ready.clear();
-        st.reapable = 0;
+        // Nothing new reaches the media once `powered` is false (submission checks it under
+        // the state lock), so this waits for a fixed set of operations.
+        if let Err(e) = self.media.quiesce() {
+            tracing::error!("power cut: could not wait for the operations in flight: {e}");
+        }
     }
 
     /// Waits for every command in flight (their completions are dropped), then records the
@@ -498,31 +518,39 @@ impl Ftl {
     }
 
     /// Maps a free segment's blocks (least-worn free block on every chip) and persists it.
+    /// On any failure (no spare block, or the tables could not be persisted) every change is
+    /// undone, so the tables in memory stay those on the media.
     fn open_segment(&self, st: &mut State, seg: SegmentId) -> Result<()> {
         let g = self.geometry;
+        let s = seg.0 as usize;
+        let before = (st.tables.seg_state[s], st.tables.seg_wp[s], st.wp[s]);
         let mut taken = Vec::with_capacity(g.chips() as usize);
+        let mut result = Ok(());
         for chip in 0..g.chips() {
-            match st.tables.least_worn_free(chip) {
-                Some(block) => {
-                    let i = st.tables.block_index(chip, block);
-                    st.tables.block_state[i] = BlockState::Used;
-                    st.tables.set_mapped(seg, chip, block);
-                    taken.push((chip, block));
-                }
-                None => {
-                    for (c, b) in taken {
-                        let i = st.tables.block_index(c, b);
-                        st.tables.block_state[i] = BlockState::Free;
-                        st.tables.set_mapped(seg, c, UNMAPPED);
-                    }
-                    return Err(DeviceError::NoSpareBlocks { chip, segment: seg });
-                }
-            }
+            let Some(block) = st.tables.least_worn_free(chip) else {
+                result = Err(DeviceError::NoSpareBlocks { chip, segment: seg });
+                break;
+            };
+            let i = st.tables.block_index(chip, block);
+            st.tables.block_state[i] = BlockState::Used;
+            st.tables.set_mapped(seg, chip, block);
+            taken.push((chip, block));
         }
-        st.tables.seg_state[seg.0 as usize] = SegmentState::Open;
-        st.tables.seg_wp[seg.0 as usize] = 0;
-        st.wp[seg.0 as usize] = 0;
-        self.persist(st)
+        if result.is_ok() {
+            st.tables.seg_state[s] = SegmentState::Open;
+            st.tables.seg_wp[s] = 0;
+            st.wp[s] = 0;
+            result = self.persist(st);
+        }
+        if result.is_err() {
+            for (c, b) in taken {
+                let i = st.tables.block_index(c, b);
+                st.tables.block_state[i] = BlockState::Free;
+                st.tables.set_mapped(seg, c, UNMAPPED);
+            }
+            (st.tables.seg_state[s], st.tables.seg_wp[s], st.wp[s]) = before;
+        }
+        result
     }
 
     fn alloc_tag(&self, st: &mut State) -> Result<u32> {
@@ -769,8 +797,9 @@ impl Ftl {
         Ok(())
     }
 
-    /// Erases and unmaps a segment's blocks; returns the TRIM's result (an erase failure
-    /// retires the block but the segment is still freed).
+    /// Erases and unmaps a segment's blocks; returns the TRIM's result. The blocks are erased
+    /// before the tables change; a block whose erase fails (injected, or a media error) is
+    /// retired as bad instead of freed, and the segment is still freed (`EraseFailed`).
     fn trim(&self, st: &mut State, seg: SegmentId, start: u64, due: &mut u64) -> Result<()> {
         let g = self.geometry;
         let s = seg.0 as usize;
@@ -778,38 +807,68 @@ impl Ftl {
             return Ok(());
         }
         let mut fail = self.faults.take_erase(seg);
-        let mut failure = None;
-        let mut ppas = Vec::with_capacity(g.pages_per_segment() as usize);
+        // (chip, block) of the segment's good blocks to erase, and of those that failed.
+        let mut erase = Vec::with_capacity(g.chips() as usize);
+        let mut failed = Vec::new();
         for chip in 0..g.chips() {
             let block = st.tables.mapped(seg, chip);
             if block == UNMAPPED {
                 continue;
             }
-            let i = st.tables.block_index(chip, block);
             if let Some(sched) = st.sched.as_mut() {
                 *due = (*due).max(sched.erase(start, chip));
             }
-            st.tables.set_mapped(seg, chip, UNMAPPED);
-            if st.tables.block_state[i] == BlockState::Bad {
+            if st.tables.block_state[st.tables.block_index(chip, block)] == BlockState::Bad {
                 continue;
             }
             if fail {
                 fail = false;
-                st.tables.block_state[i] = BlockState::Bad;
-                failure = Some(DeviceError::EraseFailed {
-                    segment: seg,
-                    chip,
-                    block,
-                });
-                tracing::warn!("erase failure: retired block {block} of chip {chip}");
+                failed.push((chip, block));
                 continue;
             }
-            ppas.extend((0..g.pages_per_block).map(|p| g.ppa(chip, block, p)));
+            erase.push((chip, block));
+        }
+        let pages_of = |&(chip, block): &(u32, u32)| -> Vec<Ppa> {
+            (0..g.pages_per_block)
+                .map(|p| g.ppa(chip, block, p))
+                .collect()
+        };
+        let all: Vec<Ppa> = erase.iter().flat_map(pages_of).collect();
+        if let Err(e) = self.media.erase(&all) {
+            // Find out which blocks fail, one at a time; the others are erased.
+            tracing::warn!("erase of segment {seg} failed ({e}); retrying block by block");
+            erase.retain(|b| match self.media.erase(&pages_of(b)) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("erase of block {} of chip {} failed: {e}", b.1, b.0);
+                    failed.push(*b);
+                    false
+                }
+            });
+        }
+        // Every block is now erased or failed: only from here on do the tables change.
+        for chip in 0..g.chips() {
+            st.tables.set_mapped(seg, chip, UNMAPPED);
+        }
+        for &(chip, block) in &erase {
+            let i = st.tables.block_index(chip, block);
             st.tables.block_state[i] = BlockState::Free;
             st.tables.pe[i] += 1;
             st.counters.erases += 1;
         }
-        self.media.erase(&ppas)?;
+        failed.sort_unstable();
+        for &(chip, block) in &failed {
+            let i = st.tables.block_index(chip, block);
+            st.tables.block_state[i] = BlockState::Bad;
+            tracing::warn!("erase failure: retired block {block} of chip {chip}");
+        }
+        let failure = failed
+            .first()
+            .map(|&(chip, block)| DeviceError::EraseFailed {
+                segment: seg,
+                chip,
+                block,
+            });
         st.tables.seg_state[s] = SegmentState::Free;
         st.tables.seg_wp[s] = 0;
         st.wp[s] = 0;
@@ -839,7 +898,9 @@ impl Ftl {
             });
         let mut dones = Vec::new();
         let polled = self.media.poll(&mut dones, block);
-        drop(guard);
+        // The commands are marked done before the poll lock is released: a waiter that takes
+        // the lock next sees its command done, rather than neither done nor on the media (and
+        // sleeping in the kernel for a completion that was already taken).
         if !dones.is_empty() {
             let mut st = self.state.lock();
             for d in dones {
@@ -856,6 +917,7 @@ impl Ftl {
                 // Else: lost in a power cut.
             }
             drop(st);
+            drop(guard);
             self.finished.notify_all();
         }
         polled
@@ -863,10 +925,9 @@ impl Ftl {
 
     /// Turns a finished command into its completion and frees its tag.
     fn finish(&self, st: &mut State, tag: u32) -> Completion {
-        let cmd = st.cmds[tag as usize].take();
-        st.free_tags.push(tag);
-        let Some(cmd) = cmd else {
-            // Unreachable by construction: only finished, present commands are finished.
+        let Some(cmd) = st.cmds[tag as usize].take() else {
+            // Unreachable by construction: only finished, present commands are finished. The
+            // tag of an empty slot is already free: it must not be pushed a second time.
             return Completion {
                 tag: Tag(tag),
                 kind: CommandKind::Flush,
@@ -877,6 +938,7 @@ impl Ftl {
                 latency_ns: 0,
             };
         };
+        st.free_tags.push(tag);
         if !cmd.awaited {
             st.reapable -= 1;
         }
@@ -917,8 +979,9 @@ impl Ftl {
                         st.holes.entry(seg.0).or_default().insert(off);
                     }
                 }
-                self.maybe_mark_full(st, seg);
             }
+            // Whatever command was last on the segment (a read may outlast its final write).
+            self.maybe_mark_full(st, seg);
         }
         Completion {
             tag: Tag(tag),
@@ -931,7 +994,8 @@ impl Ftl {
         }
     }
 
-    /// Records a segment as full once its last write has completed.
+    /// Records a segment as full once its last write has completed and nothing else is in
+    /// flight on it.
     fn maybe_mark_full(&self, st: &mut State, seg: SegmentId) {
         let s = seg.0 as usize;
         if st.seg_busy[s] == 0
@@ -961,9 +1025,15 @@ impl Ftl {
                 break;
             }
             st.ready.pop();
-            if st.cmds[tag as usize].as_ref().is_some_and(|c| c.awaited) {
-                skipped.push(Reverse((due, seq, tag)));
-                continue;
+            match st.cmds[tag as usize].as_ref() {
+                // Stale: that command was already finished, and the tag may have been reused.
+                None => continue,
+                Some(c) if c.seq != seq => continue,
+                Some(c) if c.awaited => {
+                    skipped.push(Reverse((due, seq, tag)));
+                    continue;
+                }
+                Some(_) => {}
             }
             out.push(self.finish(st, tag));
             n += 1;
@@ -1235,5 +1305,368 @@ impl Drop for Ftl {
                 tracing::error!("closing the device on drop failed: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Switches and records shared between a test and its [`HookedMedia`].
+    #[derive(Default)]
+    struct Hooks {
+        /// Metadata writes fail, after tearing (zeroing) the range they were to write.
+        fail_meta: AtomicBool,
+        /// Offsets of the metadata writes that succeeded.
+        meta_offsets: Mutex<Vec<u64>>,
+        /// An erase touching any of these pages fails (the other pages are erased).
+        bad_erase: Mutex<Vec<Ppa>>,
+        /// `poll` collects nothing: completions stay in the media.
+        hold: AtomicBool,
+        /// Polls that returned at least one completion.
+        polls_done: AtomicUsize,
+    }
+
+    /// RAM media with failures and hooks a test controls.
+    struct HookedMedia {
+        inner: RamMedia,
+        hooks: Arc<Hooks>,
+    }
+
+    fn injected(what: &str) -> DeviceError {
+        DeviceError::io(what, std::io::Error::other("injected by the test"))
+    }
+
+    impl Media for HookedMedia {
+        fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()> {
+            self.inner.prepare(layout, format)
+        }
+        fn read_meta(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+            self.inner.read_meta(offset, len)
+        }
+        fn write_meta(&self, offset: u64, data: &[u8]) -> Result<()> {
+            if self.hooks.fail_meta.load(Ordering::SeqCst) {
+                self.inner.write_meta(offset, &vec![0; data.len()])?;
+                return Err(injected("metadata write"));
+            }
+            self.inner.write_meta(offset, data)?;
+            self.hooks.meta_offsets.lock().push(offset);
+            Ok(())
+        }
+        fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), crate::media::StartError> {
+            self.inner.start(id, op)
+        }
+        fn doorbell(&self) -> Result<()> {
+            self.inner.doorbell()
+        }
+        fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
+            if self.hooks.hold.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let before = out.len();
+            self.inner.poll(out, block)?;
+            if out.len() > before {
+                self.hooks.polls_done.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+        fn erase(&self, ppas: &[Ppa]) -> Result<()> {
+            let bad = self.hooks.bad_erase.lock().clone();
+            let (fail, ok): (Vec<Ppa>, Vec<Ppa>) = ppas.iter().partition(|p| bad.contains(p));
+            self.inner.erase(&ok)?;
+            if fail.is_empty() {
+                Ok(())
+            } else {
+                Err(injected("erase"))
+            }
+        }
+        fn is_programmed(&self, ppa: Ppa) -> Result<bool> {
+            self.inner.is_programmed(ppa)
+        }
+        fn revert_program(&self, ppa: Ppa) {
+            self.inner.revert_program(ppa);
+        }
+        fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()> {
+            self.inner.corrupt(ppa, byte)
+        }
+        fn describe(&self) -> String {
+            "hooked ram".into()
+        }
+    }
+
+    fn geometry() -> Geometry {
+        Geometry {
+            channels: 2,
+            ways: 2,
+            blocks_per_chip: 8,
+            pages_per_block: 4,
+            spare_blocks_per_chip: 1,
+        }
+    }
+
+    fn cfg() -> DeviceConfig {
+        DeviceConfig::new(geometry())
+    }
+
+    /// A freshly formatted device on hooked RAM media, and the store behind it.
+    fn hooked() -> (Arc<Hooks>, RamStore, Ftl) {
+        let store = RamStore::new();
+        let hooks = Arc::new(Hooks::default());
+        let media = HookedMedia {
+            inner: RamMedia::new(store.clone()),
+            hooks: hooks.clone(),
+        };
+        let dev = Ftl::format_media(Box::new(media), cfg()).unwrap();
+        (hooks, store, dev)
+    }
+
+    fn append(segment: u32) -> Command {
+        Command::Append {
+            segment: SegmentId(segment),
+            buf: PageBuf::zeroed(),
+        }
+    }
+
+    fn assert_tags_free_once(dev: &Ftl) {
+        let st = dev.state.lock();
+        let mut tags = st.free_tags.clone();
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), st.free_tags.len(), "a tag is free twice");
+    }
+
+    /// Finishes a reapable command the way `close` does, leaving its ready entry behind.
+    fn finish_behind_the_heap(dev: &Ftl, tag: Tag) {
+        dev.pump(false, None).unwrap();
+        let mut st = dev.state.lock();
+        assert_eq!(st.ready.len(), 1);
+        dev.finish(&mut st, tag.0).result.unwrap();
+    }
+
+    #[test]
+    fn stale_ready_entry_of_a_finished_command_is_dropped() {
+        let (_hooks, _store, dev) = hooked();
+        let tag = dev.submit(append(0)).unwrap();
+        finish_behind_the_heap(&dev, tag);
+        let mut out = Vec::new();
+        assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 0, "{out:?}");
+        assert!(dev.state.lock().ready.is_empty());
+        assert_tags_free_once(&dev);
+        assert_eq!(
+            dev.state.lock().free_tags.len(),
+            DEFAULT_QUEUE_DEPTH as usize
+        );
+    }
+
+    #[test]
+    fn stale_ready_entry_does_not_deliver_the_command_reusing_its_tag() {
+        let (hooks, _store, dev) = hooked();
+        let old = dev.submit(append(0)).unwrap();
+        finish_behind_the_heap(&dev, old);
+        hooks.hold.store(true, Ordering::SeqCst);
+        let new = dev.submit(append(0)).unwrap();
+        assert_eq!(new, old, "the tag is reused");
+        let mut out = Vec::new();
+        // The new command has not finished on the media: nothing may be delivered.
+        assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 0, "{out:?}");
+        hooks.hold.store(false, Ordering::SeqCst);
+        assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 1);
+        assert_eq!(out[0].lba, Some(Lba(1)));
+        assert!(out[0].result.is_ok() && out[0].buf.is_some());
+        assert_tags_free_once(&dev);
+    }
+
+    #[test]
+    fn failed_persist_while_opening_a_segment_leaves_it_free() {
+        let (hooks, _store, dev) = hooked();
+        let g = dev.geometry();
+        hooks.fail_meta.store(true, Ordering::SeqCst);
+        let err = dev.execute(append(1)).unwrap_err().error;
+        assert!(matches!(err, DeviceError::Io { .. }), "{err}");
+        {
+            let st = dev.state.lock();
+            assert_eq!(st.tables.seg_state[1], SegmentState::Free);
+            assert!((0..g.chips()).all(|c| st.tables.mapped(SegmentId(1), c) == UNMAPPED));
+            assert!(st.tables.block_state.iter().all(|&b| b == BlockState::Free));
+        }
+        hooks.fail_meta.store(false, Ordering::SeqCst);
+        let before = hooks.meta_offsets.lock().len();
+        let c = dev.execute(append(1)).unwrap();
+        c.result.unwrap();
+        assert_eq!(c.lba, Some(g.lba(SegmentId(1), 0)));
+        // This time opening the segment was persisted.
+        assert_eq!(hooks.meta_offsets.lock().len(), before + 1);
+    }
+
+    #[test]
+    fn failed_persist_does_not_advance_the_generation() {
+        let (hooks, store, dev) = hooked();
+        dev.execute(append(0)).unwrap().result.unwrap();
+        let generation = dev.state.lock().tables.generation;
+        hooks.fail_meta.store(true, Ordering::SeqCst);
+        // Two persists fail in a row, each tearing the slot it was writing.
+        for seg in [1, 2] {
+            let err = dev.execute(append(seg)).unwrap_err().error;
+            assert!(matches!(err, DeviceError::Io { .. }), "{err}");
+            assert_eq!(dev.state.lock().tables.generation, generation);
+        }
+        hooks.fail_meta.store(false, Ordering::SeqCst);
+        dev.power_cut();
+        drop(dev);
+        // Both went to the same slot: the other kept the last good copy of the tables.
+        let dev = Ftl::open(&Backend::Ram(store), cfg()).unwrap();
+        let info = dev.segment_info(SegmentId(0)).unwrap();
+        assert_eq!((info.state, info.write_pointer), (SegmentState::Open, 1));
+        dev.execute(Command::Read {
+            lba: Lba(0),
+            buf: PageBuf::zeroed(),
+        })
+        .unwrap()
+        .result
+        .unwrap();
+    }
+
+    #[test]
+    fn failed_media_erase_retires_the_block_and_leaves_the_tables_consistent() {
+        let (hooks, store, dev) = hooked();
+        let g = dev.geometry();
+        for _ in 0..5 {
+            dev.execute(append(0)).unwrap().result.unwrap();
+        }
+        let blocks: Vec<(u32, u32)> = {
+            let st = dev.state.lock();
+            (0..g.chips())
+                .map(|c| (c, st.tables.mapped(SegmentId(0), c)))
+                .collect()
+        };
+        let bad = blocks[1];
+        hooks.bad_erase.lock().push(g.ppa(bad.0, bad.1, 0));
+        let err = dev
+            .execute(Command::Trim {
+                segment: SegmentId(0),
+            })
+            .unwrap()
+            .result
+            .unwrap_err();
+        assert!(
+            matches!(err, DeviceError::EraseFailed { chip: 1, block, .. } if block == bad.1),
+            "{err}"
+        );
+        {
+            let st = dev.state.lock();
+            assert_eq!(st.tables.seg_state[0], SegmentState::Free);
+            for &(chip, block) in &blocks {
+                assert_eq!(st.tables.mapped(SegmentId(0), chip), UNMAPPED);
+                let i = st.tables.block_index(chip, block);
+                if (chip, block) == bad {
+                    assert_eq!(
+                        (st.tables.block_state[i], st.tables.pe[i]),
+                        (BlockState::Bad, 0)
+                    );
+                } else {
+                    assert_eq!(
+                        (st.tables.block_state[i], st.tables.pe[i]),
+                        (BlockState::Free, 1)
+                    );
+                    for p in 0..g.pages_per_block {
+                        assert!(!dev.media.is_programmed(g.ppa(chip, block, p)).unwrap());
+                    }
+                }
+            }
+        }
+        dev.close().unwrap();
+        let dev = Ftl::open(&Backend::Ram(store), cfg()).unwrap();
+        let stats = dev.stats();
+        assert_eq!((stats.bad_blocks, stats.free_segments), (1, g.segments()));
+    }
+
+    #[test]
+    fn power_cut_on_a_file_waits_for_the_kernel() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::File(dir.path().join("device.img"));
+        let dev = Ftl::format(&backend, cfg()).unwrap();
+        for _ in 0..8 {
+            dev.submit(append(0)).unwrap();
+        }
+        dev.power_cut();
+        assert_eq!(
+            dev.media.pending(),
+            0,
+            "io_uring operations outlive the cut"
+        );
+        drop(dev);
+        let dev = Ftl::open(&backend, cfg()).unwrap();
+        assert!(dev.segment_info(SegmentId(0)).unwrap().write_pointer <= 8);
+    }
+
+    #[test]
+    fn pump_marks_completions_done_before_releasing_the_poll_lock() {
+        let (hooks, _store, dev) = hooked();
+        let dev = Arc::new(dev);
+        dev.submit(append(0)).unwrap();
+        // Holding the state lock stalls the pump right after it took the completion.
+        let st = dev.state.lock();
+        let pumper = {
+            let dev = dev.clone();
+            std::thread::spawn(move || dev.pump(false, None))
+        };
+        while hooks.polls_done.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // The completion left the media but is not marked done yet: a waiter must not be able
+        // to poll in between.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let mut window = false;
+        while Instant::now() < deadline && !window {
+            window = dev.poll_lock.try_lock().is_some();
+            std::thread::yield_now();
+        }
+        drop(st);
+        pumper.join().unwrap().unwrap();
+        assert!(
+            !window,
+            "the poll lock was free while a completion was taken but not marked"
+        );
+        assert!(dev
+            .state
+            .lock()
+            .cmds
+            .iter()
+            .flatten()
+            .all(|c| c.done.is_some()));
+    }
+
+    #[test]
+    fn segment_turns_full_when_a_read_outlasts_its_last_write() {
+        let (_hooks, _store, dev) = hooked();
+        let pages = dev.geometry().pages_per_segment();
+        for _ in 1..pages {
+            dev.execute(append(0)).unwrap().result.unwrap();
+        }
+        dev.submit(append(0)).unwrap();
+        dev.submit(Command::Read {
+            lba: Lba(0),
+            buf: PageBuf::zeroed(),
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(dev.reap(&mut out, 1, Wait::Block).unwrap(), 1);
+        assert_eq!(out[0].kind, CommandKind::Write);
+        // The read is still in flight on the segment.
+        assert_eq!(
+            dev.segment_info(SegmentId(0)).unwrap().state,
+            SegmentState::Open
+        );
+        assert_eq!(dev.reap(&mut out, 1, Wait::Block).unwrap(), 1);
+        assert_eq!(out[1].kind, CommandKind::Read);
+        assert_eq!(
+            dev.segment_info(SegmentId(0)).unwrap().state,
+            SegmentState::Full
+        );
     }
 }

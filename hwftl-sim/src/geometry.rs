@@ -110,7 +110,9 @@ impl Geometry {
         Ok(g)
     }
 
-    /// Checks that the geometry is usable.
+    /// Checks that the geometry is usable. Every size derived from it (chips, pages, bytes
+    /// of the media including the metadata area) is computed with checked arithmetic, so a
+    /// geometry that passes never overflows in the address arithmetic of this crate.
     ///
     /// # Errors
     /// `InvalidGeometry` with the reason.
@@ -122,11 +124,23 @@ impl Geometry {
         if self.spare_blocks_per_chip >= self.blocks_per_chip {
             return bad("there must be more blocks per chip than spare blocks");
         }
-        if u64::from(self.chips()) * u64::from(self.pages_per_block) > u64::from(u32::MAX) {
+        let Some(chips) = self.channels.checked_mul(self.ways) else {
+            return bad("channels x ways overflows");
+        };
+        if chips > 65_536 {
+            return bad("more than 65536 chips");
+        }
+        // Both factors are below 2^32, so the product fits in a u64.
+        if u64::from(chips) * u64::from(self.pages_per_block) > u64::from(u32::MAX) {
             return bad("a segment would have more than 2^32 pages");
         }
-        if self.chips() > 65_536 {
-            return bad("more than 65536 chips");
+        let media_bytes = u64::from(chips)
+            .checked_mul(u64::from(self.blocks_per_chip))
+            .and_then(|blocks| blocks.checked_mul(u64::from(self.pages_per_block)))
+            .and_then(|pages| pages.checked_mul(PAGE_SIZE as u64))
+            .and_then(|bytes| bytes.checked_add(crate::tables::meta_bytes_checked(self)?));
+        if media_bytes.is_none() {
+            return bad("the media would be larger than 2^64 bytes");
         }
         Ok(())
     }
@@ -281,6 +295,38 @@ mod tests {
         let g = Geometry::paper_card(1 << 30).expect("geometry");
         assert_eq!(g.segment_bytes(), 128 << 20);
         assert!(g.capacity_bytes() >= 1 << 30);
+    }
+
+    #[test]
+    fn overflowing_geometry_is_refused_not_wrapped() {
+        // channels x ways overflows a u32.
+        let g = Geometry {
+            channels: 1 << 16,
+            ways: 1 << 16,
+            blocks_per_chip: 2,
+            pages_per_block: 1,
+            spare_blocks_per_chip: 1,
+        };
+        assert!(matches!(g.validate(), Err(DeviceError::InvalidGeometry(_))));
+        // chips x blocks x pages x 8 KiB overflows a u64.
+        let g = Geometry {
+            channels: 1,
+            ways: 1,
+            blocks_per_chip: u32::MAX,
+            pages_per_block: u32::MAX,
+            spare_blocks_per_chip: 1,
+        };
+        assert!(matches!(g.validate(), Err(DeviceError::InvalidGeometry(_))));
+        // A large geometry that fits is accepted, and its sizes do not overflow.
+        let g = Geometry {
+            channels: 1,
+            ways: 1,
+            blocks_per_chip: 1 << 20,
+            pages_per_block: 1 << 20,
+            spare_blocks_per_chip: 1,
+        };
+        assert!(g.validate().is_ok());
+        assert_eq!(g.capacity_bytes(), ((1u64 << 20) - 1) * (1 << 20) * 8192);
     }
 
     #[test]

@@ -96,7 +96,7 @@ fn io_error(msg: String) -> DeviceError {
 /// Trims the region and fills it completely with sequential appends at queue depth `qd`.
 ///
 /// # Errors
-/// The first device error met.
+/// As [`run`]: a queue depth of 0, a region past the device, or the first device error met.
 pub fn prefill(dev: &dyn AppendDevice, first_segment: u32, segments: u32, qd: u32) -> Result<()> {
     let pages = u64::from(dev.geometry().pages_per_segment()) * u64::from(segments);
     run(
@@ -114,8 +114,27 @@ pub fn prefill(dev: &dyn AppendDevice, first_segment: u32, segments: u32, qd: u3
     .map(|_| ())
 }
 
-fn trim_region(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<()> {
-    for s in spec.first_segment..spec.first_segment + spec.segments {
+/// The region's segments, `first_segment..end`, checked against the device.
+fn region(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<std::ops::Range<u32>> {
+    if spec.segments == 0 {
+        return Err(io_error("the region has no segments".into()));
+    }
+    let g = dev.geometry();
+    match spec.first_segment.checked_add(spec.segments) {
+        Some(end) => {
+            g.check_segment(SegmentId(end - 1))?;
+            Ok(spec.first_segment..end)
+        }
+        // The region ends past any segment a device can have.
+        None => Err(DeviceError::SegmentOutOfRange {
+            segment: SegmentId(u32::MAX),
+            segments: g.segments(),
+        }),
+    }
+}
+
+fn trim_region(dev: &dyn AppendDevice, region: std::ops::Range<u32>) -> Result<()> {
+    for s in region {
         dev.execute(Command::Trim {
             segment: SegmentId(s),
         })?
@@ -127,14 +146,16 @@ fn trim_region(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<()> {
 /// Runs one closed-loop load and measures it.
 ///
 /// # Errors
-/// `SegmentOutOfRange` for a region past the device, a write pattern asking for more pages
-/// than the region holds, or the first device error met.
+/// `SegmentOutOfRange` for a region past the device (or past `u32::MAX`), an empty region, a
+/// queue depth of 0, a write pattern asking for more pages than the region holds, or the
+/// first device error met.
 pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
     let g = dev.geometry();
-    if spec.segments == 0 {
-        return Err(io_error("the region has no segments".into()));
+    let region = region(dev, spec)?;
+    if spec.queue_depth == 0 {
+        // Nothing could ever be in flight: the loop would wait forever.
+        return Err(io_error("the queue depth must be at least 1".into()));
     }
-    g.check_segment(SegmentId(spec.first_segment + spec.segments - 1))?;
     let pps = u64::from(g.pages_per_segment());
     let region_pages = pps * u64::from(spec.segments);
     let writes = matches!(spec.pattern, Pattern::SeqWrite | Pattern::RandWrite { .. });
@@ -145,7 +166,7 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
                 spec.ops, region_pages
             )));
         }
-        trim_region(dev, spec)?;
+        trim_region(dev, region.clone())?;
     }
     let mut rng = SmallRng::seed_from_u64(spec.seed);
     let open = match spec.pattern {
@@ -154,6 +175,7 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
     };
     // Random writes: `open` cursors, each walking its own share of the region's segments.
     let mut cursors: Vec<(u32, u32)> = (0..open).map(|i| (spec.first_segment + i, 0)).collect();
+    // No overflow: `open <= segments` and the region ends at or below `u32::MAX`.
     let mut next_segment = spec.first_segment + open;
     let mut seq_cursor = 0u64;
     let mut bufs: Vec<PageBuf> = (0..spec.queue_depth)
@@ -164,7 +186,10 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
             p
         })
         .collect();
-    let mut latencies = Vec::with_capacity(spec.ops as usize);
+    // One latency per op, but a huge op count (a long read run) must not reserve it all up
+    // front (or truncate on a 32-bit target).
+    let mut latencies =
+        Vec::with_capacity(usize::try_from(spec.ops).map_or(1 << 20, |n| n.min(1 << 20)));
     let mut issued = 0u64;
     let mut done = 0u64;
     let mut out: Vec<Completion> = Vec::with_capacity(spec.queue_depth as usize);
@@ -195,7 +220,7 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
                     let seg = cursors[i].0;
                     cursors[i].1 += 1;
                     if u64::from(cursors[i].1) == pps {
-                        if next_segment < spec.first_segment + spec.segments {
+                        if next_segment < region.end {
                             cursors[i] = (next_segment, 0);
                             next_segment += 1;
                         } else {
@@ -253,4 +278,81 @@ pub fn run(dev: &dyn AppendDevice, spec: &LoadSpec) -> Result<LoadReport> {
         elapsed_ns,
         latencies_ns: latencies,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
+
+    fn device() -> Ftl {
+        let g = Geometry {
+            channels: 2,
+            ways: 2,
+            blocks_per_chip: 8,
+            pages_per_block: 4,
+            spare_blocks_per_chip: 1,
+        };
+        Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap()
+    }
+
+    fn spec(pattern: Pattern) -> LoadSpec {
+        LoadSpec {
+            pattern,
+            queue_depth: 4,
+            ops: 16,
+            first_segment: 0,
+            segments: 2,
+            seed: 1,
+            clock: Clock::Wall,
+        }
+    }
+
+    #[test]
+    fn queue_depth_zero_is_refused() {
+        let dev = Arc::new(device());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for pattern in [Pattern::SeqWrite, Pattern::RandRead] {
+            let (dev, tx) = (dev.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let spec = LoadSpec {
+                    queue_depth: 0,
+                    ..spec(pattern)
+                };
+                let _ = tx.send(run(dev.as_ref(), &spec).map(|r| r.ops));
+            });
+            let result = rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a queue depth of 0 must be refused, not wait forever");
+            assert!(result.is_err(), "{pattern:?}: {result:?}");
+        }
+        assert!(prefill(dev.as_ref(), 0, 1, 0).is_err());
+    }
+
+    #[test]
+    fn region_past_u32_max_is_refused_without_overflow() {
+        let dev = device();
+        let far = LoadSpec {
+            first_segment: u32::MAX,
+            segments: 2,
+            ..spec(Pattern::SeqWrite)
+        };
+        let err = run(&dev, &far).unwrap_err();
+        assert!(
+            matches!(err, DeviceError::SegmentOutOfRange { .. }),
+            "{err}"
+        );
+        let err = prefill(&dev, u32::MAX - 1, u32::MAX, 1).unwrap_err();
+        assert!(
+            matches!(err, DeviceError::SegmentOutOfRange { .. }),
+            "{err}"
+        );
+        // A valid region still runs.
+        assert_eq!(run(&dev, &spec(Pattern::SeqWrite)).unwrap().ops, 16);
+    }
 }

@@ -90,6 +90,25 @@ pub(crate) fn slot_bytes(g: &Geometry) -> u64 {
     (table_bytes(g) as u64).next_multiple_of(8192)
 }
 
+/// Bytes of the metadata area (superblock and both table slots) computed with checked
+/// arithmetic, or `None` when they do not fit in a `u64`. Equals
+/// `SUPERBLOCK_BYTES + 2 * slot_bytes(g)` whenever that does not overflow.
+pub(crate) fn meta_bytes_checked(g: &Geometry) -> Option<u64> {
+    let segs = u64::from(g.segments());
+    let chips = u64::from(g.chips());
+    let blocks = chips.checked_mul(u64::from(g.blocks_per_chip))?;
+    let table = segs
+        .checked_mul(chips)?
+        .checked_mul(4)?
+        .checked_add(segs.checked_mul(5)?)?
+        .checked_add(blocks.checked_mul(5)?)?
+        .checked_add((TABLE_HEADER + 12) as u64)?;
+    table
+        .checked_next_multiple_of(8192)?
+        .checked_mul(2)?
+        .checked_add(SUPERBLOCK_BYTES as u64)
+}
+
 /// Encodes the superblock: format version and geometry.
 pub(crate) fn encode_superblock(g: &Geometry) -> Vec<u8> {
     let mut b = Vec::with_capacity(SUPERBLOCK_BYTES);
@@ -203,8 +222,14 @@ impl Tables {
 
     /// Encodes one slot's worth of tables with a crc32c over the body.
     pub(crate) fn encode(&self) -> Vec<u8> {
+        self.encode_as(self.generation)
+    }
+
+    /// Encodes the tables as generation `generation` (the in-memory generation is left as it
+    /// is, so a persist that fails does not advance it).
+    pub(crate) fn encode_as(&self, generation: u64) -> Vec<u8> {
         let mut body = Vec::with_capacity(table_bytes(&self.geometry));
-        body.extend_from_slice(&self.generation.to_le_bytes());
+        body.extend_from_slice(&generation.to_le_bytes());
         body.extend_from_slice(&u32::from(self.clean).to_le_bytes());
         for v in &self.map {
             body.extend_from_slice(&v.to_le_bytes());
@@ -363,6 +388,15 @@ mod tests {
             decode_superblock(&[0u8; 64]),
             Err(DeviceError::NotFormatted)
         ));
+    }
+
+    #[test]
+    fn checked_meta_size_matches_the_slot_layout() {
+        let g = g();
+        assert_eq!(
+            meta_bytes_checked(&g),
+            Some(SUPERBLOCK_BYTES as u64 + 2 * slot_bytes(&g))
+        );
     }
 
     #[test]

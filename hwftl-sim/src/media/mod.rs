@@ -61,6 +61,17 @@ pub(crate) trait Media: Send + Sync {
     fn doorbell(&self) -> Result<()>;
     /// Collects finished operations; with `block`, waits for at least one if any is running.
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()>;
+    /// Waits until the backend holds no operation any more: queued ones are handed over,
+    /// and every completion is collected and dropped. A power cut calls it so that nothing
+    /// still owned by the kernel lands after the cut.
+    fn quiesce(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Operations started and not yet collected by [`Media::poll`] or [`Media::quiesce`].
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        0
+    }
     /// Erases physical pages (synchronous); afterwards they read as erased.
     fn erase(&self, ppas: &[Ppa]) -> Result<()>;
     /// True when the page holds programmed data (used by recovery after a power cut).
