@@ -8,26 +8,34 @@
 //!   Replies may thus leave out of order; each carries its request's sequence number and
 //!   the network thread restores each connection's order.
 //! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
-//!   [`WriteGroup`] and committed as one atomic engine batch (group commit); the replies go
-//!   out once it is durable. Between batches it removes expired keys. Memtable flushes,
-//!   compactions and GC run inside the engine's write path, on this thread.
+//!   [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
+//!   up to four groups are on the device while the next is gathered, and each group's
+//!   replies go out once it is durable and applied, in order. A command touching a key of
+//!   a group still in flight waits for it (unless both are plain SETs), because groups are
+//!   built from the engine's applied state. Between batches it removes expired keys.
+//!   Memtable flushes, compactions and GC run inside the engine's write path, on this
+//!   thread.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
 use crate::keyspace::{HASH, STRING, ZSET};
-use crate::store::{self, now_ms, SetOptions, Store, StoreError, WriteGroup};
+use crate::store::{self, now_ms, PendingCommit, SetOptions, Store, StoreError, WriteGroup};
 
 /// Most jobs taken off a queue per batch.
 const MAX_BATCH: usize = 512;
-/// A write group is committed once it holds this many bytes.
-const MAX_GROUP_BYTES: usize = 4 << 20;
+/// A write group is started once it holds this many bytes (small enough that several fit
+/// in the engine's write pipeline at once).
+const GROUP_BYTES: usize = 256 << 10;
+/// Write groups on the device at once.
+const MAX_GROUPS_IN_FLIGHT: usize = 4;
 /// How often the writer looks for expired keys when idle.
 const EXPIRY_SWEEP: Duration = Duration::from_millis(100);
 /// Expired keys removed per sweep.
@@ -364,26 +372,111 @@ fn get_range(v: Bytes, start: i64, end: i64) -> Bytes {
     v.slice(s as usize..=e as usize)
 }
 
+/// Whether a write reads nothing but the key's type: a plain SET or MSET (no NX/XX/GET/
+/// KEEPTTL/expiry). Those may follow in-flight writes to the same keys that were also plain.
+fn is_plain_write(cmd: &Command) -> bool {
+    match cmd {
+        Command::Set {
+            expire,
+            condition,
+            keep_ttl,
+            get,
+            ..
+        } => expire.is_none() && condition.is_none() && !keep_ttl && !get,
+        Command::MSet(_) => true,
+        _ => false,
+    }
+}
+
+/// One group's replies: (connection, sequence number, reply).
+type GroupReplies = Vec<(u64, u64, Reply)>;
+
+/// The writer's groups whose batches are on the device, oldest first.
+///
+/// A group is built by reading the engine's applied state (types, old values, counts), which
+/// does not yet include the groups in flight. So a command touching a key an in-flight group
+/// wrote waits until they are finished, unless both are plain writes (whose outcome does not
+/// depend on what the in-flight write left).
+struct InFlightGroups {
+    groups: VecDeque<(PendingCommit, GroupReplies)>,
+    /// User keys the groups in flight wrote; `true` while every such write was plain.
+    keys: HashMap<Vec<u8>, bool>,
+}
+
+impl InFlightGroups {
+    fn new() -> Self {
+        Self {
+            groups: VecDeque::new(),
+            keys: HashMap::new(),
+        }
+    }
+
+    fn conflicts(&self, cmd: &Command) -> bool {
+        if self.keys.is_empty() {
+            return false;
+        }
+        let plain = is_plain_write(cmd);
+        cmd.keys().iter().any(|k| {
+            self.keys
+                .get(*k)
+                .is_some_and(|&all_plain| !(plain && all_plain))
+        })
+    }
+
+    /// Waits for the oldest group and sends its replies; false when none was in flight.
+    fn finish_oldest(&mut self, store: &Store, metrics: &Metrics, sink: &ReplySink) -> bool {
+        let Some((commit, replies)) = self.groups.pop_front() else {
+            return false;
+        };
+        let result = commit.finish(store);
+        sink.send_all(group_replies(metrics, result, replies));
+        if self.groups.is_empty() {
+            self.keys.clear();
+        }
+        true
+    }
+
+    fn drain(&mut self, store: &Store, metrics: &Metrics, sink: &ReplySink) {
+        while self.finish_oldest(store, metrics, sink) {}
+    }
+}
+
 /// The writer thread's loop: returns when the queue closes (after the last group is
-/// committed).
+/// committed). Up to [`MAX_GROUPS_IN_FLIGHT`] groups are on the device at once; the next is
+/// gathered while they are written.
 pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink: &ReplySink) {
+    let mut in_flight = InFlightGroups::new();
     loop {
-        let first = match jobs.recv_timeout(EXPIRY_SWEEP) {
-            Ok(j) => j,
-            Err(RecvTimeoutError::Timeout) => {
-                sweep_expired(store);
-                continue;
+        let first = if in_flight.groups.is_empty() {
+            match jobs.recv_timeout(EXPIRY_SWEEP) {
+                Ok(j) => j,
+                Err(RecvTimeoutError::Timeout) => {
+                    sweep_expired(store);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            Err(RecvTimeoutError::Disconnected) => break,
+        } else {
+            match jobs.try_recv() {
+                Ok(j) => j,
+                Err(TryRecvError::Empty) => {
+                    // Nothing new: answer the oldest group once it is durable.
+                    in_flight.finish_oldest(store, metrics, sink);
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => break,
+            }
         };
         let mut group = WriteGroup::new(store);
-        let mut pending: Vec<(u64, u64, Reply)> = Vec::new();
+        let mut pending: GroupReplies = Vec::new();
+        let mut group_keys: HashMap<Vec<u8>, bool> = HashMap::new();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(job) = next.take() {
             taken += 1;
             if matches!(job.cmd, Command::FlushAll) {
-                // FLUSHALL runs alone: commit what came before it, then delete everything.
+                // FLUSHALL runs alone: everything before it is committed, then it deletes all.
+                in_flight.drain(store, metrics, sink);
                 let replies = commit(
                     store,
                     metrics,
@@ -391,6 +484,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                     std::mem::take(&mut pending),
                 );
                 sink.send_all(replies);
+                group_keys.clear();
                 let reply = match store::flush_all(store) {
                     Ok(()) => Reply::ok(),
                     Err(e) => err(&e),
@@ -401,27 +495,70 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                     reply,
                 }]);
             } else {
+                if in_flight.conflicts(&job.cmd) {
+                    in_flight.drain(store, metrics, sink);
+                }
                 let reply = apply_write(&mut group, &job.cmd, job.proto);
+                let plain = is_plain_write(&job.cmd);
+                for k in job.cmd.keys() {
+                    let e = group_keys.entry(k.to_vec()).or_insert(true);
+                    *e = *e && plain;
+                }
                 pending.push((job.conn, job.seq, reply));
             }
-            if taken < MAX_BATCH && group.bytes() < MAX_GROUP_BYTES {
+            if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
                 next = jobs.try_recv().ok();
             }
         }
-        let replies = commit(store, metrics, group, pending);
-        sink.send_all(replies);
+        loop {
+            match group.try_submit() {
+                Ok(Some(commit)) => {
+                    for (k, plain) in group_keys {
+                        let e = in_flight.keys.entry(k).or_insert(true);
+                        *e = *e && plain;
+                    }
+                    in_flight.groups.push_back((commit, pending));
+                    break;
+                }
+                Ok(None) => {
+                    // The engine wants the device to itself (maintenance, a large group).
+                    if !in_flight.finish_oldest(store, metrics, sink) {
+                        sink.send_all(commit(store, metrics, group, pending));
+                        break;
+                    }
+                }
+                Err(e) => {
+                    sink.send_all(group_replies(metrics, Err(e), pending));
+                    break;
+                }
+            }
+        }
+        while in_flight.groups.len() > MAX_GROUPS_IN_FLIGHT {
+            in_flight.finish_oldest(store, metrics, sink);
+        }
     }
+    in_flight.drain(store, metrics, sink);
 }
 
-/// Commits a group; on failure every reply that reported success becomes the error.
+/// Commits a group synchronously (nothing of the writer's may be in flight).
 fn commit(
     store: &Store,
     metrics: &Metrics,
     group: WriteGroup<'_>,
-    pending: Vec<(u64, u64, Reply)>,
+    pending: GroupReplies,
 ) -> Vec<Done> {
     let _ = store;
-    match group.commit() {
+    group_replies(metrics, group.commit(), pending)
+}
+
+/// The replies of a committed group; on failure every reply that reported success becomes
+/// the error.
+fn group_replies(
+    metrics: &Metrics,
+    result: store::Result<u64>,
+    pending: GroupReplies,
+) -> Vec<Done> {
+    match result {
         Ok(value_bytes) => {
             // The engine copies each value into its device pages.
             metrics

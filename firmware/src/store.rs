@@ -571,6 +571,38 @@ enum DeadlineChange {
     Clear,
 }
 
+/// A group whose engine batch is on the device ([`WriteGroup::try_submit`]).
+pub struct PendingCommit {
+    write: Option<lsm::PendingWrite>,
+    deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    value_bytes: u64,
+}
+
+impl PendingCommit {
+    /// Waits until the group is durable and applied, then publishes its expiry changes;
+    /// returns the value bytes it wrote.
+    ///
+    /// # Errors
+    /// The engine's failure: nothing of the group is applied.
+    pub fn finish(self, store: &Store) -> Result<u64> {
+        if let Some(w) = self.write {
+            store.db.finish_write(w)?;
+        }
+        let mut ex = store.expiries.write();
+        for (k, c) in self.deadlines {
+            match c {
+                DeadlineChange::Set(d) => {
+                    ex.insert(k, d);
+                }
+                DeadlineChange::Clear => {
+                    ex.remove(&k);
+                }
+            }
+        }
+        Ok(self.value_bytes)
+    }
+}
+
 /// Many commands' writes gathered for one atomic engine batch, with read-your-writes.
 pub struct WriteGroup<'s> {
     store: &'s Store,
@@ -1026,6 +1058,41 @@ impl<'s> WriteGroup<'s> {
             }
         }
         Ok(value_bytes)
+    }
+
+    /// Starts the group's engine batch without waiting for it (see
+    /// [`Engine::try_submit_write`]); [`PendingCommit::finish`] waits and publishes its
+    /// expiry changes. `Ok(None)`: the engine cannot start it now (finish an earlier group,
+    /// or [`WriteGroup::commit`] when none is in flight). Once started, the group is spent.
+    ///
+    /// # Errors
+    /// The engine's refusal: nothing of the group is applied.
+    pub fn try_submit(&mut self) -> Result<Option<PendingCommit>> {
+        let mut value_bytes = 0u64;
+        let ops: Vec<WriteOp<'_>> = self
+            .overlay
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => {
+                    value_bytes += v.len() as u64;
+                    WriteOp::Put(k, v)
+                }
+                None => WriteOp::Delete(k),
+            })
+            .collect();
+        let write = if ops.is_empty() {
+            None
+        } else {
+            match self.store.db.try_submit_write(&ops)? {
+                Some(w) => Some(w),
+                None => return Ok(None),
+            }
+        };
+        Ok(Some(PendingCommit {
+            write,
+            deadlines: std::mem::take(&mut self.deadlines),
+            value_bytes,
+        }))
     }
 }
 

@@ -532,7 +532,11 @@ fn pipelined_replies_keep_request_order() {
     for _round in 0..4 {
         for i in 0..50 {
             assert_eq!(bulk(it.next().unwrap()), expect(i), "GET o{i}");
-            assert_eq!(it.next(), Some(Value::Int((100 + i * 170) as i64)), "STRLEN o{i}");
+            assert_eq!(
+                it.next(),
+                Some(Value::Int((100 + i * 170) as i64)),
+                "STRLEN o{i}"
+            );
             assert_eq!(it.next(), Some(Value::Nil), "GET missing{i}");
             match it.next() {
                 Some(Value::Array(a)) => {
@@ -551,4 +555,46 @@ fn pipelined_replies_keep_request_order() {
         }
     }
     assert_eq!(it.next(), None);
+}
+
+/// Writes that depend on earlier writes to the same key (INCR after INCR, a type change
+/// after HSET, HSET after DEL) in long runs of writes from several connections, with large
+/// values in between so the writer's groups split mid-run: each group must see the groups
+/// still on the device.
+#[test]
+fn dependent_pipelined_writes_see_earlier_ones() {
+    let (_dir, d) = drive();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let mut c = d.conn();
+            std::thread::spawn(move || {
+                let big = vec![b'z'; 30_000];
+                let counter = format!("n{t}");
+                let h = format!("h{t}");
+                let mut p = redis::pipe();
+                for i in 0..300 {
+                    p.set(format!("big{t}:{}", i % 3), &big[..]).ignore();
+                    p.incr(&counter, 1).ignore();
+                    p.hset(&h, "f", i).ignore();
+                    p.set(&h, "now a string").ignore();
+                    p.del(&h).ignore();
+                    p.hset(&h, "g", i).ignore();
+                }
+                p.get(&counter);
+                p.cmd("HLEN").arg(&h);
+                p.strlen(format!("big{t}:0"));
+                let out: Vec<Value> = p.query(&mut c).unwrap();
+                assert_eq!(
+                    out[0],
+                    Value::BulkString(b"300".to_vec()),
+                    "lost increments"
+                );
+                assert_eq!(out[1], Value::Int(1), "HLEN after DEL and HSET");
+                assert_eq!(out[2], Value::Int(30_000));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
 }

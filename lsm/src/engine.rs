@@ -275,6 +275,24 @@ fn finish_page(
     }
 }
 
+/// A batch started by [`Engine::try_submit_write`]; pass it to [`Engine::finish_write`].
+#[must_use = "a started batch must be finished to learn whether it is durable"]
+pub struct PendingWrite {
+    state: PendingState,
+}
+
+enum PendingState {
+    /// Already written (synchronously) or refused.
+    Done(Result<()>),
+    /// Pages on the device.
+    OnDevice {
+        ticket: u64,
+        rx: std::sync::mpsc::Receiver<std::result::Result<(), DeviceError>>,
+        submitted: usize,
+        dev: Arc<dyn AppendDevice>,
+    },
+}
+
 /// The LightStore engine over an append-only device.
 pub struct Engine {
     inner: Mutex<Inner>,
@@ -486,7 +504,81 @@ impl Engine {
             return r;
         }
         let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
+        let dev = g.dev.clone();
         drop(g);
+        self.finish_write(PendingWrite {
+            state: PendingState::OnDevice {
+                ticket,
+                rx,
+                submitted,
+                dev,
+            },
+        })
+    }
+
+    /// Starts a batch without waiting for it: its pages are laid out and submitted, and
+    /// [`Engine::finish_write`] later waits until it is durable and applied. A caller may
+    /// start several batches before finishing the first; they are applied in the order
+    /// they were started, and each is atomic as with [`Engine::write`].
+    ///
+    /// Returns `Ok(None)` when the batch cannot start now without waiting for batches
+    /// already on the device (the pipeline is full, or maintenance or a large batch must
+    /// run alone): finish an earlier batch and try again, or call [`Engine::write`] when the
+    /// caller has none in flight.
+    ///
+    /// # Errors
+    /// As [`Engine::write`], for errors found before anything is submitted.
+    pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
+        let mut g = self.inner.lock();
+        g.check_open()?;
+        if ops.is_empty() {
+            return Ok(Some(PendingWrite {
+                state: PendingState::Done(Ok(())),
+            }));
+        }
+        g.validate_batch(ops)?;
+        let bound = Inner::page_bound(ops);
+        if !g.can_pipeline(bound) {
+            if !g.pipeline.is_empty() {
+                return Ok(None);
+            }
+            // Nothing in flight: the synchronous path runs now, alone.
+            let r = g.write(ops);
+            self.applied.notify_all();
+            return Ok(Some(PendingWrite {
+                state: PendingState::Done(r),
+            }));
+        }
+        if !g.pipeline.is_empty() && g.pipeline_pages + bound > PIPELINE_PAGES {
+            return Ok(None);
+        }
+        let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
+        let dev = g.dev.clone();
+        Ok(Some(PendingWrite {
+            state: PendingState::OnDevice {
+                ticket,
+                rx,
+                submitted,
+                dev,
+            },
+        }))
+    }
+
+    /// Waits until a batch from [`Engine::try_submit_write`] is durable and applied (and so
+    /// visible to reads), and returns its outcome.
+    ///
+    /// # Errors
+    /// As [`Engine::write`]; a batch fails when one started before it failed.
+    pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
+        let (ticket, rx, submitted, dev) = match pending.state {
+            PendingState::Done(r) => return r,
+            PendingState::OnDevice {
+                ticket,
+                rx,
+                submitted,
+                dev,
+            } => (ticket, rx, submitted, dev),
+        };
         // Wait outside the lock: other batches are laid out and submitted meanwhile.
         let mut io: std::result::Result<(), DeviceError> = Ok(());
         for _ in 0..submitted {
@@ -502,6 +594,13 @@ impl Engine {
                     break;
                 }
             }
+        }
+        if io.is_ok() {
+            // Durable before acknowledged: the pages may still be in the write cache.
+            io = dev
+                .execute(Command::Flush)
+                .map_err(|r| r.error)
+                .and_then(|c| c.result);
         }
         let mut g = self.inner.lock();
         if let Some(b) = g.pipeline.get_mut(&ticket) {
@@ -1299,6 +1398,14 @@ impl Inner {
             self.abandon_head();
             return Err(e);
         }
+        // A client batch is acknowledged only once the device's write cache holds none of
+        // it (garbage collection's moves are made durable by the manifest write after them).
+        if !self.in_gc {
+            if let Err(e) = self.sync_device() {
+                self.abandon_head();
+                return Err(e);
+            }
+        }
         self.pages_since_checkpoint += n;
         self.commit_updates(Self::user_bytes(ops), updates);
         if self.mem.bytes() >= self.cfg.memtable_bytes
@@ -1783,9 +1890,21 @@ impl Inner {
     }
 
     fn persist(&mut self) -> Result<()> {
+        // What the manifest points at (keytable pages, moved values) is durable before it,
+        // and the manifest is durable before anything it released is trimmed.
+        self.sync_device()?;
         self.snap_seq += 1;
         let snap = self.snapshot();
         self.manifest.write(self.dev.as_ref(), &snap)?;
+        self.sync_device()
+    }
+
+    /// Empties the device's volatile write cache (fdatasync on the file backend).
+    fn sync_device(&self) -> Result<()> {
+        self.dev
+            .execute(Command::Flush)
+            .map_err(|r| r.error)?
+            .result?;
         Ok(())
     }
 

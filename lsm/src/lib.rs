@@ -43,7 +43,7 @@ pub use config::{
     EngineConfig, DEFAULT_L0_RUNS, DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO, DEFAULT_MAX_KEY,
     DEFAULT_MAX_VALUE, DEFAULT_MEMTABLE_BYTES,
 };
-pub use engine::{Engine, EngineStats, WriteOp};
+pub use engine::{Engine, EngineStats, PendingWrite, WriteOp};
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive};
 pub use read::{OnValues, ASYNC_READ_WINDOW};

@@ -174,13 +174,16 @@ fn every_acknowledged_write_survives_a_thousand_power_cuts() {
         // Load until the armed cut hits.
         dev.remaining.store(rng.gen_range(1..120), Ordering::SeqCst);
         for _ in 0..200 {
-            let batch: Batch = (0..rng.gen_range(1..4))
+            let mut batch: Batch = (0..rng.gen_range(1..4))
                 .map(|_| {
                     let k = format!("k{:03}", rng.gen_range(0..150)).into_bytes();
                     let v = (rng.gen_range(0..5) != 0).then(|| value(&mut rng));
                     (k, v)
                 })
                 .collect();
+            // Distinct keys, so "applied" and "kept the old value" are per-key facts.
+            batch.sort_by(|a, b| a.0.cmp(&b.0));
+            batch.dedup_by(|a, b| a.0 == b.0);
             let ops: Vec<WriteOp<'_>> = batch
                 .iter()
                 .map(|(k, v)| match v {
