@@ -51,8 +51,9 @@ pub struct Args {
     /// NAND timing model: none, paper-card, or custom:READ,PROGRAM,ERASE,XFER,WXFER (ns).
     #[arg(long)]
     pub timing: Option<String>,
-    /// `sync` (a write is acknowledged once on the device) or `plp` (acknowledged from DRAM,
-    /// flushed on a power-fail signal).
+    /// `sync` (a write is acknowledged once durable: on the device and out of its volatile
+    /// write cache) or `plp` (the device's write cache is power-protected: acknowledged when
+    /// the device completes it, without a cache flush; SIGPWR flushes and stops the drive).
     #[arg(long)]
     pub durability: Option<String>,
     /// Password clients must send with AUTH (none: only loopback clients are accepted).

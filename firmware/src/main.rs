@@ -131,11 +131,6 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cfg = DriveConfig::resolve(Args::parse())?;
-    anyhow::ensure!(
-        cfg.durability == Durability::Sync,
-        "--durability plp is not available yet: the engine acknowledges writes only once they \
-         are on the device (sync)"
-    );
     let addr = (cfg.bind.as_str(), cfg.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}:{}", cfg.bind, cfg.port))?
@@ -151,7 +146,11 @@ fn main() -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let engine = Engine::open(
         dev.clone() as Arc<dyn AppendDevice>,
-        EngineConfig::default(),
+        EngineConfig {
+            // plp: the device's write cache is power-protected; no flush per batch.
+            flush_writes: cfg.durability == Durability::Sync,
+            ..EngineConfig::default()
+        },
     )
     .context("opening the engine")?;
     let store = Arc::new(Store::open(engine).context("loading the expiry index")?);
@@ -162,7 +161,12 @@ fn main() -> anyhow::Result<()> {
     );
 
     let shutdown = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        // The power-fail signal (a UPS daemon's, or the card's capacitor warning).
+        libc::SIGPWR,
+    ] {
         signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
     let metrics = Arc::new(Metrics::new(

@@ -598,3 +598,37 @@ fn dependent_pipelined_writes_see_earlier_ones() {
         t.join().unwrap();
     }
 }
+
+/// `--durability plp` (a power-protected device write cache): writes are acknowledged
+/// without a cache flush, INFO says so, and the power-fail signal flushes and stops the
+/// drive with every acknowledged write kept.
+#[test]
+fn plp_mode_flushes_on_the_power_fail_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Drive::start(&data, &["--durability", "plp"]);
+    let mut c = d.conn();
+    let settings: HashMap<String, String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("durability")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(settings.get("durability").map(String::as_str), Some("plp"));
+    for i in 0..300 {
+        let _: () = c.set(format!("p{i}"), vec![i as u8; 3000]).unwrap();
+    }
+    drop(c);
+    let _ = std::process::Command::new("kill")
+        .arg("-PWR")
+        .arg(d.pid().to_string())
+        .status();
+    assert!(d.wait_exit(), "SIGPWR must flush and exit cleanly");
+    let d = Drive::start(&data, &[]);
+    let mut c = d.conn();
+    for i in 0..300 {
+        assert_eq!(
+            c.get::<_, Vec<u8>>(format!("p{i}")).unwrap(),
+            vec![i as u8; 3000]
+        );
+    }
+}

@@ -38,6 +38,11 @@ pub struct EngineConfig {
     pub l1_bytes: usize,
     /// Bloom filter false-positive rate per run.
     pub bloom_fp_rate: f64,
+    /// Empty the device's write cache (`FLUSH`, fdatasync on files) before a client batch is
+    /// acknowledged. `false` is for a device whose write cache survives power loss
+    /// (capacitors: the paper's PLP card): a batch is then acknowledged when the device
+    /// completes its pages. Manifest writes are flushed either way.
+    pub flush_writes: bool,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +56,7 @@ impl Default for EngineConfig {
             level_ratio: DEFAULT_LEVEL_RATIO,
             l1_bytes: DEFAULT_L1_BYTES,
             bloom_fp_rate: 0.01,
+            flush_writes: true,
         }
     }
 }

@@ -290,6 +290,8 @@ enum PendingState {
         rx: std::sync::mpsc::Receiver<std::result::Result<(), DeviceError>>,
         submitted: usize,
         dev: Arc<dyn AppendDevice>,
+        /// Flush the device's write cache before acknowledging.
+        flush: bool,
     },
 }
 
@@ -505,6 +507,7 @@ impl Engine {
         }
         let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
         let dev = g.dev.clone();
+        let flush = g.cfg.flush_writes;
         drop(g);
         self.finish_write(PendingWrite {
             state: PendingState::OnDevice {
@@ -512,6 +515,7 @@ impl Engine {
                 rx,
                 submitted,
                 dev,
+                flush,
             },
         })
     }
@@ -560,6 +564,7 @@ impl Engine {
                 rx,
                 submitted,
                 dev,
+                flush: g.cfg.flush_writes,
             },
         }))
     }
@@ -570,14 +575,15 @@ impl Engine {
     /// # Errors
     /// As [`Engine::write`]; a batch fails when one started before it failed.
     pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
-        let (ticket, rx, submitted, dev) = match pending.state {
+        let (ticket, rx, submitted, dev, flush) = match pending.state {
             PendingState::Done(r) => return r,
             PendingState::OnDevice {
                 ticket,
                 rx,
                 submitted,
                 dev,
-            } => (ticket, rx, submitted, dev),
+                flush,
+            } => (ticket, rx, submitted, dev, flush),
         };
         // Wait outside the lock: other batches are laid out and submitted meanwhile.
         let mut io: std::result::Result<(), DeviceError> = Ok(());
@@ -595,7 +601,7 @@ impl Engine {
                 }
             }
         }
-        if io.is_ok() {
+        if io.is_ok() && flush {
             // Durable before acknowledged: the pages may still be in the write cache.
             io = dev
                 .execute(Command::Flush)
@@ -1400,7 +1406,7 @@ impl Inner {
         }
         // A client batch is acknowledged only once the device's write cache holds none of
         // it (garbage collection's moves are made durable by the manifest write after them).
-        if !self.in_gc {
+        if !self.in_gc && self.cfg.flush_writes {
             if let Err(e) = self.sync_device() {
                 self.abandon_head();
                 return Err(e);
