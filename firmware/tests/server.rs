@@ -346,6 +346,7 @@ fn malformed_and_hostile_input_gets_redis_errors_and_the_drive_survives() {
     let (_dir, d) = drive();
     let mut keeper = d.conn();
     let _: () = keeper.set("stable", "value").unwrap();
+    let rss_before = info_field(&mut keeper, "memory", "used_memory_rss");
     let cases: &[(&[u8], &str)] = &[
         (
             b"*1\r\n$4\r\nPING\r\n*x\r\n",
@@ -417,6 +418,13 @@ fn malformed_and_hostile_input_gets_redis_errors_and_the_drive_survives() {
     let clients = info_field(&mut keeper, "clients", "connected_clients");
     assert!(clients < 50, "{clients} clients still registered");
     assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut keeper).unwrap(), 1);
+    // Memory returns to its level: nothing of the hostile clients is kept.
+    std::thread::sleep(Duration::from_millis(200));
+    let rss_after = info_field(&mut keeper, "memory", "used_memory_rss");
+    assert!(
+        rss_after < rss_before + (48 << 20),
+        "RSS grew from {rss_before} to {rss_after}"
+    );
 }
 
 #[test]
@@ -631,4 +639,47 @@ fn plp_mode_flushes_on_the_power_fail_signal() {
             vec![i as u8; 3000]
         );
     }
+}
+
+/// A full device: SETs get an error saying the drive is full, reads and deletes keep
+/// working, and deleting frees space for new writes.
+#[test]
+fn a_full_drive_refuses_writes_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest device the engine accepts (8 segments of 128 MiB).
+    let d = Drive::start(&dir.path().join("data"), &["--capacity", "1GiB"]);
+    let mut c = d.conn();
+    let value = vec![0x5au8; 1 << 20];
+    let mut stored = 0;
+    let full_error = loop {
+        let mut p = redis::pipe();
+        for i in stored..stored + 16 {
+            p.set(format!("big{i}"), &value[..]);
+        }
+        match p.query::<Vec<Value>>(&mut c) {
+            Ok(_) => stored += 16,
+            Err(e) => break e,
+        }
+        assert!(stored < 2048, "a 1 GiB drive took {stored} MiB");
+    };
+    assert!(
+        full_error.to_string().contains("the drive is full"),
+        "{full_error}"
+    );
+    assert!(stored > 300, "full after only {stored} MiB");
+    // Reads still work, including the last value acknowledged.
+    assert_eq!(c.get::<_, Vec<u8>>("big0").unwrap(), value);
+    assert_eq!(
+        c.get::<_, Vec<u8>>(format!("big{}", stored - 1)).unwrap(),
+        value
+    );
+    // Deletes work and give space back (garbage collection reclaims it).
+    let keys: Vec<String> = (0..stored).step_by(2).map(|i| format!("big{i}")).collect();
+    let deleted: i64 = c.del(&keys).unwrap();
+    assert_eq!(deleted as usize, keys.len());
+    for i in 0..64 {
+        let _: () = c.set(format!("again{i}"), &value[..]).unwrap();
+    }
+    assert_eq!(c.get::<_, Vec<u8>>("big1").unwrap(), value);
+    assert_eq!(c.get::<_, Vec<u8>>("again63").unwrap(), value);
 }

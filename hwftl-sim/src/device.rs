@@ -39,7 +39,9 @@ pub enum Command {
         /// Segment to trim.
         segment: SegmentId,
     },
-    /// Make every completed write durable (fdatasync on a file backend).
+    /// Make every write completed before its submission durable (fdatasync on a file
+    /// backend). Needed for durability on a device with a volatile write cache
+    /// ([`crate::DeviceConfig::volatile_cache`] on the RAM backend).
     Flush,
 }
 

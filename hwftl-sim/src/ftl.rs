@@ -2,6 +2,24 @@
 //! logical segments to physical blocks (block-level mapping, least-worn allocation, bad-block
 //! retirement), persists its tables, schedules commands on the NAND timing model, and hands
 //! completions back through the tag pool. Implements [`AppendDevice`].
+//!
+//! # Power cuts
+//!
+//! [`Ftl::power_cut`] loses every command not yet delivered. What else it loses depends on
+//! [`DeviceConfig::volatile_cache`]:
+//!
+//! - off (the default): a delivered write is durable, as on a device whose write cache
+//!   survives power loss; on the RAM backend FLUSH changes nothing.
+//! - on (RAM backend; the file backend is exactly as durable as the disk under it): a
+//!   delivered page program stays in a volatile write cache until a FLUSH submitted after its
+//!   delivery is itself delivered; the cut loses every program not covered that way. TRIM
+//!   (erased at submission) and the FTL's own table writes bypass the cache: they are durable
+//!   once performed, as the file backend fdatasyncs its tables. An orderly close flushes the
+//!   cache.
+//!
+//! A lost program is undone on the media: the page reads as erased, and reopening the device
+//! recovers it exactly like a program that never happened (a lower write pointer, or a hole
+//! below it that reads as [`DeviceError::Unwritten`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -56,6 +74,27 @@ pub struct DeviceConfig {
     pub release: Release,
     /// Size of the tag pool.
     pub queue_depth: u32,
+    /// Model a volatile write cache (RAM backend only; default off).
+    ///
+    /// Off, a page program is durable once its completion is delivered: a power cut loses
+    /// only commands not yet delivered.
+    ///
+    /// On, a delivered program is durable only once a [`Command::Flush`] *submitted after it
+    /// was delivered* has itself been delivered; a flush covers nothing delivered after its
+    /// submission, and a flush cut before its delivery covers nothing. [`Ftl::power_cut`]
+    /// then also undoes every delivered but uncovered program: the page reads as erased, and
+    /// [`Ftl::open`] recovers it like a program that never happened (the segment's write
+    /// pointer drops back to its last programmed page, lost pages below it read as
+    /// [`DeviceError::Unwritten`]; a segment recorded as full that lost pages is open again).
+    /// Not cached, i.e. durable when their command completes: TRIM (the erase and the freed
+    /// blocks), and every write of the FTL's own tables (segment opened, full, read-only,
+    /// trimmed), which the FTL makes durable itself. An orderly [`Ftl::close`] (or drop)
+    /// flushes the cache.
+    ///
+    /// After a cut with the cache on, reopen the store with the cache on too: only then does
+    /// recovery also scan the segments recorded as full. The file backend ignores the option:
+    /// its durability is that of the real disk and its cache, which FLUSH (fdatasync) governs.
+    pub volatile_cache: bool,
 }
 
 impl DeviceConfig {
@@ -66,6 +105,7 @@ impl DeviceConfig {
             timing: TimingModel::None,
             release: Release::Virtual,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            volatile_cache: false,
         }
     }
 }
@@ -89,6 +129,8 @@ struct InFlight {
     awaited: bool,
     /// Whether the media holds an operation for it (else it is done at submission).
     on_media: bool,
+    /// For a FLUSH: the programs delivered before its submission (it covers those).
+    flush_covers: u64,
 }
 
 #[derive(Default)]
@@ -121,6 +163,11 @@ struct State {
     seq: u64,
     counters: Counters,
     powered: bool,
+    /// The volatile write cache (with [`DeviceConfig::volatile_cache`]): pages whose program
+    /// was delivered and not yet covered by a delivered FLUSH, each with its delivery number.
+    unflushed: HashMap<Ppa, u64>,
+    /// Programs delivered so far (numbers the entries of `unflushed`).
+    programs_delivered: u64,
 }
 
 /// The append-only FTL over a media backend.
@@ -135,6 +182,9 @@ pub struct Ftl {
     finished: Condvar,
     faults: FaultInjector,
     epoch: Instant,
+    /// Whether the volatile write cache is modelled (the option is on and the media can undo
+    /// a completed program).
+    cache: bool,
 }
 
 fn layout(g: &Geometry) -> MediaLayout {
@@ -196,7 +246,9 @@ impl Ftl {
 
     /// Opens an existing device. Its recorded geometry must equal `config.geometry`. After an
     /// unclean stop (power cut, kill) the write pointers of open segments are recovered by
-    /// scanning them; pages lost in flight read as unwritten.
+    /// scanning them; pages lost in flight read as unwritten. With
+    /// [`DeviceConfig::volatile_cache`], segments recorded as full are scanned too (a cut may
+    /// have lost their last pages from the cache).
     ///
     /// # Errors
     /// `NotFormatted`, `GeometryMismatch`, `WrongSize`, `TableCorrupt` (superblock or both
@@ -238,7 +290,8 @@ impl Ftl {
         let holes = if tables.clean {
             HashMap::new()
         } else {
-            Self::recover_write_pointers(media.as_ref(), &mut tables)?
+            let scan_full = config.volatile_cache && media.simulates_write_cache();
+            Self::recover_write_pointers(media.as_ref(), &mut tables, scan_full)?
         };
         let ftl = Self::start(media, config, tables)?;
         ftl.state.lock().holes = holes;
@@ -278,10 +331,13 @@ impl Ftl {
     }
 
     /// Finds the write pointer of every open or read-only segment from what the media holds,
-    /// and the pages below it that hold nothing.
+    /// and the pages below it that hold nothing. With `scan_full`, full segments too: one that
+    /// lost any page (from a volatile write cache) is open again, as if the lost programs had
+    /// never happened.
     fn recover_write_pointers(
         media: &dyn Media,
         tables: &mut Tables,
+        scan_full: bool,
     ) -> Result<HashMap<u32, BTreeSet<u32>>> {
         let g = tables.geometry;
         let mut holes = HashMap::new();
@@ -289,6 +345,7 @@ impl Ftl {
             let state = tables.seg_state[s as usize];
             let limit = match state {
                 SegmentState::Open => g.pages_per_segment(),
+                SegmentState::Full if scan_full => g.pages_per_segment(),
                 SegmentState::ReadOnly => tables.seg_wp[s as usize],
                 SegmentState::Free | SegmentState::Full => continue,
             };
@@ -313,10 +370,22 @@ impl Ftl {
                 .collect();
             let is_prog = |off: u32| programmed.contains(&ppas[off as usize]);
             let wp = match state {
-                SegmentState::Open => (0..limit).rev().find(|&o| is_prog(o)).map_or(0, |o| o + 1),
+                SegmentState::Open | SegmentState::Full => {
+                    (0..limit).rev().find(|&o| is_prog(o)).map_or(0, |o| o + 1)
+                }
                 _ => limit,
             };
             let missing: BTreeSet<u32> = (0..wp).filter(|&o| !is_prog(o)).collect();
+            if state == SegmentState::Full {
+                if wp == limit && missing.is_empty() {
+                    continue;
+                }
+                tracing::warn!(
+                    "segment {s}: full, but lost {} page(s) from the write cache: open again",
+                    limit - wp + missing.len() as u32
+                );
+                tables.seg_state[s as usize] = SegmentState::Open;
+            }
             if !missing.is_empty() {
                 tracing::warn!(
                     "segment {s}: {} page(s) below the write pointer {wp} were lost",
@@ -331,6 +400,7 @@ impl Ftl {
 
     fn start(media: Box<dyn Media>, config: DeviceConfig, mut tables: Tables) -> Result<Ftl> {
         let g = tables.geometry;
+        let cache = config.volatile_cache && media.simulates_write_cache();
         // Mark the tables in use: a stop without `close` is then recognised as unclean.
         tables.clean = false;
         tables.generation += 1;
@@ -353,6 +423,8 @@ impl Ftl {
                 ..Counters::default()
             },
             powered: true,
+            unflushed: HashMap::new(),
+            programs_delivered: 0,
             tables,
         };
         Ok(Ftl {
@@ -364,6 +436,7 @@ impl Ftl {
             finished: Condvar::new(),
             faults: FaultInjector::default(),
             epoch: Instant::now(),
+            cache,
         })
     }
 
@@ -436,7 +509,8 @@ impl Ftl {
 
     /// Simulates a power cut: every command not yet delivered is lost (its write undone on
     /// the RAM backend), nothing is persisted, and the handle refuses all further use. Open the
-    /// backend again to recover.
+    /// backend again to recover. With [`DeviceConfig::volatile_cache`], every delivered page
+    /// program not covered by a delivered FLUSH is undone as well.
     ///
     /// On the file backend, operations the kernel already holds may or may not land (as on a
     /// real cut), but they have all finished when this returns: nothing lands afterwards, on
@@ -451,6 +525,14 @@ impl Ftl {
                         self.media.revert_program(ppa);
                     }
                 }
+            }
+            // The volatile write cache: delivered, never flushed.
+            let lost = std::mem::take(&mut st.unflushed);
+            if !lost.is_empty() {
+                tracing::info!("power cut: {} unflushed page(s) lost", lost.len());
+            }
+            for ppa in lost.into_keys() {
+                self.media.revert_program(ppa);
             }
             st.ready.clear();
             st.reapable = 0;
@@ -491,6 +573,8 @@ impl Ftl {
             sink.clear();
         }
         let mut st = self.state.lock();
+        // An orderly stop flushes the write cache.
+        st.unflushed.clear();
         st.tables.seg_wp = st.wp.clone();
         st.tables.clean = st.holes.is_empty();
         self.persist(&mut st)?;
@@ -590,6 +674,7 @@ impl Ftl {
             done: None,
             awaited,
             on_media: false,
+            flush_covers: st.programs_delivered,
         };
         let mut media_op = None;
         let mut spare_buf = None;
@@ -846,7 +931,15 @@ impl Ftl {
                 }
             });
         }
-        // Every block is now erased or failed: only from here on do the tables change.
+        // Every block is now erased or failed: only from here on do the tables change. An
+        // erase is durable at once: what the cache held for these pages is gone with it.
+        if !st.unflushed.is_empty() {
+            for b in erase.iter().chain(&failed) {
+                for p in pages_of(b) {
+                    st.unflushed.remove(&p);
+                }
+            }
+        }
         for chip in 0..g.chips() {
             st.tables.set_mapped(seg, chip, UNMAPPED);
         }
@@ -967,6 +1060,21 @@ impl Ftl {
         }
         if result.is_err() {
             st.counters.errors += 1;
+        }
+        if self.cache && result.is_ok() {
+            match (cmd.kind, cmd.program_ppa) {
+                (CommandKind::Write, Some(ppa)) if cmd.on_media => {
+                    // Delivered: now in the write cache until a later FLUSH is delivered.
+                    st.programs_delivered += 1;
+                    let n = st.programs_delivered;
+                    st.unflushed.insert(ppa, n);
+                }
+                (CommandKind::Flush, _) => {
+                    let covered = cmd.flush_covers;
+                    st.unflushed.retain(|_, &mut n| n > covered);
+                }
+                _ => {}
+            }
         }
         if let (Some(seg), true) = (cmd.segment, cmd.kind != CommandKind::Trim) {
             let s = seg.0 as usize;
@@ -1390,6 +1498,9 @@ mod tests {
         }
         fn revert_program(&self, ppa: Ppa) {
             self.inner.revert_program(ppa);
+        }
+        fn simulates_write_cache(&self) -> bool {
+            self.inner.simulates_write_cache()
         }
         fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()> {
             self.inner.corrupt(ppa, byte)

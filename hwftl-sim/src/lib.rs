@@ -12,7 +12,20 @@
 //! - bad-block retirement on program/erase failure and least-worn-first allocation;
 //! - a NAND timing model in virtual time, with the `paper-card` preset ([`TimingModel`]);
 //! - RAM and file/block-device (io_uring, O_DIRECT) backends ([`Backend`]);
-//! - fault injection: failed read/program/erase, corrupt page, power cut.
+//! - fault injection: failed read/program/erase, corrupt page, power cut, optionally with a
+//!   volatile write cache ([`DeviceConfig::volatile_cache`]).
+//!
+//! ## Power cuts and durability
+//!
+//! [`Ftl::power_cut`] loses every command whose completion was not yet delivered. By default
+//! a delivered write is durable, like a device whose write cache survives power loss. With
+//! [`DeviceConfig::volatile_cache`] (RAM backend) a delivered page program is durable only
+//! once a [`Command::Flush`] submitted after its delivery has been delivered, as on a disk
+//! with a write-back cache (the file backend on such a disk behaves so for real): the cut
+//! also loses every uncovered program. TRIM and the FTL's own tables are durable when they
+//! complete either way. A lost program is undone: after [`Ftl::open`] its page reads as
+//! [`DeviceError::Unwritten`] (a hole below the recovered write pointer) or lies above the
+//! write pointer, exactly as if it had never been written.
 //!
 //! ```
 //! use hwftl_sim::{AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, PageBuf, RamStore, SegmentId};

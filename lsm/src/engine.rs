@@ -1717,7 +1717,12 @@ impl Inner {
 
     /// Reclaims value-log segments while free segments are scarce.
     fn reclaim_if_low(&mut self) -> Result<()> {
-        while self.free.len() <= GC_LOW_WATER {
+        // Each round must win space back; a bounded number of rounds keeps a policy that
+        // picks badly from moving the same data around forever (the caller then sees
+        // `DeviceFull`, while reads and deletes go on).
+        let mut rounds = self.log_segs.len() + 1;
+        while self.free.len() <= GC_LOW_WATER && rounds > 0 {
+            rounds -= 1;
             if !self.collect_garbage()? {
                 break;
             }

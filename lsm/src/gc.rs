@@ -24,7 +24,13 @@ pub trait GcPolicy: Debug + Send + Sync {
     fn pick(&self, candidates: &[GcCandidate]) -> Option<u32>;
 }
 
-/// Greedy: the candidate with the least live data, if reclaiming it frees anything.
+/// A reclaim must free at least this fraction of a segment (1/n): relocating a segment that
+/// is almost all live costs a whole segment of writes to win back a sliver, and on a full
+/// drive it would only move the same data around.
+pub const MIN_GAIN_DIVISOR: u64 = 16;
+
+/// Greedy: the candidate with the least live data, if reclaiming it frees at least
+/// 1/[`MIN_GAIN_DIVISOR`] of a segment.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LeastLive;
 
@@ -32,7 +38,7 @@ impl GcPolicy for LeastLive {
     fn pick(&self, candidates: &[GcCandidate]) -> Option<u32> {
         candidates
             .iter()
-            .filter(|c| c.live_bytes < c.capacity_bytes)
+            .filter(|c| c.live_bytes + c.capacity_bytes / MIN_GAIN_DIVISOR <= c.capacity_bytes)
             .min_by_key(|c| (c.live_bytes, c.log_seg))
             .map(|c| c.log_seg)
     }
@@ -52,6 +58,9 @@ mod tests {
         };
         assert_eq!(LeastLive.pick(&[c(1, 50), c(2, 10), c(3, 10)]), Some(2));
         assert_eq!(LeastLive.pick(&[c(1, 100)]), None);
+        // Almost all live: not worth a segment of writes.
+        assert_eq!(LeastLive.pick(&[c(1, 97)]), None);
+        assert_eq!(LeastLive.pick(&[c(1, 93)]), Some(1));
         assert_eq!(LeastLive.pick(&[]), None);
     }
 }

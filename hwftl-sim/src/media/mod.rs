@@ -76,8 +76,14 @@ pub(crate) trait Media: Send + Sync {
     fn erase(&self, ppas: &[Ppa]) -> Result<()>;
     /// True when the page holds programmed data (used by recovery after a power cut).
     fn is_programmed(&self, ppa: Ppa) -> Result<bool>;
-    /// Forgets a program whose completion was never delivered (power cut).
+    /// Forgets a program lost in a power cut: its completion was never delivered, or (with a
+    /// volatile write cache) it was never flushed. Afterwards the page reads as erased.
     fn revert_program(&self, ppa: Ppa);
+    /// Whether [`Media::revert_program`] can undo a completed program, so that the FTL can
+    /// model a volatile write cache on this media (RAM). A file's cache is the real disk's.
+    fn simulates_write_cache(&self) -> bool {
+        false
+    }
     /// For each page, whether it holds programmed data (recovery scan after a power cut).
     fn scan_programmed(&self, ppas: &[Ppa]) -> Result<Vec<bool>> {
         ppas.iter().map(|&p| self.is_programmed(p)).collect()

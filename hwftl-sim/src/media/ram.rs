@@ -1,5 +1,12 @@
 //! RAM media: pages kept in process memory. The store outlives a device handle, so tests can
 //! power-cut a device and open it again on what the "flash" kept.
+//!
+//! A program lands in the store when it is started, and a power cut undoes, through
+//! `revert_program`, the programs it loses: those not yet delivered and, when the device
+//! models a volatile write cache ([`crate::DeviceConfig::volatile_cache`]), those delivered
+//! but not covered by a delivered FLUSH. The FTL keeps that account; an undone page is erased
+//! (`None`), exactly like a page never programmed. Metadata writes (superblock and tables) are
+//! durable at once.
 
 use std::sync::Arc;
 
@@ -169,6 +176,10 @@ impl Media for RamMedia {
         if let Ok(i) = page_index(ppa, g.pages.len()) {
             g.pages[i] = None;
         }
+    }
+
+    fn simulates_write_cache(&self) -> bool {
+        true
     }
 
     fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()> {
