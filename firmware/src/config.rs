@@ -13,7 +13,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1";
 pub const DEFAULT_PORT: u16 = 6379;
 /// Directory holding the simulated device by default.
 pub const DEFAULT_DATA_DIR: &str = "data";
-/// Logical capacity of a newly formatted simulated device (a sparse file).
+/// Capacity of a newly formatted simulated device (a file whose blocks are reserved at format).
 pub const DEFAULT_CAPACITY: &str = "8GiB";
 /// Most clients connected at once (Redis's default).
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;

@@ -203,29 +203,38 @@ impl Store {
     /// # Errors
     /// Engine errors.
     pub fn kinds(&self, keys: &[&[u8]]) -> Result<Vec<Option<u8>>> {
-        let tags = [STRING, HASH, ZSET];
-        let engine_keys: Vec<Vec<u8>> = keys
-            .iter()
-            .flat_map(|k| tags.iter().map(|&t| ks::top(t, k)))
-            .collect();
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        // Strings first (what GET expects); only keys without one are looked up as a hash
+        // or a sorted set.
+        let strings: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = strings.iter().map(Vec::as_slice).collect();
         let lens = self.db.value_lens(&refs)?;
         let expired = self.expired_mask(keys, now_ms());
-        Ok(lens
-            .chunks(tags.len())
-            .zip(expired)
-            .map(|(l, exp)| {
-                if l[0].is_some() && !exp {
-                    Some(STRING)
-                } else if l[1].is_some() {
-                    Some(HASH)
-                } else if l[2].is_some() {
-                    Some(ZSET)
-                } else {
-                    None
-                }
-            })
-            .collect())
+        let mut kinds: Vec<Option<u8>> = lens
+            .iter()
+            .zip(&expired)
+            .map(|(l, &exp)| (l.is_some() && !exp).then_some(STRING))
+            .collect();
+        let others: Vec<usize> = (0..keys.len()).filter(|&i| kinds[i].is_none()).collect();
+        if others.is_empty() {
+            return Ok(kinds);
+        }
+        let tags = [HASH, ZSET];
+        let other_keys: Vec<Vec<u8>> = others
+            .iter()
+            .flat_map(|&i| tags.iter().map(move |&t| ks::top(t, keys[i])))
+            .collect();
+        let refs: Vec<&[u8]> = other_keys.iter().map(Vec::as_slice).collect();
+        let lens = self.db.value_lens(&refs)?;
+        for (&i, l) in others.iter().zip(lens.chunks(tags.len())) {
+            kinds[i] = if l[0].is_some() {
+                Some(HASH)
+            } else if l[1].is_some() {
+                Some(ZSET)
+            } else {
+                None
+            };
+        }
+        Ok(kinds)
     }
 
     /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
@@ -1162,6 +1171,31 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn kinds_in_one_call_match_kind() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        g.set(b"str", b("v"), SetOptions::default()).unwrap();
+        g.hash_set(b"hash", &[(b("f"), b("v"))]).unwrap();
+        g.zadd(b"zset", &kvproto::ZAddOptions::default(), &[(1.0, b("m"))])
+            .unwrap();
+        let gone = SetOptions {
+            deadline: Some(1),
+            ..SetOptions::default()
+        };
+        g.set(b"expired", b("v"), gone).unwrap();
+        g.commit().unwrap();
+        let keys: [&[u8]; 5] = [b"str", b"hash", b"zset", b"expired", b"none"];
+        let kinds = s.kinds(&keys).unwrap();
+        assert_eq!(
+            kinds,
+            vec![Some(STRING), Some(HASH), Some(ZSET), None, None]
+        );
+        for (k, kind) in keys.iter().zip(kinds) {
+            assert_eq!(s.kind(k).unwrap(), kind);
+        }
     }
 
     #[test]

@@ -265,3 +265,45 @@ fn raw_block_device_through_a_loop_device() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// A new device file has every block reserved (no ENOSPC mid-write, no block allocation on
+/// a program), and an erase zeroes pages without giving their blocks back.
+#[test]
+fn device_files_are_preallocated_and_erase_keeps_blocks() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev.img");
+    let dev = Ftl::format(&Backend::File(path.clone()), cfg()).unwrap();
+    let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        allocated(&path) >= len,
+        "{} of {len} bytes allocated",
+        allocated(&path)
+    );
+    let per_seg = u64::from(geometry().pages_per_segment());
+    for p in 0..per_seg {
+        let c = dev
+            .execute(Command::Append {
+                segment: SegmentId(1),
+                buf: page(p),
+            })
+            .unwrap();
+        c.result.unwrap();
+    }
+    dev.execute(Command::Trim {
+        segment: SegmentId(1),
+    })
+    .unwrap()
+    .result
+    .unwrap();
+    assert!(allocated(&path) >= len, "an erase gave blocks back");
+    let r = dev.execute(Command::Read {
+        lba: Lba(per_seg),
+        buf: PageBuf::zeroed(),
+    });
+    assert!(
+        matches!(&r, Err(rej) if matches!(rej.error, DeviceError::Unwritten { .. })),
+        "an erased page must not read as data: {r:?}"
+    );
+}

@@ -16,7 +16,7 @@ pub struct Drive {
     pub data_dir: PathBuf,
 }
 
-/// Capacity of test devices (sparse files).
+/// Capacity of test devices (files reserved at format: keep them small).
 pub const TEST_CAPACITY: &str = "1GiB";
 
 impl Drive {

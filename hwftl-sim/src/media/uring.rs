@@ -258,6 +258,32 @@ impl FileMedia {
         }
     }
 
+    /// Reserves every block of a new device file (as unwritten extents, which read as
+    /// zeroes): like a real drive, the device then never runs out of space mid-write
+    /// (a sparse file could fail a program with ENOSPC), and programs skip the file
+    /// system's block allocation. A file system without `fallocate` keeps the file sparse.
+    fn preallocate(&self, len: u64) -> Result<()> {
+        let Ok(n) = i64::try_from(len) else {
+            return Err(DeviceError::io(
+                "preallocating",
+                io::Error::other("device too large"),
+            ));
+        };
+        // SAFETY: plain syscall on an owned descriptor; no memory is passed.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, n) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            return Ok(());
+        }
+        Err(DeviceError::io(
+            format!("reserving {} MiB for {}", len >> 20, self.path.display()),
+            err,
+        ))
+    }
+
     fn take_slot(&self, id: u32) -> Option<IoSlot> {
         self.slots
             .lock()
@@ -276,6 +302,7 @@ impl Media for FileMedia {
                 .set_len(0)
                 .and_then(|()| self.file.set_len(expected))
                 .map_err(|e| DeviceError::io(format!("sizing {}", self.path.display()), e))?;
+            self.preallocate(expected)?;
             return Ok(());
         }
         let actual = self.size()?;
