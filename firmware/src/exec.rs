@@ -146,11 +146,13 @@ pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, 
     }
 }
 
-/// Replies are encoded into the connection's write buffer: one copy of each value.
+/// Replies are encoded into the connection's write buffer: values shorter than
+/// [`kvproto::VECTORED_MIN_PAYLOAD`] are copied there; longer ones are written from their
+/// own buffers with vectored I/O.
 fn count_reply_copy(metrics: &Metrics, reply: &Reply) {
     metrics
         .value_bytes_copied
-        .fetch_add(reply.payload_len() as u64, Ordering::Relaxed);
+        .fetch_add(reply.vectored_copy_len() as u64, Ordering::Relaxed);
 }
 
 /// What one GET / MGET of a batch waits for.

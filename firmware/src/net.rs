@@ -9,13 +9,13 @@
 //! kind (all GETs, all SETs) therefore flow without stalls.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use crossbeam_channel::{Receiver, Sender};
 use kvproto::command::COMMANDS;
 use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
@@ -84,12 +84,86 @@ enum Route {
     Writer,
 }
 
+/// Most segments handed to one vectored write.
+const MAX_IOV: usize = 64;
+
+/// A connection's pending output: large values queued as their own segments (written with
+/// vectored I/O straight from the buffers the device read into) and the buffer of framing
+/// and small replies after them. Wire order: `segs` front to back, then `tail`.
+#[derive(Default)]
+struct Outbox {
+    segs: VecDeque<Bytes>,
+    seg_bytes: usize,
+    tail: BytesMut,
+}
+
+impl Outbox {
+    /// Queues a reply (values of [`kvproto::VECTORED_MIN_PAYLOAD`] bytes or more are not
+    /// copied).
+    fn push(&mut self, reply: &Reply, proto: Protocol) {
+        let before = self.segs.len();
+        reply.encode_vectored(proto, &mut self.tail, &mut self.segs);
+        self.seg_bytes += self.segs.iter().skip(before).map(Bytes::len).sum::<usize>();
+    }
+
+    /// Bytes waiting to be written.
+    fn len(&self) -> usize {
+        self.seg_bytes + self.tail.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One write of what is queued; returns how many bytes the socket took.
+    fn write_to(&mut self, w: &mut impl Write) -> std::io::Result<usize> {
+        let n = if self.segs.is_empty() {
+            w.write(&self.tail)?
+        } else {
+            let mut slices: Vec<IoSlice<'_>> = self
+                .segs
+                .iter()
+                .take(MAX_IOV)
+                .map(|s| IoSlice::new(s))
+                .collect();
+            if self.segs.len() < MAX_IOV && !self.tail.is_empty() {
+                slices.push(IoSlice::new(&self.tail));
+            }
+            w.write_vectored(&slices)?
+        };
+        self.consume(n);
+        Ok(n)
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            match self.segs.front_mut() {
+                Some(front) if n >= front.len() => {
+                    n -= front.len();
+                    self.seg_bytes -= front.len();
+                    self.segs.pop_front();
+                }
+                Some(front) => {
+                    front.advance(n);
+                    self.seg_bytes -= n;
+                    n = 0;
+                }
+                None => {
+                    let k = n.min(self.tail.len());
+                    let _ = self.tail.split_to(k);
+                    n = 0;
+                }
+            }
+        }
+    }
+}
+
 struct Conn {
     id: u64,
     stream: TcpStream,
     peer: SocketAddr,
     rbuf: BytesMut,
-    wbuf: BytesMut,
+    out: Outbox,
     parser: RequestParser,
     proto: Protocol,
     authed: bool,
@@ -251,7 +325,7 @@ impl Net {
                     stream,
                     peer,
                     rbuf: BytesMut::with_capacity(READ_CHUNK),
-                    wbuf: BytesMut::new(),
+                    out: Outbox::default(),
                     parser: RequestParser::new(self.cfg.limits),
                     proto: Protocol::Resp2,
                     authed: self.cfg.requirepass.is_none(),
@@ -406,7 +480,7 @@ impl Net {
                 }
                 let msg = args.get(1).cloned().unwrap_or_default();
                 c.backlog.clear();
-                Reply::Error(msg).encode(c.proto, &mut c.wbuf);
+                c.out.push(&Reply::Error(msg), c.proto);
                 c.closing = true;
                 return;
             }
@@ -433,7 +507,7 @@ impl Net {
             let cmd = match parsed {
                 Ok(cmd) => cmd,
                 Err(e) => {
-                    Reply::error(e.to_string()).encode(c.proto, &mut c.wbuf);
+                    c.out.push(&Reply::error(e.to_string()), c.proto);
                     continue;
                 }
             };
@@ -444,7 +518,8 @@ impl Net {
                         Command::Auth { .. } | Command::Hello { .. } | Command::Quit
                     )
                 {
-                    Reply::error("NOAUTH Authentication required.").encode(c.proto, &mut c.wbuf);
+                    c.out
+                        .push(&Reply::error("NOAUTH Authentication required."), c.proto);
                     continue;
                 }
                 let out = self.local(id, cmd);
@@ -452,7 +527,7 @@ impl Net {
                     return;
                 };
                 if let Some(r) = out.reply {
-                    r.encode(c.proto, &mut c.wbuf);
+                    c.out.push(&r, c.proto);
                 }
                 if out.close {
                     c.closing = true;
@@ -479,7 +554,8 @@ impl Net {
             };
             if sent.is_err() {
                 // Workers gone: the drive is shutting down.
-                Reply::error("ERR the drive is shutting down").encode(c.proto, &mut c.wbuf);
+                c.out
+                    .push(&Reply::error("ERR the drive is shutting down"), c.proto);
                 c.closing = true;
                 return;
             }
@@ -505,7 +581,7 @@ impl Net {
                 self.metrics
                     .value_bytes_moved
                     .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
-                r.encode(c.proto, &mut c.wbuf);
+                c.out.push(&r, c.proto);
                 reply = c.early.remove(&c.next_reply);
             }
             if touched.last() != Some(&d.conn) {
@@ -548,14 +624,13 @@ impl Net {
             return;
         };
         let mut dead = false;
-        while !c.wbuf.is_empty() {
-            match c.stream.write(&c.wbuf) {
+        while !c.out.is_empty() {
+            match c.out.write_to(&mut c.stream) {
                 Ok(0) => {
                     dead = true;
                     break;
                 }
                 Ok(n) => {
-                    let _ = c.wbuf.split_to(n);
                     self.metrics
                         .net_output_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
@@ -568,14 +643,14 @@ impl Net {
                 }
             }
         }
-        if c.wbuf.len() > limit {
+        if c.out.len() > limit {
             tracing::info!(client = id, "closing a client over the output buffer limit");
             self.metrics
                 .buffer_limit_disconnects
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }
-        let done = c.closing && c.wbuf.is_empty() && c.in_flight == 0;
+        let done = c.closing && c.out.is_empty() && c.in_flight == 0;
         if dead || done {
             self.close(id);
         }
@@ -856,7 +931,7 @@ fn client_line(c: &Conn) -> String {
             .unwrap_or_default(),
         name,
         c.rbuf.len(),
-        c.wbuf.len(),
+        c.out.len(),
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name
             .as_deref()
@@ -904,6 +979,68 @@ fn route_of(cmd: &Command) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket that takes at most `step` bytes per write, across all slices.
+    struct Trickle {
+        got: Vec<u8>,
+        step: usize,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.step);
+            self.got.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+            let mut left = self.step;
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(left);
+                self.got.extend_from_slice(&b[..k]);
+                n += k;
+                left -= k;
+                if left == 0 {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn outbox_writes_replies_in_order_through_partial_writes() {
+        let big = Bytes::from((0..20_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let replies = [
+            Reply::ok(),
+            Reply::Bulk(big.clone()),
+            Reply::Array(vec![Reply::bulk("x"), Reply::Bulk(big.clone()), Reply::Null]),
+            Reply::Integer(7),
+        ];
+        for step in [1, 7, 4096, 1 << 20] {
+            let mut out = Outbox::default();
+            let mut want = BytesMut::new();
+            for r in &replies {
+                out.push(r, Protocol::Resp2);
+                r.encode(Protocol::Resp2, &mut want);
+            }
+            assert_eq!(out.len(), want.len());
+            let mut sock = Trickle {
+                got: Vec::new(),
+                step,
+            };
+            while !out.is_empty() {
+                let n = out.write_to(&mut sock).unwrap_or(0);
+                assert!(n > 0);
+            }
+            assert_eq!(sock.got, want.to_vec(), "step {step}");
+        }
+    }
 
     #[test]
     fn protected_mode_refuses_only_remote_clients_without_a_password() {

@@ -331,12 +331,13 @@ fn copied_value_bytes_are_counted() {
     let moved = info_field(&mut c, "stats", "value_bytes_moved");
     let copied = info_field(&mut c, "stats", "value_bytes_copied");
     assert_eq!(moved, 2 * 200 * 8192);
-    // docs/ARCHITECTURE.md, "Copies": a SET's value is copied once (into the device page),
-    // a GET's once (into the reply buffer; an 8 KiB value is one device page, which the
-    // engine hands out as a slice); framing requests adds none.
-    assert!(copied >= moved, "copies not counted: {copied}");
+    // docs/ARCHITECTURE.md, "Copies": a SET's value is copied once (into the device page);
+    // a GET's 8 KiB value is a slice of the page the device read into and goes to the
+    // socket with a vectored write, so it is never copied; framing requests adds none.
+    let sets = moved / 2;
+    assert!(copied >= sets, "copies not counted: {copied}");
     assert!(
-        copied <= moved + 64 * 1024,
+        copied <= sets + 64 * 1024,
         "copied {copied} of {moved} moved"
     );
 }

@@ -23,5 +23,5 @@ pub use command::{
     Command, CommandError, CommandSpec, Expire, ScoreBound, SetCondition, ZAddOptions,
 };
 pub use limits::Limits;
-pub use reply::{Protocol, Reply};
+pub use reply::{Protocol, Reply, VECTORED_MIN_PAYLOAD};
 pub use request::{encode_command, ProtocolError, RequestParser};

@@ -3,7 +3,13 @@
 //! Replies own their payloads as [`Bytes`], so a value read from the device is written to
 //! the socket buffer once, at encoding, and never copied on the way there.
 
+use std::collections::VecDeque;
+
 use bytes::{BufMut, Bytes, BytesMut};
+
+/// Bulk payloads at least this long are not copied by [`Reply::encode_vectored`]: they are
+/// queued as segments of their own, to be written with vectored I/O.
+pub const VECTORED_MIN_PAYLOAD: usize = 4096;
 
 /// The protocol a connection speaks (`HELLO 2` / `HELLO 3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,6 +90,45 @@ impl Reply {
 
     /// Appends the encoding of this reply in `proto` to `out`.
     pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        self.encode_inner(proto, out, None);
+    }
+
+    /// Encodes without copying large values: the reply's framing goes into `tail`, and each
+    /// bulk payload of at least [`VECTORED_MIN_PAYLOAD`] bytes is queued in `segments` as the
+    /// payload's own `Bytes` (after what `tail` held before it, split off without a copy).
+    /// The wire order is `segments`, front to back, then `tail`.
+    pub fn encode_vectored(
+        &self,
+        proto: Protocol,
+        tail: &mut BytesMut,
+        segments: &mut VecDeque<Bytes>,
+    ) {
+        self.encode_inner(proto, tail, Some(segments));
+    }
+
+    /// Payload bytes [`Reply::encode_vectored`] copies (bulk payloads shorter than
+    /// [`VECTORED_MIN_PAYLOAD`]).
+    #[must_use]
+    pub fn vectored_copy_len(&self) -> usize {
+        match self {
+            Self::Bulk(b) if b.len() < VECTORED_MIN_PAYLOAD => b.len(),
+            Self::Array(items) | Self::Set(items) => {
+                items.iter().map(Self::vectored_copy_len).sum()
+            }
+            Self::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| k.vectored_copy_len() + v.vectored_copy_len())
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    fn encode_inner(
+        &self,
+        proto: Protocol,
+        out: &mut BytesMut,
+        mut segments: Option<&mut VecDeque<Bytes>>,
+    ) {
         let resp3 = proto == Protocol::Resp3;
         match self {
             Self::Simple(s) => {
@@ -95,7 +140,18 @@ impl Reply {
                 put_line_safe(out, s);
             }
             Self::Integer(n) => header(out, b':', *n),
-            Self::Bulk(b) => bulk(out, b'$', b"", b),
+            Self::Bulk(b) => match segments {
+                Some(segs) if b.len() >= VECTORED_MIN_PAYLOAD => {
+                    header(out, b'$', len_i64(b.len()));
+                    let head = out.split();
+                    if !head.is_empty() {
+                        segs.push_back(head.freeze());
+                    }
+                    segs.push_back(b.clone());
+                    out.put_slice(b"\r\n");
+                }
+                _ => bulk(out, b'$', b"", b),
+            },
             Self::Null if resp3 => out.put_slice(b"_\r\n"),
             Self::Null => out.put_slice(b"$-1\r\n"),
             Self::NullArray if resp3 => out.put_slice(b"_\r\n"),
@@ -103,13 +159,13 @@ impl Reply {
             Self::Array(items) => {
                 header(out, b'*', len_i64(items.len()));
                 for item in items {
-                    item.encode(proto, out);
+                    item.encode_inner(proto, out, segments.as_deref_mut());
                 }
             }
             Self::Set(items) => {
                 header(out, if resp3 { b'~' } else { b'*' }, len_i64(items.len()));
                 for item in items {
-                    item.encode(proto, out);
+                    item.encode_inner(proto, out, segments.as_deref_mut());
                 }
             }
             Self::Map(pairs) => {
@@ -119,8 +175,8 @@ impl Reply {
                     header(out, b'*', len_i64(pairs.len()).saturating_mul(2));
                 }
                 for (k, v) in pairs {
-                    k.encode(proto, out);
-                    v.encode(proto, out);
+                    k.encode_inner(proto, out, segments.as_deref_mut());
+                    v.encode_inner(proto, out, segments.as_deref_mut());
                 }
             }
             Self::Double(d) => {
@@ -284,6 +340,30 @@ mod tests {
         assert_eq!(format_double(1.5e-7), "1.5e-07");
         assert_eq!(format_double(123_456_789.0), "123456789");
         assert_eq!(format_double(f64::NEG_INFINITY), "-inf");
+    }
+
+    #[test]
+    fn vectored_encoding_matches_and_does_not_copy_large_values() {
+        let big = Bytes::from(vec![7u8; VECTORED_MIN_PAYLOAD * 2]);
+        let r = Reply::Array(vec![
+            Reply::bulk("small"),
+            Reply::Bulk(big.clone()),
+            Reply::Map(vec![(Reply::bulk("k"), Reply::Bulk(big.clone()))]),
+            Reply::Null,
+        ]);
+        for p in [Protocol::Resp2, Protocol::Resp3] {
+            let mut tail = BytesMut::new();
+            let mut segs = VecDeque::new();
+            r.encode_vectored(p, &mut tail, &mut segs);
+            assert!(
+                segs.iter().any(|s| s.as_ptr() == big.as_ptr()),
+                "a large value was copied"
+            );
+            let mut joined: Vec<u8> = segs.iter().flat_map(|s| s.iter().copied()).collect();
+            joined.extend_from_slice(&tail);
+            assert_eq!(joined, r.to_bytes(p).to_vec());
+        }
+        assert_eq!(r.vectored_copy_len(), 5 + 1);
     }
 
     #[test]
