@@ -1019,7 +1019,11 @@ mod tests {
         let replies = [
             Reply::ok(),
             Reply::Bulk(big.clone()),
-            Reply::Array(vec![Reply::bulk("x"), Reply::Bulk(big.clone()), Reply::Null]),
+            Reply::Array(vec![
+                Reply::bulk("x"),
+                Reply::Bulk(big.clone()),
+                Reply::Null,
+            ]),
             Reply::Integer(7),
         ];
         for step in [1, 7, 4096, 1 << 20] {

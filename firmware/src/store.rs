@@ -709,6 +709,22 @@ impl<'s> WriteGroup<'s> {
 
     /// The type of `key` as this group sees it.
     fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        let tops = [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)];
+        if tops.iter().all(|t| !self.overlay.contains_key(t)) {
+            // Untouched by this group: one engine call for the three type records.
+            let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
+            let lens = self.store.db.value_lens(&refs)?;
+            if lens[0].is_some() && self.deadline(key).is_none_or(|d| d > now_ms()) {
+                return Ok(Some(STRING));
+            }
+            return Ok(if lens[1].is_some() {
+                Some(HASH)
+            } else if lens[2].is_some() {
+                Some(ZSET)
+            } else {
+                None
+            });
+        }
         if self.present(&ks::top(STRING, key))? {
             let live = self.deadline(key).is_none_or(|d| d > now_ms());
             if live {

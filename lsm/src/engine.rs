@@ -17,15 +17,15 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::gc::GcCandidate;
-use crate::io::Poller;
+use crate::io::{GroupDone, Poller};
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
 use crate::read::{page_bytes, OnValues, ReadWindow};
 use crate::vlog_format::{
-    check_page, fits_inline, parse_records, raw_pages, PageBuilder, RecordKind, ValueLoc, ValuePtr,
-    INDIRECT_PAYLOAD, PAGE_HEADER, RECORD_HEADER,
+    check_page, fits_inline, parse_records, raw_pages, unused_bytes, PageBuilder, RecordKind,
+    ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
 };
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
@@ -287,8 +287,8 @@ enum PendingState {
     /// Pages on the device.
     OnDevice {
         ticket: u64,
-        rx: std::sync::mpsc::Receiver<std::result::Result<(), DeviceError>>,
-        submitted: usize,
+        /// Completion of its pages.
+        pages: Arc<GroupDone>,
         dev: Arc<dyn AppendDevice>,
         /// Flush the device's write cache before acknowledging.
         flush: bool,
@@ -317,6 +317,11 @@ struct Inner {
     levels: Vec<Vec<Arc<KeyTable>>>,
     runs: HashMap<u64, RunMeta>,
     log_segs: BTreeMap<u32, LogSegMeta>,
+    /// The part of each log segment's `dead` that records after the replay checkpoint made
+    /// (tombstones, unused page bytes, values replaced in the memtable, failed batches).
+    /// Recovery replays those records and counts it again, so the manifest stores `dead`
+    /// without it; it becomes part of the stored count when a flush moves the checkpoint.
+    tail_dead: BTreeMap<u32, u64>,
     head: Option<Head>,
     kt_segments: Vec<u32>,
     free: BTreeSet<u32>,
@@ -421,6 +426,7 @@ impl Engine {
                 .iter()
                 .map(|l| (l.log_seg, l.clone()))
                 .collect(),
+            tail_dead: BTreeMap::new(),
             head: None,
             kt_segments: snap.kt_segments.clone(),
             free: BTreeSet::new(),
@@ -450,8 +456,10 @@ impl Engine {
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
         inner.rebuild_free_list()?;
-        inner.replay()?;
+        let released = inner.replay()?;
+        // The manifest drops the log segments recovery released before they are trimmed.
         inner.persist()?;
+        inner.release_log_segments(&released)?;
         let reads = inner.reads.clone();
         Ok(Engine {
             inner: Mutex::new(inner),
@@ -505,15 +513,14 @@ impl Engine {
             self.applied.notify_all();
             return r;
         }
-        let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
+        let (ticket, pages) = g.start_batch(ops, bound)?;
         let dev = g.dev.clone();
         let flush = g.cfg.flush_writes;
         drop(g);
         self.finish_write(PendingWrite {
             state: PendingState::OnDevice {
                 ticket,
-                rx,
-                submitted,
+                pages,
                 dev,
                 flush,
             },
@@ -556,13 +563,12 @@ impl Engine {
         if !g.pipeline.is_empty() && g.pipeline_pages + bound > PIPELINE_PAGES {
             return Ok(None);
         }
-        let (ticket, rx, submitted) = g.start_batch(ops, bound)?;
+        let (ticket, pages) = g.start_batch(ops, bound)?;
         let dev = g.dev.clone();
         Ok(Some(PendingWrite {
             state: PendingState::OnDevice {
                 ticket,
-                rx,
-                submitted,
+                pages,
                 dev,
                 flush: g.cfg.flush_writes,
             },
@@ -575,32 +581,18 @@ impl Engine {
     /// # Errors
     /// As [`Engine::write`]; a batch fails when one started before it failed.
     pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
-        let (ticket, rx, submitted, dev, flush) = match pending.state {
+        let (ticket, pages, dev, flush) = match pending.state {
             PendingState::Done(r) => return r,
             PendingState::OnDevice {
                 ticket,
-                rx,
-                submitted,
+                pages,
                 dev,
                 flush,
-            } => (ticket, rx, submitted, dev, flush),
+            } => (ticket, pages, dev, flush),
         };
-        // Wait outside the lock: other batches are laid out and submitted meanwhile.
-        let mut io: std::result::Result<(), DeviceError> = Ok(());
-        for _ in 0..submitted {
-            match rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    if io.is_ok() {
-                        io = Err(e);
-                    }
-                }
-                Err(_) => {
-                    io = Err(DeviceError::PoweredOff);
-                    break;
-                }
-            }
-        }
+        // Wait outside the lock (woken once, by the last page): other batches are laid out
+        // and submitted meanwhile.
+        let mut io = pages.wait();
         if io.is_ok() && flush {
             // Durable before acknowledged: the pages may still be in the write cache.
             io = dev
@@ -700,12 +692,26 @@ impl Engine {
             plan: Some(plan),
             done: Some(done),
         }));
-        for (i, lba) in lbas.into_iter().enumerate() {
-            let mut buf = PageBuf::zeroed();
+        // All pages with one doorbell; refused ones (a full queue) one at a time.
+        let cmds: Vec<Command> = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::zeroed(),
+            })
+            .collect();
+        let callbacks = (0..n)
+            .map(|i| page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone()))
+            .collect();
+        for (i, r) in poller.submit_many(cmds, callbacks).into_iter().enumerate() {
+            let Err(r) = r else {
+                continue;
+            };
+            let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
             let mut tries = 0u32;
             loop {
                 let cb = page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
-                match poller.submit(Command::Read { lba, buf }, cb) {
+                match poller.submit(Command::Read { lba: lbas[i], buf }, cb) {
                     Ok(()) => break,
                     Err(r)
                         if matches!(r.error, DeviceError::QueueFull { .. })
@@ -1060,11 +1066,10 @@ impl Inner {
             return Ok(());
         };
         let sealed = b.open.seal(log_seg, page, b.batch, last, b.raw_after);
-        let waste = (PAGE_SIZE - b.open.bytes().len() + PAGE_HEADER) as u64;
         if let Some(m) = self.log_segs.get_mut(&log_seg) {
-            m.dead += waste;
             m.written += PAGE_SIZE as u64;
         }
+        self.count_tail_dead(log_seg, unused_bytes(b.open.bytes().len()));
         let lba = self.g.lba(SegmentId(self.segment_of(log_seg)?), page);
         b.pages.push((lba, PageBuf::from_slice(&sealed)));
         b.pages.append(&mut b.raws);
@@ -1100,59 +1105,70 @@ impl Inner {
     /// reach each segment's write pointer in order). Returns its ticket, the channel its page
     /// completions arrive on and how many were submitted.
     #[allow(clippy::type_complexity)]
-    fn start_batch(
-        &mut self,
-        ops: &[WriteOp<'_>],
-        bound: u64,
-    ) -> Result<(
-        u64,
-        std::sync::mpsc::Receiver<std::result::Result<(), DeviceError>>,
-        usize,
-    )> {
+    fn start_batch(&mut self, ops: &[WriteOp<'_>], bound: u64) -> Result<(u64, Arc<GroupDone>)> {
         let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
         let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
         let (pages, updates) = self.build_batch(ops, reserve)?;
-        let n = pages.len() as u64;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut submitted = 0;
+        let n = pages.len();
+        let group = GroupDone::new(n);
+        // All pages with one doorbell; from the first refusal on (a full queue: the later
+        // pages are then refused too, being past the write pointer) one at a time.
+        let lbas: Vec<Lba> = pages.iter().map(|(lba, _)| *lba).collect();
+        let cmds: Vec<Command> = pages
+            .into_iter()
+            .map(|(lba, buf)| Command::Write { lba, buf })
+            .collect();
+        let callbacks = (0..n).map(|_| group.callback()).collect();
         let mut refused: Option<DeviceError> = None;
-        for (lba, buf) in pages {
-            let mut cmd = Command::Write { lba, buf };
+        for (i, r) in self
+            .poller
+            .submit_many(cmds, callbacks)
+            .into_iter()
+            .enumerate()
+        {
+            let Err(r) = r else {
+                continue;
+            };
+            if refused.is_some() {
+                group.finish_one(Ok(()));
+                continue;
+            }
+            let Some(mut buf) = r.buf else {
+                refused = Some(r.error);
+                group.finish_one(Ok(()));
+                continue;
+            };
             let since = std::time::Instant::now();
             loop {
-                let tx = tx.clone();
-                let done: crate::io::OnDone =
-                    Box::new(move |r| drop(tx.send(r.and_then(|c| c.result))));
-                match self.poller.submit(cmd, done) {
-                    Ok(()) => {
-                        submitted += 1;
-                        break;
-                    }
+                match self
+                    .poller
+                    .submit(Command::Write { lba: lbas[i], buf }, group.callback())
+                {
+                    Ok(()) => break,
                     // Reads hold the tags: let them finish.
                     Err(r)
                         if matches!(r.error, DeviceError::QueueFull { .. })
                             && since.elapsed() < QUEUE_FULL_PATIENCE =>
                     {
-                        let Some(buf) = r.buf else {
+                        let Some(b) = r.buf else {
                             refused = Some(r.error);
+                            group.finish_one(Ok(()));
                             break;
                         };
-                        cmd = Command::Write { lba, buf };
+                        buf = b;
                         std::thread::yield_now();
                     }
                     Err(r) => {
                         refused = Some(r.error);
+                        group.finish_one(Ok(()));
                         break;
                     }
                 }
             }
-            if refused.is_some() {
-                break;
-            }
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.pages_since_checkpoint += n;
+        self.pages_since_checkpoint += n as u64;
         self.pipeline_pages += bound;
         self.pipeline.insert(
             ticket,
@@ -1163,7 +1179,7 @@ impl Inner {
                 io: refused.map(Err),
             },
         );
-        Ok((ticket, rx, submitted))
+        Ok((ticket, group))
     }
 
     /// Applies, in ticket order, every pipelined batch whose pages have all completed. A
@@ -1345,9 +1361,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("delete record does not fit"))?;
                         // A delete record is needed only until the next flush: count it dead.
                         if let Some((log_seg, _)) = b.open_at {
-                            if let Some(m) = self.log_segs.get_mut(&log_seg) {
-                                m.dead += (RECORD_HEADER + k.len()) as u64;
-                            }
+                            self.count_tail_dead(log_seg, (RECORD_HEADER + k.len()) as u64);
                         }
                         updates.push((k, Slot::Tombstone));
                     }
@@ -1439,12 +1453,27 @@ impl Inner {
         }
     }
 
+    /// Counts values that records after the checkpoint made garbage.
     fn mark_dead(&mut self, dead: &[Invalidated]) {
         for (klen, p) in dead {
-            if let Some(m) = self.log_segs.get_mut(&p.log_seg) {
-                m.dead += p.record_bytes(*klen);
-            }
+            self.count_tail_dead(p.log_seg, p.record_bytes(*klen));
         }
+    }
+
+    /// Counts garbage that a record after the replay checkpoint made (see `tail_dead`).
+    fn count_tail_dead(&mut self, log_seg: u32, bytes: u64) {
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.dead += bytes;
+            *self.tail_dead.entry(log_seg).or_default() += bytes;
+        }
+    }
+
+    /// The checkpoint moves to the head: the log before it is never replayed again, so the
+    /// garbage its records made is final and goes into the manifest from now on.
+    fn move_checkpoint(&mut self) {
+        self.checkpoint = self.head_position();
+        self.pages_since_checkpoint = 0;
+        self.tail_dead.clear();
     }
 
     // ---------------------------------------------------------------- read path
@@ -1573,8 +1602,7 @@ impl Inner {
     fn flush(&mut self) -> Result<()> {
         if self.mem.is_empty() {
             if self.pages_since_checkpoint > 0 {
-                self.checkpoint = self.head_position();
-                self.pages_since_checkpoint = 0;
+                self.move_checkpoint();
                 self.persist()?;
             }
             return Ok(());
@@ -1594,10 +1622,15 @@ impl Inner {
         let t = b.finish(self.cfg.bloom_fp_rate);
         let extents = self.write_run(&t)?;
         self.add_run(t, 0, extents);
-        self.mark_dead(&dead);
+        // Counted once, for good: the flush is never replayed (the versions shadowed are in
+        // runs, so before the checkpoint).
+        for (klen, old) in &dead {
+            if let Some(m) = self.log_segs.get_mut(&old.log_seg) {
+                m.dead += old.record_bytes(*klen);
+            }
+        }
         // Everything in the memtable was written before the head's next page.
-        self.checkpoint = self.head_position();
-        self.pages_since_checkpoint = 0;
+        self.move_checkpoint();
         self.persist()?;
         self.mem.clear();
         self.stats.flushes += 1;
@@ -1872,6 +1905,7 @@ impl Inner {
             "reclaimed a value-log segment"
         );
         self.log_segs.remove(&log_seg);
+        self.tail_dead.remove(&log_seg);
         self.persist()?;
         // A read that resolved a pointer into this segment may still be fetching from it.
         self.reads.wait_idle();
@@ -1894,7 +1928,17 @@ impl Inner {
             next_log_seg: self.next_log_seg,
             next_batch: self.next_batch,
             checkpoint: self.checkpoint,
-            log_segs: self.log_segs.values().cloned().collect(),
+            // Garbage the replay of the tail counts again is left out (see `tail_dead`).
+            log_segs: self
+                .log_segs
+                .values()
+                .map(|m| LogSegMeta {
+                    dead: m
+                        .dead
+                        .saturating_sub(self.tail_dead.get(&m.log_seg).copied().unwrap_or(0)),
+                    ..m.clone()
+                })
+                .collect(),
             kt_segments: self.kt_segments.clone(),
             runs,
         }
@@ -1970,8 +2014,12 @@ impl Inner {
     }
 
     /// Replays complete write batches from the checkpoint into the memtable; the value log
-    /// ends at the first page or batch that did not fully reach the device.
-    fn replay(&mut self) -> Result<()> {
+    /// ends at the first page or batch that did not fully reach the device. The garbage the
+    /// replayed records make is counted as when they were first written (the manifest's
+    /// counts leave it out). Returns the device segments of the log segments it dropped: the
+    /// caller persists the manifest, then trims them with
+    /// [`Inner::release_log_segments`].
+    fn replay(&mut self) -> Result<Vec<u32>> {
         let start = self.checkpoint;
         let metas: Vec<LogSegMeta> = self
             .log_segs
@@ -1979,7 +2027,10 @@ impl Inner {
             .filter(|m| m.log_seg >= start.0)
             .cloned()
             .collect();
-        let mut pending: Vec<(Vec<u8>, Slot, u64, u64)> = Vec::new();
+        // Records of the batch being collected, with their log segment (a batch may span two).
+        let mut pending: Vec<(Vec<u8>, Slot, u64, u64, u32)> = Vec::new();
+        // Unused bytes of the batch's packed pages, by log segment.
+        let mut pending_waste: Vec<(u32, u64)> = Vec::new();
         let mut pending_batch: Option<u64> = None;
         // Where the batch being collected began: the log ends there if it never completes.
         let mut batch_start: (u32, u32) = start;
@@ -2045,20 +2096,24 @@ impl Inner {
                         }
                         RecordKind::Delete => Slot::Tombstone,
                     };
-                    pending.push((r.key.clone(), slot, r.seq, info.batch));
+                    pending.push((r.key.clone(), slot, r.seq, info.batch, m.log_seg));
                 }
                 if !raw_ok {
                     stop = Some(batch_start);
                     break 'segs;
                 }
+                pending_waste.push((m.log_seg, unused_bytes(usize::from(info.used))));
                 if info.last_in_batch {
-                    for (k, slot, seq, batch) in pending.drain(..) {
+                    // Counted as the write path counts it: unused page bytes and tombstones
+                    // at once, replaced values as the memtable drops them (`apply`).
+                    for (log_seg, waste) in pending_waste.drain(..) {
+                        self.count_tail_dead(log_seg, waste);
+                    }
+                    for (k, slot, seq, batch, log_seg) in pending.drain(..) {
                         max_seq = max_seq.max(seq);
                         max_batch = max_batch.max(batch);
                         if slot == Slot::Tombstone {
-                            if let Some(meta) = self.log_segs.get_mut(&m.log_seg) {
-                                meta.dead += (RECORD_HEADER + k.len()) as u64;
-                            }
+                            self.count_tail_dead(log_seg, (RECORD_HEADER + k.len()) as u64);
                         }
                         self.apply(&k, slot);
                         replayed += 1;
@@ -2098,17 +2153,43 @@ impl Inner {
                 }
             }
         }
+        // A log segment that ends at page 0 holds nothing: it was opened (and recorded in the
+        // manifest) but none of its pages reached the device before the cut, or all were
+        // lost from the volatile write cache. No pointer can lead into it and replay reads
+        // nothing from it, so it is released now; kept, it would be sealed empty and wait
+        // for garbage collection, which only takes segments before the checkpoint, and each
+        // such cut would cost a segment until the next flush.
+        let empty: Vec<u32> = self
+            .log_segs
+            .values()
+            .filter(|m| m.sealed_end == Some(0) && !to_trim.contains(&m.log_seg))
+            .map(|m| m.log_seg)
+            .collect();
+        to_trim.extend(empty);
+        let mut released = Vec::new();
         for log_seg in to_trim {
             if let Some(meta) = self.log_segs.remove(&log_seg) {
-                self.free.insert(meta.segment);
-                // Trimmed lazily: the free list trims before reuse via a fresh open.
-                self.reads.wait_idle();
-                self.dev
-                    .execute(Command::Trim {
-                        segment: SegmentId(meta.segment),
-                    })?
-                    .result?;
+                self.tail_dead.remove(&log_seg);
+                released.push(meta.segment);
             }
+        }
+        Ok(released)
+    }
+
+    /// Trims device segments that held log segments the manifest no longer lists (it must
+    /// already be persisted without them) and returns them to the free list.
+    fn release_log_segments(&mut self, segments: &[u32]) -> Result<()> {
+        if segments.is_empty() {
+            return Ok(());
+        }
+        self.reads.wait_idle();
+        for &segment in segments {
+            self.dev
+                .execute(Command::Trim {
+                    segment: SegmentId(segment),
+                })?
+                .result?;
+            self.free.insert(segment);
         }
         Ok(())
     }

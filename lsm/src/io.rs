@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hwftl_sim::{AppendDevice, Command, Completion, DeviceError, Rejected, Wait};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// Called with a command's completion, or with the error that lost it.
 pub(crate) type OnDone = Box<dyn FnOnce(Result<Completion, DeviceError>) + Send>;
@@ -55,6 +55,60 @@ struct Shared {
     dev: Arc<dyn AppendDevice>,
     waiters: Mutex<Waiters>,
     stop: AtomicBool,
+}
+
+/// The completion of a group of commands (a batch's pages): each command's callback counts
+/// down, and the waiter wakes once, when the last one is in — not once per page.
+#[derive(Default)]
+pub(crate) struct GroupDone {
+    state: Mutex<GroupState>,
+    all_in: Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    remaining: usize,
+    error: Option<DeviceError>,
+}
+
+impl GroupDone {
+    /// A group expecting `n` completions.
+    pub(crate) fn new(n: usize) -> Arc<GroupDone> {
+        Arc::new(GroupDone {
+            state: Mutex::new(GroupState {
+                remaining: n,
+                error: None,
+            }),
+            all_in: Condvar::new(),
+        })
+    }
+
+    /// Counts one command as finished, with its outcome (the first error is kept).
+    pub(crate) fn finish_one(&self, result: Result<(), DeviceError>) {
+        let mut s = self.state.lock();
+        if let Err(e) = result {
+            s.error.get_or_insert(e);
+        }
+        s.remaining = s.remaining.saturating_sub(1);
+        if s.remaining == 0 {
+            self.all_in.notify_all();
+        }
+    }
+
+    /// The callback for one command of the group.
+    pub(crate) fn callback(self: &Arc<Self>) -> OnDone {
+        let g = self.clone();
+        Box::new(move |r| g.finish_one(r.and_then(|c| c.result)))
+    }
+
+    /// Waits for every command; the first error, if any (reported to one waiter).
+    pub(crate) fn wait(&self) -> Result<(), DeviceError> {
+        let mut s = self.state.lock();
+        while s.remaining > 0 {
+            self.all_in.wait(&mut s);
+        }
+        s.error.take().map_or(Ok(()), Err)
+    }
 }
 
 /// The poller thread and its registry of callbacks.
@@ -100,6 +154,34 @@ impl Poller {
             t.thread().unpark();
         }
         Ok(())
+    }
+
+    /// Submits `cmds` in order with one doorbell (one kernel entry on the io_uring
+    /// backend) and registers `on_done[i]` for the command `i`. Returns the device's answer
+    /// per command; a refused command's callback is not called (its buffer comes back in
+    /// the `Rejected`). Callbacks must be short and must not take the engine lock.
+    pub(crate) fn submit_many(
+        &self,
+        cmds: Vec<Command>,
+        on_done: Vec<OnDone>,
+    ) -> Vec<Result<(), Rejected>> {
+        let out = {
+            // Submission and registration are one step (see `Waiters`).
+            let mut w = self.shared.waiters.lock();
+            let tags = self.shared.dev.submit_many(cmds);
+            tags.into_iter()
+                .zip(on_done)
+                .map(|(t, f)| {
+                    t.map(|tag| {
+                        w.by_tag.entry(tag.0).or_default().push_back(f);
+                    })
+                })
+                .collect()
+        };
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+        out
     }
 
     /// Runs `cmds` with at most `window` in flight and returns their completions in order.

@@ -107,6 +107,13 @@ pub fn raw_pages(len: u64) -> u64 {
     len.div_ceil(PAGE_SIZE as u64).max(1)
 }
 
+/// Bytes of a packed page that hold no record (its header and the free space after the
+/// records), counted as garbage as soon as the page is written. `used` is where the records
+/// end (the header's `used` field, [`PageInfo::used`], or the builder's length).
+pub fn unused_bytes(used: usize) -> u64 {
+    (PAGE_SIZE + PAGE_HEADER).saturating_sub(used.max(PAGE_HEADER)) as u64
+}
+
 /// True when a record of this key and value fits in a packed page.
 pub fn fits_inline(key_len: usize, value_len: usize) -> bool {
     RECORD_HEADER + key_len + value_len <= PAGE_CAPACITY
@@ -345,6 +352,21 @@ mod tests {
         assert_eq!(recs[1].kind, RecordKind::Delete);
         assert_eq!(recs[2].raw, Some((5, 0xdead_beef)));
         assert_eq!(recs[2].value_len, 9000);
+        // Every byte of the page is either a record's or unused (garbage from the start),
+        // whether counted from the builder or from the page read back.
+        let records: u64 = [(2, 3), (2, 0), (2, INDIRECT_PAYLOAD)]
+            .iter()
+            .map(|(k, p)| (RECORD_HEADER + k + p) as u64)
+            .sum();
+        assert_eq!(unused_bytes(b.bytes().len()), PAGE_SIZE as u64 - records);
+        assert_eq!(
+            unused_bytes(usize::from(info.used)),
+            PAGE_SIZE as u64 - records
+        );
+        assert_eq!(
+            unused_bytes(PageBuilder::new().bytes().len()),
+            PAGE_SIZE as u64
+        );
     }
 
     #[test]

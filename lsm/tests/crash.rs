@@ -4,6 +4,12 @@
 //! at all. Run on a device whose completed writes are durable, and again on one with a
 //! volatile write cache (`DeviceConfig::volatile_cache`), where only writes covered by a
 //! completed FLUSH survive a cut: that checks the engine flushes where durability needs it.
+//!
+//! After each recovery the engine's bookkeeping is checked too: every device segment is
+//! free or accounted for, no empty value-log segment is kept (a cut that loses every page of
+//! a freshly opened log segment must not leak it), and no more value-log bytes are counted as
+//! garbage than there are (replaying the same tail after every cut must not count its garbage
+//! again).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -13,8 +19,10 @@ use std::sync::Arc;
 
 use hwftl_sim::{
     AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceStats, Ftl, Geometry, Rejected,
-    SegmentId, SegmentInfo, Tag, Wait,
+    SegmentId, SegmentInfo, Tag, Wait, PAGE_SIZE,
 };
+use lsm::manifest::{ManifestStore, MANIFEST_SEGMENTS};
+use lsm::vlog_format::{fits_inline, raw_pages, INDIRECT_PAYLOAD, RECORD_HEADER};
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -108,27 +116,60 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
 
 type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
+/// Value-log bytes the live pairs occupy: with garbage counted exactly, `live_bytes`; it can
+/// be more (garbage not counted yet, e.g. versions the memtable shadows until the next
+/// flush), never less.
+fn live_record_bytes(pairs: &BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            if fits_inline(k.len(), v.len()) {
+                (RECORD_HEADER + k.len() + v.len()) as u64
+            } else {
+                (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64
+                    + raw_pages(v.len() as u64) * PAGE_SIZE as u64
+            }
+        })
+        .sum()
+}
+
 #[test]
 fn every_acknowledged_write_survives_a_thousand_power_cuts() {
-    run(false, 1000);
+    run_from_env(false);
 }
 
 /// The same load on a device with a volatile write cache: a cut also loses every completed
 /// page not covered by a completed FLUSH.
 #[test]
 fn every_acknowledged_write_survives_power_cuts_with_a_volatile_write_cache() {
-    run(true, 1000);
+    run_from_env(true);
+}
+
+/// A seed whose cuts, with a volatile write cache, used to leak a log segment each time
+/// they lost all the pages of one just opened (kept as an empty sealed segment after the
+/// checkpoint, where garbage collection does not look): the drive was full by iteration 498.
+/// Pinned: `CRASH_SEED` and `CRASH_ITERATIONS` do not apply.
+#[test]
+fn power_cuts_losing_fresh_log_segments_do_not_fill_the_drive() {
+    run(true, 520, 10);
 }
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Runs the crash loop. `CRASH_ITERATIONS` overrides the number of cuts, `CRASH_SEED` the
-/// random seed.
-fn run(volatile_cache: bool, default_iterations: u32) {
-    let iterations: u32 = env("CRASH_ITERATIONS").unwrap_or(default_iterations);
-    let seed: u64 = env("CRASH_SEED").unwrap_or(0x5eed);
+/// Runs the crash loop, a thousand cuts by default: `CRASH_ITERATIONS` overrides the number
+/// of cuts, `CRASH_SEED` the random seed.
+fn run_from_env(volatile_cache: bool) {
+    run(
+        volatile_cache,
+        env("CRASH_ITERATIONS").unwrap_or(1000),
+        env("CRASH_SEED").unwrap_or(0x5eed),
+    );
+}
+
+/// Runs the crash loop: `iterations` cuts of a load drawn from `seed`.
+fn run(volatile_cache: bool, iterations: u32, seed: u64) {
     let store = hwftl_sim::RamStore::new();
     let backend = Backend::Ram(store);
     let cfg = DeviceConfig {
@@ -190,6 +231,31 @@ fn run(volatile_cache: bool, default_iterations: u32) {
             );
         }
         acked = expected;
+
+        // The bookkeeping recovery rebuilt.
+        let stats = db.stats();
+        assert_eq!(
+            stats.free_segments
+                + stats.log_segments
+                + stats.keytable_segments
+                + MANIFEST_SEGMENTS.len() as u64,
+            u64::from(geometry().segments()),
+            "iteration {iteration}: device segments unaccounted for: {stats:#?}"
+        );
+        let (_, snap) = ManifestStore::load(dev.as_ref()).unwrap();
+        let snap = snap.unwrap();
+        assert_eq!(snap.log_segs.len() as u64, stats.log_segments);
+        assert!(
+            snap.log_segs.iter().all(|m| m.sealed_end != Some(0)),
+            "iteration {iteration}: an empty log segment was kept: {:?}",
+            snap.log_segs
+        );
+        assert!(
+            stats.live_bytes >= live_record_bytes(&acked),
+            "iteration {iteration}: more garbage counted than there is: live bytes {} < {}",
+            stats.live_bytes,
+            live_record_bytes(&acked)
+        );
 
         // Load until the armed cut hits.
         dev.remaining.store(rng.gen_range(1..120), Ordering::SeqCst);
