@@ -356,6 +356,8 @@ struct Inner {
     quiescers: usize,
     /// Reads holding resolved value pointers; value-log trims wait for them.
     reads: Arc<ReadWindow>,
+    /// A batch failed after writing some pages: checkpoint before the next one.
+    needs_checkpoint: bool,
 }
 
 /// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
@@ -452,6 +454,7 @@ impl Engine {
             outcomes: HashMap::new(),
             quiescers: 0,
             reads: Arc::new(ReadWindow::default()),
+            needs_checkpoint: false,
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
@@ -1092,6 +1095,7 @@ impl Inner {
     /// maintenance is due and it is small.
     fn can_pipeline(&self, bound: u64) -> bool {
         !self.closed
+            && !self.needs_checkpoint
             && !self.in_gc
             && self.quiescers == 0
             && bound <= PIPELINE_MAX_BATCH_PAGES
@@ -1210,7 +1214,7 @@ impl Inner {
                             self.mark_dead(&[(k.len(), *p)]);
                         }
                     }
-                    self.abandon_head();
+                    self.abandon_head_after_failure();
                     self.poisoned_below = self.poisoned_below.max(self.next_ticket);
                     Err(match other {
                         Some(Err(e)) => EngineError::Device(e),
@@ -1261,6 +1265,14 @@ impl Inner {
 
     /// Ends the head segment where it stands (after a failed or abandoned batch it may hold
     /// holes or a torn batch); the next write opens a new one.
+    /// A batch failed on the device: its segment may hold a hole, and recovery's replay
+    /// stops at a hole. Batches written after it (in a new segment) would be acknowledged
+    /// yet not replayed, so the next batch first moves the checkpoint past the hole.
+    fn abandon_head_after_failure(&mut self) {
+        self.abandon_head();
+        self.needs_checkpoint = true;
+    }
+
     fn abandon_head(&mut self) {
         if let Some(h) = self.head.take() {
             if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
@@ -1403,6 +1415,15 @@ impl Inner {
             return Ok(());
         }
         let any_put = self.validate_batch(ops)?;
+        if self.needs_checkpoint && !self.in_gc {
+            // Past the hole a failed batch left (see `abandon_head_after_failure`).
+            self.flush()?;
+            if self.needs_checkpoint {
+                // Nothing to flush, but the hole is still after the checkpoint.
+                self.move_checkpoint();
+                self.persist()?;
+            }
+        }
         if !self.in_gc {
             self.reclaim_if_low()?;
         }
@@ -1415,14 +1436,14 @@ impl Inner {
         let (pages, updates) = self.build_batch(ops, reserve)?;
         let n = pages.len() as u64;
         if let Err(e) = self.write_pages(pages) {
-            self.abandon_head();
+            self.abandon_head_after_failure();
             return Err(e);
         }
         // A client batch is acknowledged only once the device's write cache holds none of
         // it (garbage collection's moves are made durable by the manifest write after them).
         if !self.in_gc && self.cfg.flush_writes {
             if let Err(e) = self.sync_device() {
-                self.abandon_head();
+                self.abandon_head_after_failure();
                 return Err(e);
             }
         }
@@ -1471,6 +1492,7 @@ impl Inner {
     /// The checkpoint moves to the head: the log before it is never replayed again, so the
     /// garbage its records made is final and goes into the manifest from now on.
     fn move_checkpoint(&mut self) {
+        self.needs_checkpoint = false;
         self.checkpoint = self.head_position();
         self.pages_since_checkpoint = 0;
         self.tail_dead.clear();

@@ -225,3 +225,60 @@ fn log_segments_lost_from_the_write_cache_are_released_at_recovery() {
     assert_eq!(db.get(b"kept").unwrap(), Some(vec![8u8; 3000]));
     assert_eq!(db.get(b"lost").unwrap(), None);
 }
+
+/// A batch that fails on the device (a program error, not a power cut) leaves a hole in the
+/// value log; the engine carries on in a new segment. Batches acknowledged after it must
+/// survive a later power cut: recovery's replay stops at a hole, so the engine moves its
+/// checkpoint past it before the next batch.
+#[test]
+fn writes_acknowledged_after_a_failed_batch_survive_a_power_cut() {
+    for pipelined in [false, true] {
+        let store = RamStore::new();
+        let backend = Backend::Ram(store);
+        let cfg = DeviceConfig::new(geometry());
+        let ftl = Arc::new(Ftl::format(&backend, cfg).unwrap());
+        let db = Engine::open(ftl.clone(), EngineConfig::default()).unwrap();
+        let value = |i: u32| vec![(i % 251) as u8; 3000 + i as usize];
+        for i in 0..20u32 {
+            db.put(format!("before{i}").as_bytes(), &value(i)).unwrap();
+        }
+        ftl.faults().fail_next_program(hwftl_sim::FaultTarget::Any);
+        let failed = db.put(b"doomed", &value(999));
+        assert!(
+            failed.is_err(),
+            "the injected program failure must reach the caller"
+        );
+        for i in 0..20u32 {
+            let k = format!("after{i}");
+            if pipelined {
+                let ops = [WriteOp::Put(k.as_bytes(), &value(i))];
+                let p = db.try_submit_write(&ops).unwrap();
+                match p {
+                    Some(p) => db.finish_write(p).unwrap(),
+                    None => db.write(&ops).unwrap(),
+                }
+            } else {
+                db.put(k.as_bytes(), &value(i)).unwrap();
+            }
+        }
+        ftl.power_cut();
+        drop(db);
+        drop(ftl);
+        let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+        let db = Engine::open(ftl, EngineConfig::default()).unwrap();
+        for i in 0..20u32 {
+            let before = db.get(format!("before{i}").as_bytes()).unwrap();
+            assert!(
+                before == Some(value(i)),
+                "before{i} (pipelined: {pipelined})"
+            );
+            let after = db.get(format!("after{i}").as_bytes()).unwrap();
+            assert!(
+                after == Some(value(i)),
+                "after{i}, acknowledged after the failed batch, is {} (pipelined: {pipelined})",
+                if after.is_some() { "wrong" } else { "lost" }
+            );
+        }
+        assert_eq!(db.get(b"doomed").unwrap(), None);
+    }
+}
