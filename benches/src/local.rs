@@ -198,10 +198,11 @@ impl LocalBench {
         ceiling: &Ceiling,
     ) -> anyhow::Result<Vec<Row>> {
         let dev = self.device(t, "engine")?;
-        let db = Engine::open(
+        let engine = Engine::open(
             dev.clone() as Arc<dyn AppendDevice>,
             EngineConfig::default(),
         )?;
+
         let cap = if self.quick { QUICK_MAX_KEYS } else { MAX_KEYS };
         let n = (self.data_bytes() / value_size as u64).clamp(u64::from(QD), cap);
         let system = format!("lightstore-local/{}", t.name);
@@ -212,7 +213,7 @@ impl LocalBench {
         };
         let value: Vec<u8> = (0..value_size).map(|i| (i * 7) as u8).collect();
         let value = &value[..];
-        let db = &db;
+        let db = &engine;
         let put_batch = |keys: &[[u8; 16]]| -> anyhow::Result<()> {
             let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Put(k, value)).collect();
             Ok(db.write(&ops)?)
@@ -281,8 +282,68 @@ impl LocalBench {
         let per_op = 0.9 / ceiling.read_ops
             + 0.1 * (value_size as f64 / PAGE_SIZE as f64) / ceiling.write_ops;
         push("R-Mixed", m, m.ops_per_sec * per_op);
+        drop(push);
+        rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
         Ok(rows)
     }
+}
+
+/// Recovery time: after a crash (the engine dropped without closing: the memtable and the
+/// value-log tail are replayed) and after a clean close (keytables and blooms loaded, nothing
+/// replayed). Rows: `ops_per_sec` = keys recovered per second, `mb_per_sec` = data MB per
+/// second of recovery, `p50_us` = the recovery time.
+fn recovery_rows(
+    db: Engine,
+    dev: &Arc<Ftl>,
+    system: &str,
+    size: &str,
+    keys: u64,
+    value_size: usize,
+) -> anyhow::Result<Vec<Row>> {
+    // A few more writes so the crash leaves a tail to replay.
+    let value = vec![1u8; value_size];
+    for i in 0..keys.min(4096) {
+        db.put(&key(i), &value)?;
+    }
+    let data_mb = keys as f64 * value_size as f64 / 1e6;
+    let mut rows = Vec::new();
+    let mut row = |name: &str, elapsed: std::time::Duration, replayed: u64| {
+        let s = elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "{system} {name}-{size}: {:.1} ms for {data_mb:.0} MB ({:.2} s per GB, {replayed} records replayed)",
+            s * 1e3,
+            s / (data_mb / 1e3).max(1e-9)
+        );
+        let mut r = Row::measured(
+            system,
+            &format!("{name}-{size}"),
+            1,
+            keys as f64 / s,
+            data_mb / s,
+            s * 1e6,
+            s * 1e6,
+        );
+        r.value_size = Some(value_size as u32);
+        rows.push(r);
+    };
+    let cfg = EngineConfig::default;
+    let open = |what: &str| -> anyhow::Result<(Engine, std::time::Duration)> {
+        let t0 = Instant::now();
+        let e = Engine::open(dev.clone() as Arc<dyn AppendDevice>, cfg())
+            .with_context(|| format!("reopening after {what}"))?;
+        Ok((e, t0.elapsed()))
+    };
+    Ok({
+        // The crash: the engine's memory is dropped without a flush or a close.
+        drop(db);
+        let (e, took) = open("a crash")?;
+        row("Recover-crash", took, e.stats().replayed_records);
+        e.close()?;
+        let (e, took) = open("a clean close")?;
+        row("Recover-clean", took, e.stats().replayed_records);
+        e.close()?;
+        rows
+    })
 }
 
 /// Throughput, latency of a client's batch and write amplification of one workload.
