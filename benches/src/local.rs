@@ -282,7 +282,6 @@ impl LocalBench {
         let per_op = 0.9 / ceiling.read_ops
             + 0.1 * (value_size as f64 / PAGE_SIZE as f64) / ceiling.write_ops;
         push("R-Mixed", m, m.ops_per_sec * per_op);
-        drop(push);
         rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
         Ok(rows)
     }
