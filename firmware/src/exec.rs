@@ -400,10 +400,14 @@ type GroupReplies = Vec<(u64, u64, Reply)>;
 /// wrote waits until they are finished, unless both are plain writes (whose outcome does not
 /// depend on what the in-flight write left).
 struct InFlightGroups {
-    groups: VecDeque<(PendingCommit, GroupReplies)>,
-    /// User keys the groups in flight wrote; `true` while every such write was plain.
-    keys: HashMap<Vec<u8>, bool>,
+    /// Each group with its replies and the user keys it wrote (`true`: only plain writes).
+    groups: VecDeque<(PendingCommit, GroupReplies, GroupKeys)>,
+    /// User keys the groups in flight wrote: (groups writing it, groups writing it not plainly).
+    keys: HashMap<Vec<u8>, (u32, u32)>,
 }
+
+/// The user keys one group wrote; `true` while every write to the key was plain.
+type GroupKeys = HashMap<Vec<u8>, bool>;
 
 impl InFlightGroups {
     fn new() -> Self {
@@ -421,19 +425,39 @@ impl InFlightGroups {
         cmd.keys().iter().any(|k| {
             self.keys
                 .get(*k)
-                .is_some_and(|&all_plain| !(plain && all_plain))
+                .is_some_and(|&(_, not_plain)| !(plain && not_plain == 0))
         })
+    }
+
+    fn push(&mut self, commit: PendingCommit, replies: GroupReplies, keys: GroupKeys) {
+        for (k, plain) in &keys {
+            let e = self.keys.entry(k.clone()).or_insert((0, 0));
+            e.0 += 1;
+            if !plain {
+                e.1 += 1;
+            }
+        }
+        self.groups.push_back((commit, replies, keys));
     }
 
     /// Waits for the oldest group and sends its replies; false when none was in flight.
     fn finish_oldest(&mut self, store: &Store, metrics: &Metrics, sink: &ReplySink) -> bool {
-        let Some((commit, replies)) = self.groups.pop_front() else {
+        let Some((commit, replies, keys)) = self.groups.pop_front() else {
             return false;
         };
         let result = commit.finish(store);
         sink.send_all(group_replies(metrics, result, replies));
-        if self.groups.is_empty() {
-            self.keys.clear();
+        // Forget the group's keys (the map stays as small as what is in flight).
+        for (k, plain) in keys {
+            if let Some(e) = self.keys.get_mut(&k) {
+                e.0 = e.0.saturating_sub(1);
+                if !plain {
+                    e.1 = e.1.saturating_sub(1);
+                }
+                if e.0 == 0 {
+                    self.keys.remove(&k);
+                }
+            }
         }
         true
     }
@@ -471,7 +495,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         };
         let mut group = WriteGroup::new(store);
         let mut pending: GroupReplies = Vec::new();
-        let mut group_keys: HashMap<Vec<u8>, bool> = HashMap::new();
+        let mut group_keys: GroupKeys = HashMap::new();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(job) = next.take() {
@@ -515,11 +539,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         loop {
             match group.try_submit() {
                 Ok(Some(commit)) => {
-                    for (k, plain) in group_keys {
-                        let e = in_flight.keys.entry(k).or_insert(true);
-                        *e = *e && plain;
-                    }
-                    in_flight.groups.push_back((commit, pending));
+                    in_flight.push(commit, pending, group_keys);
                     break;
                 }
                 Ok(None) => {

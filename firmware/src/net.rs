@@ -442,14 +442,20 @@ impl Net {
             if c.closing {
                 break;
             }
-            if c.backlog.len() >= MAX_QUEUED_PER_CONN {
-                c.paused = true;
-                break;
-            }
             let before = c.backlog.len();
             frame_requests(c, &self.metrics);
             let framed = c.backlog.len() > before;
+            // Run what may run before judging the backlog full: a connection with nothing
+            // in flight would otherwise wait for a reply that never comes.
             self.run_backlog(id);
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.backlog.len() >= MAX_QUEUED_PER_CONN {
+                // Commands are in flight (run_backlog sent some): their replies resume it.
+                c.paused = true;
+                break;
+            }
             if !framed {
                 break;
             }

@@ -684,3 +684,40 @@ fn a_full_drive_refuses_writes_and_keeps_serving() {
     assert_eq!(c.get::<_, Vec<u8>>("big1").unwrap(), value);
     assert_eq!(c.get::<_, Vec<u8>>("again63").unwrap(), value);
 }
+
+/// A client that sends far more pipelined commands than a connection may queue (4096) in
+/// one burst, with nothing in flight yet, gets every reply (`redis-cli --pipe` does this).
+#[test]
+fn a_pipeline_larger_than_the_backlog_is_answered_in_full() {
+    let (_dir, d) = drive();
+    let mut s = d.raw();
+    let n = 12_000;
+    let mut burst = Vec::new();
+    for i in 0..n {
+        let k = format!("bulk{i}");
+        burst.extend_from_slice(
+            format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n$1\r\nv\r\n", k.len()).as_bytes(),
+        );
+    }
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || w.write_all(&burst).unwrap())
+    };
+    let want = b"+OK\r\n".len() * n;
+    let mut got = Vec::with_capacity(want);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    while got.len() < want && std::time::Instant::now() < deadline {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(_) => {}
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(got.len(), want, "{} of {n} replies", got.len() / 5);
+    let mut c = d.conn();
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap(), n as i64);
+}
