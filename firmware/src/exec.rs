@@ -26,7 +26,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
-use crate::keyspace::{HASH, STRING, ZSET};
+use crate::keyspace::{HASH, ZSET};
 use crate::store::{self, now_ms, PendingCommit, SetOptions, Store, StoreError, WriteGroup};
 
 /// Most jobs taken off a queue per batch.
@@ -157,16 +157,16 @@ fn count_reply_copy(metrics: &Metrics, reply: &Reply) {
 
 /// What one GET / MGET of a batch waits for.
 enum GetShape {
-    /// Answered without a read (missing key, another type, an engine error).
-    Ready(Reply),
-    /// The next value read.
+    /// The next value read; the next type flag says whether the key holds another type.
     One,
     /// The next `n` values read.
     Many(usize),
 }
 
 /// Starts the reads of a batch of GETs and MGETs; the replies are sent from the engine's
-/// poller thread once the pages are in.
+/// poller thread once the pages are in. A GET's key is also checked for another type in
+/// the same engine-lock hold as its value is looked up, so it answers nil or WRONGTYPE
+/// consistently.
 fn start_gets(
     store: &Store,
     metrics: &Arc<Metrics>,
@@ -174,54 +174,21 @@ fn start_gets(
     sink: &ReplySink,
     outstanding: &Arc<AtomicUsize>,
 ) {
-    // GET of a key that is not a string answers now (nil, or WRONGTYPE) without a read.
-    let get_keys: Vec<&[u8]> = gets
-        .iter()
-        .filter_map(|j| match &j.cmd {
-            Command::Get(k) => Some(&k[..]),
-            _ => None,
-        })
-        .collect();
-    let kinds = match store.kinds(&get_keys) {
-        Ok(k) => k,
-        Err(e) => {
-            let r = err(&e);
-            let replies = gets
-                .into_iter()
-                .map(|j| Done {
-                    conn: j.conn,
-                    seq: j.seq,
-                    reply: r.clone(),
-                })
-                .collect();
-            sink.send_all(replies);
-            return;
-        }
-    };
-    let mut kinds = kinds.into_iter();
     let mut keys: Vec<&[u8]> = Vec::new();
+    let mut typed: Vec<&[u8]> = Vec::new();
     let mut shapes: Vec<(u64, u64, GetShape)> = Vec::with_capacity(gets.len());
     for j in &gets {
         let shape = match &j.cmd {
-            Command::Get(k) => match kinds.next().flatten() {
-                Some(STRING) => {
-                    keys.push(k);
-                    GetShape::One
-                }
-                Some(_) => GetShape::Ready(err(&StoreError::WrongType)),
-                None => {
-                    store
-                        .counters
-                        .keyspace_misses
-                        .fetch_add(1, Ordering::Relaxed);
-                    GetShape::Ready(Reply::Null)
-                }
-            },
+            Command::Get(k) => {
+                keys.push(k);
+                typed.push(k);
+                GetShape::One
+            }
             Command::MGet(ks) => {
                 keys.extend(ks.iter().map(|k| &k[..]));
                 GetShape::Many(ks.len())
             }
-            _ => GetShape::Ready(Reply::error("ERR internal: not a GET or MGET")),
+            _ => GetShape::Many(0),
         };
         shapes.push((j.conn, j.seq, shape));
     }
@@ -229,8 +196,9 @@ fn start_gets(
     outstanding.fetch_add(1, Ordering::AcqRel);
     store.get_strings_async(
         &keys,
-        Box::new(move |r| {
-            let replies = answer_gets(shapes, r, &metrics);
+        &typed,
+        Box::new(move |r, other_type| {
+            let replies = answer_gets(shapes, r, &other_type, &metrics);
             sink.send_all(replies);
             outstanding.fetch_sub(1, Ordering::AcqRel);
         }),
@@ -241,19 +209,27 @@ fn start_gets(
 fn answer_gets(
     shapes: Vec<(u64, u64, GetShape)>,
     values: store::Result<Vec<Option<Bytes>>>,
+    other_type: &[bool],
     metrics: &Metrics,
 ) -> Vec<Done> {
     let mut values = match values {
         Ok(v) => Ok(v.into_iter()),
         Err(e) => Err(err(&e)),
     };
+    let mut other_type = other_type.iter();
     shapes
         .into_iter()
         .map(|(conn, seq, shape)| {
             let reply = match (shape, &mut values) {
-                (GetShape::Ready(r), _) => r,
                 (_, Err(e)) => e.clone(),
-                (GetShape::One, Ok(vals)) => bulk_or_null(vals.next().flatten()),
+                (GetShape::One, Ok(vals)) => {
+                    let wrong = other_type.next().copied().unwrap_or(false);
+                    match vals.next().flatten() {
+                        Some(v) => Reply::Bulk(v),
+                        None if wrong => err(&StoreError::WrongType),
+                        None => Reply::Null,
+                    }
+                }
                 (GetShape::Many(n), Ok(vals)) => Reply::Array(
                     (0..n)
                         .map(|_| bulk_or_null(vals.next().flatten()))

@@ -112,8 +112,8 @@ impl KeyspaceCounters {
 }
 
 /// Receives the values of [`Store::get_strings_async`] in key order (`None`: missing or
-/// expired).
-pub type OnStrings = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
+/// expired), and for each key named in `typed` whether it holds another type.
+pub type OnStrings = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
 
 /// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
 pub type ScanPage = (u64, Vec<Bytes>);
@@ -198,45 +198,6 @@ impl Store {
         self.counters.count_hit(hit);
     }
 
-    /// The type tags of many keys in one engine call, from DRAM only (see [`Store::kind`]).
-    ///
-    /// # Errors
-    /// Engine errors.
-    pub fn kinds(&self, keys: &[&[u8]]) -> Result<Vec<Option<u8>>> {
-        // Strings first (what GET expects); only keys without one are looked up as a hash
-        // or a sorted set.
-        let strings: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
-        let refs: Vec<&[u8]> = strings.iter().map(Vec::as_slice).collect();
-        let lens = self.db.value_lens(&refs)?;
-        let expired = self.expired_mask(keys, now_ms());
-        let mut kinds: Vec<Option<u8>> = lens
-            .iter()
-            .zip(&expired)
-            .map(|(l, &exp)| (l.is_some() && !exp).then_some(STRING))
-            .collect();
-        let others: Vec<usize> = (0..keys.len()).filter(|&i| kinds[i].is_none()).collect();
-        if others.is_empty() {
-            return Ok(kinds);
-        }
-        let tags = [HASH, ZSET];
-        let other_keys: Vec<Vec<u8>> = others
-            .iter()
-            .flat_map(|&i| tags.iter().map(move |&t| ks::top(t, keys[i])))
-            .collect();
-        let refs: Vec<&[u8]> = other_keys.iter().map(Vec::as_slice).collect();
-        let lens = self.db.value_lens(&refs)?;
-        for (&i, l) in others.iter().zip(lens.chunks(tags.len())) {
-            kinds[i] = if l[0].is_some() {
-                Some(HASH)
-            } else if l[1].is_some() {
-                Some(ZSET)
-            } else {
-                None
-            };
-        }
-        Ok(kinds)
-    }
-
     /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
     /// has a deadline).
     fn expired_mask(&self, keys: &[&[u8]], now: u64) -> Vec<bool> {
@@ -252,16 +213,26 @@ impl Store {
     /// String values of many keys without waiting for the device: the reads are submitted
     /// and `done` runs on the engine's poller thread once they are all in (or here, when
     /// nothing needs reading). A value within one device page arrives as a slice of the
-    /// page read, without a copy. Expiry is judged when the reads are issued. `done` must be
-    /// short and must not call into the store.
-    pub fn get_strings_async(&self, keys: &[&[u8]], done: OnStrings) {
+    /// page read, without a copy. Expiry is judged when the reads are issued. For each key
+    /// in `typed`, `done` also learns whether it holds a hash or a sorted set, looked up at
+    /// the same instant as the values (so a GET answers nil or WRONGTYPE consistently).
+    /// `done` must be short and must not call into the store.
+    pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[&[u8]], done: OnStrings) {
         let expired = self.expired_mask(keys, now_ms());
         let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probe_keys: Vec<Vec<u8>> = typed
+            .iter()
+            .flat_map(|k| [ks::top(HASH, k), ks::top(ZSET, k)])
+            .collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
         let counters = self.counters.clone();
-        self.db.multi_get_async(
+        self.db.multi_get_async_probed(
             &refs,
-            Box::new(move |r| {
+            &probes,
+            Box::new(move |r, present| {
+                let other_type: Vec<bool> =
+                    present.chunks(2).map(|p| p.iter().any(|&b| b)).collect();
                 let out = r.map_err(StoreError::from).map(|values| {
                     values
                         .into_iter()
@@ -273,7 +244,7 @@ impl Store {
                         })
                         .collect()
                 });
-                done(out);
+                done(out, other_type);
             }),
         );
     }
@@ -1187,31 +1158,6 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
-    }
-
-    #[test]
-    fn kinds_in_one_call_match_kind() {
-        let s = store();
-        let mut g = WriteGroup::new(&s);
-        g.set(b"str", b("v"), SetOptions::default()).unwrap();
-        g.hash_set(b"hash", &[(b("f"), b("v"))]).unwrap();
-        g.zadd(b"zset", &kvproto::ZAddOptions::default(), &[(1.0, b("m"))])
-            .unwrap();
-        let gone = SetOptions {
-            deadline: Some(1),
-            ..SetOptions::default()
-        };
-        g.set(b"expired", b("v"), gone).unwrap();
-        g.commit().unwrap();
-        let keys: [&[u8]; 5] = [b"str", b"hash", b"zset", b"expired", b"none"];
-        let kinds = s.kinds(&keys).unwrap();
-        assert_eq!(
-            kinds,
-            vec![Some(STRING), Some(HASH), Some(ZSET), None, None]
-        );
-        for (k, kind) in keys.iter().zip(kinds) {
-            assert_eq!(s.kind(k).unwrap(), kind);
-        }
     }
 
     #[test]

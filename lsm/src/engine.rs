@@ -22,7 +22,7 @@ use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
-use crate::read::{page_bytes, OnValues, ReadWindow};
+use crate::read::{page_bytes, OnProbedValues, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, fits_inline, parse_records, raw_pages, unused_bytes, PageBuilder, RecordKind,
     ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
@@ -661,9 +661,26 @@ impl Engine {
     /// into the engine; it runs on the calling thread when nothing needs reading or the
     /// engine is closed.
     pub fn multi_get_async(&self, keys: &[&[u8]], done: OnValues) {
-        let resolved = {
+        self.multi_get_async_probed(keys, &[], Box::new(move |r, _| done(r)));
+    }
+
+    /// [`Engine::multi_get_async`], and in the same instant (under the same engine lock
+    /// hold) whether each of `probes` exists, from DRAM only: a caller can judge a missing
+    /// value by keys read at the same point in time (e.g. a GET telling "no such key" from
+    /// "the key holds another type"). `done` gets the values and one flag per probe.
+    pub fn multi_get_async_probed(
+        &self,
+        keys: &[&[u8]],
+        probes: &[&[u8]],
+        done: OnProbedValues,
+    ) {
+        let (present, resolved) = {
             let inner = self.inner.lock();
-            inner.check_open().and_then(|()| {
+            let present: Vec<bool> = probes
+                .iter()
+                .map(|k| matches!(inner.lookup(k), Some(Slot::Value(_))))
+                .collect();
+            let resolved = inner.check_open().and_then(|()| {
                 let ptrs: Vec<Option<ValuePtr>> = keys
                     .iter()
                     .map(|k| match inner.lookup(k) {
@@ -677,8 +694,10 @@ impl Engine {
                     self.reads.begin_read();
                 }
                 Ok((plan, inner.poller.clone()))
-            })
+            });
+            (present, resolved)
         };
+        let done: OnValues = Box::new(move |r| done(r, present));
         let (plan, poller) = match resolved {
             Ok(r) => r,
             Err(e) => return done(Err(e)),

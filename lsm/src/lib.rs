@@ -46,4 +46,4 @@ pub use config::{
 pub use engine::{Engine, EngineStats, PendingWrite, WriteOp};
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive};
-pub use read::{OnValues, ASYNC_READ_WINDOW};
+pub use read::{OnProbedValues, OnValues, ASYNC_READ_WINDOW};

@@ -21,6 +21,10 @@ pub const ASYNC_READ_WINDOW: usize = 64;
 /// Receives the values of [`crate::Engine::multi_get_async`], in key order.
 pub type OnValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
 
+/// Receives the values of [`crate::Engine::multi_get_async_probed`] and one presence flag
+/// per probe.
+pub type OnProbedValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
+
 #[derive(Default)]
 struct Counts {
     pages: usize,

@@ -232,3 +232,21 @@ fn started_batches_apply_in_order() {
     let s = db.stats();
     assert!(s.flushes > 0 && s.gc_segments > 0, "{s:#?}");
 }
+
+#[test]
+fn probes_are_answered_with_the_values() {
+    let db = small_engine();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let missing = 9999u32.to_le_bytes();
+    let present = 2u32.to_le_bytes();
+    db.multi_get_async_probed(
+        &[&present[..], &missing[..]],
+        &[&missing[..], &present[..]],
+        Box::new(move |r, probes| drop(tx.send((r, probes)))),
+    );
+    let (values, probes) = rx.recv().unwrap();
+    let values = values.unwrap();
+    assert_eq!(values[0].as_deref(), Some(&value(2, 0)[..]));
+    assert_eq!(values[1], None);
+    assert_eq!(probes, vec![false, true]);
+}
