@@ -492,15 +492,7 @@ impl Net {
             }
             let parsed = Command::parse(args);
             let route = match &parsed {
-                Ok(cmd)
-                    if c.authed
-                        || matches!(
-                            cmd,
-                            Command::Auth { .. } | Command::Hello { .. } | Command::Quit
-                        ) =>
-                {
-                    route_of(cmd)
-                }
+                Ok(cmd) if c.authed || allowed_before_auth(cmd) => route_of(cmd),
                 _ => Route::Here,
             };
             if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
@@ -518,12 +510,7 @@ impl Net {
                 }
             };
             if route == Route::Here {
-                if !c.authed
-                    && !matches!(
-                        cmd,
-                        Command::Auth { .. } | Command::Hello { .. } | Command::Quit
-                    )
-                {
+                if !c.authed && !allowed_before_auth(&cmd) {
                     c.out
                         .push(&Reply::error("NOAUTH Authentication required."), c.proto);
                     continue;
@@ -884,6 +871,14 @@ impl Net {
 /// cannot come out of the parser, which only yields what the client sent after framing, and
 /// is checked before parsing).
 const PROTOCOL_ERROR_MARK: &[u8] = b"\0protocol-error";
+
+/// Commands a client may send before it has authenticated.
+fn allowed_before_auth(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+    )
+}
 
 /// Frames the complete requests in `c.rbuf` into the backlog (up to the backlog limit).
 /// A protocol error is queued as a marker: Redis answers it after what came before it and

@@ -678,6 +678,18 @@ impl<'s> WriteGroup<'s> {
         self.deadlines.insert(key.to_vec(), change);
     }
 
+    /// Writes a hash's or sorted set's header (its member count); a count of 0 deletes it.
+    fn write_count(&mut self, tag: u8, key: &[u8], count: u64) {
+        if count == 0 {
+            self.del(ks::top(tag, key));
+        } else {
+            self.put(
+                ks::top(tag, key),
+                Bytes::copy_from_slice(&count.to_le_bytes()),
+            );
+        }
+    }
+
     /// The type of `key` as this group sees it.
     fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
         let tops = [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)];
@@ -858,10 +870,7 @@ impl<'s> WriteGroup<'s> {
             }
             self.put(fk, value.clone());
         }
-        self.put(
-            ks::top(HASH, key),
-            Bytes::copy_from_slice(&count.to_le_bytes()),
-        );
+        self.write_count(HASH, key, count);
         Ok(added)
     }
 
@@ -884,14 +893,7 @@ impl<'s> WriteGroup<'s> {
                 count = count.saturating_sub(1);
             }
         }
-        if count == 0 {
-            self.del(ks::top(HASH, key));
-        } else {
-            self.put(
-                ks::top(HASH, key),
-                Bytes::copy_from_slice(&count.to_le_bytes()),
-            );
-        }
+        self.write_count(HASH, key, count);
         Ok(removed)
     }
 
@@ -956,10 +958,7 @@ impl<'s> WriteGroup<'s> {
             }
         }
         if count > 0 {
-            self.put(
-                ks::top(ZSET, key),
-                Bytes::copy_from_slice(&count.to_le_bytes()),
-            );
+            self.write_count(ZSET, key, count);
         }
         Ok(ZAddOutcome {
             added,
@@ -992,14 +991,7 @@ impl<'s> WriteGroup<'s> {
             removed += 1;
             count = count.saturating_sub(1);
         }
-        if count == 0 {
-            self.del(ks::top(ZSET, key));
-        } else {
-            self.put(
-                ks::top(ZSET, key),
-                Bytes::copy_from_slice(&count.to_le_bytes()),
-            );
-        }
+        self.write_count(ZSET, key, count);
         Ok(removed)
     }
 

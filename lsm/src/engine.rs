@@ -668,12 +668,7 @@ impl Engine {
     /// hold) whether each of `probes` exists, from DRAM only: a caller can judge a missing
     /// value by keys read at the same point in time (e.g. a GET telling "no such key" from
     /// "the key holds another type"). `done` gets the values and one flag per probe.
-    pub fn multi_get_async_probed(
-        &self,
-        keys: &[&[u8]],
-        probes: &[&[u8]],
-        done: OnProbedValues,
-    ) {
+    pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
         let (present, resolved) = {
             let inner = self.inner.lock();
             let present: Vec<bool> = probes

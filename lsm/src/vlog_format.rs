@@ -102,6 +102,18 @@ impl ValuePtr {
     }
 }
 
+/// Bytes a put of a `key_len`-byte key and a `value_len`-byte value occupies in the log
+/// (packed in a page when it fits, else a header record plus raw pages): what it adds to
+/// the live bytes of its segment.
+pub fn stored_record_bytes(key_len: usize, value_len: usize) -> u64 {
+    if fits_inline(key_len, value_len) {
+        (RECORD_HEADER + key_len + value_len) as u64
+    } else {
+        (RECORD_HEADER + key_len + INDIRECT_PAYLOAD) as u64
+            + raw_pages(value_len as u64) * PAGE_SIZE as u64
+    }
+}
+
 /// Pages a raw value of `len` bytes takes.
 pub fn raw_pages(len: u64) -> u64 {
     len.div_ceil(PAGE_SIZE as u64).max(1)

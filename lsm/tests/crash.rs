@@ -19,10 +19,10 @@ use std::sync::Arc;
 
 use hwftl_sim::{
     AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceStats, Ftl, Geometry, Rejected,
-    SegmentId, SegmentInfo, Tag, Wait, PAGE_SIZE,
+    SegmentId, SegmentInfo, Tag, Wait,
 };
 use lsm::manifest::{ManifestStore, MANIFEST_SEGMENTS};
-use lsm::vlog_format::{fits_inline, raw_pages, INDIRECT_PAYLOAD, RECORD_HEADER};
+use lsm::vlog_format::stored_record_bytes;
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -122,14 +122,7 @@ type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 fn live_record_bytes(pairs: &BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
     pairs
         .iter()
-        .map(|(k, v)| {
-            if fits_inline(k.len(), v.len()) {
-                (RECORD_HEADER + k.len() + v.len()) as u64
-            } else {
-                (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64
-                    + raw_pages(v.len() as u64) * PAGE_SIZE as u64
-            }
-        })
+        .map(|(k, v)| stored_record_bytes(k.len(), v.len()))
         .sum()
 }
 

@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hwftl_sim::{AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, RamStore, PAGE_SIZE};
+use hwftl_sim::{AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, RamStore};
 use lsm::manifest::{LogSegMeta, ManifestStore};
-use lsm::vlog_format::{fits_inline, raw_pages, INDIRECT_PAYLOAD, RECORD_HEADER};
+use lsm::vlog_format::stored_record_bytes;
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -34,14 +34,7 @@ fn geometry() -> Geometry {
 fn live_record_bytes(model: &BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
     model
         .iter()
-        .map(|(k, v)| {
-            if fits_inline(k.len(), v.len()) {
-                (RECORD_HEADER + k.len() + v.len()) as u64
-            } else {
-                (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64
-                    + raw_pages(v.len() as u64) * PAGE_SIZE as u64
-            }
-        })
+        .map(|(k, v)| stored_record_bytes(k.len(), v.len()))
         .sum()
 }
 
