@@ -9,9 +9,11 @@
 //!   error texts Redis 7 uses; [`command::COMMANDS`] is the command table behind `COMMAND`.
 //! - [`reply`]: the reply tree and its RESP2 / RESP3 encoding.
 //! - [`client`]: a small tokio client that decodes replies with the `redis-protocol` crate.
+//! - [`cluster`]: hash slots (CRC16, hash tags) and the cluster map shared by drives and adapters.
 //! - [`glob`]: Redis-style glob matching (`SCAN MATCH`, `CONFIG GET`).
 
 pub mod client;
+pub mod cluster;
 pub mod command;
 pub mod glob;
 pub mod limits;
