@@ -323,6 +323,16 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                     Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
                 ])
             }
+            Command::Range { start, end, count } => {
+                let count = usize::try_from(*count).unwrap_or(usize::MAX);
+                let pairs = store.range_strings(start, end, count)?;
+                let mut items = Vec::with_capacity(pairs.len() * 2);
+                for (k, v) in pairs {
+                    items.push(Reply::Bulk(k));
+                    items.push(Reply::Bulk(v));
+                }
+                Reply::Array(items)
+            }
             Command::DbSize => Reply::Integer(store.dbsize()?),
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))

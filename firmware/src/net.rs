@@ -962,6 +962,7 @@ fn route_of(cmd: &Command) -> Route {
         | Command::ZCard(_)
         | Command::ZRangeByScore { .. }
         | Command::Scan { .. }
+        | Command::Range { .. }
         | Command::DbSize
         | Command::Info(_) => Route::Engine,
         Command::Set { .. }

@@ -20,6 +20,12 @@ use crate::keyspace::{
     self as ks, EXPIRY, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER, ZSET_ORDER,
 };
 
+/// Pairs one `LS.RANGE` page reads from the engine at once.
+const RANGE_PAGE: usize = 256;
+/// Value bytes after which an `LS.RANGE` reply stops early (the client continues from its
+/// last key), so one command cannot make the drive buffer gigabytes.
+pub const RANGE_REPLY_BYTES: usize = 64 << 20;
+
 /// Scan cursors remembered at once (the oldest is forgotten first).
 const MAX_SCAN_CURSORS: usize = 16_384;
 /// Keys deleted per engine batch by FLUSHALL and large deletions.
@@ -450,6 +456,57 @@ impl Store {
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// `LS.RANGE`: up to `count` string keys with `start <= key < end` (an empty `end`: no
+    /// upper bound) and their values, in key order, skipping expired keys. The values are
+    /// read a page at a time with all of a page's device reads in flight at once. The reply
+    /// stops early, after the page that passes [`RANGE_REPLY_BYTES`] of values, so a client
+    /// continues from its last key.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn range_strings(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        count: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let from = ks::top(STRING, start);
+        let to = if end.is_empty() {
+            ks::prefix_end(&[STRING])
+        } else {
+            Some(ks::top(STRING, end))
+        };
+        if to.as_deref().is_some_and(|t| t <= from.as_slice()) {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        let mut out = Vec::new();
+        let mut from = from;
+        // Expired keys are skipped, so a page may come back short; ask again from after it.
+        let mut bytes = 0usize;
+        while out.len() < count && bytes < RANGE_REPLY_BYTES {
+            let want = (count - out.len()).min(RANGE_PAGE);
+            let page = self.db.range(&from, to.as_deref(), want)?;
+            let full = page.len() == want;
+            let Some(last) = page.last().map(|(k, _)| k.clone()) else {
+                break;
+            };
+            for (k, v) in page {
+                let user = Bytes::from(k).slice(1..);
+                if !self.expired(&user, now) {
+                    bytes += v.len();
+                    out.push((user, Bytes::from(v)));
+                }
+            }
+            if !full {
+                break;
+            }
+            from = last;
+            from.push(0);
+        }
+        Ok(out)
     }
 
     /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.

@@ -721,3 +721,102 @@ fn a_pipeline_larger_than_the_backlog_is_answered_in_full() {
     let mut c = d.conn();
     assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap(), n as i64);
 }
+
+#[test]
+fn ls_range_reads_string_keys_in_order() {
+    let (_dir, d) = drive();
+    let mut c = d.conn();
+    // Keys out of order, one large value spanning pages, binary keys, other types nearby.
+    let big: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+    for i in (0..300u32).rev() {
+        let _: () = c.set(format!("blk:{i:05}"), format!("v{i}")).unwrap();
+    }
+    let _: () = c.set("blk:00007", &big).unwrap();
+    let _: () = c.set(b"blk:\x00bin", "zero").unwrap();
+    let _: () = c.hset("blk:00010h", "f", "hash").unwrap();
+    let _: () = c.set("blk:00020", "gone").unwrap();
+    let _: () = c.del("blk:00020").unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("blk:00030")
+        .arg("short-lived")
+        .arg("PX")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+
+    let range = |c: &mut redis::Connection, start: &[u8], end: &[u8], count: Option<u64>| {
+        let mut cmd = redis::cmd("LS.RANGE");
+        cmd.arg(start).arg(end);
+        if let Some(n) = count {
+            cmd.arg("COUNT").arg(n);
+        }
+        let flat: Vec<Vec<u8>> = cmd.query(c).unwrap();
+        flat.chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect::<Vec<_>>()
+    };
+
+    // Default count: 100 pairs from the start, in byte order, the binary key first.
+    let r = range(&mut c, b"blk:", b"", None);
+    assert_eq!(r.len(), 100);
+    assert_eq!(r[0], (b"blk:\x00bin".to_vec(), b"zero".to_vec()));
+    assert_eq!(r[1], (b"blk:00000".to_vec(), b"v0".to_vec()));
+    assert_eq!(r[8], (b"blk:00007".to_vec(), big.clone()));
+    let keys: Vec<Vec<u8>> = r.iter().map(|(k, _)| k.clone()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    // The hash, the deleted key and the expired key are not there.
+    assert!(!keys.contains(&b"blk:00010h".to_vec()));
+    assert!(!keys.contains(&b"blk:00020".to_vec()));
+    assert!(!keys.contains(&b"blk:00030".to_vec()));
+
+    // End bound is exclusive; a continuation from the last key + NUL sees the rest.
+    let r = range(&mut c, b"blk:00100", b"blk:00105", Some(50));
+    let keys: Vec<String> = r
+        .iter()
+        .map(|(k, _)| String::from_utf8(k.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "blk:00100",
+            "blk:00101",
+            "blk:00102",
+            "blk:00103",
+            "blk:00104"
+        ]
+    );
+    let mut all = Vec::new();
+    let mut from = b"blk:".to_vec();
+    loop {
+        let page = range(&mut c, &from, b"blk;", Some(64));
+        let Some((last, _)) = page.last().cloned() else {
+            break;
+        };
+        all.extend(page);
+        from = last;
+        from.push(0);
+    }
+    // 300 keys + the binary one, minus the deleted and the expired.
+    assert_eq!(all.len(), 299);
+    // Empty and reversed ranges.
+    assert!(range(&mut c, b"zzz", b"", None).is_empty());
+    assert!(range(&mut c, b"blk:5", b"blk:1", None).is_empty());
+
+    // Bad arguments get errors and the connection keeps working.
+    let e: RedisResult<Value> = redis::cmd("LS.RANGE").arg("a").query(&mut c);
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("wrong number of arguments"));
+    let e: RedisResult<Value> = redis::cmd("LS.RANGE")
+        .arg("a")
+        .arg("b")
+        .arg("COUNT")
+        .arg(100_000)
+        .query(&mut c);
+    assert!(e.unwrap_err().to_string().contains("COUNT must be between"));
+    assert_eq!(c.get::<_, String>("blk:00001").unwrap(), "v1");
+}

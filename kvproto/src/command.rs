@@ -192,6 +192,14 @@ pub enum Command {
     },
     /// `CLUSTER <args>`: the arguments after `CLUSTER`.
     Cluster(Vec<Bytes>),
+    /// `LS.RANGE start end [COUNT n]`: the drive's ordered range read over string keys,
+    /// `start <= key < end` in byte order (an empty `end` means no upper bound), at most
+    /// `count` pairs.
+    Range {
+        start: Bytes,
+        end: Bytes,
+        count: u64,
+    },
     Readonly,
     Readwrite,
 }
@@ -379,6 +387,32 @@ fn parse_scan(a: &[Bytes]) -> Result<Command, CommandError> {
         pattern,
         count,
         kind,
+    })
+}
+
+/// Pairs `LS.RANGE` returns when COUNT is not given.
+pub const RANGE_DEFAULT_COUNT: u64 = 100;
+/// The most pairs one `LS.RANGE` may ask for.
+pub const RANGE_MAX_COUNT: u64 = 10_000;
+
+fn parse_range(a: &[Bytes]) -> Result<Command, CommandError> {
+    let mut count = RANGE_DEFAULT_COUNT;
+    match &a[2..] {
+        [] => {}
+        [opt, n] if lower(opt) == b"count" => {
+            count = u64::try_from(int(n)?)
+                .ok()
+                .filter(|n| (1..=RANGE_MAX_COUNT).contains(n))
+                .ok_or_else(|| {
+                    CommandError(format!("ERR COUNT must be between 1 and {RANGE_MAX_COUNT}"))
+                })?;
+        }
+        _ => return Err(err(SYNTAX)),
+    }
+    Ok(Command::Range {
+        start: a[0].clone(),
+        end: a[1].clone(),
+        count,
     })
 }
 
@@ -676,6 +710,7 @@ impl Command {
             "zcard" => Self::ZCard(key()),
             "zrangebyscore" => parse_zrangebyscore(a)?,
             "cluster" => Self::Cluster(a.to_vec()),
+            "ls.range" => parse_range(a)?,
             "readonly" => Self::Readonly,
             "readwrite" => Self::Readwrite,
             _ => return Err(unknown_command(args)),
@@ -733,6 +768,7 @@ impl Command {
             Self::Cluster(_) => "cluster",
             Self::Readonly => "readonly",
             Self::Readwrite => "readwrite",
+            Self::Range { .. } => "ls.range",
         }
     }
 
@@ -1309,6 +1345,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "O(1)",
         "Disables read-only queries."
     ),
+    spec!(
+        "ls.range",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(log(N) + M) with M the pairs returned",
+        "LightStore: returns up to COUNT string keys and values in [start, end), in key order."
+    ),
 ];
 
 /// The table row for `name` (any case).
@@ -1376,6 +1423,22 @@ mod tests {
         );
         assert_eq!(err_text(&["scan", "x"]), "ERR invalid cursor");
         assert_eq!(
+            err_text(&["ls.range", "a"]),
+            "ERR wrong number of arguments for 'ls.range' command"
+        );
+        assert_eq!(
+            err_text(&["ls.range", "a", "b", "count"]),
+            "ERR syntax error"
+        );
+        assert_eq!(
+            err_text(&["LS.RANGE", "a", "b", "COUNT", "0"]),
+            "ERR COUNT must be between 1 and 10000"
+        );
+        assert_eq!(
+            err_text(&["ls.range", "a", "b", "count", "x"]),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
             err_text(&["config", "bogus"]),
             "ERR unknown subcommand 'bogus'. Try CONFIG HELP."
         );
@@ -1420,6 +1483,22 @@ mod tests {
                 max: ScoreBound::PosInf,
                 withscores: true,
                 limit: Some((0, 10)),
+            })
+        );
+        assert_eq!(
+            cmd(&["ls.range", "a", "", "COUNT", "7"]).ok(),
+            Some(Command::Range {
+                start: Bytes::from_static(b"a"),
+                end: Bytes::new(),
+                count: 7,
+            })
+        );
+        assert_eq!(
+            cmd(&["LS.Range", "a", "b"]).ok(),
+            Some(Command::Range {
+                start: Bytes::from_static(b"a"),
+                end: Bytes::from_static(b"b"),
+                count: RANGE_DEFAULT_COUNT,
             })
         );
         assert_eq!(
