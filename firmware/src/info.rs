@@ -184,12 +184,13 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
         let _ = write!(
             s,
             "# Lsm\r\nuser_bytes_written:{}\r\ndevice_bytes_written:{}\r\nwrite_amplification:{wa:.3}\r\n\
-             live_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
+             user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
              compaction_invalidated:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreplayed_records:{}\r\n\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
+            e.user_capacity_bytes,
             e.live_bytes,
             e.total_bytes,
             e.keytable_dram_bytes,

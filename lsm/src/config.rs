@@ -19,6 +19,11 @@ pub const DEFAULT_LEVEL_RATIO: usize = 10;
 /// Default target size of L1 (keytable bytes).
 pub const DEFAULT_L1_BYTES: usize = 64 << 20;
 
+/// Default share of the value space (percent) kept back from clients as over-provisioning,
+/// as an SSD keeps spare flash: garbage collection always finds garbage to reclaim, which
+/// bounds write amplification when the drive is nearly full (see [`EngineConfig::overprovision_percent`]).
+pub const DEFAULT_OVERPROVISION_PERCENT: u8 = 20;
+
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -43,6 +48,12 @@ pub struct EngineConfig {
     /// (capacitors: the paper's PLP card): a batch is then acknowledged when the device
     /// completes its pages. Manifest writes are flushed either way.
     pub flush_writes: bool,
+    /// Percent of the device's value space clients cannot fill (0..=90): puts are refused
+    /// with `CapacityFull` once live values would pass the rest, the *user capacity*.
+    /// Uniform random overwrites at 80% of the user capacity then run with write
+    /// amplification near 2 (greedy garbage collection); at 0 they approach 4-5 at 80%
+    /// of the raw space.
+    pub overprovision_percent: u8,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +68,7 @@ impl Default for EngineConfig {
             l1_bytes: DEFAULT_L1_BYTES,
             bloom_fp_rate: 0.01,
             flush_writes: true,
+            overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
         }
     }
 }

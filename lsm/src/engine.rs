@@ -24,8 +24,8 @@ use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
 use crate::read::{page_bytes, OnProbedValues, OnValues, ReadWindow};
 use crate::vlog_format::{
-    check_page, fits_inline, parse_records, raw_pages, unused_bytes, PageBuilder, RecordKind,
-    ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
+    check_page, fits_inline, parse_records, raw_pages, stored_record_bytes, unused_bytes,
+    PageBuilder, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
 };
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
@@ -92,6 +92,8 @@ pub struct EngineStats {
     pub log_segments: u64,
     /// Device segments holding keytable pages.
     pub keytable_segments: u64,
+    /// Value bytes clients may keep live (the value space less over-provisioning).
+    pub user_capacity_bytes: u64,
 }
 
 /// The current value-log segment being appended to.
@@ -502,14 +504,15 @@ impl Engine {
         }
         g.validate_batch(ops)?;
         let bound = Inner::page_bound(ops);
+        let put_bytes = Inner::put_bytes(ops);
         // Several batches share the device: wait for room in the pipeline.
-        while g.can_pipeline(bound)
+        while g.can_pipeline(bound, put_bytes)
             && !g.pipeline.is_empty()
             && g.pipeline_pages + bound > PIPELINE_PAGES
         {
             self.applied.wait(&mut g);
         }
-        if !g.can_pipeline(bound) {
+        if !g.can_pipeline(bound, put_bytes) {
             // Maintenance (GC, flush) or a large batch: alone, with nothing else in flight.
             self.quiesce(&mut g);
             let r = g.write(ops);
@@ -552,7 +555,8 @@ impl Engine {
         }
         g.validate_batch(ops)?;
         let bound = Inner::page_bound(ops);
-        if !g.can_pipeline(bound) {
+        let put_bytes = Inner::put_bytes(ops);
+        if !g.can_pipeline(bound, put_bytes) {
             if !g.pipeline.is_empty() {
                 return Ok(None);
             }
@@ -1107,8 +1111,9 @@ impl Inner {
 
     /// Whether a client batch of at most `bound` pages can go down the pipeline: no
     /// maintenance is due and it is small.
-    fn can_pipeline(&self, bound: u64) -> bool {
+    fn can_pipeline(&self, bound: u64, put_bytes: u64) -> bool {
         !self.closed
+            && self.fits_user_capacity(put_bytes)
             && !self.needs_checkpoint
             && !self.in_gc
             && self.quiescers == 0
@@ -1261,6 +1266,63 @@ impl Inner {
             }
         }
         Ok(any_put)
+    }
+
+    /// Value-log bytes the batch's puts will hold live.
+    fn put_bytes(ops: &[WriteOp<'_>]) -> u64 {
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) => stored_record_bytes(k.len(), v.len()),
+                WriteOp::Delete(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Value bytes clients may keep live: the segments values can use, less the
+    /// over-provisioned share.
+    fn user_capacity(&self) -> u64 {
+        let usable = u64::from(self.g.segments())
+            .saturating_sub(MANIFEST_SEGMENTS.len() as u64 + RESERVED_SEGMENTS as u64);
+        let op = u64::from(self.cfg.overprovision_percent.min(90));
+        usable * self.g.segment_bytes() / 100 * (100 - op)
+    }
+
+    /// Live value-log bytes (written minus known garbage; garbage the memtable shadows in
+    /// the runs is known only once it is flushed, so this may over-count until then).
+    fn live_bytes(&self) -> u64 {
+        self.log_segs
+            .values()
+            .map(|m| m.written.saturating_sub(m.dead))
+            .sum()
+    }
+
+    /// Whether `put_bytes` more live bytes stay within the user capacity by the current
+    /// count (cheap while the log itself is smaller than the capacity).
+    fn fits_user_capacity(&self, put_bytes: u64) -> bool {
+        if put_bytes == 0 || self.in_gc {
+            return true;
+        }
+        let cap = self.user_capacity();
+        let log_bound = self.log_segs.len() as u64 * self.g.segment_bytes();
+        log_bound + put_bytes <= cap || self.live_bytes() + put_bytes <= cap
+    }
+
+    /// Refuses a client put batch that would pass the user capacity, after flushing the
+    /// memtable when that makes the garbage count exact.
+    fn check_user_capacity(&mut self, put_bytes: u64) -> Result<()> {
+        if self.fits_user_capacity(put_bytes) {
+            return Ok(());
+        }
+        if !self.mem.is_empty() {
+            self.flush()?;
+            if self.fits_user_capacity(put_bytes) {
+                return Ok(());
+            }
+        }
+        Err(EngineError::CapacityFull {
+            live: self.live_bytes() + put_bytes,
+            capacity: self.user_capacity(),
+        })
     }
 
     /// Most value-log pages a batch can take: one packed page per operation plus one, and
@@ -1437,6 +1499,9 @@ impl Inner {
                 self.move_checkpoint();
                 self.persist()?;
             }
+        }
+        if any_put && !self.in_gc {
+            self.check_user_capacity(Self::put_bytes(ops))?;
         }
         if !self.in_gc {
             self.reclaim_if_low()?;
@@ -2235,11 +2300,8 @@ impl Inner {
         s.device_bytes_written =
             (self.dev.stats().writes - self.dev_writes_at_open) * PAGE_SIZE as u64;
         s.total_bytes = self.log_segs.values().map(|m| m.written).sum();
-        s.live_bytes = self
-            .log_segs
-            .values()
-            .map(|m| m.written.saturating_sub(m.dead))
-            .sum();
+        s.live_bytes = self.live_bytes();
+        s.user_capacity_bytes = self.user_capacity();
         s.keytable_dram_bytes = self
             .levels
             .iter()

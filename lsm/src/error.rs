@@ -31,6 +31,18 @@ pub enum EngineError {
         /// What needed the space.
         purpose: &'static str,
     },
+    /// Live values fill the drive's user capacity (the value space less its
+    /// over-provisioned share); deletes make room.
+    #[error(
+        "the drive is full: {live} bytes are live of a user capacity of {capacity} bytes \
+         (delete keys to make room)"
+    )]
+    CapacityFull {
+        /// Live value-log bytes, the batch included.
+        live: u64,
+        /// The user capacity.
+        capacity: u64,
+    },
     /// Stored data failed its checksum: reported, never returned as data.
     #[error("corrupt data: {0}")]
     Corrupt(String),

@@ -41,7 +41,7 @@ pub mod vlog_format;
 
 pub use config::{
     EngineConfig, DEFAULT_L0_RUNS, DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO, DEFAULT_MAX_KEY,
-    DEFAULT_MAX_VALUE, DEFAULT_MEMTABLE_BYTES,
+    DEFAULT_MAX_VALUE, DEFAULT_MEMTABLE_BYTES, DEFAULT_OVERPROVISION_PERCENT,
 };
 pub use engine::{Engine, EngineStats, PendingWrite, WriteOp};
 pub use error::{EngineError, Result};
