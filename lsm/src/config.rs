@@ -24,6 +24,10 @@ pub const DEFAULT_L1_BYTES: usize = 64 << 20;
 /// bounds write amplification when the drive is nearly full (see [`EngineConfig::overprovision_percent`]).
 pub const DEFAULT_OVERPROVISION_PERCENT: u8 = 20;
 
+/// Default value-log pages garbage collection handles per step (see
+/// [`EngineConfig::gc_window_pages`]).
+pub const DEFAULT_GC_WINDOW_PAGES: u32 = 64;
+
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -54,6 +58,10 @@ pub struct EngineConfig {
     /// amplification near 2 (greedy garbage collection); at 0 they approach 4-5 at 80%
     /// of the raw space.
     pub overprovision_percent: u8,
+    /// Value-log pages garbage collection reads and relocates per step; the engine lock is
+    /// free for readers between steps, so this bounds how long a read can wait behind GC
+    /// (a raw value longer than the window is handled in one step).
+    pub gc_window_pages: u32,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +77,7 @@ impl Default for EngineConfig {
             bloom_fp_rate: 0.01,
             flush_writes: true,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
+            gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
         }
     }
 }

@@ -45,6 +45,36 @@ const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
 const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Live values relocated per write batch during garbage collection.
 const GC_BATCH_BYTES: usize = 1 << 20;
+/// Where a reclaim in progress stands.
+#[derive(Debug, Clone, Copy)]
+struct GcCursor {
+    /// The victim.
+    log_seg: u32,
+    /// Its first page not yet looked at.
+    next_page: u32,
+    /// Value bytes moved so far.
+    moved: u64,
+}
+
+/// A live value garbage collection read, waiting to be rewritten at the head.
+#[derive(Debug)]
+struct GcMove {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    /// Where it was read: the move is written only if the key still points there.
+    from: ValuePtr,
+}
+
+/// What one garbage-collection step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GcStep {
+    /// Nothing worth reclaiming.
+    Idle,
+    /// Part of a segment done.
+    Progress,
+    /// A segment finished and trimmed.
+    Reclaimed,
+}
 
 /// One operation of an atomic write batch.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +116,8 @@ pub struct EngineStats {
     pub replayed_records: u64,
     /// Value-log segments reclaimed by garbage collection.
     pub gc_segments: u64,
+    /// Garbage-collection steps (windows of a segment handled with the lock held).
+    pub gc_steps: u64,
     /// Value bytes garbage collection moved.
     pub gc_bytes_moved: u64,
     /// Device segments holding the value log.
@@ -339,6 +371,12 @@ struct Inner {
     dev_writes_at_open: u64,
     /// Garbage collection is relocating values (its writes must not start another).
     in_gc: bool,
+    /// The reclaim in progress, if any (it goes on a window at a time).
+    gc_cursor: Option<GcCursor>,
+    /// Live values read by garbage collection and not yet rewritten.
+    gc_pending: Vec<GcMove>,
+    /// Their bytes as records.
+    gc_pending_bytes: usize,
     closed: bool,
     /// Delivers completions of the commands the engine does not wait for in place.
     poller: Arc<Poller>,
@@ -444,6 +482,9 @@ impl Engine {
             stats: EngineStats::default(),
             dev_writes_at_open: 0,
             in_gc: false,
+            gc_cursor: None,
+            gc_pending: Vec::new(),
+            gc_pending_bytes: 0,
             closed: false,
             poller: Arc::new(Poller::start(dev_for_poller).map_err(|e| {
                 EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
@@ -515,6 +556,9 @@ impl Engine {
         if !g.can_pipeline(bound, put_bytes) {
             // Maintenance (GC, flush) or a large batch: alone, with nothing else in flight.
             self.quiesce(&mut g);
+            self.reclaim_stepwise(&mut g)?;
+            // Other writers may have started batches while the lock was free.
+            self.quiesce(&mut g);
             let r = g.write(ops);
             self.applied.notify_all();
             return r;
@@ -561,6 +605,11 @@ impl Engine {
                 return Ok(None);
             }
             // Nothing in flight: the synchronous path runs now, alone.
+            self.reclaim_stepwise(&mut g)?;
+            if !g.pipeline.is_empty() {
+                // Another writer started a batch while the lock was free between steps.
+                return Ok(None);
+            }
             let r = g.write(ops);
             self.applied.notify_all();
             return Ok(Some(PendingWrite {
@@ -624,6 +673,27 @@ impl Engine {
     }
 
     /// Waits until no pipelined batch is on the device (maintenance needs a still head).
+    /// Garbage collection a window at a time while free segments are scarce, with the
+    /// engine lock yielded to waiting readers between windows (a read waits for one window's
+    /// reads and moves, never for a whole segment). Returns with nothing in the pipeline
+    /// unless another writer started a batch in a gap.
+    ///
+    /// # Errors
+    /// Errors of the reads and moves.
+    fn reclaim_stepwise(&self, g: &mut MutexGuard<'_, Inner>) -> Result<()> {
+        let mut rounds = g.log_segs.len() + 1;
+        while g.gc_wanted() && rounds > 0 {
+            self.quiesce(g);
+            match g.gc_step()? {
+                GcStep::Idle => break,
+                GcStep::Reclaimed => rounds -= 1,
+                GcStep::Progress => {}
+            }
+            MutexGuard::bump(g);
+        }
+        Ok(())
+    }
+
     fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
         g.quiescers += 1;
         while !g.pipeline.is_empty() {
@@ -1849,19 +1919,27 @@ impl Inner {
 
     // ---------------------------------------------------------------- garbage collection
 
-    /// Reclaims value-log segments while free segments are scarce.
+    /// Reclaims value-log segments while free segments are scarce, all in this call (the
+    /// engine lock held throughout). Writers normally get here with the work already done
+    /// a window at a time by [`Engine::reclaim_stepwise`]; this is the fallback.
     fn reclaim_if_low(&mut self) -> Result<()> {
-        // Each round must win space back; a bounded number of rounds keeps a policy that
+        // Each victim must win space back; a bounded number of victims keeps a policy that
         // picks badly from moving the same data around forever (the caller then sees
         // `DeviceFull`, while reads and deletes go on).
         let mut rounds = self.log_segs.len() + 1;
-        while self.free.len() <= GC_LOW_WATER && rounds > 0 {
-            rounds -= 1;
-            if !self.collect_garbage()? {
-                break;
+        while self.gc_wanted() && rounds > 0 {
+            match self.gc_step()? {
+                GcStep::Idle => break,
+                GcStep::Reclaimed => rounds -= 1,
+                GcStep::Progress => {}
             }
         }
         Ok(())
+    }
+
+    /// Whether garbage collection should run before a client write.
+    fn gc_wanted(&self) -> bool {
+        !self.closed && !self.in_gc && self.free.len() <= GC_LOW_WATER
     }
 
     fn gc_candidates(&self) -> Vec<GcCandidate> {
@@ -1879,46 +1957,68 @@ impl Inner {
             .collect()
     }
 
-    /// Reclaims one value-log segment: its live values are rewritten at the head, then it
-    /// is trimmed. Returns false when nothing could be reclaimed.
-    fn collect_garbage(&mut self) -> Result<bool> {
-        let mut victim = self.cfg.gc_policy.pick(&self.gc_candidates());
-        if victim.is_none() && (!self.mem.is_empty() || self.pages_since_checkpoint > 0) {
-            // Segments after the replay checkpoint are still needed by recovery: flush to
-            // move the checkpoint to the head, which makes them candidates.
-            self.flush()?;
-            victim = self.cfg.gc_policy.pick(&self.gc_candidates());
-        }
-        let Some(log_seg) = victim else {
-            return Ok(false);
+    /// One step of reclaiming a value-log segment: picks a victim when none is in progress,
+    /// then reads the next window of its pages (`gc_window_pages`, more when a
+    /// raw value runs past the window), rewrites the values in it that are still live at
+    /// the head through the write path, and when the whole segment is done, trims it.
+    /// Liveness is judged and the moves are written in the same call, under the engine
+    /// lock, so no write can slip in between; between steps the lock is free for readers.
+    fn gc_step(&mut self) -> Result<GcStep> {
+        let cursor = match self.gc_cursor {
+            Some(c) => c,
+            None => {
+                let mut victim = self.cfg.gc_policy.pick(&self.gc_candidates());
+                if victim.is_none() && (!self.mem.is_empty() || self.pages_since_checkpoint > 0) {
+                    // Segments after the replay checkpoint are still needed by recovery:
+                    // flush to move the checkpoint to the head, which makes them candidates.
+                    self.flush()?;
+                    victim = self.cfg.gc_policy.pick(&self.gc_candidates());
+                }
+                let Some(log_seg) = victim else {
+                    return Ok(GcStep::Idle);
+                };
+                GcCursor {
+                    log_seg,
+                    next_page: 0,
+                    moved: 0,
+                }
+            }
         };
+        let log_seg = cursor.log_seg;
         let Some(meta) = self.log_segs.get(&log_seg).cloned() else {
-            return Ok(false);
+            self.gc_cursor = None;
+            return Ok(GcStep::Idle);
         };
         let seg = SegmentId(meta.segment);
         let end = meta.sealed_end.unwrap_or(0);
-        let lbas: Vec<Lba> = (0..end).map(|p| self.g.lba(seg, p)).collect();
-        let cmds = lbas
-            .iter()
-            .map(|&lba| Command::Read {
-                lba,
-                buf: PageBuf::zeroed(),
-            })
-            .collect();
+        let first = cursor.next_page.min(end);
+        let mut last = first
+            .saturating_add(self.cfg.gc_window_pages.max(1))
+            .min(end);
         // Unreadable pages (never written, lost in a cut) hold nothing live.
-        let pages: Vec<Option<PageBuf>> = self
-            .run_io(cmds)?
-            .into_iter()
-            .map(|c| c.into_buf().ok().flatten())
-            .collect();
-        let mut live: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut page = 0u32;
-        while page < end {
-            let Some(buf) = pages[page as usize].as_ref() else {
+        let mut pages = self.read_log_pages(seg, first..last)?;
+        let mut page = first;
+        while page < last {
+            let Some(buf) = pages[(page - first) as usize].as_ref() else {
                 page += 1;
                 continue;
             };
             let Ok(info) = check_page(buf, log_seg, page) else {
+                page += 1;
+                continue;
+            };
+            let group_end = page.saturating_add(1 + info.raw_after).min(end);
+            if group_end > last {
+                if page > first {
+                    // The next step starts with this page and its raw values.
+                    break;
+                }
+                // One value larger than the window: read up to its end.
+                let more = self.read_log_pages(seg, last..group_end)?;
+                pages.extend(more);
+                last = group_end;
+            }
+            let Some(buf) = pages[(page - first) as usize].as_ref() else {
                 page += 1;
                 continue;
             };
@@ -1933,9 +2033,12 @@ impl Inner {
                         },
                         len: r.value_len,
                     },
-                    (RecordKind::Indirect, Some((first, crc))) => ValuePtr {
+                    (RecordKind::Indirect, Some((first_raw, crc))) => ValuePtr {
                         log_seg,
-                        loc: ValueLoc::Raw { page: first, crc },
+                        loc: ValueLoc::Raw {
+                            page: first_raw,
+                            crc,
+                        },
                         len: r.value_len,
                     },
                     _ => continue,
@@ -1948,12 +2051,16 @@ impl Inner {
                         let at = usize::from(offset);
                         buf[at..at + r.value_len as usize].to_vec()
                     }
-                    ValueLoc::Raw { page: first, crc } => {
+                    ValueLoc::Raw {
+                        page: first_raw,
+                        crc,
+                    } => {
                         let n = raw_pages(u64::from(r.value_len)) as u32;
                         let mut v = Vec::with_capacity(n as usize * PAGE_SIZE);
-                        for p in first..first + n {
-                            let raw = pages
-                                .get(p as usize)
+                        for p in first_raw..first_raw + n {
+                            let raw = p
+                                .checked_sub(first)
+                                .and_then(|i| pages.get(i as usize))
                                 .and_then(Option::as_ref)
                                 .ok_or_else(|| corrupt("a live raw value page is unreadable"))?;
                             v.extend_from_slice(raw);
@@ -1967,16 +2074,88 @@ impl Inner {
                         v
                     }
                 };
-                live.push((r.key, value));
+                self.gc_pending_bytes += r.key.len() + value.len() + RECORD_HEADER;
+                self.gc_pending.push(GcMove {
+                    key: r.key,
+                    value,
+                    from: ptr,
+                });
             }
-            page += 1 + info.raw_after;
+            page = group_end;
         }
+        // Moves are written in large batches (a batch's indirect records share one packed
+        // page), so they may wait for later steps; they are judged live again when written.
+        let moved = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
+            self.write_gc_moves()?
+        } else {
+            0
+        };
+        self.stats.gc_steps += 1;
+        let cursor = GcCursor {
+            log_seg,
+            next_page: page,
+            moved: cursor.moved + moved,
+        };
+        if page < end {
+            self.gc_cursor = Some(cursor);
+            return Ok(GcStep::Progress);
+        }
+        self.gc_cursor = None;
+        tracing::debug!(
+            log_seg,
+            written = meta.written,
+            dead = meta.dead,
+            moved = cursor.moved,
+            "reclaimed a value-log segment"
+        );
+        self.log_segs.remove(&log_seg);
+        self.tail_dead.remove(&log_seg);
+        self.persist()?;
+        // A read that resolved a pointer into this segment may still be fetching from it.
+        self.reads.wait_idle();
+        self.dev.execute(Command::Trim { segment: seg })?.result?;
+        self.free.insert(meta.segment);
+        self.stats.gc_segments += 1;
+        self.stats.gc_bytes_moved += cursor.moved;
+        Ok(GcStep::Reclaimed)
+    }
+
+    /// Reads pages `range` of a value-log segment, all in flight at once; an unreadable
+    /// page is `None`.
+    fn read_log_pages(
+        &self,
+        seg: SegmentId,
+        range: std::ops::Range<u32>,
+    ) -> Result<Vec<Option<PageBuf>>> {
+        let cmds = range
+            .map(|p| Command::Read {
+                lba: self.g.lba(seg, p),
+                buf: PageBuf::zeroed(),
+            })
+            .collect();
+        Ok(self
+            .run_io(cmds)?
+            .into_iter()
+            .map(|c| c.into_buf().ok().flatten())
+            .collect())
+    }
+
+    /// Writes the pending moves whose values are still live (a client may have overwritten
+    /// or deleted a key since its value was read: that move is dropped), a group commit per
+    /// ~[`GC_BATCH_BYTES`]; returns the value bytes moved.
+    fn write_gc_moves(&mut self) -> Result<u64> {
+        let pending = std::mem::take(&mut self.gc_pending);
+        self.gc_pending_bytes = 0;
+        let live: Vec<(Vec<u8>, Vec<u8>)> = pending
+            .into_iter()
+            .filter(|m| self.lookup(&m.key) == Some(Slot::Value(m.from)))
+            .map(|m| (m.key, m.value))
+            .collect();
         self.in_gc = true;
         let moved: Result<u64> = (|| {
             let mut bytes = 0;
             let mut start = 0;
             while start < live.len() {
-                // One group commit per ~GC_BATCH_BYTES, so small values move in large writes.
                 let mut end = start;
                 let mut batch_bytes = 0;
                 while end < live.len() && (end == start || batch_bytes < GC_BATCH_BYTES) {
@@ -1997,24 +2176,7 @@ impl Inner {
             Ok(bytes)
         })();
         self.in_gc = false;
-        let moved = moved?;
-        tracing::debug!(
-            log_seg,
-            written = meta.written,
-            dead = meta.dead,
-            moved,
-            "reclaimed a value-log segment"
-        );
-        self.log_segs.remove(&log_seg);
-        self.tail_dead.remove(&log_seg);
-        self.persist()?;
-        // A read that resolved a pointer into this segment may still be fetching from it.
-        self.reads.wait_idle();
-        self.dev.execute(Command::Trim { segment: seg })?.result?;
-        self.free.insert(meta.segment);
-        self.stats.gc_segments += 1;
-        self.stats.gc_bytes_moved += moved;
-        Ok(true)
+        moved
     }
 
     // ---------------------------------------------------------------- manifest and recovery

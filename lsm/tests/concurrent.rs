@@ -51,6 +51,8 @@ fn small_engine_with(release: Release) -> Arc<Engine> {
         l0_runs: 2,
         l1_bytes: 4096,
         level_ratio: 2,
+        // Garbage collection in small steps, so moves interleave with everything else.
+        gc_window_pages: 4,
         ..EngineConfig::default()
     };
     let db = Arc::new(Engine::open(dev, cfg).unwrap());

@@ -97,6 +97,8 @@ fn config() -> EngineConfig {
         l0_runs: 3,
         l1_bytes: 6000,
         level_ratio: 3,
+        // Garbage collection in small steps, so moves interleave with everything else.
+        gc_window_pages: 4,
         ..EngineConfig::default()
     }
 }

@@ -37,6 +37,8 @@ fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
     let cfg = EngineConfig {
         memtable_bytes: 64 << 10,
         overprovision_percent,
+        // A quarter of a segment per step: reads get the engine lock between steps.
+        gc_window_pages: 16,
         ..EngineConfig::default()
     };
     let db = Engine::open(dev.clone() as Arc<dyn AppendDevice>, cfg.clone()).unwrap();
@@ -89,6 +91,12 @@ fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
         after.gc_bytes_moved >> 20
     );
     assert!(after.gc_segments > 0);
+    assert!(
+        after.gc_steps > after.gc_segments * 2,
+        "{} steps for {} segments",
+        after.gc_steps,
+        after.gc_segments
+    );
     // Reopen: everything is still there.
     drop(db);
     let db = Engine::open(dev as Arc<dyn AppendDevice>, cfg).unwrap();

@@ -27,6 +27,8 @@ fn small_config() -> EngineConfig {
         l0_runs: 3,
         l1_bytes: 8192,
         level_ratio: 3,
+        // Garbage collection in small steps, so moves interleave with everything else.
+        gc_window_pages: 4,
         ..EngineConfig::default()
     }
 }
