@@ -1,10 +1,22 @@
 //! Page buffers: 8 KiB, 4 KiB-aligned heap buffers that O_DIRECT and io_uring can use as they
-//! are, passed by value into a command and handed back in its completion.
+//! are, passed by value into a command and handed back in its completion; and the chunk pool
+//! they come from.
+//!
+//! A dropped page goes back to a process-wide lock-free pool (at most [`POOL_PAGES`] kept),
+//! and new pages come from it, so the read and write paths neither allocate nor free per page
+//! in steady state, and a page that the device fills whole ([`PageBuf::for_read`]) is not
+//! zeroed first. A pooled page holds bytes of its previous use until it is overwritten; that is
+//! initialised memory, and a failed read hands no buffer back as data.
 
 use std::alloc::{self, Layout};
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam_queue::ArrayQueue;
 
 use crate::geometry::PAGE_SIZE;
 
@@ -70,14 +82,58 @@ impl DerefMut for AlignedBuf {
     }
 }
 
+/// Pages the pool keeps for reuse at most (32 MiB); more are freed when dropped.
+pub const POOL_PAGES: usize = 4096;
+
+/// Pages handed out from the pool, and pages that had to be allocated (see [`pool_stats`]).
+static POOL_HITS: AtomicU64 = AtomicU64::new(0);
+static POOL_MISSES: AtomicU64 = AtomicU64::new(0);
+
+fn pool() -> &'static ArrayQueue<AlignedBuf> {
+    static POOL: OnceLock<ArrayQueue<AlignedBuf>> = OnceLock::new();
+    POOL.get_or_init(|| ArrayQueue::new(POOL_PAGES))
+}
+
+/// `(reused, allocated)`: pages taken from the pool and pages that had to be allocated since
+/// the process started.
+pub fn pool_stats() -> (u64, u64) {
+    (
+        POOL_HITS.load(Ordering::Relaxed),
+        POOL_MISSES.load(Ordering::Relaxed),
+    )
+}
+
 /// One 8 KiB page buffer, 4 KiB-aligned. Commands take it by value; the completion gives it
 /// back (filled, for a read), so no copy is needed between the caller and the device.
-pub struct PageBuf(AlignedBuf);
+pub struct PageBuf(ManuallyDrop<AlignedBuf>);
 
 impl PageBuf {
+    /// A page from the pool with unspecified (but initialised) contents, or a new zeroed one.
+    fn pooled() -> Self {
+        match pool().pop() {
+            Some(b) => {
+                POOL_HITS.fetch_add(1, Ordering::Relaxed);
+                PageBuf(ManuallyDrop::new(b))
+            }
+            None => {
+                POOL_MISSES.fetch_add(1, Ordering::Relaxed);
+                PageBuf(ManuallyDrop::new(AlignedBuf::zeroed(PAGE_SIZE)))
+            }
+        }
+    }
+
     /// A zero-filled page.
     pub fn zeroed() -> Self {
-        PageBuf(AlignedBuf::zeroed(PAGE_SIZE))
+        let mut p = Self::pooled();
+        p.fill(0);
+        p
+    }
+
+    /// A page for the device to fill whole (a READ's buffer): not zeroed first, so it may
+    /// hold an earlier page's bytes until the read completes. Use [`PageBuf::zeroed`] for a
+    /// page that is not overwritten entirely.
+    pub fn for_read() -> Self {
+        Self::pooled()
     }
 
     /// A page holding `data` followed by zeroes.
@@ -85,9 +141,10 @@ impl PageBuf {
     /// # Panics
     /// Never; `data` longer than a page is truncated to [`PAGE_SIZE`] bytes.
     pub fn from_slice(data: &[u8]) -> Self {
-        let mut p = Self::zeroed();
+        let mut p = Self::pooled();
         let n = data.len().min(PAGE_SIZE);
         p[..n].copy_from_slice(&data[..n]);
+        p[n..].fill(0);
         p
     }
 
@@ -99,6 +156,15 @@ impl PageBuf {
     /// Raw pointer for the kernel to fill the page through.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.0.ptr.as_ptr()
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        // SAFETY: the buffer is taken exactly once, here, and `self` is not used afterwards.
+        let buf = unsafe { ManuallyDrop::take(&mut self.0) };
+        // A full pool frees the page (the rejected buffer is dropped here).
+        let _ = pool().push(buf);
     }
 }
 
@@ -153,6 +219,23 @@ mod tests {
         let q = PageBuf::from_slice(b"abc");
         assert_eq!(&q[..4], b"abc\0");
         assert_eq!(p.clone(), p);
+    }
+
+    #[test]
+    fn pages_are_reused_and_zeroed_when_asked() {
+        let mut p = PageBuf::for_read();
+        p.fill(0xAB);
+        drop(p);
+        // Whatever page comes back, `zeroed` and `from_slice` give exactly what they promise.
+        let z = PageBuf::zeroed();
+        assert!(z.iter().all(|&b| b == 0));
+        drop(z);
+        let q = PageBuf::from_slice(b"xyz");
+        assert_eq!(&q[..3], b"xyz");
+        assert!(q[3..].iter().all(|&b| b == 0));
+        assert_eq!(q.as_ptr() as usize % BUFFER_ALIGN, 0);
+        let (hits, misses) = pool_stats();
+        assert!(hits + misses >= 3);
     }
 
     #[test]

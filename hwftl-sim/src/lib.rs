@@ -51,7 +51,7 @@ mod scramble;
 mod tables;
 mod timing;
 
-pub use buffer::{PageBuf, BUFFER_ALIGN};
+pub use buffer::{pool_stats, PageBuf, BUFFER_ALIGN, POOL_PAGES};
 pub use device::{
     AppendDevice, Command, CommandKind, Completion, DeviceStats, Rejected, SegmentInfo, Tag, Wait,
     DEFAULT_QUEUE_DEPTH,

@@ -166,7 +166,7 @@ impl ReadPlan {
             .iter()
             .map(|&lba| Command::Read {
                 lba,
-                buf: PageBuf::zeroed(),
+                buf: PageBuf::for_read(),
             })
             .collect();
         dev.execute_many(cmds)
@@ -788,7 +788,7 @@ impl Engine {
             .iter()
             .map(|&lba| Command::Read {
                 lba,
-                buf: PageBuf::zeroed(),
+                buf: PageBuf::for_read(),
             })
             .collect();
         let callbacks = (0..n)
@@ -1070,7 +1070,7 @@ impl Inner {
             .iter()
             .map(|&lba| Command::Read {
                 lba,
-                buf: PageBuf::zeroed(),
+                buf: PageBuf::for_read(),
             })
             .collect();
         self.run_io(cmds)?
@@ -2130,7 +2130,7 @@ impl Inner {
         let cmds = range
             .map(|p| Command::Read {
                 lba: self.g.lba(seg, p),
-                buf: PageBuf::zeroed(),
+                buf: PageBuf::for_read(),
             })
             .collect();
         Ok(self

@@ -254,7 +254,7 @@ fn check_page(p: &[u8]) -> Option<(u64, u16, u16, &[u8])> {
 fn read_page(dev: &dyn AppendDevice, lba: hwftl_sim::Lba) -> Option<PageBuf> {
     dev.execute(Command::Read {
         lba,
-        buf: PageBuf::zeroed(),
+        buf: PageBuf::for_read(),
     })
     .ok()?
     .into_buf()
