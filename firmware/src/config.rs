@@ -65,6 +65,15 @@ pub struct Args {
     /// Refuse non-loopback clients while no password is set (yes/no).
     #[arg(long)]
     pub protected_mode: Option<String>,
+    /// Redis Cluster mode: the cluster map (TOML: version, `[[node]]` id/addr/slots/replica_of;
+    /// see README "Cluster mode"). The drive serves only its slots and rewrites this file
+    /// when a newer map is pushed with `LS.CLUSTERMAP`.
+    #[arg(long)]
+    pub cluster_config: Option<PathBuf>,
+    /// This drive's node id in the cluster map (default: the node whose address is the
+    /// listening address).
+    #[arg(long)]
+    pub cluster_node_id: Option<String>,
 }
 
 /// The settings file: the same keys as the flags, in kebab or snake case.
@@ -83,6 +92,10 @@ struct FileConfig {
     maxclients: Option<usize>,
     #[serde(alias = "protected_mode")]
     protected_mode: Option<bool>,
+    #[serde(alias = "cluster_config")]
+    cluster_config: Option<PathBuf>,
+    #[serde(alias = "cluster_node_id")]
+    cluster_node_id: Option<String>,
 }
 
 /// How writes are made durable.
@@ -121,6 +134,10 @@ pub struct DriveConfig {
     pub query_buffer_limit: usize,
     /// Output buffer limit per client.
     pub output_buffer_limit: usize,
+    /// Cluster map file (cluster mode), if any.
+    pub cluster_config: Option<PathBuf>,
+    /// This drive's node id in the cluster map, if given.
+    pub cluster_node_id: Option<String>,
 }
 
 impl DriveConfig {
@@ -177,6 +194,8 @@ impl DriveConfig {
             protected_mode,
             query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
             output_buffer_limit: DEFAULT_OUTPUT_BUFFER_LIMIT,
+            cluster_config: args.cluster_config.or(file.cluster_config),
+            cluster_node_id: args.cluster_node_id.or(file.cluster_node_id),
         })
     }
 }

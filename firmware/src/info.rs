@@ -1,7 +1,7 @@
-//! Server-wide counters and the INFO text (sections server, clients, stats, keyspace, lsm,
-//! ftl), in Redis's `field:value` format.
+//! Server-wide counters and the INFO text (sections server, clients, stats, cluster, keyspace,
+//! lsm, ftl), in Redis's `field:value` format.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,6 +40,8 @@ pub struct Metrics {
     pub engine_read_copies: Arc<AtomicU64>,
     /// `engine_read_copies` at the last CONFIG RESETSTAT.
     pub engine_read_copies_base: AtomicU64,
+    /// Cluster mode (`--cluster-config`): INFO `cluster_enabled`, `redis_mode`.
+    pub cluster_enabled: AtomicBool,
 }
 
 impl Metrics {
@@ -60,6 +62,7 @@ impl Metrics {
             protocol_errors: AtomicU64::new(0),
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
             engine_read_copies,
+            cluster_enabled: AtomicBool::new(false),
         }
     }
 
@@ -106,14 +109,16 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let cluster = m.cluster_enabled.load(Ordering::Relaxed);
     if wants(sections, "server") {
         let up = m.started.elapsed().as_secs();
         let _ = write!(
             s,
-            "# Server\r\nredis_version:7.2.0\r\nlightstore_version:{}\r\nredis_mode:standalone\r\n\
+            "# Server\r\nredis_version:7.2.0\r\nlightstore_version:{}\r\nredis_mode:{}\r\n\
              os:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{up}\r\n\
              uptime_in_days:{}\r\nexecutable:lightstore\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
+            if cluster { "cluster" } else { "standalone" },
             std::env::consts::OS,
             std::env::consts::ARCH,
             std::process::id(),
@@ -129,7 +134,14 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
         );
     }
     if wants(sections, "memory") {
-        let _ = write!(s, "# Memory\r\nused_memory_rss:{}\r\n\r\n", rss_bytes());
+        let (reused, allocated) = hwftl_sim::pool_stats();
+        let _ = write!(
+            s,
+            "# Memory\r\nused_memory_rss:{}\r\nchunk_pool_pages_reused:{reused}\r\n\
+             chunk_pool_pages_allocated:{allocated}\r\nchunk_pool_capacity_pages:{}\r\n\r\n",
+            rss_bytes(),
+            hwftl_sim::POOL_PAGES
+        );
     }
     if wants(sections, "stats") {
         let _ = write!(
@@ -152,6 +164,13 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.value_bytes_moved),
             load(&m.buffer_limit_disconnects),
             load(&m.protocol_errors),
+        );
+    }
+    if wants(sections, "cluster") {
+        let _ = write!(
+            s,
+            "# Cluster\r\ncluster_enabled:{}\r\n\r\n",
+            u8::from(cluster)
         );
     }
     if wants(sections, "keyspace") {

@@ -12,6 +12,7 @@
 //! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
 //! `mio` waker). See docs/ARCHITECTURE.md.
 
+mod cluster;
 mod config;
 mod exec;
 mod info;
@@ -94,7 +95,15 @@ fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)
         ("databases".into(), "1".into()),
         ("timeout".into(), "0".into()),
         ("maxmemory".into(), "0".into()),
-        ("cluster-enabled".into(), "no".into()),
+        (
+            "cluster-enabled".into(),
+            if cfg.cluster_config.is_some() {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
         ("proto-max-bulk-len".into(), limits.max_bulk_len.to_string()),
         (
             "client-query-buffer-limit".into(),
@@ -110,6 +119,31 @@ fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)
         .into(),
     ));
     v
+}
+
+/// Cluster mode: loads the map and finds this node (before the device opens, so a bad map
+/// fails fast).
+fn load_cluster(
+    cfg: &DriveConfig,
+    local: std::net::SocketAddr,
+) -> anyhow::Result<Option<Arc<cluster::Cluster>>> {
+    let Some(path) = &cfg.cluster_config else {
+        anyhow::ensure!(
+            cfg.cluster_node_id.is_none(),
+            "--cluster-node-id needs --cluster-config"
+        );
+        return Ok(None);
+    };
+    let c = cluster::Cluster::load(path, cfg.cluster_node_id.as_deref(), local)
+        .with_context(|| format!("cluster mode (--cluster-config {})", path.display()))?;
+    let view = c.view();
+    tracing::info!(
+        node = view.my_id(),
+        version = view.map().version(),
+        nodes = view.map().nodes().len(),
+        "cluster mode"
+    );
+    Ok(Some(Arc::new(c)))
 }
 
 fn spawn<F: FnOnce() + Send + 'static>(
@@ -142,6 +176,7 @@ fn main() -> anyhow::Result<()> {
     let local = listener
         .local_addr()
         .context("reading the listening address")?;
+    let cluster = load_cluster(&cfg, local)?;
     let dev = open_device(&cfg)?;
     let started = std::time::Instant::now();
     let engine = Engine::open(
@@ -173,6 +208,9 @@ fn main() -> anyhow::Result<()> {
         local.port(),
         store.engine().read_copy_counter(),
     ));
+    metrics
+        .cluster_enabled
+        .store(cluster.is_some(), std::sync::atomic::Ordering::Relaxed);
     let poll = mio::Poll::new().context("creating the poll")?;
     let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).context("creating the waker")?);
     let (engine_tx, engine_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);
@@ -191,6 +229,7 @@ fn main() -> anyhow::Result<()> {
         output_buffer_limit: cfg.output_buffer_limit,
         limits,
         reported: reported_settings(&cfg, &limits),
+        cluster,
     };
     let net = Net::new(
         poll,

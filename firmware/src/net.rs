@@ -9,8 +9,9 @@
 //! kind (all GETs, all SETs) therefore flow without stalls.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
+use crate::cluster::{self, Admin, ConnMode, Gate};
 use crate::exec::{Done, Job};
 use crate::info::Metrics;
 
@@ -62,6 +64,8 @@ pub struct NetConfig {
     pub limits: Limits,
     /// Settings CONFIG GET reports.
     pub reported: Vec<(String, String)>,
+    /// Cluster mode: the map and this node (`None`: standalone).
+    pub cluster: Option<Arc<cluster::Cluster>>,
 }
 
 /// Whether protected mode turns `peer` away.
@@ -185,6 +189,8 @@ struct Conn {
     closing: bool,
     /// The peer closed its side: no more reads.
     eof: bool,
+    /// Cluster mode flags (READONLY, LS.REPLICA).
+    cluster_mode: ConnMode,
     /// Reading stopped because too many requests wait (resumed as they are answered).
     paused: bool,
 }
@@ -201,6 +207,8 @@ pub struct Net {
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
     cfg: NetConfig,
+    /// Cluster mode: slot checks, CLUSTER commands, map pushes.
+    cluster: Option<Gate>,
 }
 
 /// What running a connection-level command asks of the loop.
@@ -234,6 +242,7 @@ impl Net {
             replies,
             metrics,
             shutdown,
+            cluster: cfg.cluster.clone().map(Gate::new),
             cfg,
         })
     }
@@ -340,6 +349,7 @@ impl Net {
                     backlog: VecDeque::new(),
                     closing: false,
                     eof: false,
+                    cluster_mode: ConnMode::default(),
                     paused: false,
                 },
             );
@@ -386,17 +396,12 @@ impl Net {
                         .fetch_add(c.rbuf.len() as u64, Ordering::Relaxed);
                 }
             }
-            let start = c.rbuf.len();
-            // Zero only the part this read may fill (reads need initialised memory).
-            let room = (c.rbuf.capacity() - start).min(MAX_READ);
-            c.rbuf.resize(start + room, 0);
-            match c.stream.read(&mut c.rbuf[start..]) {
+            let room = (c.rbuf.capacity() - c.rbuf.len()).min(MAX_READ);
+            match read_into_spare(&c.stream, &mut c.rbuf, room) {
                 Ok(0) => {
-                    c.rbuf.truncate(start);
                     c.eof = true;
                 }
                 Ok(n) => {
-                    c.rbuf.truncate(start + n);
                     self.metrics
                         .net_input_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
@@ -406,14 +411,10 @@ impl Net {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    c.rbuf.truncate(start);
                     break;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {
-                    c.rbuf.truncate(start);
-                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
-                    c.rbuf.truncate(start);
                     c.eof = true;
                     c.closing = true;
                 }
@@ -491,24 +492,50 @@ impl Net {
                 return;
             }
             let parsed = Command::parse(args);
+            // Cluster mode: MOVED / CROSSSLOT are answered here, before anything runs.
+            let mut redirect = None;
             let route = match &parsed {
-                Ok(cmd) if c.authed || allowed_before_auth(cmd) => route_of(cmd),
+                Ok(cmd) if c.authed || allowed_before_auth(cmd) => {
+                    let route = route_of(cmd);
+                    redirect = self
+                        .cluster
+                        .as_ref()
+                        .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    if redirect.is_some() {
+                        Route::Here
+                    } else {
+                        route
+                    }
+                }
                 _ => Route::Here,
             };
             if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
                 return;
             }
-            c.backlog.pop_front();
+            let args = c.backlog.pop_front().unwrap_or_default();
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);
             let cmd = match parsed {
                 Ok(cmd) => cmd,
                 Err(e) => {
-                    c.out.push(&Reply::error(e.to_string()), c.proto);
+                    // Cluster mode's admin commands are not in kvproto's table.
+                    let r = match (Admin::of(&args), &mut self.cluster) {
+                        (None, _) => Reply::error(e.to_string()),
+                        (Some(_), _) if !c.authed => {
+                            Reply::error("NOAUTH Authentication required.")
+                        }
+                        (Some(_), None) => Reply::error(cluster::DISABLED_ERROR),
+                        (Some(a), Some(g)) => g.admin(a, &args, &mut c.cluster_mode),
+                    };
+                    c.out.push(&r, c.proto);
                     continue;
                 }
             };
+            if let Some(r) = redirect {
+                c.out.push(&r, c.proto);
+                continue;
+            }
             if route == Route::Here {
                 if !c.authed && !allowed_before_auth(&cmd) {
                     c.out
@@ -671,6 +698,9 @@ impl Net {
                 close: true,
             },
             Command::Select(0) => reply(Reply::ok()),
+            Command::Select(_) if self.cluster.is_some() => {
+                reply(Reply::error("ERR SELECT is not allowed in cluster mode"))
+            }
             Command::Select(_) => reply(Reply::error("ERR DB index is out of range")),
             Command::Auth {
                 username,
@@ -734,7 +764,14 @@ impl Net {
                         Reply::Integer(if proto == Protocol::Resp3 { 3 } else { 2 }),
                     ),
                     (s("id"), Reply::Integer(c.id as i64)),
-                    (s("mode"), s("standalone")),
+                    (
+                        s("mode"),
+                        s(if self.cluster.is_some() {
+                            "cluster"
+                        } else {
+                            "standalone"
+                        }),
+                    ),
                     (s("role"), s("master")),
                     (s("modules"), Reply::Array(Vec::new())),
                 ]))
@@ -856,9 +893,21 @@ impl Net {
                     close: true,
                 }
             }
-            Command::Cluster(_) | Command::Readonly | Command::Readwrite => reply(Reply::error(
-                "ERR This instance has cluster support disabled",
-            )),
+            Command::Cluster(args) => reply(match &self.cluster {
+                Some(g) => g.cluster_command(&args),
+                None => Reply::error(cluster::DISABLED_ERROR),
+            }),
+            Command::Readonly | Command::Readwrite if self.cluster.is_none() => {
+                reply(Reply::error(cluster::DISABLED_ERROR))
+            }
+            Command::Readonly => {
+                c.cluster_mode.readonly = true;
+                reply(Reply::ok())
+            }
+            Command::Readwrite => {
+                c.cluster_mode.readonly = false;
+                reply(Reply::ok())
+            }
             other => reply(Reply::error(format!(
                 "ERR internal: '{}' is not a connection command",
                 other.name()
@@ -943,6 +992,21 @@ fn client_line(c: &Conn) -> String {
             .map(String::from_utf8_lossy)
             .unwrap_or_default(),
     )
+}
+
+/// Reads from `stream` into up to `room` bytes of `buf`'s spare capacity without zeroing them
+/// first (`Read::read` needs an initialised slice; zeroing up to [`MAX_READ`] bytes before
+/// every read cost about 6% of the drive's CPU under a GET load).
+fn read_into_spare(stream: &TcpStream, buf: &mut BytesMut, room: usize) -> std::io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    let room = room.min(spare.len());
+    // SAFETY: `spare` is the buffer's spare capacity, valid for writes of `room` bytes;
+    // recv writes at most `room` bytes there.
+    let n = unsafe { libc::recv(stream.as_raw_fd(), spare.as_mut_ptr().cast(), room, 0) };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    // SAFETY: recv initialised the `n <= room` bytes after the buffer's length.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
 }
 
 /// The thread that answers `cmd`.

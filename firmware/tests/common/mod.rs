@@ -20,10 +20,13 @@ pub struct Drive {
 pub const TEST_CAPACITY: &str = "1GiB";
 
 impl Drive {
-    /// Starts a drive on `data_dir` with extra flags; waits until it accepts clients.
+    /// Starts a drive on `data_dir` with extra flags (`--port 0` unless they give a port);
+    /// waits until it accepts clients.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Drive {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lightstore"));
-        cmd.args(["--port", "0"]);
+        if !extra.contains(&"--port") {
+            cmd.args(["--port", "0"]);
+        }
         if !extra.contains(&"--capacity") {
             cmd.args(["--capacity", TEST_CAPACITY]);
         }

@@ -1,0 +1,1034 @@
+//! Redis Cluster mode (`--cluster-config FILE`): which slots this drive serves, the `CLUSTER`
+//! subcommands, `-MOVED` / `-CROSSSLOT` redirection, and the admin commands `LS.CLUSTERMAP`
+//! (push a newer map without a restart) and `LS.REPLICA` (a replication client's connection).
+//!
+//! The map itself — its TOML form, validation and the one key -> slot function — is
+//! [`kvproto::cluster`]; this module owns what a drive does with it:
+//!
+//! - [`Cluster`]: the map file, this drive's node id, and the current [`View`] behind a lock
+//!   (`RwLock<Arc<View>>`): a push builds a whole new view and swaps the `Arc`, so every thread
+//!   sees either the old map or the new one, never a mix.
+//! - [`View`]: one version of the map plus a per-slot role table (16384 bytes) so the hot-path
+//!   check is a key hash and one array read, with no allocation ([`View::check`]).
+//! - [`Gate`]: the network thread's handle. It keeps the view it last loaded; pushes go through
+//!   it (the network thread is the only writer), so its copy is always the current one.
+//!
+//! Rules, as Redis Cluster's: a command's keys must all hash to one slot (else `-CROSSSLOT`,
+//! checked before anything runs); a slot this node serves as primary is served; a slot of the
+//! primary this node replicates is served to a `READONLY` connection for reads and to an
+//! `LS.REPLICA` connection (the adapters' client-side replication) for reads and writes;
+//! everything else is `-MOVED slot ip:port` to the slot's primary. Keyless commands (PING,
+//! INFO, SCAN, DBSIZE, FLUSHALL, ...) are not redirected and see only what this drive stores.
+//!
+//! `LS.RANGE` (an ordered range read, not a key) is exempt from MOVED and returns what this
+//! drive stores in the range, which after a map change can include keys of slots that moved
+//! away (nothing migrates data). It is not filtered here: a filtered page could come back short
+//! or empty while later keys exist, breaking the "continue from the last key" contract. A
+//! caller that merges ranges from several drives drops each key whose `key_slot` the queried
+//! shard does not own in its map. (A drive-side filter would look up the slot's role in the
+//! [`View`] from [`Cluster::view`] on the engine thread, with a reply that also carries the
+//! last key scanned.)
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
+use kvproto::{Command, Reply};
+use parking_lot::{Mutex, RwLock};
+
+/// Redis's reply to cluster commands on a drive started without `--cluster-config`.
+pub const DISABLED_ERROR: &str = "ERR This instance has cluster support disabled";
+/// Redis's reply to a multi-key command whose keys hash to different slots.
+pub const CROSSSLOT_ERROR: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+/// Redis's reply for a key whose slot has no primary.
+pub const UNBOUND_ERROR: &str = "CLUSTERDOWN Hash slot not served";
+
+/// Why a cluster map was not loaded or not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The map file could not be read.
+    #[error("cannot read the cluster map {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The map is not valid (syntax, ids, ranges, overlaps, replicas).
+    #[error("invalid cluster map: {0}")]
+    Map(#[from] MapError),
+    /// Some slots have no primary.
+    #[error(
+        "the cluster map leaves {count} of the 16384 slots without a primary (the first is slot {first}); every slot must be assigned"
+    )]
+    Unassigned {
+        /// Slots without a primary.
+        count: usize,
+        /// The lowest of them.
+        first: u16,
+    },
+    /// This drive's node id is not in the map.
+    #[error("node id {0:?} is not in the cluster map")]
+    UnknownNode(String),
+    /// No node id was given and no node of the map has the listening address.
+    #[error("no node of the cluster map has the address {0}: give --cluster-node-id")]
+    NoNodeAt(SocketAddr),
+    /// The version argument of `LS.CLUSTERMAP` is not a number.
+    #[error("value is not an integer or out of range")]
+    BadVersion,
+    /// A pushed map is not newer than the current one.
+    #[error("cluster map version {given} is not newer than this drive's version {current}")]
+    NotNewer {
+        /// The version pushed.
+        given: u64,
+        /// The version in force.
+        current: u64,
+    },
+    /// The version argument and the version in the map text differ.
+    #[error("LS.CLUSTERMAP says version {given} but the map text says version {text}")]
+    VersionMismatch {
+        /// The version argument.
+        given: u64,
+        /// The `version` in the text.
+        text: u64,
+    },
+    /// The map text is not UTF-8.
+    #[error("the cluster map text is not UTF-8")]
+    NotUtf8,
+    /// The accepted map could not be written back to the map file.
+    #[error("cannot save the cluster map to {path}: {source}")]
+    Save {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+/// What this drive does for one slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// No primary (not reachable with a validated map: those are refused; kept for safety).
+    Unassigned,
+    /// Another shard's slot: MOVED.
+    Foreign,
+    /// This drive is the slot's primary.
+    Primary,
+    /// This drive replicates the slot's primary.
+    Replica,
+}
+
+/// A connection's cluster flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnMode {
+    /// `READONLY`: reads of the replicated primary's slots are served here.
+    pub readonly: bool,
+    /// `LS.REPLICA`: reads and writes of the replicated primary's slots are served here.
+    pub replication: bool,
+}
+
+/// The slot a command's keys hash to.
+enum Slot {
+    /// The command has no keys.
+    None,
+    /// Every key hashes to this slot.
+    One(u16),
+    /// Keys hash to different slots.
+    Cross,
+}
+
+fn same_slot<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> Slot {
+    let Some(first) = keys.next() else {
+        return Slot::None;
+    };
+    let slot = key_slot(first);
+    if keys.all(|k| key_slot(k) == slot) {
+        Slot::One(slot)
+    } else {
+        Slot::Cross
+    }
+}
+
+/// The slot of `cmd`'s keys, without allocating for the commands the drive serves (any other
+/// command falls back to [`Command::keys`], which allocates only when it has keys).
+fn command_slot(cmd: &Command) -> Slot {
+    match cmd {
+        Command::Get(k)
+        | Command::Strlen(k)
+        | Command::HGetAll(k)
+        | Command::HLen(k)
+        | Command::ZCard(k)
+        | Command::Set { key: k, .. }
+        | Command::GetRange { key: k, .. }
+        | Command::IncrBy { key: k, .. }
+        | Command::HSet { key: k, .. }
+        | Command::HGet { key: k, .. }
+        | Command::HMGet { key: k, .. }
+        | Command::HDel { key: k, .. }
+        | Command::HExists { key: k, .. }
+        | Command::ZAdd { key: k, .. }
+        | Command::ZRem { key: k, .. }
+        | Command::ZScore { key: k, .. }
+        | Command::ZRangeByScore { key: k, .. } => Slot::One(key_slot(k)),
+        Command::MGet(ks) | Command::Del(ks) | Command::Exists(ks) => {
+            same_slot(ks.iter().map(|k| &k[..]))
+        }
+        Command::MSet(pairs) => same_slot(pairs.iter().map(|(k, _)| &k[..])),
+        // A key range, not keys: exempt (see the module docs).
+        Command::Range { .. } => Slot::None,
+        other => same_slot(other.keys().into_iter()),
+    }
+}
+
+/// `ip:port` as Redis prints node addresses (no brackets around IPv6).
+fn endpoint(addr: &SocketAddr) -> String {
+    format!("{}:{}", addr.ip(), addr.port())
+}
+
+fn wrong_args(name: &str) -> Reply {
+    Reply::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn bulk(s: impl Into<String>) -> Reply {
+    Reply::Bulk(Bytes::from(s.into()))
+}
+
+fn text(s: &'static str) -> Reply {
+    Reply::Bulk(Bytes::from_static(s.as_bytes()))
+}
+
+/// One version of the cluster map as this drive sees it.
+pub struct View {
+    map: ClusterMap,
+    /// Index of this drive in `map.nodes()`.
+    me: usize,
+    /// What this drive does for each slot.
+    roles: Box<[Role]>,
+    /// Maximal runs of slots with one primary: (first, last, node index), in slot order.
+    runs: Vec<(u16, u16, usize)>,
+}
+
+impl fmt::Debug for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("version", &self.map.version())
+            .field("me", &self.my_id())
+            .field("runs", &self.runs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl View {
+    /// Builds the view of `map` for node `my_id`.
+    ///
+    /// # Errors
+    /// The node is not in the map, or some slot has no primary.
+    pub fn new(map: ClusterMap, my_id: &str) -> Result<View, ClusterError> {
+        let me = map
+            .nodes()
+            .iter()
+            .position(|n| n.id == my_id)
+            .ok_or_else(|| ClusterError::UnknownNode(my_id.to_owned()))?;
+        let assigned = map.slots_assigned();
+        if assigned < usize::from(SLOT_COUNT) {
+            let first = (0..SLOT_COUNT)
+                .find(|&s| map.owner(s).is_none())
+                .unwrap_or(0);
+            return Err(ClusterError::Unassigned {
+                count: usize::from(SLOT_COUNT) - assigned,
+                first,
+            });
+        }
+        let (roles, runs) = {
+            let nodes = map.nodes();
+            let index: HashMap<&str, usize> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.id.as_str(), i))
+                .collect();
+            let my_primary = nodes[me].replica_of.as_deref();
+            let mut roles = vec![Role::Unassigned; usize::from(SLOT_COUNT)].into_boxed_slice();
+            let mut runs: Vec<(u16, u16, usize)> = Vec::new();
+            for slot in 0..SLOT_COUNT {
+                let owner = map
+                    .owner(slot)
+                    .and_then(|n| index.get(n.id.as_str()).copied());
+                roles[usize::from(slot)] = match owner {
+                    None => Role::Unassigned,
+                    Some(o) if o == me => Role::Primary,
+                    Some(o) if Some(nodes[o].id.as_str()) == my_primary => Role::Replica,
+                    Some(_) => Role::Foreign,
+                };
+                if let Some(o) = owner {
+                    match runs.last_mut() {
+                        Some((_, last, n)) if *n == o && *last + 1 == slot => *last = slot,
+                        _ => runs.push((slot, slot, o)),
+                    }
+                }
+            }
+            (roles, runs)
+        };
+        Ok(View {
+            map,
+            me,
+            roles,
+            runs,
+        })
+    }
+
+    /// The map this view was built from.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// This drive's node id.
+    pub fn my_id(&self) -> &str {
+        self.map.nodes().get(self.me).map_or("", |n| n.id.as_str())
+    }
+
+    fn role(&self, slot: u16) -> Role {
+        self.roles
+            .get(usize::from(slot))
+            .copied()
+            .unwrap_or(Role::Unassigned)
+    }
+
+    /// The redirection `cmd` gets on a connection in `mode`, or `None` when it runs here.
+    /// `write` says whether the command writes. No allocation unless it redirects.
+    #[inline]
+    pub fn check(&self, cmd: &Command, write: bool, mode: ConnMode) -> Option<Reply> {
+        let slot = match command_slot(cmd) {
+            Slot::None => return None,
+            Slot::Cross => return Some(Reply::error(CROSSSLOT_ERROR)),
+            Slot::One(s) => s,
+        };
+        match self.role(slot) {
+            Role::Primary => None,
+            Role::Replica if mode.replication || (mode.readonly && !write) => None,
+            Role::Unassigned => Some(Reply::error(UNBOUND_ERROR)),
+            Role::Replica | Role::Foreign => Some(self.moved(slot)),
+        }
+    }
+
+    fn moved(&self, slot: u16) -> Reply {
+        match self.map.owner(slot) {
+            Some(n) => Reply::error(format!("MOVED {slot} {}", endpoint(&n.addr))),
+            None => Reply::error(UNBOUND_ERROR),
+        }
+    }
+
+    /// Answers `CLUSTER <args>` (`args` without the word CLUSTER).
+    pub fn cluster_command(&self, args: &[Bytes]) -> Reply {
+        let Some(sub) = args.first() else {
+            return wrong_args("cluster");
+        };
+        let lower = sub.to_ascii_lowercase();
+        let rest = &args[1..];
+        let name = String::from_utf8_lossy(&lower);
+        let want = |n: usize| rest.len() == n;
+        match lower.as_slice() {
+            b"info" | b"slots" | b"shards" | b"nodes" | b"myid" | b"help" if !want(0) => {
+                wrong_args(&format!("cluster|{name}"))
+            }
+            b"keyslot" | b"replicas" | b"slaves" if !want(1) => {
+                wrong_args(&format!("cluster|{name}"))
+            }
+            b"info" => Reply::Verbatim(Bytes::from(self.info_text())),
+            b"slots" => self.slots(),
+            b"shards" => self.shards(),
+            b"nodes" => Reply::Verbatim(Bytes::from(self.nodes_text())),
+            b"myid" => bulk(self.my_id()),
+            b"keyslot" => Reply::Integer(i64::from(key_slot(&rest[0]))),
+            b"replicas" | b"slaves" => self.replicas(&rest[0]),
+            b"help" => help(),
+            _ => Reply::error(format!(
+                "ERR unknown subcommand '{}'. Try CLUSTER HELP.",
+                String::from_utf8_lossy(&sub[..sub.len().min(128)])
+            )),
+        }
+    }
+
+    /// `CLUSTER INFO`: the map is static, so every assigned slot is ok and the epochs are the
+    /// map's version.
+    fn info_text(&self) -> String {
+        let assigned = self.map.slots_assigned();
+        let size = self
+            .map
+            .nodes()
+            .iter()
+            .filter(|n| n.replica_of.is_none() && !self.map.slot_ranges(&n.id).is_empty())
+            .count();
+        let v = self.map.version();
+        format!(
+            "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\n\
+             cluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\n\
+             cluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\n\
+             cluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\n\
+             total_cluster_links_buffer_limit_exceeded:0\r\n",
+            if assigned == usize::from(SLOT_COUNT) {
+                "ok"
+            } else {
+                "fail"
+            },
+            self.map.nodes().len(),
+        )
+    }
+
+    /// A node as `CLUSTER SLOTS` lists it: ip, port, id, metadata (none).
+    fn slots_node(n: &NodeSpec) -> Reply {
+        Reply::Array(vec![
+            bulk(n.addr.ip().to_string()),
+            Reply::Integer(i64::from(n.addr.port())),
+            bulk(n.id.clone()),
+            Reply::Map(Vec::new()),
+        ])
+    }
+
+    /// `CLUSTER SLOTS`: one entry per run of slots, with the primary then its replicas.
+    fn slots(&self) -> Reply {
+        let nodes = self.map.nodes();
+        Reply::Array(
+            self.runs
+                .iter()
+                .filter_map(|&(first, last, o)| {
+                    let p = nodes.get(o)?;
+                    let mut e = vec![
+                        Reply::Integer(i64::from(first)),
+                        Reply::Integer(i64::from(last)),
+                        Self::slots_node(p),
+                    ];
+                    e.extend(
+                        self.map
+                            .replicas_of(&p.id)
+                            .into_iter()
+                            .map(Self::slots_node),
+                    );
+                    Some(Reply::Array(e))
+                })
+                .collect(),
+        )
+    }
+
+    /// A node as `CLUSTER SHARDS` lists it.
+    fn shards_node(n: &NodeSpec, role: &'static str) -> Reply {
+        let ip = n.addr.ip().to_string();
+        Reply::Map(vec![
+            (text("id"), bulk(n.id.clone())),
+            (text("port"), Reply::Integer(i64::from(n.addr.port()))),
+            (text("ip"), bulk(ip.clone())),
+            (text("endpoint"), bulk(ip)),
+            (text("role"), text(role)),
+            (text("replication-offset"), Reply::Integer(0)),
+            (text("health"), text("online")),
+        ])
+    }
+
+    /// `CLUSTER SHARDS`: one entry per primary, its slot ranges and its nodes.
+    fn shards(&self) -> Reply {
+        let nodes = self.map.nodes();
+        Reply::Array(
+            nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.replica_of.is_none())
+                .map(|(i, p)| {
+                    let slots = self
+                        .runs
+                        .iter()
+                        .filter(|r| r.2 == i)
+                        .flat_map(|&(a, b, _)| {
+                            [Reply::Integer(i64::from(a)), Reply::Integer(i64::from(b))]
+                        })
+                        .collect();
+                    let mut members = vec![Self::shards_node(p, "master")];
+                    members.extend(
+                        self.map
+                            .replicas_of(&p.id)
+                            .into_iter()
+                            .map(|r| Self::shards_node(r, "replica")),
+                    );
+                    Reply::Map(vec![
+                        (text("slots"), Reply::Array(slots)),
+                        (text("nodes"), Reply::Array(members)),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    /// One `CLUSTER NODES` line (without the newline).
+    fn node_line(&self, i: usize, n: &NodeSpec, now_ms: u128) -> String {
+        use std::fmt::Write as _;
+        let role = if n.replica_of.is_some() {
+            "slave"
+        } else {
+            "master"
+        };
+        let flags = if i == self.me {
+            format!("myself,{role}")
+        } else {
+            role.to_owned()
+        };
+        let mut line = format!(
+            "{} {}@{} {flags} {} 0 {now_ms} {} connected",
+            n.id,
+            endpoint(&n.addr),
+            u32::from(n.addr.port()) + 10_000,
+            n.replica_of.as_deref().unwrap_or("-"),
+            self.map.version(),
+        );
+        for &(a, b, _) in self.runs.iter().filter(|r| r.2 == i) {
+            if a == b {
+                let _ = write!(line, " {a}");
+            } else {
+                let _ = write!(line, " {a}-{b}");
+            }
+        }
+        line
+    }
+
+    /// `CLUSTER NODES`: a line per node, in map order.
+    fn nodes_text(&self) -> String {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let mut s = String::new();
+        for (i, n) in self.map.nodes().iter().enumerate() {
+            s.push_str(&self.node_line(i, n, now_ms));
+            s.push('\n');
+        }
+        s
+    }
+
+    /// `CLUSTER REPLICAS id`: the replicas' `CLUSTER NODES` lines.
+    fn replicas(&self, id: &[u8]) -> Reply {
+        let id = String::from_utf8_lossy(id);
+        let Some(node) = self.map.node(&id) else {
+            return Reply::error(format!("ERR Unknown node {id}"));
+        };
+        if node.replica_of.is_some() {
+            return Reply::error("ERR The specified node is not a master");
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        Reply::Array(
+            self.map
+                .nodes()
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.replica_of.as_deref() == Some(&*id))
+                .map(|(i, n)| bulk(self.node_line(i, n, now_ms)))
+                .collect(),
+        )
+    }
+}
+
+fn help() -> Reply {
+    const LINES: &[&str] = &[
+        "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "INFO",
+        "    Return information about the cluster.",
+        "KEYSLOT <key>",
+        "    Return the hash slot for <key>.",
+        "MYID",
+        "    Return the node id.",
+        "NODES",
+        "    Return cluster configuration seen by node. Output format:",
+        "    <id> <ip:port> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
+        "REPLICAS <node-id>",
+        "    Return <node-id> replicas.",
+        "SLOTS",
+        "    Return information about slots range mappings. Each range is made of:",
+        "    start, end, master and replicas IP addresses, ports and ids",
+        "SHARDS",
+        "    Return information about slot range mappings and the nodes associated with them.",
+        "HELP",
+        "    Prints this help.",
+        "(This drive's map is set by the operator: --cluster-config, LS.CLUSTERMAP <version> <toml>.)",
+    ];
+    Reply::Array(
+        LINES
+            .iter()
+            .map(|l| Reply::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    )
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, synced, then
+/// renamed over `path`, then the directory synced.
+fn save_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().map_or_else(
+        || "cluster.toml".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The cluster state shared by the drive's threads: the map file, this node's id and the
+/// current view.
+#[derive(Debug)]
+pub struct Cluster {
+    path: PathBuf,
+    my_id: String,
+    current: RwLock<Arc<View>>,
+    /// Serialises pushes (validate, save, swap).
+    push_lock: Mutex<()>,
+}
+
+impl Cluster {
+    /// Loads the map at `path` and finds this node: `node_id` when given, otherwise the node
+    /// whose address is `local` (the listening address; with an unspecified bind address,
+    /// the node with the same port).
+    ///
+    /// # Errors
+    /// An unreadable or invalid map, a map that leaves slots unassigned, an unknown node id,
+    /// or no node at `local`.
+    pub fn load(
+        path: &Path,
+        node_id: Option<&str>,
+        local: SocketAddr,
+    ) -> Result<Cluster, ClusterError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let map = ClusterMap::from_toml(&text)?;
+        let my_id = match node_id {
+            Some(id) => id.to_owned(),
+            None => map
+                .nodes()
+                .iter()
+                .find(|n| {
+                    n.addr == local
+                        || (local.ip().is_unspecified() && n.addr.port() == local.port())
+                })
+                .map(|n| n.id.clone())
+                .ok_or(ClusterError::NoNodeAt(local))?,
+        };
+        let view = View::new(map, &my_id)?;
+        if let Some(me) = view.map.node(&my_id) {
+            if me.addr != local && !local.ip().is_unspecified() {
+                tracing::warn!(
+                    map_addr = %me.addr,
+                    %local,
+                    "this node's address in the cluster map is not the listening address: clients redirected to it go to {}",
+                    me.addr
+                );
+            }
+        }
+        Ok(Cluster {
+            path: path.to_path_buf(),
+            my_id,
+            current: RwLock::new(Arc::new(view)),
+            push_lock: Mutex::new(()),
+        })
+    }
+
+    /// The current view (any thread).
+    pub fn view(&self) -> Arc<View> {
+        self.current.read().clone()
+    }
+
+    /// `LS.CLUSTERMAP <version> <toml>`: accepts a newer map, saves it to the map file, then
+    /// swaps it in.
+    fn push(&self, version: &[u8], text: &[u8]) -> Result<Arc<View>, ClusterError> {
+        let _one_at_a_time = self.push_lock.lock();
+        let given = std::str::from_utf8(version)
+            .ok()
+            .filter(|s| !s.starts_with('+'))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(ClusterError::BadVersion)?;
+        let current = self.view().map.version();
+        if given <= current {
+            return Err(ClusterError::NotNewer { given, current });
+        }
+        let text = std::str::from_utf8(text).map_err(|_| ClusterError::NotUtf8)?;
+        let map = ClusterMap::from_toml(text)?;
+        if map.version() != given {
+            return Err(ClusterError::VersionMismatch {
+                given,
+                text: map.version(),
+            });
+        }
+        let view = Arc::new(View::new(map, &self.my_id)?);
+        save_atomic(&self.path, text).map_err(|source| ClusterError::Save {
+            path: self.path.clone(),
+            source,
+        })?;
+        *self.current.write() = view.clone();
+        tracing::info!(version = given, "cluster map updated");
+        Ok(view)
+    }
+}
+
+/// The admin commands of cluster mode (not in kvproto's command table: the network thread
+/// recognises them by name when `Command::parse` does not know them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin {
+    /// `LS.CLUSTERMAP` (the current map's TOML) and `LS.CLUSTERMAP <version> <toml>` (push).
+    ClusterMap,
+    /// `LS.REPLICA`: this connection is a replication client.
+    Replica,
+}
+
+impl Admin {
+    /// The admin command a request names, if any.
+    pub fn of(args: &[Bytes]) -> Option<Admin> {
+        let name = args.first()?;
+        if name.eq_ignore_ascii_case(b"ls.clustermap") {
+            Some(Admin::ClusterMap)
+        } else if name.eq_ignore_ascii_case(b"ls.replica") {
+            Some(Admin::Replica)
+        } else {
+            None
+        }
+    }
+}
+
+/// The network thread's handle on the cluster state.
+#[derive(Debug)]
+pub struct Gate {
+    shared: Arc<Cluster>,
+    /// The current view (pushes go through this handle, so it never lags).
+    view: Arc<View>,
+}
+
+impl Gate {
+    /// A handle on `shared`.
+    pub fn new(shared: Arc<Cluster>) -> Gate {
+        let view = shared.view();
+        Gate { shared, view }
+    }
+
+    /// See [`View::check`].
+    #[inline]
+    pub fn check(&self, cmd: &Command, write: bool, mode: ConnMode) -> Option<Reply> {
+        self.view.check(cmd, write, mode)
+    }
+
+    /// See [`View::cluster_command`].
+    pub fn cluster_command(&self, args: &[Bytes]) -> Reply {
+        self.view.cluster_command(args)
+    }
+
+    /// Runs an admin command for a connection in `mode`.
+    pub fn admin(&mut self, admin: Admin, args: &[Bytes], mode: &mut ConnMode) -> Reply {
+        match admin {
+            Admin::Replica if args.len() != 1 => wrong_args("ls.replica"),
+            Admin::Replica => {
+                mode.replication = true;
+                Reply::ok()
+            }
+            Admin::ClusterMap => match args {
+                [_] => bulk(self.view.map.to_toml()),
+                [_, version, text] => match self.shared.push(version, text) {
+                    Ok(view) => {
+                        self.view = view;
+                        Reply::ok()
+                    }
+                    Err(e) => Reply::error(format!("ERR {e}")),
+                },
+                _ => wrong_args("ls.clustermap"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use kvproto::cluster::even_ranges;
+
+    fn id(n: usize) -> String {
+        format!("{:040x}", n + 1)
+    }
+
+    /// Three primaries with even ranges and one replica of the first.
+    fn map(version: u64) -> ClusterMap {
+        let mut nodes: Vec<NodeSpec> = even_ranges(3)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (a, b))| NodeSpec {
+                id: id(i),
+                addr: format!("127.0.0.1:{}", 7001 + i).parse().unwrap(),
+                slots: vec![[u32::from(a), u32::from(b)]],
+                replica_of: None,
+            })
+            .collect();
+        nodes.push(NodeSpec {
+            id: id(3),
+            addr: "127.0.0.1:7004".parse().unwrap(),
+            slots: Vec::new(),
+            replica_of: Some(id(0)),
+        });
+        ClusterMap::new(version, nodes).unwrap()
+    }
+
+    fn args(a: &[&str]) -> Vec<Bytes> {
+        a.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    fn cmd(a: &[&str]) -> Command {
+        Command::parse(&args(a)).unwrap()
+    }
+
+    fn err_text(r: Option<Reply>) -> String {
+        match r {
+            Some(Reply::Error(e)) => String::from_utf8_lossy(&e).into_owned(),
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn command_slots_agree_with_command_keys() {
+        let samples: &[&[&str]] = &[
+            &["GET", "a"],
+            &["SET", "{t}x", "v", "EX", "10"],
+            &["MGET", "{t}a", "{t}b"],
+            &["MGET", "a", "b"],
+            &["MSET", "{t}a", "1", "{t}b", "2"],
+            &["DEL", "a"],
+            &["EXISTS", "a", "b", "c"],
+            &["STRLEN", "k"],
+            &["GETRANGE", "k", "0", "1"],
+            &["INCR", "k"],
+            &["HSET", "h", "f", "v"],
+            &["HGET", "h", "f"],
+            &["HMGET", "h", "f", "g"],
+            &["HGETALL", "h"],
+            &["HDEL", "h", "f"],
+            &["HLEN", "h"],
+            &["HEXISTS", "h", "f"],
+            &["ZADD", "z", "1", "m"],
+            &["ZREM", "z", "m"],
+            &["ZSCORE", "z", "m"],
+            &["ZCARD", "z"],
+            &["ZRANGEBYSCORE", "z", "0", "1"],
+            &["PING"],
+            &["DBSIZE"],
+            &["SCAN", "0"],
+        ];
+        for a in samples {
+            let c = cmd(a);
+            let keys = c.keys();
+            let want = match keys.split_first() {
+                None => None,
+                Some((first, rest)) => {
+                    let s = key_slot(first);
+                    Some(rest.iter().all(|k| key_slot(k) == s).then_some(s))
+                }
+            };
+            let got = match command_slot(&c) {
+                Slot::None => None,
+                Slot::One(s) => Some(Some(s)),
+                Slot::Cross => Some(None),
+            };
+            assert_eq!(got, want, "{a:?}");
+        }
+        assert!(matches!(
+            command_slot(&cmd(&["LS.RANGE", "a", "z"])),
+            Slot::None
+        ));
+    }
+
+    #[test]
+    fn primaries_serve_their_slots_and_redirect_the_rest() {
+        let m = map(1);
+        let v = View::new(m, &id(0)).unwrap();
+        let plain = ConnMode::default();
+        // "b" is slot 3300 (first node), "c" 7365 (second), "foo" 12182 (third).
+        assert!(v.check(&cmd(&["GET", "b"]), false, plain).is_none());
+        assert_eq!(
+            err_text(v.check(&cmd(&["GET", "c"]), false, plain)),
+            "MOVED 7365 127.0.0.1:7002"
+        );
+        assert_eq!(
+            err_text(v.check(&cmd(&["SET", "foo", "1"]), true, plain)),
+            "MOVED 12182 127.0.0.1:7003"
+        );
+        assert_eq!(
+            err_text(v.check(&cmd(&["MGET", "b", "c"]), false, plain)),
+            CROSSSLOT_ERROR
+        );
+        // Cross-slot is refused even when every key is foreign.
+        assert_eq!(
+            err_text(v.check(&cmd(&["DEL", "foo", "c"]), true, plain)),
+            CROSSSLOT_ERROR
+        );
+        assert!(v
+            .check(&cmd(&["MSET", "{b}1", "x", "{b}2", "y"]), true, plain)
+            .is_none());
+        assert!(v.check(&cmd(&["PING"]), false, plain).is_none());
+        assert_eq!(v.role(3300), Role::Primary);
+        assert_eq!(v.role(7365), Role::Foreign);
+    }
+
+    #[test]
+    fn replicas_serve_readonly_reads_and_replication_clients() {
+        let v = View::new(map(1), &id(3)).unwrap();
+        let get = cmd(&["GET", "b"]);
+        let set = cmd(&["SET", "b", "1"]);
+        let plain = ConnMode::default();
+        let readonly = ConnMode {
+            readonly: true,
+            replication: false,
+        };
+        let replication = ConnMode {
+            readonly: false,
+            replication: true,
+        };
+        assert_eq!(
+            err_text(v.check(&get, false, plain)),
+            "MOVED 3300 127.0.0.1:7001"
+        );
+        assert!(v.check(&get, false, readonly).is_none());
+        assert_eq!(
+            err_text(v.check(&set, true, readonly)),
+            "MOVED 3300 127.0.0.1:7001"
+        );
+        assert!(v.check(&set, true, replication).is_none());
+        assert!(v.check(&get, false, replication).is_none());
+        // Another shard's slot stays MOVED for a replication client.
+        assert_eq!(
+            err_text(v.check(&cmd(&["SET", "c", "1"]), true, replication)),
+            "MOVED 7365 127.0.0.1:7002"
+        );
+    }
+
+    #[test]
+    fn maps_without_this_node_or_with_holes_are_refused() {
+        assert!(matches!(
+            View::new(map(1), &id(9)),
+            Err(ClusterError::UnknownNode(_))
+        ));
+        let holes = ClusterMap::new(
+            1,
+            vec![NodeSpec {
+                id: id(0),
+                addr: "127.0.0.1:7001".parse().unwrap(),
+                slots: vec![[0, 100], [200, 16383]],
+                replica_of: None,
+            }],
+        )
+        .unwrap();
+        let e = View::new(holes, &id(0)).unwrap_err();
+        assert!(matches!(
+            e,
+            ClusterError::Unassigned {
+                count: 99,
+                first: 101
+            }
+        ));
+    }
+
+    #[test]
+    fn cluster_subcommands_answer_and_refuse_bad_arity() {
+        let v = View::new(map(4), &id(0)).unwrap();
+        let Reply::Verbatim(info) = v.cluster_command(&args(&["INFO"])) else {
+            panic!()
+        };
+        let info = String::from_utf8_lossy(&info).into_owned();
+        assert!(info.contains("cluster_state:ok\r\n"));
+        assert!(info.contains("cluster_known_nodes:4\r\n"));
+        assert!(info.contains("cluster_size:3\r\n"));
+        assert!(info.contains("cluster_current_epoch:4\r\n"));
+        let Reply::Verbatim(nodes) = v.cluster_command(&args(&["nodes"])) else {
+            panic!()
+        };
+        let nodes = String::from_utf8_lossy(&nodes).into_owned();
+        let first = nodes.lines().next().unwrap();
+        assert!(first.starts_with(&format!(
+            "{} 127.0.0.1:7001@17001 myself,master - 0 ",
+            id(0)
+        )));
+        assert!(first.ends_with(" 4 connected 0-5460"), "{first}");
+        let last = nodes.lines().nth(3).unwrap();
+        assert!(last.contains(&format!(" slave {} ", id(0))), "{last}");
+        assert!(last.ends_with(" connected"), "{last}");
+        let Reply::Array(slots) = v.cluster_command(&args(&["SLOTS"])) else {
+            panic!()
+        };
+        assert_eq!(slots.len(), 3);
+        let Reply::Array(first) = &slots[0] else {
+            panic!()
+        };
+        assert_eq!(first.len(), 4, "primary and one replica");
+        assert_eq!(
+            v.cluster_command(&args(&["KEYSLOT", "foo"])),
+            Reply::Integer(12182)
+        );
+        assert_eq!(
+            v.cluster_command(&args(&["keyslot"])),
+            Reply::error("ERR wrong number of arguments for 'cluster|keyslot' command")
+        );
+        assert_eq!(
+            v.cluster_command(&args(&["bogus"])),
+            Reply::error("ERR unknown subcommand 'bogus'. Try CLUSTER HELP.")
+        );
+        assert_eq!(
+            v.cluster_command(&args(&["MYID"])),
+            Reply::Bulk(Bytes::from(id(0)))
+        );
+    }
+
+    #[test]
+    fn pushes_must_be_newer_valid_and_are_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("map.toml");
+        std::fs::write(&path, map(1).to_toml()).unwrap();
+        let shared =
+            Arc::new(Cluster::load(&path, None, "127.0.0.1:7002".parse().unwrap()).unwrap());
+        let mut gate = Gate::new(shared.clone());
+        assert_eq!(gate.view.my_id(), id(1));
+        let mut mode = ConnMode::default();
+        let push = |gate: &mut Gate, mode: &mut ConnMode, v: &str, text: &str| {
+            gate.admin(Admin::ClusterMap, &args(&["LS.CLUSTERMAP", v, text]), mode)
+        };
+        let same = map(1).to_toml();
+        assert!(push(&mut gate, &mut mode, "1", &same).is_error());
+        let two = map(2).to_toml();
+        assert!(push(&mut gate, &mut mode, "3", &two).is_error());
+        assert!(push(&mut gate, &mut mode, "x", &two).is_error());
+        assert!(push(&mut gate, &mut mode, "2", "version = 2\n[[node]]\n").is_error());
+        assert_eq!(shared.view().map().version(), 1);
+        assert_eq!(push(&mut gate, &mut mode, "2", &two), Reply::ok());
+        assert_eq!(shared.view().map().version(), 2);
+        assert_eq!(gate.view.map().version(), 2);
+        let saved = ClusterMap::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(saved.version(), 2);
+        assert_eq!(Admin::of(&args(&["ls.Replica"])), Some(Admin::Replica));
+        assert_eq!(
+            gate.admin(Admin::Replica, &args(&["LS.REPLICA"]), &mut mode),
+            Reply::ok()
+        );
+        assert!(mode.replication);
+    }
+}
