@@ -45,5 +45,5 @@ pub use config::{
 };
 pub use engine::{Engine, EngineStats, PendingWrite, WriteOp};
 pub use error::{EngineError, Result};
-pub use gc::{GcCandidate, GcPolicy, LeastLive};
+pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
 pub use read::{OnProbedValues, OnValues, ASYNC_READ_WINDOW};

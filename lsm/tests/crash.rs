@@ -103,6 +103,9 @@ fn config() -> EngineConfig {
     }
 }
 
+/// Keys written before the cuts start and never overwritten.
+const COLD_KEYS: usize = 40;
+
 fn value(rng: &mut SmallRng) -> Vec<u8> {
     let len = match rng.gen_range(0..10) {
         0..=5 => rng.gen_range(0..300),
@@ -144,6 +147,25 @@ fn every_acknowledged_write_survives_power_cuts_with_a_volatile_write_cache() {
 /// they lost all the pages of one just opened (kept as an empty sealed segment after the
 /// checkpoint, where garbage collection does not look): the drive was full by iteration 498.
 /// Pinned: `CRASH_SEED` and `CRASH_ITERATIONS` do not apply.
+/// FIFO garbage collection reclaims segments that still hold live values, so values are
+/// moved (a window at a time) while the cuts land: moved values must survive like any other.
+#[test]
+fn live_values_moved_by_garbage_collection_survive_power_cuts() {
+    let moved = run_with(
+        true,
+        env("CRASH_ITERATIONS").map_or(400, |n: u32| n / 2),
+        0x0c01d,
+        EngineConfig {
+            gc_policy: std::sync::Arc::new(lsm::Oldest),
+            ..config()
+        },
+    );
+    assert!(
+        moved > 100_000,
+        "garbage collection moved only {moved} live bytes"
+    );
+}
+
 #[test]
 fn power_cuts_losing_fresh_log_segments_do_not_fill_the_drive() {
     run(true, 520, 10);
@@ -165,6 +187,12 @@ fn run_from_env(volatile_cache: bool) {
 
 /// Runs the crash loop: `iterations` cuts of a load drawn from `seed`.
 fn run(volatile_cache: bool, iterations: u32, seed: u64) {
+    let _ = run_with(volatile_cache, iterations, seed, config());
+}
+
+/// As [`run`], with an engine configuration of the caller's.
+/// Returns the live value bytes garbage collection moved.
+fn run_with(volatile_cache: bool, iterations: u32, seed: u64, engine: EngineConfig) -> u64 {
     let store = hwftl_sim::RamStore::new();
     let backend = Backend::Ram(store);
     let cfg = DeviceConfig {
@@ -177,13 +205,34 @@ fn run(volatile_cache: bool, iterations: u32, seed: u64) {
     let mut cut_batch: Option<Batch> = None;
     let mut cuts = 0;
     let mut gc_segments = 0;
+    let mut gc_moved = 0;
+    // Cold keys, written once and never again: the hot load turns the segments around them
+    // into garbage, so garbage collection must move them (live data moved under the cuts).
+    {
+        let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+        let db = Engine::open(ftl, engine.clone()).unwrap();
+        // Each small cold value shares its segment with large junk that is deleted at once,
+        // so those segments are nearly all garbage and reclaimed early, cold values moved.
+        for i in 0..COLD_KEYS {
+            let k = format!("cold{i:03}").into_bytes();
+            let v: Vec<u8> = (0..100 + i * 7).map(|j| (j ^ i) as u8).collect();
+            db.put(&k, &v).unwrap();
+            acked.insert(k, v);
+            db.put(format!("junk{i:03}").as_bytes(), &[7u8; 20_000])
+                .unwrap();
+        }
+        for i in 0..COLD_KEYS {
+            db.delete(format!("junk{i:03}").as_bytes()).unwrap();
+        }
+        db.close().unwrap();
+    }
     for iteration in 0..iterations {
         let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
         let dev = Arc::new(CutDevice {
             inner: ftl.clone(),
             remaining: AtomicI64::new(i64::MAX),
         });
-        let db = Engine::open(dev.clone(), config()).unwrap();
+        let db = Engine::open(dev.clone(), engine.clone()).unwrap();
 
         // Check the recovered state against what was acknowledged.
         let all: BTreeMap<Vec<u8>, Vec<u8>> = db
@@ -302,6 +351,7 @@ fn run(volatile_cache: bool, iterations: u32, seed: u64) {
             }
         }
         gc_segments += db.stats().gc_segments;
+        gc_moved += db.stats().gc_bytes_moved;
         ftl.power_cut();
     }
     assert!(cuts >= iterations * 9 / 10, "only {cuts} cuts hit a write");
@@ -310,5 +360,8 @@ fn run(volatile_cache: bool, iterations: u32, seed: u64) {
         iterations < 200 || gc_segments > 50,
         "only {gc_segments} segments reclaimed"
     );
-    println!("volatile cache {volatile_cache}: {cuts} cuts, {gc_segments} segments reclaimed");
+    println!(
+        "volatile cache {volatile_cache}: {cuts} cuts, {gc_segments} segments reclaimed, {gc_moved} live bytes moved by GC"
+    );
+    gc_moved
 }
