@@ -1,3 +1,12 @@
-//! Client-side adapters: Redis Cluster routing, the NBD block adapter and the YCSB binding.
+//! Client-side adapters over LightStore drives.
 //!
-//! Empty until the adapters issue lands; see `docs/ARCHITECTURE.md`.
+//! - [`routing`]: the cluster router: hash slots (the drives' own `kvproto::cluster`
+//!   function), per-drive connection pools, writes to every replica, reads with fail-over,
+//!   `-MOVED` handling.
+//! - [`nbd`]: the block adapter behind the `lightstore-nbd` binary: an NBD server whose
+//!   volumes are stored as 8 KiB blocks, one key each, through the router.
+//!
+//! The YCSB binding (Java) lives beside this crate in `adapters/ycsb/`.
+
+pub mod nbd;
+pub mod routing;

@@ -1,0 +1,294 @@
+//! The router against real drives: one drive without cluster mode; a cluster of two
+//! primaries and a replica (placement by slot checked on each drive, replication, range
+//! merge, fail-over of reads when the primary is killed, writes refused while it is down);
+//! `-MOVED` with a stale map file (reloaded) and without one (a clear error); and the block
+//! adapter on the cluster, read back after its primary is killed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapters::routing::{RouteError, Router, RouterConfig};
+use bytes::Bytes;
+use common::{drive_has_cluster_mode, resp_call, Cluster, Drive};
+use kvproto::cluster::{key_slot, ClusterMap, NodeSpec};
+
+fn cfg() -> RouterConfig {
+    RouterConfig {
+        timeout: Duration::from_secs(10),
+        ..RouterConfig::default()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn kv(i: usize) -> (Bytes, Bytes) {
+    (
+        Bytes::from(format!("key:{i:05}")),
+        Bytes::from(format!("value {i} {}", "x".repeat(i % 50))),
+    )
+}
+
+#[test]
+fn router_on_one_drive() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(dir.path(), &[]);
+    let router = Router::single(drive.addr, cfg()).unwrap();
+    rt().block_on(async {
+        let pairs: Vec<(Bytes, Bytes)> = (0..300).map(kv).collect();
+        router.mset(&pairs).await.unwrap();
+        let keys: Vec<Bytes> = pairs.iter().map(|p| p.0.clone()).collect();
+        let got = router.mget(&keys).await.unwrap();
+        for (g, (_, v)) in got.iter().zip(&pairs) {
+            assert_eq!(g.as_ref(), Some(v));
+        }
+        assert_eq!(router.get(b"nope").await.unwrap(), None);
+        router
+            .set(Bytes::from("k"), Bytes::from("v"))
+            .await
+            .unwrap();
+        assert_eq!(router.get(b"k").await.unwrap(), Some(Bytes::from("v")));
+        assert_eq!(router.exists(&keys[..10]).await.unwrap(), 10);
+        // Ordered range reads, with continuation.
+        let page = router.range(b"key:00100", b"key:00200", 30).await.unwrap();
+        assert_eq!(page.len(), 30);
+        assert_eq!(page[0], pairs[100]);
+        assert_eq!(page[29], pairs[129]);
+        let mut next = page[29].0.to_vec();
+        next.push(0);
+        let page = router.range(&next, b"key:00200", 10_000).await.unwrap();
+        assert_eq!(page.len(), 70);
+        assert_eq!(page.last().unwrap(), &pairs[199]);
+        assert!(router.range(b"key:1", b"", 10).await.unwrap().is_empty());
+        // Mixed writes; DEL counts what existed.
+        let n = router
+            .write(&[kv(1000)], &[keys[0].clone(), Bytes::from("missing")])
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(router.get(&keys[0]).await.unwrap(), None);
+        assert_eq!(router.del(&keys[1..3]).await.unwrap(), 2);
+        // A drive error is reported as such.
+        let err = router
+            .range(b"a", b"b", 0)
+            .await
+            .expect_err("count 0 is refused");
+        assert!(matches!(err, RouteError::Invalid(_)), "{err}");
+    });
+}
+
+/// Keys owned by primary `p` of `map` among the first `n` test keys.
+fn owned_by(map: &ClusterMap, p: usize, n: usize) -> Vec<(Bytes, Bytes)> {
+    (0..n)
+        .map(kv)
+        .filter(|(k, _)| map.owner(key_slot(k)).unwrap().id == map.nodes()[p].id)
+        .collect()
+}
+
+#[test]
+fn router_on_a_cluster_replicates_and_fails_over() {
+    if !drive_has_cluster_mode() {
+        println!("SKIPPED router_on_a_cluster_replicates_and_fails_over: this build of lightstore has no --cluster-config");
+        return;
+    }
+    // Two primaries, one replica of the first.
+    let mut cluster = Cluster::start(2, 1);
+    let router = Router::from_file(&cluster.map_path, cfg()).unwrap();
+    let map = cluster.map.clone();
+    let rt = rt();
+    let pairs: Vec<(Bytes, Bytes)> = (0..400).map(kv).collect();
+    let keys: Vec<Bytes> = pairs.iter().map(|p| p.0.clone()).collect();
+    rt.block_on(router.mset(&pairs)).unwrap();
+
+    // Each key is on its primary (and, for the first, on the replica), and nowhere else.
+    for (p, drive) in [(0usize, 0usize), (1, 1), (0, 2)] {
+        let mine = owned_by(&map, p, 400);
+        assert!(mine.len() > 100, "{} keys on primary {p}", mine.len());
+        let got = rt.block_on(async {
+            let mut c = kvproto::Client::connect(cluster.drives[drive].addr)
+                .await
+                .unwrap();
+            if drive == 2 {
+                c.call(&["LS.REPLICA"]).await.unwrap();
+            }
+            let mut out = Vec::new();
+            for (k, _) in &mine {
+                out.push(c.call(&[&b"GET"[..], k]).await.unwrap());
+            }
+            out
+        });
+        for ((k, v), r) in mine.iter().zip(got) {
+            assert_eq!(r, kvproto::Reply::Bulk(v.clone()), "{k:?} on drive {drive}");
+        }
+    }
+    let other = owned_by(&map, 1, 400);
+    let r = resp_call(cluster.drives[0].addr, &[b"GET", &other[0].0]);
+    assert!(r.starts_with("-MOVED"), "{r}");
+
+    // A range over both primaries comes back merged, in order, complete.
+    let all = rt.block_on(async {
+        let mut out = Vec::new();
+        let mut from = b"key:".to_vec();
+        loop {
+            let page = router.range(&from, b"key:~", 64).await.unwrap();
+            let Some(last) = page.last() else { break };
+            from = last.0.to_vec();
+            from.push(0);
+            out.extend(page);
+        }
+        out
+    });
+    assert_eq!(all, pairs);
+
+    // Kill the first primary: reads of its keys come from the replica, unchanged.
+    cluster.drives[0].kill();
+    let got = rt.block_on(router.mget(&keys)).unwrap();
+    for (g, (_, v)) in got.iter().zip(&pairs) {
+        assert_eq!(g.as_ref(), Some(v));
+    }
+    let first_key = owned_by(&map, 0, 400)[0].clone();
+    assert_eq!(
+        rt.block_on(router.get(&first_key.0)).unwrap(),
+        Some(first_key.1.clone())
+    );
+    // Writes to its slots are refused (not every copy can acknowledge); the others go on.
+    let err = rt
+        .block_on(router.set(first_key.0.clone(), Bytes::from("new")))
+        .unwrap_err();
+    assert!(
+        matches!(err, RouteError::WriteFailed { replica: false, .. }),
+        "{err}"
+    );
+    let second = owned_by(&map, 1, 400)[0].clone();
+    rt.block_on(router.set(second.0.clone(), Bytes::from("new")))
+        .unwrap();
+    assert_eq!(
+        rt.block_on(router.get(&second.0)).unwrap(),
+        Some(Bytes::from("new"))
+    );
+    // Kill the replica too: a clear error naming the primary, never wrong data.
+    cluster.drives[2].kill();
+    let err = rt.block_on(router.get(&first_key.0)).unwrap_err();
+    assert!(
+        matches!(err, RouteError::Unavailable { replicas: 1, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&cluster.drives[0].addr.to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn moved_reloads_the_map_file_or_fails_clearly() {
+    if !drive_has_cluster_mode() {
+        println!("SKIPPED moved_reloads_the_map_file_or_fails_clearly: this build of lightstore has no --cluster-config");
+        return;
+    }
+    let cluster = Cluster::start(2, 0);
+    let rt = rt();
+    // A stale map: the first drive owns everything (version 1).
+    let stale_specs: Vec<NodeSpec> = cluster
+        .map
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodeSpec {
+            slots: if i == 0 { vec![[0, 16383]] } else { Vec::new() },
+            ..n.clone()
+        })
+        .collect();
+    let stale = ClusterMap::new(1, stale_specs).unwrap();
+    let path = cluster.dir.path().join("stale.toml");
+    std::fs::write(&path, stale.to_toml()).unwrap();
+    let router = Router::from_file(&path, cfg()).unwrap();
+    let key = owned_by(&cluster.map, 1, 400)[0].clone();
+    // The file is still stale after a reread: say so.
+    let err = rt
+        .block_on(router.set(key.0.clone(), key.1.clone()))
+        .unwrap_err();
+    assert!(matches!(err, RouteError::StaleMap { .. }), "{err}");
+    // Without a file: the redirect is the error.
+    let fixed = Router::from_map(stale.clone(), cfg());
+    let err = rt.block_on(fixed.get(&key.0)).unwrap_err();
+    assert!(matches!(err, RouteError::Moved { .. }), "{err}");
+    assert!(
+        err.to_string().contains("MOVED") || err.to_string().contains("moved"),
+        "{err}"
+    );
+    // The file gets the current map: the next redirect rereads it and the write lands.
+    std::fs::write(&path, cluster.map.to_toml()).unwrap();
+    rt.block_on(router.set(key.0.clone(), key.1.clone()))
+        .unwrap();
+    assert_eq!(router.map().version(), 2);
+    assert_eq!(
+        rt.block_on(router.get(&key.0)).unwrap(),
+        Some(key.1.clone())
+    );
+    let r = resp_call(cluster.drives[1].addr, &[b"GET", &key.0]);
+    assert!(r.starts_with('$'), "{r}");
+}
+
+#[test]
+fn block_adapter_on_a_cluster_survives_a_primary_loss_for_reads() {
+    if !drive_has_cluster_mode() {
+        println!("SKIPPED block_adapter_on_a_cluster_survives_a_primary_loss_for_reads: this build of lightstore has no --cluster-config");
+        return;
+    }
+    if !common::tools(
+        "block_adapter_on_a_cluster_survives_a_primary_loss_for_reads",
+        &[("nbdcopy", "libnbd-bin")],
+    ) {
+        return;
+    }
+    let mut cluster = Cluster::start(2, 1);
+    let nbd = common::Nbd::start(&[
+        "--cluster-config".into(),
+        cluster.map_path.to_str().unwrap().into(),
+        "--volume".into(),
+        "vol:24MiB".into(),
+        "--timeout".into(),
+        "10".into(),
+    ]);
+    let src = cluster.dir.path().join("src.bin");
+    common::random_file(&src, 24 << 20, 21);
+    common::run(
+        std::process::Command::new("nbdcopy")
+            .arg(&src)
+            .arg(nbd.uri("vol")),
+    );
+    let back = cluster.dir.path().join("back.bin");
+    common::run(
+        std::process::Command::new("nbdcopy")
+            .arg(nbd.uri("vol"))
+            .arg(&back),
+    );
+    assert!(std::fs::read(&src).unwrap() == std::fs::read(&back).unwrap());
+    // Extents spread over both primaries.
+    let router = Arc::new(Router::from_file(&cluster.map_path, cfg()).unwrap());
+    let owners: std::collections::HashSet<String> = (0..12u64)
+        .map(|e| {
+            let key = adapters::nbd::layout::block_key("vol", e * 256);
+            router.map().owner(key_slot(&key)).unwrap().id.clone()
+        })
+        .collect();
+    assert_eq!(owners.len(), 2);
+    cluster.drives[0].kill();
+    let again = cluster.dir.path().join("again.bin");
+    common::run(
+        std::process::Command::new("nbdcopy")
+            .arg(nbd.uri("vol"))
+            .arg(&again),
+    );
+    assert!(std::fs::read(&src).unwrap() == std::fs::read(&again).unwrap());
+}
