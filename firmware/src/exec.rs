@@ -125,6 +125,12 @@ pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, 
         if !gets.is_empty() {
             start_gets(store, metrics, gets, sink, &outstanding);
         }
+        let (ranges, others): (Vec<Job>, Vec<Job>) = others
+            .into_iter()
+            .partition(|j| matches!(j.cmd, Command::Range { .. }));
+        for j in ranges {
+            start_range(store, metrics, j, sink, &outstanding);
+        }
         let replies: Vec<Done> = others
             .into_iter()
             .map(|j| {
@@ -200,6 +206,45 @@ fn start_gets(
         Box::new(move |r, other_type| {
             let replies = answer_gets(shapes, r, &other_type, &metrics);
             sink.send_all(replies);
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+}
+
+/// Starts an `LS.RANGE`: its keys are taken and its value pages submitted now; the reply is
+/// sent from the engine's poller thread once they are read (the engine thread goes on).
+fn start_range(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    job: Job,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) {
+    let Command::Range { start, end, count } = &job.cmd else {
+        return;
+    };
+    let count = usize::try_from(*count).unwrap_or(usize::MAX);
+    let (conn, seq) = (job.conn, job.seq);
+    let (metrics, sink, outstanding) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.range_strings_async(
+        start,
+        end,
+        count,
+        Box::new(move |r| {
+            let reply = match r {
+                Ok(pairs) => {
+                    let mut items = Vec::with_capacity(pairs.len() * 2);
+                    for (k, v) in pairs {
+                        items.push(Reply::Bulk(k));
+                        items.push(Reply::Bulk(v));
+                    }
+                    Reply::Array(items)
+                }
+                Err(e) => err(&e),
+            };
+            count_reply_copy(&metrics, &reply);
+            sink.send_all(vec![Done { conn, seq, reply }]);
             outstanding.fetch_sub(1, Ordering::AcqRel);
         }),
     );
@@ -322,16 +367,6 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                     Reply::Bulk(Bytes::from(next.to_string())),
                     Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
                 ])
-            }
-            Command::Range { start, end, count } => {
-                let count = usize::try_from(*count).unwrap_or(usize::MAX);
-                let pairs = store.range_strings(start, end, count)?;
-                let mut items = Vec::with_capacity(pairs.len() * 2);
-                for (k, v) in pairs {
-                    items.push(Reply::Bulk(k));
-                    items.push(Reply::Bulk(v));
-                }
-                Reply::Array(items)
             }
             Command::DbSize => Reply::Integer(store.dbsize()?),
             Command::Info(sections) => {

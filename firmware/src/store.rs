@@ -13,18 +13,19 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use lsm::{Engine, EngineError, WriteOp};
+use lsm::{Engine, EngineError, RangeRead, WriteOp};
 use parking_lot::{Mutex, RwLock};
 
 use crate::keyspace::{
     self as ks, EXPIRY, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER, ZSET_ORDER,
 };
 
-/// Pairs one `LS.RANGE` page reads from the engine at once.
-const RANGE_PAGE: usize = 256;
 /// Value bytes after which an `LS.RANGE` reply stops early (the client continues from its
 /// last key), so one command cannot make the drive buffer gigabytes.
-pub const RANGE_REPLY_BYTES: usize = 64 << 20;
+pub const RANGE_REPLY_BYTES: u64 = 64 << 20;
+
+/// Receives the pairs of [`Store::range_strings_async`].
+pub type OnPairs = Box<dyn FnOnce(Result<Vec<(Bytes, Bytes)>>) + Send>;
 
 /// Scan cursors remembered at once (the oldest is forgotten first).
 const MAX_SCAN_CURSORS: usize = 16_384;
@@ -458,20 +459,12 @@ impl Store {
         }
     }
 
-    /// `LS.RANGE`: up to `count` string keys with `start <= key < end` (an empty `end`: no
-    /// upper bound) and their values, in key order, skipping expired keys. The values are
-    /// read a page at a time with all of a page's device reads in flight at once. The reply
-    /// stops early, after the page that passes [`RANGE_REPLY_BYTES`] of values, so a client
-    /// continues from its last key.
-    ///
-    /// # Errors
-    /// Engine errors.
-    pub fn range_strings(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        count: usize,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
+    /// `LS.RANGE` without waiting: up to `count` string keys with `start <= key < end` (an
+    /// empty `end`: no upper bound) and their values, in key order, expired keys left out.
+    /// Keys and values are taken at one instant; `done` runs on the engine's poller thread.
+    /// The reply stops early after the pair whose values pass [`RANGE_REPLY_BYTES`], so a
+    /// client continues from its last key; only an empty reply means the range is done.
+    pub fn range_strings_async(&self, start: &[u8], end: &[u8], count: usize, done: OnPairs) {
         let from = ks::top(STRING, start);
         let to = if end.is_empty() {
             ks::prefix_end(&[STRING])
@@ -479,34 +472,34 @@ impl Store {
             Some(ks::top(STRING, end))
         };
         if to.as_deref().is_some_and(|t| t <= from.as_slice()) {
-            return Ok(Vec::new());
+            return done(Ok(Vec::new()));
         }
         let now = now_ms();
-        let mut out = Vec::new();
-        let mut from = from;
-        // Expired keys are skipped, so a page may come back short; ask again from after it.
-        let mut bytes = 0usize;
-        while out.len() < count && bytes < RANGE_REPLY_BYTES {
-            let want = (count - out.len()).min(RANGE_PAGE);
-            let page = self.db.range(&from, to.as_deref(), want)?;
-            let full = page.len() == want;
-            let Some(last) = page.last().map(|(k, _)| k.clone()) else {
-                break;
-            };
-            for (k, v) in page {
-                let user = Bytes::from(k).slice(1..);
-                if !self.expired(&user, now) {
-                    bytes += v.len();
-                    out.push((user, Bytes::from(v)));
-                }
-            }
-            if !full {
-                break;
-            }
-            from = last;
-            from.push(0);
-        }
-        Ok(out)
+        let expiries = self.expiries.read();
+        // Judged under the engine lock as the keys are taken. The expiry read lock is held
+        // across the engine call; no code waits for the expiry lock while it holds the
+        // engine lock, so the order cannot deadlock.
+        let skip =
+            |k: &[u8]| !expiries.is_empty() && expiries.get(&k[1..]).is_some_and(|&d| d <= now);
+        let range = RangeRead {
+            start: &from,
+            end: to.as_deref(),
+            limit: count,
+            max_bytes: RANGE_REPLY_BYTES,
+            skip: Some(&skip),
+        };
+        self.db.range_async(
+            &range,
+            Box::new(move |r| {
+                done(r.map_err(StoreError::from).map(|pairs| {
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| (Bytes::from(k).slice(1..), v))
+                        .collect()
+                }));
+            }),
+        );
+        drop(expiries);
     }
 
     /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.

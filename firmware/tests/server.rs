@@ -805,6 +805,45 @@ fn ls_range_reads_string_keys_in_order() {
     assert!(range(&mut c, b"zzz", b"", None).is_empty());
     assert!(range(&mut c, b"blk:5", b"blk:1", None).is_empty());
 
+    // Expired keys do not count against COUNT: a page is never empty while live keys follow.
+    for k in ["exp:a", "exp:b", "exp:c", "exp:d"] {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg("x")
+            .arg("PX")
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = c.set("exp:e", "live-e").unwrap();
+    let _: () = c.set("exp:f", "live-f").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = range(&mut c, b"exp:", b"exp;", Some(1));
+    assert_eq!(r, vec![(b"exp:e".to_vec(), b"live-e".to_vec())]);
+
+    // Many ranges pipelined on one connection come back in order, each complete.
+    let mut pipe = redis::pipe();
+    for i in 0..20 {
+        pipe.cmd("LS.RANGE")
+            .arg(format!("blk:{:05}", i * 10))
+            .arg(format!("blk:{:05}", i * 10 + 3));
+    }
+    let pages: Vec<Vec<Vec<u8>>> = pipe.query(&mut c).unwrap();
+    for (i, page) in pages.iter().enumerate() {
+        let want: Vec<Vec<u8>> = (i * 10..i * 10 + 3)
+            .filter(|&n| n != 20 && n != 30)
+            .flat_map(|n| {
+                let v = if n == 7 {
+                    big.clone()
+                } else {
+                    format!("v{n}").into_bytes()
+                };
+                [format!("blk:{n:05}").into_bytes(), v]
+            })
+            .collect();
+        assert_eq!(page, &want, "page {i}");
+    }
+
     // Bad arguments get errors and the connection keeps working.
     let e: RedisResult<Value> = redis::cmd("LS.RANGE").arg("a").query(&mut c);
     assert!(e

@@ -22,7 +22,7 @@ use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
-use crate::read::{page_bytes, OnProbedValues, OnValues, ReadWindow};
+use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, fits_inline, parse_records, raw_pages, stored_record_bytes, unused_bytes,
     PageBuilder, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
@@ -75,6 +75,30 @@ enum GcStep {
     /// A segment finished and trimmed.
     Reclaimed,
 }
+
+/// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
+/// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
+/// least one pair is returned when there is one), skipping keys `skip` rejects (judged in
+/// the same instant as the keys are taken; skipped keys do not count).
+pub struct RangeRead<'a> {
+    /// First key (inclusive).
+    pub start: &'a [u8],
+    /// End key (exclusive); `None`: unbounded.
+    pub end: Option<&'a [u8]>,
+    /// Most pairs.
+    pub limit: usize,
+    /// Value bytes after which no further pair is taken.
+    pub max_bytes: u64,
+    /// Keys to leave out (e.g. expired ones), called under the engine lock: it must be quick
+    /// and must not call into the engine.
+    pub skip: Option<&'a KeyFilter>,
+}
+
+/// A predicate over keys (see [`RangeRead::skip`]).
+pub type KeyFilter = dyn Fn(&[u8]) -> bool + Sync;
+
+/// Receives values read and what was resolved with them (see `Engine::read_async`).
+type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) + Send>;
 
 /// One operation of an atomic write batch.
 #[derive(Debug, Clone, Copy)]
@@ -743,30 +767,86 @@ impl Engine {
     /// value by keys read at the same point in time (e.g. a GET telling "no such key" from
     /// "the key holds another type"). `done` gets the values and one flag per probe.
     pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
-        let (present, resolved) = {
-            let inner = self.inner.lock();
-            let present: Vec<bool> = probes
-                .iter()
-                .map(|k| matches!(inner.lookup(k), Some(Slot::Value(_))))
-                .collect();
-            let resolved = inner.check_open().and_then(|()| {
-                let ptrs: Vec<Option<ValuePtr>> = keys
+        self.read_async(
+            |inner| {
+                let present: Vec<bool> = probes
+                    .iter()
+                    .map(|k| matches!(inner.lookup(k), Some(Slot::Value(_))))
+                    .collect();
+                let ptrs = keys
                     .iter()
                     .map(|k| match inner.lookup(k) {
                         Some(Slot::Value(p)) => Some(p),
                         _ => None,
                     })
                     .collect();
+                Ok((ptrs, present))
+            },
+            done,
+        );
+    }
+
+    /// The live pairs of `range` in key order, without waiting: the keys and their value
+    /// pointers are taken in one engine-lock hold (one instant), the value pages are read as
+    /// in [`Engine::multi_get_async`], and `done` runs on the engine's poller thread with the
+    /// pairs. See [`RangeRead`] for the bounds.
+    pub fn range_async(&self, range: &RangeRead<'_>, done: OnRange) {
+        self.read_async(
+            |inner| {
+                let mut keys = Vec::new();
+                let mut ptrs = Vec::new();
+                let mut bytes = 0u64;
+                let mut merge = inner.merge_from(range.start);
+                while keys.len() < range.limit && (keys.is_empty() || bytes < range.max_bytes) {
+                    let Some((k, slot)) = merge.next() else { break };
+                    if range.end.is_some_and(|e| k >= e) {
+                        break;
+                    }
+                    if let Slot::Value(p) = slot {
+                        if range.skip.is_some_and(|skip| skip(k)) {
+                            continue;
+                        }
+                        bytes += u64::from(p.len);
+                        keys.push(k.to_vec());
+                        ptrs.push(Some(p));
+                    }
+                }
+                Ok((ptrs, keys))
+            },
+            Box::new(move |r, keys: Vec<Vec<u8>>| {
+                done(r.map(|values| {
+                    keys.into_iter()
+                        .zip(values)
+                        .filter_map(|(k, v)| v.map(|v| (k, v)))
+                        .collect()
+                }));
+            }),
+        );
+    }
+
+    /// Resolves value pointers (and something `done` needs, `T`) with `resolve` under the
+    /// engine lock, then reads their pages without waiting; `done` gets the values in pointer
+    /// order (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
+    fn read_async<T: Default + Send + 'static>(
+        &self,
+        resolve: impl FnOnce(&Inner) -> Result<(Vec<Option<ValuePtr>>, T)>,
+        done: OnValuesWith<T>,
+    ) {
+        let mut extra = T::default();
+        let resolved = {
+            let inner = self.inner.lock();
+            inner.check_open().and_then(|()| {
+                let (ptrs, t) = resolve(&inner)?;
+                extra = t;
                 let plan = inner.plan_reads(&ptrs)?;
                 if !plan.lbas.is_empty() {
                     // From here until the pages are read, no value-log segment is trimmed.
                     self.reads.begin_read();
                 }
                 Ok((plan, inner.poller.clone()))
-            });
-            (present, resolved)
+            })
         };
-        let done: OnValues = Box::new(move |r| done(r, present));
+        let done: OnValues = Box::new(move |r| done(r, extra));
         let (plan, poller) = match resolved {
             Ok(r) => r,
             Err(e) => return done(Err(e)),

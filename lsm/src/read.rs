@@ -21,6 +21,9 @@ pub const ASYNC_READ_WINDOW: usize = 64;
 /// Receives the values of [`crate::Engine::multi_get_async`], in key order.
 pub type OnValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
 
+/// Receives the pairs of [`crate::Engine::range_async`].
+pub type OnRange = Box<dyn FnOnce(Result<Vec<(Vec<u8>, Bytes)>>) + Send>;
+
 /// Receives the values of [`crate::Engine::multi_get_async_probed`] and one presence flag
 /// per probe.
 pub type OnProbedValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
