@@ -1,12 +1,52 @@
 //! Keytables: immutable sorted runs of (key -> value pointer or tombstone), fully cached in
 //! DRAM in a compact form, with a bloom filter; and their 8 KiB on-device pages.
 //!
-//! DRAM layout: all keys back to back in one arena, a `u32` end offset per key, and a
-//! 16-byte packed slot per key (log segment, page/offset or raw flag, length, checksum), so
-//! a key costs its length + 20 bytes + ~1.2 bytes of bloom filter.
+//! # DRAM layout
 //!
-//! Page layout: `crc32c u32 | magic u16 | count u16 | run u64 | page u32 | 0 u32` then
-//! `count` entries of `key_len u16 | key | slot (16 bytes)`.
+//! - **Keys**: all keys back to back in one arena, indexed in blocks of `2^s` keys: per
+//!   block a `u32` *anchor* (the arena offset where the block's first key starts) and a
+//!   `u64` *fence* (the first 8 bytes of that key after the prefix all keys of the run share,
+//!   zero-padded, big-endian), and per key a `u16` (where it ends, relative to its block's
+//!   anchor); key `i` starts where key `i - 1` ends, or at the anchor for the first key of a
+//!   block. `s` is 6 (64 keys per block) unless some block would span 64 KiB of keys: the
+//!   run then lowers `s` until every block fits (down to one key per block), and only a key
+//!   of 64 KiB or more, or an arena past 4 GiB, turns the run to plain `usize` end offsets
+//!   (no fences). Locating key `i` takes two loads.
+//! - **Search** (`seek`, `get`): a binary search over the dense fence array picks the block
+//!   (the key bytes are read only where fences tie), then a binary search over the block's
+//!   keys, which lie together in the arena: O(log n) comparisons, no allocation, and fewer
+//!   cache misses than a binary search over all keys.
+//! - **Slots**: 12 bytes per key, a 64-bit word `lo` (stored as two `u32`, so the slot array
+//!   is 4-byte aligned) and a 32-bit word `hi`:
+//!
+//!   ```text
+//!   kind       lo bit 0   lo 1..17    lo 17..35   lo 35..64                  hi
+//!   raw        1          seg index   first page  length - 1 (29 bits)       crc32c
+//!   inline     0          seg index   page        offset (13 bits), then 0   length
+//!   tombstone  0          0           0           bit 63 set                 0
+//!   escaped    0          lo 1..62: index into the escape list, bit 62 set   0
+//!   ```
+//!
+//!   The segment index points into the run's dictionary of the distinct log segments it
+//!   references (the first 65536 it meets). A pointer that does not fit this form (a
+//!   65537th log segment, a page above 2^18 - 1, an inline offset above 8191, a raw length
+//!   of 0 or above 512 MiB) is *escaped*: its full [`Slot`] goes to a side list of the run,
+//!   so every pointer round-trips exactly and only such a pointer costs more (12 + 20 bytes).
+//! - **Bloom filter** (`bloomfilter` crate): ~9.6 bits per key at a 1% false-positive rate.
+//!
+//! So a key costs its length + 12 (slot) + 2 (end offset) + 12/64 (anchor and fence) + ~1.2
+//! (bloom at 1%) = key + ~15.4 bytes, plus 4 bytes per distinct log segment and ~50 bytes
+//! per run (`lsm/tests/keytable_dram.rs` checks key + 16). The previous layout (a `u32` end
+//! offset and a 16-byte slot per key) cost key + ~21.2.
+//!
+//! # Page layout
+//!
+//! `crc32c u32 | magic u16 | count u16 | run u64 | page u32 | 0 u32` then `count` entries of
+//! `key_len u16 | key | slot (16 bytes: log_seg u32 | loc u32 | len u32 | crc u32)`, where
+//! `loc` is `page << 13 | offset` for an inline value and `page | 1 << 31` for a raw one,
+//! `crc` is 0 for an inline value, and a tombstone is `len` = `u32::MAX` with the rest 0.
+
+use std::collections::HashMap;
 
 use bloomfilter::Bloom;
 use hwftl_sim::PAGE_SIZE;
@@ -28,10 +68,11 @@ const RAW_FLAG: u32 = 1 << 31;
 pub const MAX_INLINE_PAGE: u32 = (1 << 18) - 1;
 const PAGE_MAGIC: u16 = 0x544b; // "KT"
 const PAGE_HEADER: usize = 24;
+/// Bytes of a slot in a keytable page.
 const SLOT_BYTES: usize = 16;
 const BLOOM_SEED: [u8; 32] = *b"LightStore keytable bloom seed!!";
 
-/// A slot packed into 16 bytes.
+/// A slot as stored in a keytable page (16 bytes; see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PackedSlot {
     log_seg: u32,
@@ -108,12 +149,355 @@ impl PackedSlot {
     }
 }
 
+// DRAM slot fields (see the module documentation).
+const RAW_BIT: u64 = 1;
+const SEG_SHIFT: u32 = 1;
+const SEG_MASK: u64 = 0xffff;
+const PAGE_SHIFT: u32 = 17;
+const PAGE_MASK: u64 = (1 << 18) - 1;
+const LEN_SHIFT: u32 = 35;
+/// Longest raw value the 12-byte slot holds (its length - 1 takes 29 bits).
+const MAX_NARROW_RAW_LEN: u32 = 1 << 29;
+const OFFSET_SHIFT: u32 = 35;
+/// Largest inline offset the 12-byte slot holds (13 bits).
+const MAX_NARROW_OFFSET: u16 = (1 << 13) - 1;
+const TOMBSTONE_BIT: u64 = 1 << 63;
+const ESCAPE_BIT: u64 = 1 << 62;
+const ESCAPE_INDEX_MASK: u64 = (1 << 61) - 1;
+
+/// A slot in DRAM: 12 bytes, 4-byte aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DramSlot {
+    lo: [u32; 2],
+    hi: u32,
+}
+
+impl DramSlot {
+    const TOMBSTONE: DramSlot = DramSlot::new(TOMBSTONE_BIT, 0);
+
+    const fn new(lo: u64, hi: u32) -> Self {
+        DramSlot {
+            lo: [lo as u32, (lo >> 32) as u32],
+            hi,
+        }
+    }
+
+    fn lo(&self) -> u64 {
+        u64::from(self.lo[0]) | (u64::from(self.lo[1]) << 32)
+    }
+}
+
+/// Hashes a log segment number for the builder's dictionary: one multiply (SipHash, the
+/// default, doubled the cost of building a run).
+#[derive(Default, Clone, Copy)]
+struct SegHasher(u64);
+
+impl std::hash::Hasher for SegHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        // The high bits pick the bucket group, the top 7 the tag: keep both well mixed.
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// The builder's map from log segment number to dictionary index.
+type SegDict = HashMap<u32, u16, std::hash::BuildHasherDefault<SegHasher>>;
+
+/// The slots of a run: 12-byte slots, the log segment dictionary and escaped slots.
+#[derive(Default)]
+struct Slots {
+    packed: Vec<DramSlot>,
+    /// Log segment number by dictionary index.
+    segs: Vec<u32>,
+    /// Slots that do not fit the 12-byte form, in key order.
+    escaped: Vec<Slot>,
+}
+
+impl Slots {
+    /// The 12-byte form of `p`, adding its log segment to the dictionary, or `None` if it
+    /// does not fit.
+    fn narrow(&mut self, p: &ValuePtr, dict: &mut SegDict) -> Option<DramSlot> {
+        let (kind, fields, hi) = match p.loc {
+            ValueLoc::Inline { page, offset } => {
+                if page > MAX_INLINE_PAGE || offset > MAX_NARROW_OFFSET {
+                    return None;
+                }
+                (
+                    0,
+                    (u64::from(page) << PAGE_SHIFT) | (u64::from(offset) << OFFSET_SHIFT),
+                    p.len,
+                )
+            }
+            ValueLoc::Raw { page, crc } => {
+                if page > MAX_INLINE_PAGE || p.len == 0 || p.len > MAX_NARROW_RAW_LEN {
+                    return None;
+                }
+                (
+                    RAW_BIT,
+                    (u64::from(page) << PAGE_SHIFT) | (u64::from(p.len - 1) << LEN_SHIFT),
+                    crc,
+                )
+            }
+        };
+        let seg = match dict.get(&p.log_seg) {
+            Some(&i) => i,
+            None => {
+                let i = u16::try_from(self.segs.len()).ok()?;
+                self.segs.push(p.log_seg);
+                dict.insert(p.log_seg, i);
+                i
+            }
+        };
+        Some(DramSlot::new(
+            kind | (u64::from(seg) << SEG_SHIFT) | fields,
+            hi,
+        ))
+    }
+
+    fn push(&mut self, s: &Slot, dict: &mut SegDict) {
+        let d = match s {
+            Slot::Tombstone => DramSlot::TOMBSTONE,
+            Slot::Value(p) => self.narrow(p, dict).unwrap_or_else(|| {
+                // A `Vec<Slot>` holds fewer than 2^59 elements (20 bytes each within
+                // `isize::MAX` bytes), so the index fits its 61 bits.
+                let idx = self.escaped.len() as u64 & ESCAPE_INDEX_MASK;
+                self.escaped.push(*s);
+                DramSlot::new(ESCAPE_BIT | (idx << 1), 0)
+            }),
+        };
+        self.packed.push(d);
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Slot {
+        let d = self.packed[i];
+        let lo = d.lo();
+        let seg = || self.segs[((lo >> SEG_SHIFT) & SEG_MASK) as usize];
+        let page = ((lo >> PAGE_SHIFT) & PAGE_MASK) as u32;
+        if lo & RAW_BIT != 0 {
+            Slot::Value(ValuePtr {
+                log_seg: seg(),
+                loc: ValueLoc::Raw { page, crc: d.hi },
+                len: (lo >> LEN_SHIFT) as u32 + 1,
+            })
+        } else if lo & TOMBSTONE_BIT != 0 {
+            Slot::Tombstone
+        } else if lo & ESCAPE_BIT != 0 {
+            self.escaped[((lo >> 1) & ESCAPE_INDEX_MASK) as usize]
+        } else {
+            Slot::Value(ValuePtr {
+                log_seg: seg(),
+                loc: ValueLoc::Inline {
+                    page,
+                    offset: ((lo >> OFFSET_SHIFT) & u64::from(MAX_NARROW_OFFSET)) as u16,
+                },
+                len: d.hi,
+            })
+        }
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.packed.shrink_to_fit();
+        self.segs.shrink_to_fit();
+        self.escaped.shrink_to_fit();
+    }
+
+    fn dram_bytes(&self) -> usize {
+        self.packed.capacity() * std::mem::size_of::<DramSlot>()
+            + self.segs.capacity() * 4
+            + self.escaped.capacity() * std::mem::size_of::<Slot>()
+    }
+}
+
+/// Keys per anchor of the key index (log 2), at most.
+const MAX_BLOCK_SHIFT: u32 = 6;
+
+/// Where each key of the arena ends (see the module documentation).
+enum KeyIndex {
+    /// Blocks of `2^shift` keys: `anchors[b]` is where block `b` starts, `rel[i]` where key
+    /// `i` ends relative to its block's anchor.
+    Narrow {
+        shift: u32,
+        anchors: Vec<u32>,
+        rel: Vec<u16>,
+    },
+    /// End offset of every key.
+    Wide(Vec<usize>),
+}
+
+impl KeyIndex {
+    fn new() -> Self {
+        KeyIndex::Narrow {
+            shift: MAX_BLOCK_SHIFT,
+            anchors: Vec::new(),
+            rel: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KeyIndex::Narrow { rel, .. } => rel.len(),
+            KeyIndex::Wide(ends) => ends.len(),
+        }
+    }
+
+    /// Start and end of key `i` in the arena.
+    #[inline]
+    fn bounds(&self, i: usize) -> (usize, usize) {
+        match self {
+            KeyIndex::Narrow {
+                shift,
+                anchors,
+                rel,
+            } => narrow_bounds(*shift, anchors, rel, i),
+            KeyIndex::Wide(ends) => wide_bounds(ends, i),
+        }
+    }
+
+    /// Indexes the next key, which takes `start..end` of the arena (`start` is where the
+    /// previous key ended).
+    fn push(&mut self, start: usize, end: usize) {
+        let shift = match self {
+            KeyIndex::Wide(ends) => {
+                ends.push(end);
+                return;
+            }
+            KeyIndex::Narrow {
+                shift,
+                anchors,
+                rel,
+            } => {
+                let i = rel.len();
+                let anchor = if i & ((1 << *shift) - 1) == 0 {
+                    u32::try_from(start).ok()
+                } else {
+                    anchors.last().copied()
+                };
+                if let Some(a) = anchor {
+                    if let Ok(r) = u16::try_from(end - a as usize) {
+                        if i & ((1 << *shift) - 1) == 0 {
+                            anchors.push(a);
+                        }
+                        rel.push(r);
+                        return;
+                    }
+                }
+                *shift
+            }
+        };
+        // The block does not fit: re-index with smaller blocks (rare: long keys).
+        let mut ends: Vec<usize> = (0..self.len()).map(|j| self.bounds(j).1).collect();
+        ends.push(end);
+        *self = KeyIndex::from_ends(ends, shift.saturating_sub(1));
+    }
+
+    /// An index of keys ending at `ends`, with the largest blocks up to `2^max_shift` keys
+    /// that fit.
+    fn from_ends(ends: Vec<usize>, max_shift: u32) -> Self {
+        for shift in (0..=max_shift).rev() {
+            let block = 1usize << shift;
+            let mut anchors = Vec::with_capacity(ends.len().div_ceil(block));
+            let mut rel = Vec::with_capacity(ends.len());
+            let fits = ends.iter().enumerate().all(|(i, &end)| {
+                if i % block == 0 {
+                    let start = if i == 0 { 0 } else { ends[i - 1] };
+                    match u32::try_from(start) {
+                        Ok(a) => anchors.push(a),
+                        Err(_) => return false,
+                    }
+                }
+                let a = anchors.last().map_or(0, |&a| a as usize);
+                u16::try_from(end - a).map(|r| rel.push(r)).is_ok()
+            });
+            if fits {
+                return KeyIndex::Narrow {
+                    shift,
+                    anchors,
+                    rel,
+                };
+            }
+        }
+        KeyIndex::Wide(ends)
+    }
+
+    fn shrink_to_fit(&mut self) {
+        match self {
+            KeyIndex::Narrow { anchors, rel, .. } => {
+                anchors.shrink_to_fit();
+                rel.shrink_to_fit();
+            }
+            KeyIndex::Wide(ends) => ends.shrink_to_fit(),
+        }
+    }
+
+    fn dram_bytes(&self) -> usize {
+        match self {
+            KeyIndex::Narrow { anchors, rel, .. } => anchors.capacity() * 4 + rel.capacity() * 2,
+            KeyIndex::Wide(ends) => ends.capacity() * std::mem::size_of::<usize>(),
+        }
+    }
+}
+
+#[inline]
+fn narrow_bounds(shift: u32, anchors: &[u32], rel: &[u16], i: usize) -> (usize, usize) {
+    let a = anchors[i >> shift] as usize;
+    let start = if i & ((1 << shift) - 1) == 0 {
+        a
+    } else {
+        a + usize::from(rel[i - 1])
+    };
+    (start, a + usize::from(rel[i]))
+}
+
+#[inline]
+fn wide_bounds(ends: &[usize], i: usize) -> (usize, usize) {
+    (if i == 0 { 0 } else { ends[i - 1] }, ends[i])
+}
+
+/// The first of `0..n` for which `below` is false (`below` is true, then false).
+#[inline]
+fn partition(n: usize, mut below: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The first 8 bytes of `k` (zero-padded) as a big-endian number: `a < b` implies
+/// `fence(a) <= fence(b)`, so unequal fences order keys without reading them.
+#[inline]
+fn fence(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[..n].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
+}
+
 /// An immutable sorted run.
 pub struct KeyTable {
     id: u64,
     keys: Vec<u8>,
-    ends: Vec<u32>,
-    slots: Vec<PackedSlot>,
+    index: KeyIndex,
+    /// Length of the prefix all keys share.
+    common: usize,
+    /// Per block of a narrow index: the fence of its first key after the common prefix.
+    fences: Vec<u64>,
+    slots: Slots,
     bloom: Option<Bloom<[u8]>>,
 }
 
@@ -127,8 +511,10 @@ impl std::fmt::Debug for KeyTable {
 pub struct KeyTableBuilder {
     id: u64,
     keys: Vec<u8>,
-    ends: Vec<u32>,
-    slots: Vec<PackedSlot>,
+    index: KeyIndex,
+    slots: Slots,
+    /// Dictionary index by log segment number.
+    dict: SegDict,
 }
 
 impl KeyTableBuilder {
@@ -137,52 +523,67 @@ impl KeyTableBuilder {
         KeyTableBuilder {
             id,
             keys: Vec::new(),
-            ends: Vec::new(),
-            slots: Vec::new(),
+            index: KeyIndex::new(),
+            slots: Slots::default(),
+            dict: SegDict::default(),
         }
     }
 
     /// Appends the next key (must sort after the previous one).
     pub fn push(&mut self, key: &[u8], slot: &Slot) {
         debug_assert!(self.last_key().is_none_or(|k| k < key), "keys out of order");
+        let start = self.keys.len();
         self.keys.extend_from_slice(key);
-        self.ends.push(self.keys.len() as u32);
-        self.slots.push(PackedSlot::pack(slot));
+        self.index.push(start, self.keys.len());
+        self.slots.push(slot, &mut self.dict);
     }
 
     fn last_key(&self) -> Option<&[u8]> {
-        let n = self.ends.len();
+        let n = self.index.len();
         (n > 0).then(|| {
-            let start = if n == 1 { 0 } else { self.ends[n - 2] as usize };
-            &self.keys[start..self.ends[n - 1] as usize]
+            let (s, e) = self.index.bounds(n - 1);
+            &self.keys[s..e]
         })
     }
 
     /// Keys added so far.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.index.len()
     }
 
     /// True when no key was added.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.index.len() == 0
     }
 
     /// Finishes the run, building its bloom filter.
     pub fn finish(mut self, fp_rate: f64) -> KeyTable {
         self.keys.shrink_to_fit();
-        self.ends.shrink_to_fit();
+        self.index.shrink_to_fit();
         self.slots.shrink_to_fit();
+        drop(self.dict);
         let mut t = KeyTable {
             id: self.id,
             keys: self.keys,
-            ends: self.ends,
+            index: self.index,
+            common: 0,
+            fences: Vec::new(),
             slots: self.slots,
             bloom: None,
         };
-        if !t.ends.is_empty() {
+        if let Some((first, last)) = t.range() {
+            t.common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        }
+        if let KeyIndex::Narrow { shift, rel, .. } = &t.index {
+            let fences: Vec<u64> = (0..rel.len())
+                .step_by(1 << shift)
+                .map(|i| fence(&t.key(i)[t.common..]))
+                .collect();
+            t.fences = fences;
+        }
+        if !t.is_empty() {
             let fp = fp_rate.clamp(1e-6, 0.5);
-            if let Ok(mut b) = Bloom::new_for_fp_rate_with_seed(t.ends.len(), fp, &BLOOM_SEED) {
+            if let Ok(mut b) = Bloom::new_for_fp_rate_with_seed(t.len(), fp, &BLOOM_SEED) {
                 for i in 0..t.len() {
                     b.set(t.key(i));
                 }
@@ -201,23 +602,23 @@ impl KeyTable {
 
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.index.len()
     }
 
     /// True when the run holds no key.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.len() == 0
     }
 
     /// Key `i`.
     pub fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.keys[start..self.ends[i] as usize]
+        let (s, e) = self.index.bounds(i);
+        &self.keys[s..e]
     }
 
     /// Slot `i`.
     pub fn slot(&self, i: usize) -> Slot {
-        self.slots[i].unpack()
+        self.slots.get(i)
     }
 
     /// Smallest and largest key.
@@ -227,16 +628,46 @@ impl KeyTable {
 
     /// Index of the first key >= `key`.
     pub fn seek(&self, key: &[u8]) -> usize {
-        let (mut lo, mut hi) = (0usize, self.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.key(mid) < key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        let keys = self.keys.as_slice();
+        match &self.index {
+            KeyIndex::Narrow {
+                shift,
+                anchors,
+                rel,
+            } => {
+                let n = rel.len();
+                let key_at = |i: usize| {
+                    let (s, e) = narrow_bounds(*shift, anchors, rel, i);
+                    &keys[s..e]
+                };
+                // Every key starts with `common`: a key that does not sorts before or
+                // after all of them.
+                let common = &keys[..self.common.min(keys.len())];
+                let Some(rest) = key.strip_prefix(common) else {
+                    return if key < common { 0 } else { n };
+                };
+                // Blocks whose first key is below `key`, from the dense fence array; the
+                // keys themselves are read only on a tie.
+                let f = fence(rest);
+                let fences = self.fences.as_slice();
+                let blocks = partition(fences.len(), |b| match fences[b].cmp(&f) {
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Greater => false,
+                    std::cmp::Ordering::Equal => key_at(b << shift) < key,
+                });
+                if blocks == 0 {
+                    return 0;
+                }
+                // Then within the last of them.
+                let lo = ((blocks - 1) << shift) + 1;
+                let hi = (blocks << shift).min(n);
+                lo + partition(hi - lo, |j| key_at(lo + j) < key)
             }
+            KeyIndex::Wide(ends) => partition(ends.len(), |i| {
+                let (s, e) = wide_bounds(ends, i);
+                &keys[s..e] < key
+            }),
         }
-        lo
     }
 
     /// The slot of `key`, if the run has it (bloom filter first).
@@ -250,11 +681,12 @@ impl KeyTable {
         (i < self.len() && self.key(i) == key).then(|| self.slot(i))
     }
 
-    /// DRAM bytes held (keys, offsets, slots, bloom filter).
+    /// DRAM bytes held (keys, key index, slots, bloom filter).
     pub fn dram_bytes(&self) -> usize {
         self.keys.capacity()
-            + self.ends.capacity() * 4
-            + self.slots.capacity() * SLOT_BYTES
+            + self.index.dram_bytes()
+            + self.fences.capacity() * 8
+            + self.slots.dram_bytes()
             + self.bloom.as_ref().map_or(0, |b| b.as_slice().len())
     }
 
@@ -290,7 +722,7 @@ impl KeyTable {
             }
             cur.extend_from_slice(&(k.len() as u16).to_le_bytes());
             cur.extend_from_slice(k);
-            cur.extend_from_slice(&self.slots[i].to_bytes());
+            cur.extend_from_slice(&PackedSlot::pack(&self.slot(i)).to_bytes());
             count += 1;
         }
         if count > 0 || pages.is_empty() {
@@ -340,9 +772,7 @@ impl KeyTable {
                 if b.last_key().is_some_and(|last| last >= key) {
                     return Err(format!("run {id} page {n}: keys out of order"));
                 }
-                b.keys.extend_from_slice(key);
-                b.ends.push(b.keys.len() as u32);
-                b.slots.push(PackedSlot::from_bytes(slot));
+                b.push(key, &PackedSlot::from_bytes(slot).unpack());
                 at += 2 + kl + SLOT_BYTES;
             }
         }
@@ -352,6 +782,10 @@ impl KeyTable {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
     use super::*;
 
     fn ptr(i: u32) -> Slot {
@@ -386,6 +820,44 @@ mod tests {
         b.finish(0.01)
     }
 
+    fn inline(log_seg: u32, page: u32, offset: u16, len: u32) -> Slot {
+        Slot::Value(ValuePtr {
+            log_seg,
+            loc: ValueLoc::Inline { page, offset },
+            len,
+        })
+    }
+
+    fn raw(log_seg: u32, page: u32, crc: u32, len: u32) -> Slot {
+        Slot::Value(ValuePtr {
+            log_seg,
+            loc: ValueLoc::Raw { page, crc },
+            len,
+        })
+    }
+
+    /// A run of `slots` under keys "k000000", "k000001", ...
+    fn run_of(slots: &[Slot]) -> KeyTable {
+        let mut b = KeyTableBuilder::new(9);
+        for (i, s) in slots.iter().enumerate() {
+            b.push(format!("k{i:06}").as_bytes(), s);
+        }
+        b.finish(0.01)
+    }
+
+    fn decode(t: &KeyTable) -> KeyTable {
+        let pages = t.encode_pages();
+        let refs: Vec<&[u8]> = pages.iter().map(|p| p.as_slice()).collect();
+        KeyTable::decode_pages(t.id(), &refs, 0.01).expect("decode")
+    }
+
+    fn shift_of(t: &KeyTable) -> Option<u32> {
+        match &t.index {
+            KeyIndex::Narrow { shift, .. } => Some(*shift),
+            KeyIndex::Wide(_) => None,
+        }
+    }
+
     #[test]
     fn lookup_seek_and_slots_round_trip() {
         let t = table(1000);
@@ -402,6 +874,184 @@ mod tests {
     }
 
     #[test]
+    fn every_narrow_slot_kind_round_trips_exactly() {
+        let max_page = MAX_INLINE_PAGE;
+        let slots = [
+            Slot::Tombstone,
+            inline(0, 0, 0, 0),
+            inline(u32::MAX, max_page, 8191, u32::MAX - 1),
+            inline(7, max_page, 0, 1),
+            inline(u32::MAX - 1, 0, 8191, 8144),
+            inline(3, 12345, 4321, u32::MAX),
+            raw(0, 0, 0, 1),
+            raw(u32::MAX, max_page, u32::MAX, MAX_NARROW_RAW_LEN),
+            raw(5, max_page, 0, 8193),
+            raw(u32::MAX, 1, 0xdead_beef, MAX_NARROW_RAW_LEN - 1),
+            Slot::Tombstone,
+        ];
+        let t = run_of(&slots);
+        assert!(t.slots.escaped.is_empty(), "all fit 12 bytes");
+        assert_eq!(std::mem::size_of::<DramSlot>(), 12);
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(t.slot(i), *s, "slot {i}");
+            assert_eq!(t.get(format!("k{i:06}").as_bytes()), Some(*s));
+        }
+        // On the device an inline length of u32::MAX reads as a tombstone (the page format);
+        // everything else comes back as it went in.
+        let back = decode(&t);
+        for (i, s) in slots.iter().enumerate() {
+            let want = if i == 5 { Slot::Tombstone } else { *s };
+            assert_eq!(back.slot(i), want, "slot {i} after the pages");
+        }
+    }
+
+    #[test]
+    fn oversized_fields_escape_and_round_trip_exactly() {
+        let slots = [
+            inline(1, MAX_INLINE_PAGE + 1, 0, 10),
+            inline(1, u32::MAX, u16::MAX, 10),
+            inline(1, 0, 8192, 10),
+            raw(1, MAX_INLINE_PAGE + 1, 5, 9000),
+            raw(1, u32::MAX >> 1, u32::MAX, 9000),
+            raw(1, 0, 5, 0),
+            raw(1, 0, 5, MAX_NARROW_RAW_LEN + 1),
+            raw(u32::MAX, 0, 5, u32::MAX),
+            inline(2, 3, 4, 5),
+            raw(2, 3, 4, 5),
+            Slot::Tombstone,
+        ];
+        let t = run_of(&slots);
+        assert_eq!(t.slots.escaped.len(), 8);
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(t.slot(i), *s, "slot {i}");
+            assert_eq!(t.get(format!("k{i:06}").as_bytes()), Some(*s));
+        }
+        let back = decode(&t);
+        for (i, s) in slots.iter().enumerate() {
+            // What the page format keeps of it (it clamps inline pages and offsets).
+            assert_eq!(back.slot(i), PackedSlot::pack(s).unpack(), "slot {i}");
+        }
+        assert_eq!(
+            back.slot(4),
+            slots[4],
+            "raw pages below 2^31 survive the pages"
+        );
+    }
+
+    #[test]
+    fn more_than_65536_log_segments_in_a_run() {
+        let n = 70_000u32;
+        let slots: Vec<Slot> = (0..n)
+            .map(|i| {
+                let seg = u32::MAX - i * 3;
+                if i % 2 == 0 {
+                    inline(seg, i % 1000, (i % 8000) as u16, i)
+                } else {
+                    raw(seg, i % 1000, i.wrapping_mul(2_654_435_761), 8192 + i)
+                }
+            })
+            .collect();
+        let t = run_of(&slots);
+        assert_eq!(t.slots.segs.len(), 65536);
+        assert_eq!(t.slots.escaped.len(), (n - 65536) as usize);
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(t.slot(i), *s, "slot {i}");
+        }
+        for i in [0usize, 65535, 65536, 69_999] {
+            assert_eq!(t.get(format!("k{i:06}").as_bytes()), Some(slots[i]));
+        }
+        let back = decode(&t);
+        assert_eq!(back.len(), t.len());
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(back.slot(i), *s, "slot {i} after the pages");
+            assert_eq!(back.key(i), t.key(i));
+        }
+        // A segment seen again reuses its dictionary entry.
+        let again: Vec<Slot> = (0..1000).map(|i| inline(42, i, 0, 1)).collect();
+        let t = run_of(&again);
+        assert_eq!(t.slots.segs, vec![42]);
+    }
+
+    #[test]
+    fn long_keys_shrink_blocks_and_very_long_keys_go_wide() {
+        // 64 keys of 2 KiB do not fit a block of 64 under a u16 offset: blocks shrink to 16.
+        let mut b = KeyTableBuilder::new(1);
+        let keys: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| {
+                let mut k = format!("{i:05}").into_bytes();
+                k.resize(if i % 7 == 0 { 4000 } else { 2048 }, b'x');
+                k
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            b.push(k, &inline(1, i as u32, 0, 1));
+        }
+        let t = b.finish(0.01);
+        assert_eq!(shift_of(&t), Some(4));
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(t.key(i), k.as_slice());
+            assert_eq!(t.get(k), Some(inline(1, i as u32, 0, 1)));
+            assert_eq!(t.seek(k), i);
+        }
+        let back = decode(&t);
+        assert_eq!(shift_of(&back), Some(4));
+        assert!((0..t.len()).all(|i| back.key(i) == t.key(i)));
+
+        // One maximal key: one key per anchor.
+        let mut b = KeyTableBuilder::new(1);
+        b.push(b"a", &Slot::Tombstone);
+        b.push(&vec![b'b'; 65535], &Slot::Tombstone);
+        b.push(b"c", &Slot::Tombstone);
+        let t = b.finish(0.01);
+        assert_eq!(shift_of(&t), Some(0));
+        assert_eq!(t.key(1).len(), 65535);
+        assert_eq!(t.key(2), b"c");
+        assert_eq!(t.seek(b"bb"), 1);
+
+        // A key past u16: plain offsets.
+        let mut b = KeyTableBuilder::new(1);
+        let big = vec![b'm'; 70_000];
+        for i in 0..200u32 {
+            let k = format!("a{i:05}");
+            b.push(k.as_bytes(), &inline(1, i, 0, 1));
+        }
+        b.push(&big, &inline(2, 0, 0, 2));
+        b.push(b"z", &inline(3, 0, 0, 3));
+        let t = b.finish(0.01);
+        assert_eq!(shift_of(&t), None);
+        assert_eq!(t.len(), 202);
+        assert_eq!(t.get(b"a00123"), Some(inline(1, 123, 0, 1)));
+        assert_eq!(t.get(&big), Some(inline(2, 0, 0, 2)));
+        assert_eq!(t.get(b"z"), Some(inline(3, 0, 0, 3)));
+        assert_eq!(t.seek(b"n"), 201);
+    }
+
+    #[test]
+    fn arena_past_4_gib_goes_wide() {
+        // Index only (no arena): 70000 keys of 65535 bytes end past u32::MAX.
+        let ends: Vec<usize> = (1..=70_000usize).map(|i| i * 65535).collect();
+        let idx = KeyIndex::from_ends(ends.clone(), MAX_BLOCK_SHIFT);
+        assert!(matches!(idx, KeyIndex::Wide(_)));
+        let mut idx = KeyIndex::new();
+        let mut start = 0;
+        for (i, &end) in ends.iter().enumerate() {
+            idx.push(start, end);
+            start = end;
+            let narrow = matches!(idx, KeyIndex::Narrow { .. });
+            // Narrow while every anchor fits u32 (the last key starting below 2^32 can end
+            // past it).
+            assert_eq!(narrow, i * 65535 <= u32::MAX as usize, "key {i}");
+        }
+        for (i, &end) in ends.iter().enumerate() {
+            assert_eq!(idx.bounds(i), (i * 65535, end));
+        }
+        let idx = KeyIndex::from_ends(vec![10, 20, 30], MAX_BLOCK_SHIFT);
+        assert!(matches!(idx, KeyIndex::Narrow { shift: 6, .. }));
+        assert_eq!(idx.bounds(0), (0, 10));
+        assert_eq!(idx.bounds(2), (20, 30));
+    }
+
+    #[test]
     fn pages_round_trip_and_detect_damage() {
         let t = table(3000);
         let pages = t.encode_pages();
@@ -413,6 +1063,7 @@ mod tests {
             assert_eq!(back.key(i), t.key(i));
             assert_eq!(back.slot(i), t.slot(i));
         }
+        assert_eq!(back.encode_pages(), pages, "pages are stable");
         let mut bad = pages.clone();
         bad[1][200] ^= 4;
         let refs: Vec<&[u8]> = bad.iter().map(|p| p.as_slice()).collect();
@@ -432,5 +1083,113 @@ mod tests {
         let back = KeyTable::decode_pages(1, &[pages[0].as_slice()], 0.01).expect("decode");
         assert!(back.is_empty());
         assert_eq!(back.get(b"x"), None);
+        assert_eq!(back.seek(b"x"), 0);
+        assert_eq!(back.range(), None);
+    }
+
+    fn edge_u32() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            3 => 0u32..64,
+            2 => any::<u32>(),
+            1 => Just(u32::MAX),
+            1 => (MAX_INLINE_PAGE - 2)..=(MAX_INLINE_PAGE + 2),
+            1 => (MAX_NARROW_RAW_LEN - 1)..=(MAX_NARROW_RAW_LEN + 1),
+        ]
+    }
+
+    fn any_slot() -> impl Strategy<Value = Slot> {
+        prop_oneof![
+            1 => Just(Slot::Tombstone),
+            3 => (edge_u32(), edge_u32(), prop_oneof![0u16..8192, any::<u16>()], edge_u32())
+                .prop_map(|(s, p, o, l)| inline(s, p, o, l)),
+            3 => (edge_u32(), edge_u32(), any::<u32>(), edge_u32())
+                .prop_map(|(s, p, c, l)| raw(s, p, c, l)),
+        ]
+    }
+
+    fn any_key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            10 => proptest::collection::vec(any::<u8>(), 0..24),
+            10 => proptest::collection::vec(b'a'..=b'd', 0..8),
+            1 => proptest::collection::vec(any::<u8>(), 2000..5000),
+        ]
+    }
+
+    /// Keys long enough that blocks of 64 overflow a `u16` offset.
+    fn long_key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(b'a'..=b'c', 0..4),
+            proptest::collection::vec(any::<u8>(), 0..6000),
+        ]
+    }
+
+    fn check_model(
+        model: &BTreeMap<Vec<u8>, Slot>,
+        probes: &[Vec<u8>],
+        ranges: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<(), TestCaseError> {
+        let mut b = KeyTableBuilder::new(3);
+        for (k, s) in model {
+            b.push(k, s);
+        }
+        prop_assert_eq!(b.len(), model.len());
+        let t = b.finish(0.01);
+        prop_assert_eq!(t.len(), model.len());
+        for (i, (k, s)) in model.iter().enumerate() {
+            prop_assert_eq!(t.key(i), k.as_slice());
+            prop_assert_eq!(t.slot(i), *s);
+            prop_assert_eq!(t.get(k), Some(*s));
+        }
+        for p in probes {
+            prop_assert_eq!(t.get(p), model.get(p).copied());
+            prop_assert_eq!(t.seek(p), model.range(..p.clone()).count());
+        }
+        for (lo, hi) in ranges {
+            let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+            let want: Vec<(&[u8], Slot)> = model
+                .range(lo.clone()..hi.clone())
+                .map(|(k, s)| (k.as_slice(), *s))
+                .collect();
+            let got: Vec<(&[u8], Slot)> = (t.seek(lo)..t.len())
+                .map(|i| (t.key(i), t.slot(i)))
+                .take_while(|(k, _)| *k < hi.as_slice())
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+        let first = model.keys().next().map(|k| k.as_slice());
+        let last = model.keys().next_back().map(|k| k.as_slice());
+        prop_assert_eq!(t.range(), first.zip(last));
+
+        let back = decode(&t);
+        prop_assert_eq!(back.len(), model.len());
+        for (i, (k, s)) in model.iter().enumerate() {
+            let on_device = PackedSlot::pack(s).unpack();
+            prop_assert_eq!(back.key(i), k.as_slice());
+            prop_assert_eq!(back.slot(i), on_device);
+            prop_assert_eq!(back.get(k), Some(on_device));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn matches_a_btreemap(
+            model in proptest::collection::btree_map(any_key(), any_slot(), 0..400),
+            probes in proptest::collection::vec(any_key(), 0..40),
+            ranges in proptest::collection::vec((any_key(), any_key()), 0..10),
+        ) {
+            check_model(&model, &probes, &ranges)?;
+        }
+
+        #[test]
+        fn matches_a_btreemap_with_long_keys(
+            model in proptest::collection::btree_map(long_key(), any_slot(), 0..200),
+            probes in proptest::collection::vec(long_key(), 0..20),
+            ranges in proptest::collection::vec((long_key(), long_key()), 0..5),
+        ) {
+            check_model(&model, &probes, &ranges)?;
+        }
     }
 }
