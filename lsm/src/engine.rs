@@ -91,11 +91,11 @@ pub struct RangeRead<'a> {
     pub max_bytes: u64,
     /// Keys to leave out (e.g. expired ones), called under the engine lock: it must be quick
     /// and must not call into the engine.
-    pub skip: Option<&'a KeyFilter>,
+    pub skip: Option<&'a KeyFilter<'a>>,
 }
 
 /// A predicate over keys (see [`RangeRead::skip`]).
-pub type KeyFilter = dyn Fn(&[u8]) -> bool + Sync;
+pub type KeyFilter<'a> = dyn Fn(&[u8]) -> bool + Sync + 'a;
 
 /// Receives values read and what was resolved with them (see `Engine::read_async`).
 type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) + Send>;
