@@ -74,6 +74,12 @@ pub struct Args {
     /// listening address).
     #[arg(long)]
     pub cluster_node_id: Option<String>,
+    /// Benchmarks only: turn design features off to measure what each buys (the paper's
+    /// Figure 12), comma-separated: `zero-copy` (values are copied once more on each side),
+    /// `lock-free-queues` (the threads' queues become mutex-and-condvar queues) and
+    /// `metadata-compaction` (compaction rewrites the values it keeps).
+    #[arg(long)]
+    pub ablate: Option<String>,
 }
 
 /// The settings file: the same keys as the flags, in kebab or snake case.
@@ -96,6 +102,43 @@ struct FileConfig {
     cluster_config: Option<PathBuf>,
     #[serde(alias = "cluster_node_id")]
     cluster_node_id: Option<String>,
+    ablate: Option<String>,
+}
+
+/// Design features turned off for the ablation benchmark (all `false` in normal operation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)]
+pub struct Ablations {
+    /// Copy values once more on the way in and out (no zero copy).
+    pub copy_values: bool,
+    /// Mutex-and-condvar queues between the threads instead of lock-free ones.
+    pub locked_queues: bool,
+    /// Compaction rewrites the values of the entries it keeps.
+    pub value_compaction: bool,
+}
+
+impl Ablations {
+    /// Parses a comma-separated list of feature names (see `--ablate`).
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn parse(list: &str) -> anyhow::Result<Ablations> {
+        let mut a = Ablations::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "zero-copy" => a.copy_values = true,
+                "lock-free-queues" => a.locked_queues = true,
+                "metadata-compaction" => a.value_compaction = true,
+                "keytable-cache" => anyhow::bail!(
+                    "ablate `keytable-cache` is not built yet (lookups always use the DRAM keytables)"
+                ),
+                other => anyhow::bail!(
+                    "ablate `{other}`: use zero-copy, lock-free-queues or metadata-compaction"
+                ),
+            }
+        }
+        Ok(a)
+    }
 }
 
 /// How writes are made durable.
@@ -138,6 +181,8 @@ pub struct DriveConfig {
     pub cluster_config: Option<PathBuf>,
     /// This drive's node id in the cluster map, if given.
     pub cluster_node_id: Option<String>,
+    /// Features turned off for the ablation benchmark.
+    pub ablations: Ablations,
 }
 
 impl DriveConfig {
@@ -196,6 +241,7 @@ impl DriveConfig {
             output_buffer_limit: DEFAULT_OUTPUT_BUFFER_LIMIT,
             cluster_config: args.cluster_config.or(file.cluster_config),
             cluster_node_id: args.cluster_node_id.or(file.cluster_node_id),
+            ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
         })
     }
 }

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
@@ -72,12 +72,23 @@ pub struct ReplySink {
     pub tx: Sender<Done>,
     /// Wakes the network thread.
     pub waker: Arc<mio::Waker>,
+    /// The zero-copy ablation (`--ablate zero-copy`): value payloads are copied into fresh
+    /// buffers before they leave, and counted here.
+    pub copy_values: Option<Arc<Metrics>>,
 }
 
 impl ReplySink {
-    fn send_all(&self, replies: Vec<Done>) {
+    fn send_all(&self, mut replies: Vec<Done>) {
         if replies.is_empty() {
             return;
+        }
+        if let Some(m) = &self.copy_values {
+            let copied: usize = replies
+                .iter_mut()
+                .map(|d| copy_payloads(&mut d.reply))
+                .sum();
+            m.value_bytes_copied
+                .fetch_add(copied as u64, Ordering::Relaxed);
         }
         for d in replies {
             // The network thread gone means shutdown: nothing to answer.
@@ -86,6 +97,23 @@ impl ReplySink {
         if let Err(e) = self.waker.wake() {
             tracing::warn!("waking the network thread failed: {e}");
         }
+    }
+}
+
+/// Replaces every value payload the reply would send from its own buffer (see
+/// [`kvproto::VECTORED_MIN_PAYLOAD`]) with a copy; returns the bytes copied.
+fn copy_payloads(reply: &mut Reply) -> usize {
+    match reply {
+        Reply::Bulk(v) | Reply::Verbatim(v) if v.len() >= kvproto::VECTORED_MIN_PAYLOAD => {
+            *v = Bytes::copy_from_slice(v);
+            v.len()
+        }
+        Reply::Array(items) | Reply::Set(items) => items.iter_mut().map(copy_payloads).sum(),
+        Reply::Map(pairs) => pairs
+            .iter_mut()
+            .map(|(k, v)| copy_payloads(k) + copy_payloads(v))
+            .sum(),
+        _ => 0,
     }
 }
 

@@ -18,6 +18,7 @@ mod exec;
 mod info;
 mod keyspace;
 mod net;
+mod queue;
 mod store;
 
 use std::net::ToSocketAddrs;
@@ -184,6 +185,7 @@ fn main() -> anyhow::Result<()> {
         EngineConfig {
             // plp: the device's write cache is power-protected; no flush per batch.
             flush_writes: cfg.durability == Durability::Sync,
+            compaction_moves_values: cfg.ablations.value_compaction,
             ..EngineConfig::default()
         },
     )
@@ -213,12 +215,25 @@ fn main() -> anyhow::Result<()> {
         .store(cluster.is_some(), std::sync::atomic::Ordering::Relaxed);
     let poll = mio::Poll::new().context("creating the poll")?;
     let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).context("creating the waker")?);
-    let (engine_tx, engine_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);
-    let (writer_tx, writer_rx) = crossbeam_channel::bounded(QUEUE_DEPTH);
-    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    let ablate = cfg.ablations;
+    if ablate != config::Ablations::default() {
+        tracing::warn!(
+            ?ablate,
+            "design features turned off for an ablation benchmark"
+        );
+    }
+    let kind = if ablate.locked_queues {
+        queue::QueueKind::Locked
+    } else {
+        queue::QueueKind::LockFree
+    };
+    let (engine_tx, engine_rx) = queue::bounded(kind, QUEUE_DEPTH);
+    let (writer_tx, writer_rx) = queue::bounded(kind, QUEUE_DEPTH);
+    let (reply_tx, reply_rx) = queue::unbounded(kind);
     let sink = ReplySink {
         tx: reply_tx,
         waker,
+        copy_values: ablate.copy_values.then(|| metrics.clone()),
     };
     let limits = Limits::default();
     let net_cfg = NetConfig {
@@ -230,6 +245,7 @@ fn main() -> anyhow::Result<()> {
         limits,
         reported: reported_settings(&cfg, &limits),
         cluster,
+        copy_values: ablate.copy_values,
     };
     let net = Net::new(
         poll,

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::queue::{Receiver, Sender};
 use bytes::{Buf, Bytes, BytesMut};
-use crossbeam_channel::{Receiver, Sender};
 use kvproto::command::COMMANDS;
 use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
 use mio::net::{TcpListener, TcpStream};
@@ -66,6 +66,9 @@ pub struct NetConfig {
     pub reported: Vec<(String, String)>,
     /// Cluster mode: the map and this node (`None`: standalone).
     pub cluster: Option<Arc<cluster::Cluster>>,
+    /// The zero-copy ablation (`--ablate zero-copy`): SET values are copied once more
+    /// before they go to the writer.
+    pub copy_values: bool,
 }
 
 /// Whether protected mode turns `peer` away.
@@ -516,7 +519,7 @@ impl Net {
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);
-            let cmd = match parsed {
+            let mut cmd = match parsed {
                 Ok(cmd) => cmd,
                 Err(e) => {
                     // Cluster mode's admin commands are not in kvproto's table.
@@ -560,6 +563,9 @@ impl Net {
                 self.metrics
                     .value_bytes_moved
                     .fetch_add(value.len() as u64, Ordering::Relaxed);
+            }
+            if self.cfg.copy_values {
+                copy_values(&mut cmd, &self.metrics);
             }
             let job = Job {
                 conn: id,
@@ -992,6 +998,23 @@ fn client_line(c: &Conn) -> String {
             .map(String::from_utf8_lossy)
             .unwrap_or_default(),
     )
+}
+
+/// The zero-copy ablation: SET and MSET values copied into fresh buffers (counted).
+fn copy_values(cmd: &mut Command, metrics: &Metrics) {
+    let mut copied = 0usize;
+    let mut copy = |v: &mut Bytes| {
+        *v = Bytes::copy_from_slice(v);
+        copied += v.len();
+    };
+    match cmd {
+        Command::Set { value, .. } => copy(value),
+        Command::MSet(pairs) => pairs.iter_mut().for_each(|(_, v)| copy(v)),
+        _ => {}
+    }
+    metrics
+        .value_bytes_copied
+        .fetch_add(copied as u64, Ordering::Relaxed);
 }
 
 /// Reads from `stream` into up to `room` bytes of `buf`'s spare capacity without zeroing them

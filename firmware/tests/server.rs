@@ -342,6 +342,54 @@ fn copied_value_bytes_are_counted() {
     );
 }
 
+/// `--ablate` (benchmarks only) turns design features off: the drive still answers
+/// correctly, the zero-copy ablation shows in the copy counter, and an unknown name is
+/// refused at start.
+#[test]
+fn ablations_keep_answers_and_show_their_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Drive::start(
+        &dir.path().join("data"),
+        &["--ablate", "zero-copy,lock-free-queues,metadata-compaction"],
+    );
+    let mut c = d.conn();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    let v: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+    for i in 0..200 {
+        let _: () = c.set(format!("k{i}"), &v).unwrap();
+    }
+    let _: () = redis::cmd("MSET")
+        .arg("m1")
+        .arg(&v)
+        .arg("m2")
+        .arg("small")
+        .query(&mut c)
+        .unwrap();
+    for i in 0..200 {
+        assert_eq!(c.get::<_, Vec<u8>>(format!("k{i}")).unwrap(), v);
+    }
+    let got: Vec<Vec<u8>> = redis::cmd("MGET")
+        .arg("m1")
+        .arg("m2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec![v.clone(), b"small".to_vec()]);
+    let copied = info_field(&mut c, "stats", "value_bytes_copied");
+    // Each SET's value: the extra copy and the copy into the device page; each GET's: one.
+    let values = 201 * 8192;
+    assert!(copied >= 3 * values, "copied {copied}");
+    drop(c);
+    assert!(d.shutdown());
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lightstore"))
+        .args(["--port", "0", "--ablate", "bloom-filters", "--data-dir"])
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ablate `bloom-filters`"));
+}
+
 #[test]
 fn malformed_and_hostile_input_gets_redis_errors_and_the_drive_survives() {
     let (_dir, d) = drive();

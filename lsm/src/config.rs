@@ -62,6 +62,10 @@ pub struct EngineConfig {
     /// free for readers between steps, so this bounds how long a read can wait behind GC
     /// (a raw value longer than the window is handled in one step).
     pub gc_window_pages: u32,
+    /// The ablation of metadata-only compaction, for benchmarks: compaction reads the values
+    /// of the entries it keeps and writes them again, as an LSM without key-value separation
+    /// does (`false`, the default: compaction moves keytable entries only).
+    pub compaction_moves_values: bool,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +82,7 @@ impl Default for EngineConfig {
             flush_writes: true,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
+            compaction_moves_values: false,
         }
     }
 }

@@ -1953,7 +1953,14 @@ impl Inner {
         let bottom = self.deepest_nonempty() <= to;
         let id = self.next_run;
         self.next_run += 1;
-        let (t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
+        let (mut t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
+        // The ablation: values move with their keys, as in an LSM without key-value
+        // separation. Only with an empty memtable (right after a flush): the moved records
+        // then hold the newest versions, and the checkpoint moves past them below.
+        let moved = self.cfg.compaction_moves_values && self.mem.is_empty() && !self.in_gc;
+        if moved {
+            t = self.move_run_values(&t)?;
+        }
         let extents = self.write_run(&t)?;
         for r in &inputs {
             self.runs.remove(&r.id());
@@ -1963,9 +1970,71 @@ impl Inner {
         self.add_run(t, to, extents);
         // Already counted as garbage when their successors were flushed.
         self.stats.compaction_invalidated += dead.len() as u64;
+        if moved {
+            // Everything written so far is in the runs: nothing before the head needs replay.
+            self.move_checkpoint();
+        }
         self.persist()?;
         self.stats.compactions += 1;
         self.release_keytable_segments()
+    }
+
+    /// The ablation of metadata-only compaction (`EngineConfig::compaction_moves_values`):
+    /// reads every value `t` points to and writes it again at the head, ~1 MiB at a time;
+    /// returns the run with the new pointers. The old copies become garbage.
+    fn move_run_values(&mut self, t: &KeyTable) -> Result<KeyTable> {
+        let mut out = KeyTableBuilder::new(t.id());
+        let mut i = 0;
+        while i < t.len() {
+            let mut end = i;
+            let mut bytes = 0usize;
+            while end < t.len() && (end == i || bytes < GC_BATCH_BYTES) {
+                if let Slot::Value(p) = t.slot(end) {
+                    bytes += p.len as usize + t.key(end).len();
+                }
+                end += 1;
+            }
+            let ptrs: Vec<Option<ValuePtr>> = (i..end)
+                .map(|j| match t.slot(j) {
+                    Slot::Value(p) => Some(p),
+                    Slot::Tombstone => None,
+                })
+                .collect();
+            let plan = self.plan_reads(&ptrs)?;
+            let pages = plan.fetch(self.dev.as_ref());
+            let values = plan.assemble(&pages, &AtomicU64::new(0))?;
+            let keys: Vec<Vec<u8>> = (i..end).map(|j| t.key(j).to_vec()).collect();
+            let ops: Vec<WriteOp<'_>> = keys
+                .iter()
+                .zip(&values)
+                .filter_map(|(k, v)| v.as_ref().map(|v| WriteOp::Put(k, v)))
+                .collect();
+            let mut new_slots: HashMap<Vec<u8>, Slot> = HashMap::new();
+            if !ops.is_empty() {
+                let (pages, updates) = self.build_batch(&ops, 0)?;
+                let n = pages.len() as u64;
+                if let Err(e) = self.write_pages(pages) {
+                    self.abandon_head_after_failure();
+                    return Err(e);
+                }
+                self.pages_since_checkpoint += n;
+                new_slots = updates.into_iter().map(|(k, s)| (k.to_vec(), s)).collect();
+            }
+            for (j, key) in (i..end).zip(&keys) {
+                let slot = match (t.slot(j), new_slots.get(key)) {
+                    (Slot::Value(old), Some(&new)) => {
+                        if let Some(m) = self.log_segs.get_mut(&old.log_seg) {
+                            m.dead += old.record_bytes(key.len());
+                        }
+                        new
+                    }
+                    (slot, _) => slot,
+                };
+                out.push(key, &slot);
+            }
+            i = end;
+        }
+        Ok(out.finish(self.cfg.bloom_fp_rate))
     }
 
     /// Trims keytable segments no run uses any more (never the one being appended to).
