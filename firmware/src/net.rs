@@ -93,6 +93,9 @@ enum Route {
 
 /// Most segments handed to one vectored write.
 const MAX_IOV: usize = 64;
+/// Longest key a client may use (the engine keeps 64 bytes more for the type tag and
+/// sub-key framing of `keyspace`).
+pub const MAX_KEY_BYTES: usize = 64 << 10;
 
 /// A connection's pending output: large values queued as their own segments (written with
 /// vectored I/O straight from the buffers the device read into) and the buffer of framing
@@ -504,6 +507,9 @@ impl Net {
                         .cluster
                         .as_ref()
                         .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    if redirect.is_none() && route != Route::Here {
+                        redirect = key_too_long(cmd);
+                    }
                     if redirect.is_some() {
                         Route::Here
                     } else {
@@ -998,6 +1004,19 @@ fn client_line(c: &Conn) -> String {
             .map(String::from_utf8_lossy)
             .unwrap_or_default(),
     )
+}
+
+/// The error for a command with a key over [`MAX_KEY_BYTES`], if it has one.
+fn key_too_long(cmd: &Command) -> Option<Reply> {
+    cmd.keys()
+        .iter()
+        .find(|k| k.len() > MAX_KEY_BYTES)
+        .map(|k| {
+            Reply::error(format!(
+                "ERR key of {} bytes is longer than the drive's limit of {MAX_KEY_BYTES} bytes",
+                k.len()
+            ))
+        })
 }
 
 /// The zero-copy ablation: SET and MSET values copied into fresh buffers (counted).

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use crate::gc::{GcPolicy, LeastLive};
 
-/// Default maximum key length (bytes). Keys are kept in DRAM keytables and in one value-log
-/// page, so they are bounded well below a page.
-pub const DEFAULT_MAX_KEY: usize = 4096;
+/// Default maximum key length (bytes): 64 KiB, plus 64 bytes of room for a caller's own
+/// framing (the drive prefixes a type tag). Keys over 4 KiB are written with their own raw
+/// pages in the value log and span keytable pages (see `vlog_format` and `keytable`).
+pub const DEFAULT_MAX_KEY: usize = (64 << 10) + 64;
 /// Default maximum value length (bytes), further bounded by one segment (see
 /// [`EngineConfig::max_value`]).
 pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;

@@ -24,8 +24,9 @@ use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
-    check_page, fits_inline, parse_records, raw_pages, stored_record_bytes, unused_bytes,
-    PageBuilder, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, RECORD_HEADER,
+    check_page, delete_record_bytes, fits_inline, is_long_key, key_pages, parse_records, raw_pages,
+    stored_record_bytes, unused_bytes, PageBuilder, RecordKind, ValueLoc, ValuePtr,
+    INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
 };
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
@@ -1121,7 +1122,7 @@ impl Inner {
         if key.is_empty() {
             return Err(EngineError::EmptyKey);
         }
-        let max = self.cfg.max_key.min(usize::from(u16::MAX));
+        let max = self.cfg.max_key.min(LONG_KEY_MAX);
         if key.len() > max {
             return Err(EngineError::KeyTooLarge {
                 len: key.len(),
@@ -1480,6 +1481,10 @@ impl Inner {
     fn page_bound(ops: &[WriteOp<'_>]) -> u64 {
         ops.iter()
             .map(|op| match op {
+                WriteOp::Put(k, v) if is_long_key(k.len()) => {
+                    1 + key_pages(k.len()) + raw_pages(v.len() as u64)
+                }
+                WriteOp::Delete(k) if is_long_key(k.len()) => 1 + key_pages(k.len()),
                 WriteOp::Put(k, v) if !fits_inline(k.len(), v.len()) => {
                     1 + raw_pages(v.len() as u64)
                 }
@@ -1509,6 +1514,56 @@ impl Inner {
 
     /// Lays out a batch in value-log pages at the head: the pages to write, in order, and
     /// the keytable updates to apply once they are durable. On error the head is abandoned.
+    /// Reserves raw pages after the batch's open packed page for a long key (and a value, for
+    /// a put) and queues them: the key zero-padded to whole pages, then the value's pages.
+    /// Returns the log segment and the first raw page.
+    fn lay_out_long(
+        &mut self,
+        b: &mut BatchPages,
+        key: &[u8],
+        value: Option<&[u8]>,
+        reserve: usize,
+    ) -> Result<(u32, u32)> {
+        let kp = key_pages(key.len()) as u32;
+        let vp = value.map_or(0, |v| raw_pages(v.len() as u64) as u32);
+        let n = kp + vp;
+        let payload = if value.is_some() {
+            LONG_PUT_PAYLOAD
+        } else {
+            LONG_DELETE_PAYLOAD
+        };
+        let pps = self.g.pages_per_segment();
+        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+        if b.open_at.is_none() || b.open.free() < RECORD_HEADER + payload || !room {
+            self.open_page(b, n, reserve)?;
+        }
+        let (Some((log_seg, _)), Some(h)) = (b.open_at, self.head.as_mut()) else {
+            return Err(EngineError::Closed);
+        };
+        let first = h.next_page;
+        h.next_page += n;
+        let segment = h.segment;
+        let lba = |g: &Geometry, i: u32| g.lba(SegmentId(segment), first + i);
+        for (i, chunk) in key.chunks(PAGE_SIZE).enumerate() {
+            b.raws
+                .push((lba(&self.g, i as u32), PageBuf::from_slice(chunk)));
+        }
+        if let Some(v) = value {
+            for (i, chunk) in v.chunks(PAGE_SIZE).enumerate() {
+                b.raws
+                    .push((lba(&self.g, kp + i as u32), PageBuf::from_slice(chunk)));
+            }
+            if v.is_empty() {
+                b.raws.push((lba(&self.g, kp), PageBuf::zeroed()));
+            }
+        }
+        b.raw_after += n;
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.written += u64::from(n) * PAGE_SIZE as u64;
+        }
+        Ok((log_seg, first))
+    }
+
     fn build_batch<'a>(&mut self, ops: &[WriteOp<'a>], reserve: usize) -> Result<LaidOut<'a>> {
         let batch = self.next_batch;
         self.next_batch += 1;
@@ -1526,6 +1581,41 @@ impl Inner {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 match *op {
+                    WriteOp::Put(k, v) if is_long_key(k.len()) => {
+                        let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
+                        let value_first = first + key_pages(k.len()) as u32;
+                        let crc = crc32c::crc32c(v);
+                        let mut payload = [0u8; LONG_PUT_PAYLOAD];
+                        payload[..4].copy_from_slice(&first.to_le_bytes());
+                        payload[4..8].copy_from_slice(&crc32c::crc32c(k).to_le_bytes());
+                        payload[8..].copy_from_slice(&crc.to_le_bytes());
+                        b.open
+                            .add_long(RecordKind::LongPut, seq, k.len(), v.len() as u32, &payload)
+                            .ok_or_else(|| corrupt("long record does not fit"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Raw {
+                                    page: value_first,
+                                    crc,
+                                },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Delete(k) if is_long_key(k.len()) => {
+                        let (log_seg, first) = self.lay_out_long(&mut b, k, None, reserve)?;
+                        let mut payload = [0u8; LONG_DELETE_PAYLOAD];
+                        payload[..4].copy_from_slice(&first.to_le_bytes());
+                        payload[4..].copy_from_slice(&crc32c::crc32c(k).to_le_bytes());
+                        b.open
+                            .add_long(RecordKind::LongDelete, seq, k.len(), 0, &payload)
+                            .ok_or_else(|| corrupt("long record does not fit"))?;
+                        // Needed only until the next flush: dead at once, as any delete.
+                        self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
+                        updates.push((k, Slot::Tombstone));
+                    }
                     WriteOp::Put(k, v) if fits_inline(k.len(), v.len()) => {
                         let need = RECORD_HEADER + k.len() + v.len();
                         if b.open_at.is_none() || b.open.free() < need {
@@ -1599,7 +1689,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("delete record does not fit"))?;
                         // A delete record is needed only until the next flush: count it dead.
                         if let Some((log_seg, _)) = b.open_at {
-                            self.count_tail_dead(log_seg, (RECORD_HEADER + k.len()) as u64);
+                            self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
                         }
                         updates.push((k, Slot::Tombstone));
                     }
@@ -2043,7 +2133,14 @@ impl Inner {
         let used: BTreeSet<u32> = self
             .runs
             .values()
-            .flat_map(|r| r.extents.iter().map(|(lba, _)| (lba / pps) as u32))
+            // An extent may run on from the end of one segment into the next (write_run
+            // merges chunks whose LBAs touch): every segment it covers is in use.
+            .flat_map(|r| {
+                r.extents.iter().flat_map(move |&(lba, n)| {
+                    let last = lba + u64::from(n.max(1)) - 1;
+                    (lba / pps..=last / pps).map(|s| s as u32)
+                })
+            })
             .collect();
         let current = self.kt_segments.last().copied();
         let (keep, drop): (Vec<u32>, Vec<u32>) = self
@@ -2172,7 +2269,29 @@ impl Inner {
                 continue;
             };
             let records = parse_records(buf, &info).unwrap_or_default();
-            for r in records {
+            for mut r in records {
+                if let Some(lk) = r.long_key {
+                    // The key is in the group's raw pages, read with it.
+                    let key_pages = (lk.first_page..lk.first_page.saturating_add(lk.pages()))
+                        .map(|p| {
+                            p.checked_sub(first)
+                                .and_then(|i| pages.get(i as usize))
+                                .and_then(Option::as_ref)
+                                .map(|b| &b[..])
+                        })
+                        .collect::<Option<Vec<&[u8]>>>();
+                    let key = key_pages.and_then(|kp| lk.assemble(kp));
+                    match (key, r.kind) {
+                        (Some(k), _) => r.key = k,
+                        // A delete's key is not needed: tombstones are never moved.
+                        (None, RecordKind::LongDelete) => continue,
+                        (None, _) => {
+                            return Err(corrupt(format!(
+                                "a long key in log segment {log_seg} is unreadable"
+                            )))
+                        }
+                    }
+                }
                 let ptr = match (r.kind, r.raw) {
                     (RecordKind::Put, _) => ValuePtr {
                         log_seg,
@@ -2182,14 +2301,16 @@ impl Inner {
                         },
                         len: r.value_len,
                     },
-                    (RecordKind::Indirect, Some((first_raw, crc))) => ValuePtr {
-                        log_seg,
-                        loc: ValueLoc::Raw {
-                            page: first_raw,
-                            crc,
-                        },
-                        len: r.value_len,
-                    },
+                    (RecordKind::Indirect | RecordKind::LongPut, Some((first_raw, crc))) => {
+                        ValuePtr {
+                            log_seg,
+                            loc: ValueLoc::Raw {
+                                page: first_raw,
+                                crc,
+                            },
+                            len: r.value_len,
+                        }
+                    }
                     _ => continue,
                 };
                 if self.lookup(&r.key) != Some(Slot::Value(ptr)) {
@@ -2482,6 +2603,29 @@ impl Inner {
                 pending_batch = Some(info.batch);
                 let mut raw_ok = true;
                 for r in &recs {
+                    let key = match r.long_key {
+                        None => r.key.clone(),
+                        Some(lk) => {
+                            // The key's raw pages must have reached the device whole.
+                            let key = lk
+                                .first_page
+                                .checked_add(lk.pages())
+                                .filter(|&last| last <= end)
+                                .and_then(|last| {
+                                    let lbas: Vec<Lba> =
+                                        (lk.first_page..last).map(|p| self.g.lba(seg, p)).collect();
+                                    let pages = self.read_pages(&lbas).ok()?;
+                                    lk.assemble(pages.iter().map(|p| &p[..]))
+                                });
+                            match key {
+                                Some(k) => k,
+                                None => {
+                                    raw_ok = false;
+                                    break;
+                                }
+                            }
+                        }
+                    };
                     let slot = match r.kind {
                         RecordKind::Put => Slot::Value(ValuePtr {
                             log_seg: m.log_seg,
@@ -2491,7 +2635,7 @@ impl Inner {
                             },
                             len: r.value_len,
                         }),
-                        RecordKind::Indirect => {
+                        RecordKind::Indirect | RecordKind::LongPut => {
                             let (first, crc) = r.raw.unwrap_or((0, 0));
                             let p = ValuePtr {
                                 log_seg: m.log_seg,
@@ -2506,9 +2650,9 @@ impl Inner {
                             }
                             Slot::Value(p)
                         }
-                        RecordKind::Delete => Slot::Tombstone,
+                        RecordKind::Delete | RecordKind::LongDelete => Slot::Tombstone,
                     };
-                    pending.push((r.key.clone(), slot, r.seq, info.batch, m.log_seg));
+                    pending.push((key, slot, r.seq, info.batch, m.log_seg));
                 }
                 if !raw_ok {
                     stop = Some(batch_start);
@@ -2525,7 +2669,7 @@ impl Inner {
                         max_seq = max_seq.max(seq);
                         max_batch = max_batch.max(batch);
                         if slot == Slot::Tombstone {
-                            self.count_tail_dead(log_seg, (RECORD_HEADER + k.len()) as u64);
+                            self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
                         }
                         self.apply(&k, slot);
                         replayed += 1;

@@ -41,10 +41,14 @@
 //!
 //! # Page layout
 //!
-//! `crc32c u32 | magic u16 | count u16 | run u64 | page u32 | 0 u32` then `count` entries of
-//! `key_len u16 | key | slot (16 bytes: log_seg u32 | loc u32 | len u32 | crc u32)`, where
+//! `crc32c u32 | magic u16 | count u16 | run u64 | page u32 | carry u32` then `count` entries
+//! of `key_len u16 | key | slot (16 bytes: log_seg u32 | loc u32 | len u32 | crc u32)` (a key of
+//! 65535 bytes or more: `key_len` is 0xFFFF and a `u32` length follows), where
 //! `loc` is `page << 13 | offset` for an inline value and `page | 1 << 31` for a raw one,
-//! `crc` is 0 for an inline value, and a tombstone is `len` = `u32::MAX` with the rest 0.
+//! `crc` is 0 for an inline value, and a tombstone is `len` = `u32::MAX` with the rest 0. An
+//! entry longer than a page body (a long key) starts a page of its own and runs on into the
+//! next pages: their `carry` is how many of their first body bytes finish it (0 on pages
+//! written before long keys existed, so those read as before).
 
 use std::collections::HashMap;
 
@@ -700,33 +704,76 @@ impl KeyTable {
         let mut pages = Vec::new();
         let mut cur: Vec<u8> = Vec::with_capacity(PAGE_SIZE);
         let mut count: u16 = 0;
-        let finish = |cur: &mut Vec<u8>, count: u16, page_no: u32, pages: &mut Vec<Vec<u8>>| {
-            let mut p = std::mem::take(cur);
-            p.resize(PAGE_SIZE, 0);
-            p[4..6].copy_from_slice(&PAGE_MAGIC.to_le_bytes());
-            p[6..8].copy_from_slice(&count.to_le_bytes());
-            p[8..16].copy_from_slice(&self.id.to_le_bytes());
-            p[16..20].copy_from_slice(&page_no.to_le_bytes());
-            let crc = crc32c::crc32c(&p[4..]);
-            p[0..4].copy_from_slice(&crc.to_le_bytes());
-            pages.push(p);
-        };
+        let mut carry: u32 = 0;
+        let finish =
+            |cur: &mut Vec<u8>, count: u16, carry: u32, page_no: u32, pages: &mut Vec<Vec<u8>>| {
+                let mut p = std::mem::take(cur);
+                p.resize(PAGE_SIZE, 0);
+                p[4..6].copy_from_slice(&PAGE_MAGIC.to_le_bytes());
+                p[6..8].copy_from_slice(&count.to_le_bytes());
+                p[8..16].copy_from_slice(&self.id.to_le_bytes());
+                p[16..20].copy_from_slice(&page_no.to_le_bytes());
+                p[20..24].copy_from_slice(&carry.to_le_bytes());
+                let crc = crc32c::crc32c(&p[4..]);
+                p[0..4].copy_from_slice(&crc.to_le_bytes());
+                pages.push(p);
+            };
         cur.resize(PAGE_HEADER, 0);
+        let mut entry = Vec::new();
         for i in 0..self.len() {
             let k = self.key(i);
-            let need = 2 + k.len() + SLOT_BYTES;
-            if cur.len() + need > PAGE_SIZE {
-                finish(&mut cur, count, pages.len() as u32, &mut pages);
+            entry.clear();
+            if k.len() < usize::from(LONG_ENTRY) {
+                entry.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            } else {
+                // Keys are bounded far below 4 GiB (the value log's 24-bit key length).
+                entry.extend_from_slice(&LONG_ENTRY.to_le_bytes());
+                entry.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            }
+            entry.extend_from_slice(k);
+            entry.extend_from_slice(&PackedSlot::pack(&self.slot(i)).to_bytes());
+            if cur.len() + entry.len() <= PAGE_SIZE {
+                cur.extend_from_slice(&entry);
+                count += 1;
+                continue;
+            }
+            if count > 0 || carry > 0 {
+                finish(&mut cur, count, carry, pages.len() as u32, &mut pages);
                 cur.resize(PAGE_HEADER, 0);
                 count = 0;
+                carry = 0;
             }
-            cur.extend_from_slice(&(k.len() as u16).to_le_bytes());
-            cur.extend_from_slice(k);
-            cur.extend_from_slice(&PackedSlot::pack(&self.slot(i)).to_bytes());
-            count += 1;
+            if entry.len() <= PAGE_BODY {
+                cur.extend_from_slice(&entry);
+                count = 1;
+                continue;
+            }
+            // Longer than a page: it starts a page of its own and continues at the start
+            // of the next ones (their `carry` says how many of their bytes are its).
+            let mut rest = &entry[..];
+            let (head, tail) = rest.split_at(PAGE_BODY);
+            cur.extend_from_slice(head);
+            finish(&mut cur, 1, 0, pages.len() as u32, &mut pages);
+            rest = tail;
+            while rest.len() > PAGE_BODY {
+                let (head, tail) = rest.split_at(PAGE_BODY);
+                cur.resize(PAGE_HEADER, 0);
+                cur.extend_from_slice(head);
+                finish(
+                    &mut cur,
+                    0,
+                    PAGE_BODY as u32,
+                    pages.len() as u32,
+                    &mut pages,
+                );
+                rest = tail;
+            }
+            cur.resize(PAGE_HEADER, 0);
+            cur.extend_from_slice(rest);
+            carry = rest.len() as u32;
         }
-        if count > 0 || pages.is_empty() {
-            finish(&mut cur, count, pages.len() as u32, &mut pages);
+        if count > 0 || carry > 0 || pages.is_empty() {
+            finish(&mut cur, count, carry, pages.len() as u32, &mut pages);
         }
         pages
     }
@@ -737,6 +784,16 @@ impl KeyTable {
     /// A description of the first bad page.
     pub fn decode_pages(id: u64, pages: &[&[u8]], fp_rate: f64) -> Result<KeyTable, String> {
         let mut b = KeyTableBuilder::new(id);
+        // An entry that runs on into the next page(s): its bytes so far, and its length.
+        let mut spill: Vec<u8> = Vec::new();
+        let mut spill_len = 0usize;
+        let push = |b: &mut KeyTableBuilder, key: &[u8], slot: &[u8], n: usize| {
+            if b.last_key().is_some_and(|last| last >= key) {
+                return Err(format!("run {id} page {n}: keys out of order"));
+            }
+            b.push(key, &PackedSlot::from_bytes(slot).unpack());
+            Ok(())
+        };
         for (n, p) in pages.iter().enumerate() {
             if p.len() != PAGE_SIZE {
                 return Err(format!("keytable page of {} bytes", p.len()));
@@ -757,26 +814,140 @@ impl KeyTable {
                 ));
             }
             let count = u16::from_le_bytes([p[6], p[7]]);
+            let carry = u32::from_le_bytes([p[20], p[21], p[22], p[23]]) as usize;
             let mut at = PAGE_HEADER;
+            if carry > 0 || spill_len > 0 {
+                let want = spill_len - spill.len().min(spill_len);
+                if carry != want.min(PAGE_BODY) || spill_len == 0 {
+                    return Err(format!("run {id} page {n}: continuation does not match"));
+                }
+                spill.extend_from_slice(&p[at..at + carry]);
+                at += carry;
+                if spill.len() == spill_len {
+                    let (key, slot) = split_entry(&spill)
+                        .ok_or_else(|| format!("run {id} page {n}: bad long entry"))?;
+                    push(&mut b, key, slot, n)?;
+                    spill.clear();
+                    spill_len = 0;
+                }
+            }
             for _ in 0..count {
-                let Some(kl) = p.get(at..at + 2) else {
+                let Some(len) = entry_len(&p[at..]) else {
                     return Err(format!("run {id} page {n}: truncated"));
                 };
-                let kl = usize::from(u16::from_le_bytes([kl[0], kl[1]]));
-                let Some(key) = p.get(at + 2..at + 2 + kl) else {
-                    return Err(format!("run {id} page {n}: truncated key"));
-                };
-                let Some(slot) = p.get(at + 2 + kl..at + 2 + kl + SLOT_BYTES) else {
-                    return Err(format!("run {id} page {n}: truncated slot"));
-                };
-                if b.last_key().is_some_and(|last| last >= key) {
-                    return Err(format!("run {id} page {n}: keys out of order"));
+                if at + len > PAGE_SIZE {
+                    // The page's last entry, continued on the next page.
+                    if spill_len > 0 || at != PAGE_HEADER {
+                        return Err(format!("run {id} page {n}: misplaced long entry"));
+                    }
+                    spill.extend_from_slice(&p[at..]);
+                    spill_len = len;
+                    at = PAGE_SIZE;
+                    continue;
                 }
-                b.push(key, &PackedSlot::from_bytes(slot).unpack());
-                at += 2 + kl + SLOT_BYTES;
+                let (key, slot) = split_entry(&p[at..at + len])
+                    .ok_or_else(|| format!("run {id} page {n}: truncated entry"))?;
+                push(&mut b, key, slot, n)?;
+                at += len;
             }
         }
+        if spill_len > 0 {
+            return Err(format!("run {id}: the last entry is cut short"));
+        }
         Ok(b.finish(fp_rate))
+    }
+}
+
+/// Bytes of a page's body (after its header).
+const PAGE_BODY: usize = PAGE_SIZE - PAGE_HEADER;
+/// A page entry's `key_len` that means "a `u32` key length follows".
+const LONG_ENTRY: u16 = u16::MAX;
+
+/// The length of the page entry starting `b` (its header must be there).
+fn entry_len(b: &[u8]) -> Option<usize> {
+    let kl = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
+    if kl == LONG_ENTRY {
+        let l = b.get(2..6)?;
+        Some(6 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize + SLOT_BYTES)
+    } else {
+        Some(2 + usize::from(kl) + SLOT_BYTES)
+    }
+}
+
+/// A whole page entry's key and slot bytes.
+fn split_entry(e: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = entry_len(e)?;
+    if e.len() != len {
+        return None;
+    }
+    let key_start = if u16::from_le_bytes([e[0], e[1]]) == LONG_ENTRY {
+        6
+    } else {
+        2
+    };
+    Some((&e[key_start..len - SLOT_BYTES], &e[len - SLOT_BYTES..]))
+}
+
+#[cfg(test)]
+mod long_entry_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn raw(i: u32) -> Slot {
+        Slot::Value(ValuePtr {
+            log_seg: i,
+            loc: ValueLoc::Raw {
+                page: i,
+                crc: i ^ 0x5a5a,
+            },
+            len: 9000 + i,
+        })
+    }
+
+    /// Keys from 1 byte to 70,000 bytes (pages of their own, continued on the next ones,
+    /// with short entries after them on the same page) survive the pages exactly.
+    #[test]
+    fn long_entries_span_pages() {
+        let sizes = [
+            1usize, 5000, 8100, 8200, 20_000, 65_534, 65_535, 65_536, 70_000, 3, 16_360,
+        ];
+        let mut keys: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let mut k = vec![b'a' + i as u8; n];
+                k[0] = i as u8;
+                k
+            })
+            .collect();
+        keys.sort();
+        let mut b = KeyTableBuilder::new(9);
+        for (i, k) in keys.iter().enumerate() {
+            let slot = if i % 4 == 3 {
+                Slot::Tombstone
+            } else {
+                raw(i as u32)
+            };
+            b.push(k, &slot);
+        }
+        let t = b.finish(0.01);
+        let pages = t.encode_pages();
+        let refs: Vec<&[u8]> = pages.iter().map(Vec::as_slice).collect();
+        let back = KeyTable::decode_pages(9, &refs, 0.01).unwrap();
+        assert_eq!(back.len(), keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(back.key(i), k.as_slice());
+            assert_eq!(back.slot(i), t.slot(i));
+        }
+        // Cut short: the last long entry is missing its end.
+        let cut: Vec<&[u8]> = refs[..refs.len() - 1].to_vec();
+        assert!(KeyTable::decode_pages(9, &cut, 0.01).is_err() || cut.is_empty());
+        // Short keys only: pages as before (no continuation).
+        let mut b = KeyTableBuilder::new(1);
+        b.push(b"k", &raw(1));
+        let p = b.finish(0.01).encode_pages();
+        assert_eq!(&p[0][20..24], &[0, 0, 0, 0]);
     }
 }
 

@@ -6,9 +6,16 @@
 //! ```text
 //! header: crc32c u32 (of bytes 4..8192) | magic u16 | used u16 | log_seg u32 | page u32 |
 //!         batch u64 | flags u8 | 3 pad | raw_after u32
-//! record: kind u8 | 0 u8 | key_len u16 | value_len u32 | seq u64 | key | payload
+//! record: kind u8 | key_len_hi u8 | key_len u16 | value_len u32 | seq u64 | key | payload
 //!         payload: Put = value bytes; Indirect = raw_page u32 + crc32c u32 of the value; Delete = none
+//!         LongPut / LongDelete (keys over LONG_KEY_MIN bytes): no key bytes in the page;
+//!         payload = key_page u32 + crc32c u32 of the key (+ crc32c u32 of the value, LongPut)
 //! ```
+//!
+//! A key longer than [`LONG_KEY_MIN`] does not go into the packed page: it fills raw pages of
+//! its own (zero-padded to a page) right after the page, followed by the value's raw pages
+//! (a LongPut's value is always raw), so keys up to 16 MiB fit the format; the record's
+//! `key_len_hi` byte carries bits 16-23 of the key length.
 //!
 //! Values too large for a packed page are *raw*: page-aligned, without headers, in the
 //! `raw_after` pages that follow the packed page describing them, so an 8 KiB value costs
@@ -26,6 +33,55 @@ pub const RECORD_HEADER: usize = 16;
 pub const INDIRECT_PAYLOAD: usize = 8;
 /// Record payload capacity of a packed page.
 pub const PAGE_CAPACITY: usize = PAGE_SIZE - PAGE_HEADER;
+/// Keys longer than this are written with long records: the key in raw pages of its own.
+pub const LONG_KEY_MIN: usize = 4096;
+/// The longest key the format can describe (24-bit length).
+pub const LONG_KEY_MAX: usize = (1 << 24) - 1;
+/// Payload bytes of a LongPut record (key page, key crc, value crc).
+pub const LONG_PUT_PAYLOAD: usize = 12;
+/// Payload bytes of a LongDelete record (key page, key crc).
+pub const LONG_DELETE_PAYLOAD: usize = 8;
+
+/// Whether a key of this length is written with a long record.
+pub fn is_long_key(key_len: usize) -> bool {
+    key_len > LONG_KEY_MIN
+}
+
+/// Raw pages a long key fills.
+pub fn key_pages(key_len: usize) -> u64 {
+    (key_len as u64).div_ceil(PAGE_SIZE as u64).max(1)
+}
+
+/// Where a long record's key is: its first raw page, its length and its crc32c.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongKey {
+    /// First raw page of the key (in the same log segment).
+    pub first_page: u32,
+    /// Key length in bytes.
+    pub len: u32,
+    /// crc32c of the key.
+    pub crc: u32,
+}
+
+impl LongKey {
+    /// Raw pages the key fills.
+    pub fn pages(&self) -> u32 {
+        key_pages(self.len as usize) as u32
+    }
+
+    /// The key, cut out of its raw pages (in order) and checked against its crc.
+    pub fn assemble<'a>(&self, pages: impl IntoIterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
+        let mut key = Vec::with_capacity(self.pages() as usize * PAGE_SIZE);
+        for p in pages.into_iter().take(self.pages() as usize) {
+            key.extend_from_slice(p);
+        }
+        if key.len() < self.len as usize {
+            return None;
+        }
+        key.truncate(self.len as usize);
+        (crc32c::crc32c(&key) == self.crc).then_some(key)
+    }
+}
 
 const MAGIC: u16 = 0x4c56; // "VL"
 const FLAG_LAST_IN_BATCH: u8 = 1;
@@ -39,6 +95,10 @@ pub enum RecordKind {
     Indirect,
     /// A deletion.
     Delete,
+    /// A put whose key lives in raw pages (see [`LONG_KEY_MIN`]).
+    LongPut,
+    /// A deletion whose key lives in raw pages.
+    LongDelete,
 }
 
 impl RecordKind {
@@ -47,6 +107,8 @@ impl RecordKind {
             RecordKind::Put => 1,
             RecordKind::Indirect => 2,
             RecordKind::Delete => 3,
+            RecordKind::LongPut => 4,
+            RecordKind::LongDelete => 5,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
@@ -54,6 +116,8 @@ impl RecordKind {
             1 => RecordKind::Put,
             2 => RecordKind::Indirect,
             3 => RecordKind::Delete,
+            4 => RecordKind::LongPut,
+            5 => RecordKind::LongDelete,
             _ => return None,
         })
     }
@@ -92,6 +156,9 @@ pub struct ValuePtr {
 impl ValuePtr {
     /// Bytes this value's record occupies in the log (header, key, payload, raw pages).
     pub fn record_bytes(&self, key_len: usize) -> u64 {
+        if is_long_key(key_len) {
+            return stored_record_bytes(key_len, self.len as usize);
+        }
         match self.loc {
             ValueLoc::Inline { .. } => (RECORD_HEADER + key_len) as u64 + u64::from(self.len),
             ValueLoc::Raw { .. } => {
@@ -106,11 +173,23 @@ impl ValuePtr {
 /// (packed in a page when it fits, else a header record plus raw pages): what it adds to
 /// the live bytes of its segment.
 pub fn stored_record_bytes(key_len: usize, value_len: usize) -> u64 {
-    if fits_inline(key_len, value_len) {
+    if is_long_key(key_len) {
+        (RECORD_HEADER + LONG_PUT_PAYLOAD) as u64
+            + (key_pages(key_len) + raw_pages(value_len as u64)) * PAGE_SIZE as u64
+    } else if fits_inline(key_len, value_len) {
         (RECORD_HEADER + key_len + value_len) as u64
     } else {
         (RECORD_HEADER + key_len + INDIRECT_PAYLOAD) as u64
             + raw_pages(value_len as u64) * PAGE_SIZE as u64
+    }
+}
+
+/// Bytes a delete of a `key_len`-byte key occupies in the log (garbage once flushed).
+pub fn delete_record_bytes(key_len: usize) -> u64 {
+    if is_long_key(key_len) {
+        (RECORD_HEADER + LONG_DELETE_PAYLOAD) as u64 + key_pages(key_len) * PAGE_SIZE as u64
+    } else {
+        (RECORD_HEADER + key_len) as u64
     }
 }
 
@@ -144,8 +223,10 @@ pub struct Record {
     pub value_len: u32,
     /// Offset of the value in the page (Put) — or of the payload.
     pub payload_offset: u16,
-    /// First raw page and crc (Indirect).
+    /// First raw page and crc of the value (Indirect, LongPut).
     pub raw: Option<(u32, u32)>,
+    /// Where the key is (LongPut, LongDelete: `key` is then empty until read from there).
+    pub long_key: Option<LongKey>,
 }
 
 /// Builds a packed page in memory.
@@ -208,6 +289,31 @@ impl PageBuilder {
         self.buf.extend_from_slice(&value_len.to_le_bytes());
         self.buf.extend_from_slice(&seq.to_le_bytes());
         self.buf.extend_from_slice(key);
+        let at = self.buf.len() as u16;
+        self.buf.extend_from_slice(payload);
+        Some(at)
+    }
+
+    /// Appends a long record (its key is in raw pages, not here) if it fits; returns the
+    /// offset of its payload.
+    pub fn add_long(
+        &mut self,
+        kind: RecordKind,
+        seq: u64,
+        key_len: usize,
+        value_len: u32,
+        payload: &[u8],
+    ) -> Option<u16> {
+        let need = RECORD_HEADER + payload.len();
+        if need > self.free() || key_len > LONG_KEY_MAX {
+            return None;
+        }
+        self.buf.push(kind.code());
+        self.buf.push((key_len >> 16) as u8);
+        self.buf
+            .extend_from_slice(&((key_len & 0xffff) as u16).to_le_bytes());
+        self.buf.extend_from_slice(&value_len.to_le_bytes());
+        self.buf.extend_from_slice(&seq.to_le_bytes());
         let at = self.buf.len() as u16;
         self.buf.extend_from_slice(payload);
         Some(at)
@@ -310,28 +416,47 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             return Err("truncated record header".into());
         }
         let kind = RecordKind::from_code(p[at]).ok_or("unknown record kind")?;
-        let key_len = usize::from(u16_at(p, at + 2));
+        let long = matches!(kind, RecordKind::LongPut | RecordKind::LongDelete);
+        let key_len = usize::from(u16_at(p, at + 2)) | usize::from(p[at + 1]) << 16;
         let value_len = u32_at(p, at + 4);
         let seq = u64_at(p, at + 8);
         let key_start = at + RECORD_HEADER;
-        let payload = key_start + key_len;
+        let payload = if long { key_start } else { key_start + key_len };
         let payload_len = match kind {
             RecordKind::Put => value_len as usize,
             RecordKind::Indirect => INDIRECT_PAYLOAD,
             RecordKind::Delete => 0,
+            RecordKind::LongPut => LONG_PUT_PAYLOAD,
+            RecordKind::LongDelete => LONG_DELETE_PAYLOAD,
         };
         if payload + payload_len > end {
             return Err("record runs past the page".into());
         }
-        let raw =
-            (kind == RecordKind::Indirect).then(|| (u32_at(p, payload), u32_at(p, payload + 4)));
+        let long_key = long.then(|| LongKey {
+            first_page: u32_at(p, payload),
+            len: key_len as u32,
+            crc: u32_at(p, payload + 4),
+        });
+        let raw = match (kind, long_key) {
+            (RecordKind::Indirect, _) => Some((u32_at(p, payload), u32_at(p, payload + 4))),
+            (RecordKind::LongPut, Some(k)) => Some((
+                k.first_page.saturating_add(k.pages()),
+                u32_at(p, payload + 8),
+            )),
+            _ => None,
+        };
         out.push(Record {
             kind,
             seq,
-            key: p[key_start..payload].to_vec(),
+            key: if long {
+                Vec::new()
+            } else {
+                p[key_start..payload].to_vec()
+            },
             value_len,
             payload_offset: payload as u16,
             raw,
+            long_key,
         });
         at = payload + payload_len;
     }
@@ -379,6 +504,56 @@ mod tests {
             unused_bytes(PageBuilder::new().bytes().len()),
             PAGE_SIZE as u64
         );
+    }
+
+    #[test]
+    fn long_records_round_trip() {
+        let key: Vec<u8> = (0..20_000u32).map(|i| (i % 253) as u8).collect();
+        let kcrc = crc32c::crc32c(&key);
+        let mut b = PageBuilder::new();
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&kcrc.to_le_bytes());
+        payload.extend_from_slice(&0x1234u32.to_le_bytes());
+        b.add_long(RecordKind::LongPut, 5, key.len(), 100, &payload)
+            .expect("fits");
+        b.add_long(RecordKind::LongDelete, 6, 70_000, 0, &payload[..8])
+            .expect("fits");
+        b.add(RecordKind::Put, 7, b"short", 1, b"x").expect("fits");
+        let page = b.seal(1, 0, 1, true, 4);
+        let info = check_page(&page, 1, 0).expect("valid");
+        let recs = parse_records(&page, &info).expect("parse");
+        assert_eq!(recs.len(), 3);
+        let lk = recs[0].long_key.expect("long key");
+        assert_eq!((lk.first_page, lk.len, lk.crc), (1, 20_000, kcrc));
+        assert_eq!(lk.pages(), 3);
+        assert_eq!(recs[0].raw, Some((4, 0x1234)));
+        assert!(recs[0].key.is_empty());
+        assert_eq!(recs[1].kind, RecordKind::LongDelete);
+        assert_eq!(recs[1].long_key.map(|k| k.len), Some(70_000));
+        assert_eq!(recs[2].key, b"short");
+        // The key is cut from its pages and checked.
+        let pages: Vec<Vec<u8>> = key
+            .chunks(PAGE_SIZE)
+            .map(|c| {
+                let mut p = c.to_vec();
+                p.resize(PAGE_SIZE, 0);
+                p
+            })
+            .collect();
+        assert_eq!(
+            lk.assemble(pages.iter().map(Vec::as_slice)),
+            Some(key.clone())
+        );
+        let mut bad = pages.clone();
+        bad[2][5] ^= 1;
+        assert_eq!(lk.assemble(bad.iter().map(Vec::as_slice)), None);
+        assert_eq!(lk.assemble(pages[..2].iter().map(Vec::as_slice)), None);
+        assert_eq!(
+            stored_record_bytes(20_000, 100),
+            (RECORD_HEADER + LONG_PUT_PAYLOAD + 4 * PAGE_SIZE) as u64
+        );
+        assert_eq!(delete_record_bytes(5), (RECORD_HEADER + 5) as u64);
     }
 
     #[test]
