@@ -12,7 +12,6 @@
 //! the SETs of all connections into one group commit.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,23 +20,12 @@ use hwftl_sim::loadgen::{self, Clock, LoadSpec, Pattern};
 use hwftl_sim::{
     AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore, Release, TimingModel, PAGE_SIZE,
 };
-use lsm::{Engine, EngineConfig, WriteOp};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use lsm::{Engine, EngineConfig};
 
+use crate::kv::{key, LocalEngine};
 use crate::report::Row;
+use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 
-/// Requests in flight: `CLIENTS` threads with a batch of `BATCH` each.
-const QD: u32 = CLIENTS * BATCH;
-/// Client threads issuing batches concurrently.
-const CLIENTS: u32 = 4;
-/// Requests per client batch (a write batch is one atomic `write`, a read batch one
-/// `multi_get`).
-const BATCH: u32 = 8;
-/// A write batch carries at least this many pages of values: the drive's engine thread
-/// gathers the SETs queued from all connections into one group commit, so small values
-/// share pages the way they do behind the network.
-const WRITE_GROUP_PAGES: usize = 4;
 /// Keys loaded at most per value size in `--quick` runs (small values would otherwise mean
 /// millions of keys).
 const QUICK_MAX_KEYS: u64 = 100_000;
@@ -55,15 +43,20 @@ pub struct LocalBench {
     pub scratch: PathBuf,
     /// Overrides the data set size per value size, in MiB.
     pub data_mib: Option<u64>,
+    /// Overrides the device size, in MiB (default three times the data set).
+    pub device_mib: Option<u64>,
 }
 
 /// A backend and timing to run on.
-struct Target {
-    name: &'static str,
+pub(crate) struct Target {
+    pub(crate) name: &'static str,
     timing: TimingModel,
     release: Release,
     file: bool,
 }
+
+/// The io_uring O_DIRECT file backend without a timing model: the real data path.
+pub(crate) const FILE: &Target = &TARGETS[1];
 
 const TARGETS: [Target; 2] = [
     Target {
@@ -80,21 +73,17 @@ const TARGETS: [Target; 2] = [
     },
 ];
 
-/// Raw device figures at depth `QD`: ops/s of sequential writes and random reads.
-struct Ceiling {
-    write_ops: f64,
-    read_ops: f64,
-}
-
-fn key(i: u64) -> [u8; 16] {
-    let mut k = *b"user000000000000";
-    let digits = format!("{i:012}");
-    k[4..].copy_from_slice(digits.as_bytes());
-    k
+/// `8K`, `1K` or `100B`.
+pub(crate) fn size_label(value_size: usize) -> String {
+    match value_size {
+        8192 => "8K".to_string(),
+        1024 => "1K".to_string(),
+        v => format!("{v}B"),
+    }
 }
 
 impl LocalBench {
-    fn data_bytes(&self) -> u64 {
+    pub(crate) fn data_bytes(&self) -> u64 {
         self.data_mib
             .unwrap_or(if self.quick { 64 } else { 1024 })
             .max(8)
@@ -107,11 +96,13 @@ impl LocalBench {
             8,
             8,
             PAGES_PER_BLOCK,
-            3 * self.data_bytes(),
+            self.device_mib.map_or(3 * self.data_bytes(), |m| {
+                (m << 20).max(3 * self.data_bytes())
+            }),
         )?)
     }
 
-    fn device(&self, t: &Target, tag: &str) -> anyhow::Result<Arc<Ftl>> {
+    pub(crate) fn device(&self, t: &Target, tag: &str) -> anyhow::Result<Arc<Ftl>> {
         let mut cfg = DeviceConfig::new(self.geometry()?);
         cfg.timing = t.timing;
         cfg.release = t.release;
@@ -125,7 +116,7 @@ impl LocalBench {
         Ok(Arc::new(Ftl::format(&backend, cfg)?))
     }
 
-    fn ceiling(&self, t: &Target) -> anyhow::Result<Ceiling> {
+    pub(crate) fn ceiling(&self, t: &Target) -> anyhow::Result<Ceiling> {
         let dev = self.device(t, "ceiling")?;
         let g = dev.geometry();
         let segments = ((self.data_bytes() / g.segment_bytes()) as u32).max(1);
@@ -149,10 +140,17 @@ impl LocalBench {
         })
     }
 
-    fn cleanup(&self, t: &Target, tag: &str) {
+    pub(crate) fn cleanup(&self, t: &Target, tag: &str) {
         if t.file {
             let _ = std::fs::remove_file(self.scratch.join(format!("local-{tag}.img")));
         }
+    }
+
+    /// Keys loaded for values of `value_size` bytes: the data set, at least `QD`, at most
+    /// the cap of the mode.
+    pub(crate) fn keys(&self, value_size: usize) -> u64 {
+        let cap = if self.quick { QUICK_MAX_KEYS } else { MAX_KEYS };
+        (self.data_bytes() / value_size as u64).clamp(u64::from(QD), cap)
     }
 
     /// Runs every target and value size; returns the rows.
@@ -203,39 +201,20 @@ impl LocalBench {
             EngineConfig::default(),
         )?;
 
-        let cap = if self.quick { QUICK_MAX_KEYS } else { MAX_KEYS };
-        let n = (self.data_bytes() / value_size as u64).clamp(u64::from(QD), cap);
+        let n = self.keys(value_size);
         let system = format!("lightstore-local/{}", t.name);
-        let size = match value_size {
-            8192 => "8K".to_string(),
-            1024 => "1K".to_string(),
-            v => format!("{v}B"),
-        };
+        let size = size_label(value_size);
         let value: Vec<u8> = (0..value_size).map(|i| (i * 7) as u8).collect();
-        let value = &value[..];
-        let db = &engine;
-        let put_batch = |keys: &[[u8; 16]]| -> anyhow::Result<()> {
-            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Put(k, value)).collect();
-            Ok(db.write(&ops)?)
+        let kv = LocalEngine {
+            engine: &engine,
+            engine_counts_writes: true,
         };
-        let get_batch = |keys: &[[u8; 16]]| -> anyhow::Result<()> {
-            let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-            let got = db.multi_get(&refs)?;
-            anyhow::ensure!(got.iter().all(Option::is_some), "a loaded key is missing");
-            Ok(())
-        };
-        let wbatch = (BATCH as usize).max(WRITE_GROUP_PAGES * PAGE_SIZE / value_size) as u64;
-        let rbatch = u64::from(BATCH);
-        let random_keys = |rng: &mut SmallRng, len: u64| -> Vec<[u8; 16]> {
-            (0..len).map(|_| key(rng.gen_range(0..n))).collect()
-        };
-        let write_ratio =
-            |ops_s: f64| ops_s * value_size as f64 / (ceiling.write_ops * PAGE_SIZE as f64);
         let mut rows = Vec::new();
-        let mut push = |name: &str, m: Measured, ratio: f64| {
+        for w in Workload::ALL {
+            let m = workloads::run(&kv, w, n, n, &value, Shape::in_process(value_size))?;
             let mut row = Row::measured(
                 &system,
-                &format!("{name}-{size}"),
+                &format!("{}-{size}", w.name()),
                 QD,
                 m.ops_per_sec,
                 m.ops_per_sec * value_size as f64 / 1e6,
@@ -244,44 +223,9 @@ impl LocalBench {
             );
             row.value_size = Some(value_size as u32);
             row.write_amp = m.write_amp;
-            row.ratio_to_device = Some(ratio);
+            row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(w, value_size));
             rows.push(row);
-        };
-        // S-SET: keys in order (the clients take consecutive key ranges).
-        let m = measure(db, n, wbatch, |_, batch| {
-            let keys: Vec<[u8; 16]> = (batch * wbatch..(batch + 1) * wbatch)
-                .map(|i| key(i % n))
-                .collect();
-            put_batch(&keys)
-        })?;
-        push("S-SET", m, write_ratio(m.ops_per_sec));
-        // S-GET: keys in order.
-        let m = measure(db, n, rbatch, |_, batch| {
-            let keys: Vec<[u8; 16]> = (batch * rbatch..(batch + 1) * rbatch)
-                .map(|i| key(i % n))
-                .collect();
-            get_batch(&keys)
-        })?;
-        push("S-GET", m, m.ops_per_sec / ceiling.read_ops);
-        // R-SET: random overwrites of the loaded keys.
-        let m = measure(db, n, wbatch, |rng, _| put_batch(&random_keys(rng, wbatch)))?;
-        push("R-SET", m, write_ratio(m.ops_per_sec));
-        // R-GET: random reads.
-        let m = measure(db, n, rbatch, |rng, _| get_batch(&random_keys(rng, rbatch)))?;
-        push("R-GET", m, m.ops_per_sec / ceiling.read_ops);
-        // R-Mixed: nine read batches for every write batch.
-        // Nine read batches for every write batch of the same length.
-        let m = measure(db, n, rbatch, |rng, batch| {
-            if batch % 10 == 9 {
-                put_batch(&random_keys(rng, rbatch))
-            } else {
-                get_batch(&random_keys(rng, rbatch))
-            }
-        })?;
-        // The mix's ceiling: per 10 operations, 9 page reads and one value written.
-        let per_op = 0.9 / ceiling.read_ops
-            + 0.1 * (value_size as f64 / PAGE_SIZE as f64) / ceiling.write_ops;
-        push("R-Mixed", m, m.ops_per_sec * per_op);
+        }
         rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
         Ok(rows)
     }
@@ -342,73 +286,5 @@ fn recovery_rows(
         row("Recover-clean", took, e.stats().replayed_records);
         e.close()?;
         rows
-    })
-}
-
-/// Throughput, latency of a client's batch and write amplification of one workload.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    ops_per_sec: f64,
-    p50_us: f64,
-    p99_us: f64,
-    write_amp: Option<f64>,
-}
-
-/// Runs `ops` operations from `CLIENTS` threads, each issuing batches of `batch_len` through
-/// `f(rng, batch_number)`; batch numbers are handed out in order across the clients.
-fn measure<F>(db: &Engine, ops: u64, batch_len: u64, f: F) -> anyhow::Result<Measured>
-where
-    F: Fn(&mut SmallRng, u64) -> anyhow::Result<()> + Sync,
-{
-    let batches = ops.div_ceil(batch_len);
-    let next = AtomicU64::new(0);
-    let before = db.stats();
-    let start = Instant::now();
-    let per_client: Vec<anyhow::Result<Vec<f64>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..CLIENTS)
-            .map(|c| {
-                let (f, next) = (&f, &next);
-                scope.spawn(move || {
-                    let mut rng = SmallRng::seed_from_u64(0x5eed + u64::from(c));
-                    let mut lat = Vec::new();
-                    loop {
-                        let b = next.fetch_add(1, Ordering::Relaxed);
-                        if b >= batches {
-                            return Ok(lat);
-                        }
-                        let t0 = Instant::now();
-                        f(&mut rng, b)?;
-                        lat.push(t0.elapsed().as_nanos() as f64 / 1e3);
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
-            })
-            .collect()
-    });
-    let secs = start.elapsed().as_secs_f64();
-    let after = db.stats();
-    let mut lat = Vec::new();
-    for l in per_client {
-        lat.extend(l?);
-    }
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        lat.get(((lat.len().max(1) - 1) as f64 * p) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let user = after.user_bytes_written - before.user_bytes_written;
-    let device = after.device_bytes_written - before.device_bytes_written;
-    Ok(Measured {
-        ops_per_sec: (batches * batch_len) as f64 / secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-        write_amp: (user > 0).then(|| device as f64 / user as f64),
     })
 }

@@ -1,10 +1,19 @@
 //! `lightstore-bench`: the benchmark harness (`cargo xtask bench ...` runs it).
 
+mod all;
+mod all_report;
 mod device;
 mod fio;
+mod kv;
 mod local;
 mod net;
+#[cfg(feature = "peers")]
+mod peers;
+mod plots;
+mod procfs;
 mod report;
+mod resp;
+mod workloads;
 
 use std::path::PathBuf;
 
@@ -81,6 +90,51 @@ enum Bench {
         #[arg(long)]
         requests: Option<u64>,
     },
+    /// Every system side by side: the device ceiling, LightStore in-process and over RESP,
+    /// RocksDB (leveled, BlobDB; WAL sync and off), fjall, Redis (in-memory, AOF everysec);
+    /// writes report.md, results.json and SVG plots under --out.
+    All {
+        /// Small data sets (about two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Output directory.
+        #[arg(long, default_value = "bench-results")]
+        out: PathBuf,
+        /// Scratch directory (a subdirectory of it is made and removed).
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// Data set per value size, MiB (default 32 quick, 1024 full).
+        #[arg(long)]
+        data_mib: Option<u64>,
+        /// The lightstore binary (default: next to this one).
+        #[arg(long)]
+        lightstore: Option<PathBuf>,
+        /// Only systems whose names contain this (repeatable).
+        #[arg(long)]
+        system: Vec<String>,
+    },
+    /// One system at one value size (a child of `all`).
+    #[command(hide = true)]
+    RunOne {
+        #[arg(long)]
+        system: String,
+        #[arg(long)]
+        value_size: usize,
+        #[arg(long)]
+        keys: u64,
+        #[arg(long)]
+        cache_bytes: u64,
+        #[arg(long)]
+        data_mib: u64,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        json: PathBuf,
+        #[arg(long)]
+        addr: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        pid: Option<u32>,
+    },
 }
 
 fn emit(rows: &[report::Row], json: Option<PathBuf>) -> anyhow::Result<()> {
@@ -126,6 +180,7 @@ fn main() -> anyhow::Result<()> {
                 quick,
                 scratch,
                 data_mib,
+                device_mib: None,
             };
             emit(&bench.run()?, json)?;
         }
@@ -143,6 +198,51 @@ fn main() -> anyhow::Result<()> {
                 requests,
             };
             emit(&bench.run()?, json)?;
+        }
+        Bench::All {
+            quick,
+            out,
+            scratch,
+            data_mib,
+            lightstore,
+            system,
+        } => {
+            let bench = all::AllBench {
+                quick,
+                scratch,
+                data_mib,
+                lightstore,
+                only: system,
+            };
+            let res = bench.run()?;
+            for path in all_report::write_outputs(&res, &out)? {
+                println!("wrote {}", path.display());
+            }
+            println!("bench all took {:.0} s", res.seconds);
+        }
+        Bench::RunOne {
+            system,
+            value_size,
+            keys,
+            cache_bytes,
+            data_mib,
+            dir,
+            json,
+            addr,
+            pid,
+        } => {
+            all::RunOne {
+                system,
+                value_size,
+                keys,
+                cache_bytes,
+                data_mib,
+                dir,
+                json,
+                addr,
+                pid,
+            }
+            .run()?;
         }
     }
     Ok(())

@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use kvproto::{Client, Reply};
 
+use crate::procfs::{cpu_seconds, rss_mb};
 use crate::report::Row;
 
 /// Keys per MSET / MGET request (what `redis-benchmark -t mset` sends).
@@ -28,8 +29,6 @@ const VALUE_SIZES: [u32; 2] = [8192, 100];
 const CLIENT_SETTINGS: [(u32, u32); 4] = [(1, 1), (50, 1), (1, 16), (50, 16)];
 /// How long a server may take to accept clients.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Clock ticks per second of `/proc/<pid>/stat` times (Linux's fixed `USER_HZ`).
-const USER_HZ: f64 = 100.0;
 /// Capacity of the drive's device file (sparse).
 const DRIVE_CAPACITY: &str = "8GiB";
 
@@ -95,9 +94,9 @@ impl System {
 }
 
 /// A server process, stopped when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Drop for Server {
@@ -119,39 +118,12 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
 
-/// CPU seconds (user + system) the process has used so far.
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("unexpected /proc/pid/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat; here, after `pid (comm)`, 12 and 13.
-    let utime: f64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: f64 = fields.get(12).context("no stime")?.parse()?;
-    Ok((utime + stime) / USER_HZ)
-}
-
-/// Resident memory of the process in MB.
-fn rss_mb(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("no VmRSS")?
-        .parse()?;
-    Ok(kb * 1024.0 / 1e6)
-}
-
-fn have(bin: &str) -> bool {
+pub(crate) fn have(bin: &str) -> bool {
     Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {bin}"))
@@ -210,28 +182,19 @@ impl NetBench {
         v
     }
 
-    fn lightstore_bin(&self) -> anyhow::Result<PathBuf> {
-        if let Some(p) = &self.lightstore {
-            return Ok(p.clone());
-        }
-        let exe = std::env::current_exe()?;
-        let p = exe.with_file_name("lightstore");
-        if !p.exists() {
-            bail!(
-                "{} not found (build it with `cargo build --release -p firmware`, or pass --lightstore)",
-                p.display()
-            );
-        }
-        Ok(p)
-    }
-
     fn start(&self, sys: &System) -> anyhow::Result<Server> {
         let dir = self.scratch.join("net").join(sys.name().replace('/', "-"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         match sys {
-            System::Drive { timing } => start_drive(&self.lightstore_bin()?, &dir, timing),
-            System::Redis { aof } => start_redis(&dir, *aof),
+            System::Drive { timing } => start_drive(
+                &lightstore_bin(self.lightstore.as_deref())?,
+                &dir,
+                timing,
+                DRIVE_CAPACITY,
+                Stdio::inherit(),
+            ),
+            System::Redis { aof } => start_redis(&dir, *aof, Stdio::inherit()),
         }
     }
 
@@ -314,21 +277,38 @@ impl NetBench {
     }
 }
 
-fn start_drive(bin: &Path, dir: &Path, timing: &str) -> anyhow::Result<Server> {
+/// The `lightstore` binary: `given`, or the one next to this executable.
+pub(crate) fn lightstore_bin(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let exe = std::env::current_exe()?;
+    let p = exe.with_file_name("lightstore");
+    if !p.exists() {
+        bail!(
+            "{} not found (build it with `cargo build --release -p firmware`, or pass --lightstore)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Starts the drive on a fresh simulated device of `capacity` in `dir` (`timing`: a timing
+/// preset); its log goes to `stderr`.
+pub(crate) fn start_drive(
+    bin: &Path,
+    dir: &Path,
+    timing: &str,
+    capacity: &str,
+    stderr: Stdio,
+) -> anyhow::Result<Server> {
     let mut child = Command::new(bin)
-        .args([
-            "--port",
-            "0",
-            "--device",
-            "sim",
-            "--capacity",
-            DRIVE_CAPACITY,
-        ])
+        .args(["--port", "0", "--device", "sim", "--capacity", capacity])
         .args(["--timing", timing, "--data-dir"])
         .arg(dir)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
@@ -352,7 +332,9 @@ fn start_drive(bin: &Path, dir: &Path, timing: &str) -> anyhow::Result<Server> {
     Ok(Server { child, addr })
 }
 
-fn start_redis(dir: &Path, aof: bool) -> anyhow::Result<Server> {
+/// Starts `redis-server` with its data in `dir`, AOF with `appendfsync everysec` or no
+/// persistence; its log goes to `stderr`.
+pub(crate) fn start_redis(dir: &Path, aof: bool, stderr: Stdio) -> anyhow::Result<Server> {
     let port = free_port()?;
     let mut cmd = Command::new("redis-server");
     cmd.args([
@@ -372,7 +354,7 @@ fn start_redis(dir: &Path, aof: bool) -> anyhow::Result<Server> {
     }
     let child = cmd
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .context("starting redis-server")?;
     let server = Server {
@@ -534,12 +516,5 @@ mod tests {
         assert!((p50 - 0.095).abs() < 1e-9);
         assert!((p99 - 0.3).abs() < 1e-9);
         assert!(parse_csv("garbage").is_err());
-    }
-
-    #[test]
-    fn reads_own_cpu_and_rss() {
-        let pid = std::process::id();
-        assert!(cpu_seconds(pid).is_ok_and(|s| s >= 0.0));
-        assert!(rss_mb(pid).is_ok_and(|m| m > 0.0));
     }
 }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 /// One measured (or missing) configuration.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Row {
     /// What was measured, e.g. `hwftl-file/none` or `fio`.
     pub system: String,
@@ -20,6 +20,9 @@ pub struct Row {
     pub p50_us: f64,
     /// 99th percentile latency in microseconds.
     pub p99_us: f64,
+    /// 99.9th percentile latency in microseconds (`bench all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p999_us: Option<f64>,
     /// Commands in flight.
     pub queue_depth: u32,
     /// Ratio of ops/s to fio's on the same bytes (device benchmark, file backend).
@@ -34,10 +37,10 @@ pub struct Row {
     /// Ratio to the raw device ceiling of the same backend measured in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_device: Option<f64>,
-    /// Client connections (network benchmark).
+    /// Client connections (network benchmark), or client threads (in-process, `bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connections: Option<u32>,
-    /// Requests each connection keeps in flight (network benchmark).
+    /// Requests each connection (or client thread) keeps in flight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<u32>,
     /// Server CPU seconds (user + system) per million requests.
@@ -49,6 +52,13 @@ pub struct Row {
     /// Ratio of ops/s to in-memory Redis with the same client settings, in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_redis: Option<f64>,
+    /// Ratio of ops/s to LightStore on the same access path (in-process or RESP), same
+    /// workload and value size, in the same run (`bench all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_lightstore: Option<f64>,
+    /// Where reads are served from: the device, or a cache in front of it (`bench all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads_from: Option<String>,
     /// Why the row has no figures (a peer that could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
@@ -60,26 +70,12 @@ impl Row {
         Row {
             system: system.into(),
             workload: workload.into(),
-            ops_per_sec: 0.0,
-            mb_per_sec: 0.0,
-            p50_us: 0.0,
-            p99_us: 0.0,
             queue_depth,
-            ratio_to_fio: None,
-            value_size: None,
-            write_amp: None,
-            ratio_to_device: None,
-            connections: None,
-            pipeline: None,
-            cpu_s_per_mop: None,
-            rss_mb: None,
-            ratio_to_redis: None,
             missing: Some(reason),
+            ..Row::default()
         }
     }
-}
 
-impl Row {
     /// A measured row; the optional ratios start empty.
     pub fn measured(
         system: &str,
@@ -98,16 +94,7 @@ impl Row {
             p50_us,
             p99_us,
             queue_depth,
-            ratio_to_fio: None,
-            value_size: None,
-            write_amp: None,
-            ratio_to_device: None,
-            connections: None,
-            pipeline: None,
-            cpu_s_per_mop: None,
-            rss_mb: None,
-            ratio_to_redis: None,
-            missing: None,
+            ..Row::default()
         }
     }
 }
@@ -199,4 +186,46 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
     }
     let text = serde_json::to_string_pretty(rows)?;
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
+/// apply, e.g. write amplification of a read workload).
+pub const ALL_KEYS: [&str; 19] = [
+    "system",
+    "workload",
+    "value_size",
+    "ops_per_sec",
+    "mb_per_sec",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "write_amp",
+    "cpu_s_per_mop",
+    "rss_mb",
+    "ratio_to_device",
+    "ratio_to_lightstore",
+    "queue_depth",
+    "connections",
+    "pipeline",
+    "reads_from",
+    "ratio_to_redis",
+    "missing",
+];
+
+/// Rows as JSON objects that all carry [`ALL_KEYS`].
+///
+/// # Errors
+/// When a row cannot be serialized (never for finite figures).
+pub fn to_full_json(rows: &[Row]) -> anyhow::Result<serde_json::Value> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let mut v = serde_json::to_value(r)?;
+        if let Some(obj) = v.as_object_mut() {
+            for k in ALL_KEYS {
+                obj.entry(k).or_insert(serde_json::Value::Null);
+            }
+        }
+        out.push(v);
+    }
+    Ok(serde_json::Value::Array(out))
 }

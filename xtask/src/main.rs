@@ -5,7 +5,16 @@
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
 //! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
 //! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
+//! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
+//!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
+//! - `cargo xtask cluster up N [--replicas R]` / `cargo xtask cluster down`: a local Redis
+//!   Cluster of drives (see `cluster`).
+//! - `cargo xtask ycsb --workload a..f [--drives N]`: the YCSB client with the LightStore
+//!   binding (`adapters/ycsb`) against fresh drives (see `ycsb`).
+
+mod cluster;
+mod ycsb;
 
 use std::process::{Command, ExitCode};
 
@@ -18,6 +27,13 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("redis-cli", "redis-tools"),
     ("redis-benchmark", "redis-tools"),
     ("redis-server", "redis-server"),
+    // The block adapter's tests (adapters/tests): real NBD clients, and ext4 through FUSE.
+    ("nbdinfo", "libnbd-bin"),
+    ("nbdcopy", "libnbd-bin"),
+    ("qemu-img", "qemu-utils"),
+    ("qemu-io", "qemu-utils"),
+    ("nbdfuse", "nbdfuse"),
+    ("fusermount3", "fuse3"),
 ];
 
 #[derive(Parser)]
@@ -45,6 +61,13 @@ enum Task {
     },
     /// rustfmt check and clippy (warnings are errors).
     Lint,
+    /// A local Redis Cluster of drives: `up N [--replicas R]`, `down`.
+    Cluster {
+        #[command(subcommand)]
+        task: cluster::ClusterTask,
+    },
+    /// YCSB workloads A-F through the LightStore binding against 1 or N fresh drives.
+    Ycsb(ycsb::YcsbArgs),
 }
 
 fn have(binary: &str) -> bool {
@@ -63,6 +86,11 @@ fn ensure_debian_tools() {
         .filter(|(bin, _)| !have(bin))
         .map(|(_, pkg)| *pkg)
         .collect();
+    apt_install(&missing);
+}
+
+/// Installs Debian packages (`apt-get update` first); failing is reported, not fatal.
+fn apt_install(missing: &[&str]) {
     if missing.is_empty() {
         return;
     }
@@ -115,6 +143,58 @@ fn cargo(args: &[&str], extra: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench all`: builds the drive and the harness with the `peers` feature
+/// (RocksDB, fjall) in a target directory of their own (`target/bench-peers`: the default
+/// build, its lock and `cargo test` never compile the peers), then runs the harness. Debian's
+/// `librocksdb-dev` is linked when present (installed if missing), which spares the many
+/// minutes of RocksDB's C++ build; bindgen needs libclang (`libclang-dev`).
+fn bench_all(args: &[String]) -> anyhow::Result<()> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("no workspace root")?
+        .to_path_buf();
+    let header = std::path::Path::new("/usr/include/rocksdb/c.h");
+    let llvm = std::path::Path::new("/usr/lib/llvm-14/lib");
+    let mut missing = Vec::new();
+    if !header.exists() {
+        missing.push("librocksdb-dev");
+    }
+    if !llvm.join("libclang.so").exists() {
+        missing.push("libclang-dev");
+    }
+    apt_install(&missing);
+    let target = root.join("target").join("bench-peers");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(&cargo);
+    build
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "firmware"])
+        .args(["-p", "lightstore-benches", "--features"])
+        .arg("lightstore-benches/peers")
+        .arg("--target-dir")
+        .arg(&target);
+    if header.exists() {
+        build
+            .env("ROCKSDB_LIB_DIR", "/usr/lib/x86_64-linux-gnu")
+            .env("ROCKSDB_INCLUDE_DIR", "/usr/include");
+    }
+    if std::env::var_os("LIBCLANG_PATH").is_none() && llvm.exists() {
+        build.env("LIBCLANG_PATH", llvm);
+    }
+    if !build.status().context("running cargo build")?.success() {
+        bail!("building the harness with the peers failed");
+    }
+    let status = Command::new(target.join("release").join("lightstore-bench"))
+        .arg("all")
+        .args(args)
+        .status()
+        .context("running lightstore-bench all")?;
+    if !status.success() {
+        bail!("lightstore-bench all failed ({status})");
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.task {
         Task::Test { args } => {
@@ -143,9 +223,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         &args,
                     )
                 }
-                other => bail!("unknown benchmark `{other}` (available: device, local, net)"),
+                "all" => bench_all(&args),
+                other => bail!("unknown benchmark `{other}` (available: device, local, net, all)"),
             }
         }
+        Task::Cluster { task } => cluster::run(task, cargo),
+        Task::Ycsb(args) => ycsb::run(&args),
         Task::Lint => {
             cargo(&["fmt", "--all", "--", "--check"], &[])?;
             cargo(

@@ -1,0 +1,782 @@
+//! `bench all`: the paper's workloads on every system side by side, in one run on this
+//! machine — the raw device ceiling, LightStore in-process and over RESP, RocksDB (leveled
+//! and BlobDB, WAL synchronous and off), fjall with key-value separation, and Redis
+//! (in-memory and AOF everysec) — with `report.md`, `results.json` and plots under `--out`.
+//!
+//! Each (system, value size) runs in a child process of this binary (`run-one`), so every
+//! system's CPU time, resident memory and bytes written are its own and a peer that fails
+//! cannot take the run down: it becomes rows marked missing, with the reason. Servers are
+//! started fresh for each value size and stopped (guards) however the run ends; Ctrl-C or
+//! SIGTERM stops the child, the servers and removes the scratch directory.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::kv::KvUnderTest;
+use crate::local::{self, LocalBench};
+use crate::net::{self, Server};
+use crate::report::Row;
+use crate::workloads::{self, Ceiling, Shape, Workload, QD};
+
+/// Value sizes measured, largest first.
+pub const VALUE_SIZES: [usize; 3] = [8192, 1024, 100];
+/// Data set per value size in `--quick` runs, MiB.
+const QUICK_DATA_MIB: u64 = 64;
+/// Data set per value size in full runs, MiB.
+const FULL_DATA_MIB: u64 = 1024;
+/// Keys per value size at most, `--quick`.
+const QUICK_MAX_KEYS: u64 = 65_536;
+/// Keys per value size at most, full run.
+const FULL_MAX_KEYS: u64 = 1_000_000;
+/// The peers' block (and blob) caches are this fraction of the data set, so reads reach the
+/// device.
+const CACHE_FRACTION: u64 = 16;
+
+/// Set by SIGINT / SIGTERM: stop the child and the servers, clean up, exit.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+fn interrupted() -> anyhow::Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+/// How a system is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// An engine in the child's process.
+    InProcess,
+    /// The drive over RESP.
+    Drive,
+    /// `redis-server` over RESP.
+    Redis { aof: bool },
+}
+
+/// One system of the comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct System {
+    /// Row name.
+    pub name: &'static str,
+    access: Access,
+    /// Needs the `peers` feature (RocksDB, fjall).
+    peer: bool,
+    /// Where its reads are served from.
+    pub reads_from: &'static str,
+}
+
+/// Every system, LightStore first.
+pub const SYSTEMS: [System; 9] = [
+    System {
+        name: "lightstore-local",
+        access: Access::InProcess,
+        peer: false,
+        reads_from: "device (io_uring O_DIRECT); keytables in DRAM",
+    },
+    System {
+        name: "lightstore-net",
+        access: Access::Drive,
+        peer: false,
+        reads_from: "device (io_uring O_DIRECT); keytables in DRAM",
+    },
+    System {
+        name: "rocksdb-leveled/wal-sync",
+        access: Access::InProcess,
+        peer: true,
+        reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+    },
+    System {
+        name: "rocksdb-leveled/no-wal",
+        access: Access::InProcess,
+        peer: true,
+        reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+    },
+    System {
+        name: "rocksdb-blobdb/wal-sync",
+        access: Access::InProcess,
+        peer: true,
+        reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+    },
+    System {
+        name: "rocksdb-blobdb/no-wal",
+        access: Access::InProcess,
+        peer: true,
+        reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+    },
+    System {
+        name: "fjall-kvsep",
+        access: Access::InProcess,
+        peer: true,
+        reads_from: "OS page cache (no direct I/O in fjall; its files are dropped from the cache before each read workload)",
+    },
+    System {
+        name: "redis",
+        access: Access::Redis { aof: false },
+        peer: false,
+        reads_from: "DRAM (in-memory server, no persistence)",
+    },
+    System {
+        name: "redis-aof-everysec",
+        access: Access::Redis { aof: true },
+        peer: false,
+        reads_from: "DRAM (in-memory server; AOF fsync'd every second)",
+    },
+];
+
+/// LightStore's device (in-process and the drive's): three times the data set, at least
+/// 1 GiB, so the workloads' overwrites (about twice the data set) run before garbage
+/// collection starts — as the peers, which have the whole file system.
+fn device_mib(data_mib: u64) -> u64 {
+    (3 * data_mib).max(1024)
+}
+
+/// The raw device's row name.
+pub const DEVICE: &str = "device/file";
+
+fn system(name: &str) -> anyhow::Result<System> {
+    SYSTEMS
+        .into_iter()
+        .find(|s| s.name == name)
+        .with_context(|| format!("unknown system `{name}`"))
+}
+
+/// One latency CDF (a row's batches).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cdf {
+    /// System.
+    pub system: String,
+    /// Workload.
+    pub workload: String,
+    /// Value size, bytes.
+    pub value_size: u32,
+    /// `[µs, fraction]` points.
+    pub points: Vec<[f64; 2]>,
+}
+
+/// What a `run-one` child writes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ChildOutput {
+    rows: Vec<Row>,
+    cdfs: Vec<Cdf>,
+}
+
+/// Settings of `bench all`.
+#[derive(Debug, Clone)]
+pub struct AllBench {
+    /// Small data sets (about two minutes).
+    pub quick: bool,
+    /// Scratch directory (a subdirectory is made and removed).
+    pub scratch: PathBuf,
+    /// Data set per value size, MiB.
+    pub data_mib: Option<u64>,
+    /// The drive binary (default: next to this one).
+    pub lightstore: Option<PathBuf>,
+    /// Only systems whose names contain one of these.
+    pub only: Vec<String>,
+}
+
+/// Everything a finished run produced.
+pub struct Results {
+    /// Every row, device rows first.
+    pub rows: Vec<Row>,
+    /// Latency CDFs of the measured rows.
+    pub cdfs: Vec<Cdf>,
+    /// The device ceiling (measured before the systems; the ratios use it).
+    pub ceiling: Ceiling,
+    /// The device ceiling measured again after the systems (this host's disk speed drifts).
+    pub ceiling_after: Option<Ceiling>,
+    /// Keys loaded per value size.
+    pub keys: Vec<(usize, u64)>,
+    /// Data set per value size, MiB.
+    pub data_mib: u64,
+    /// Whether it was a `--quick` run.
+    pub quick: bool,
+    /// Whether the peers were compiled in.
+    pub peers_built: bool,
+    /// Wall time of the run, seconds.
+    pub seconds: f64,
+    /// Drive capacity used for LightStore-Net.
+    pub drive_capacity: String,
+}
+
+/// Removes the scratch directory of the run when dropped.
+struct ScratchGuard(PathBuf);
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        if let Some(parent) = self.0.parent() {
+            // Only if it is empty now (it may be the user's directory).
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Kills a child when dropped (it may already have exited).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+impl AllBench {
+    fn data_mib(&self) -> u64 {
+        self.data_mib
+            .unwrap_or(if self.quick {
+                QUICK_DATA_MIB
+            } else {
+                FULL_DATA_MIB
+            })
+            .max(8)
+    }
+
+    fn keys(&self, value_size: usize) -> u64 {
+        let cap = if self.quick {
+            QUICK_MAX_KEYS
+        } else {
+            FULL_MAX_KEYS
+        };
+        ((self.data_mib() << 20) / value_size as u64).clamp(u64::from(QD), cap)
+    }
+
+    fn device_mib(&self) -> u64 {
+        device_mib(self.data_mib())
+    }
+
+    /// The drive's device, the same size as LightStore-Local's.
+    fn drive_capacity(&self) -> String {
+        format!("{}MiB", self.device_mib())
+    }
+
+    fn local(&self, scratch: &Path) -> LocalBench {
+        LocalBench {
+            quick: self.quick,
+            scratch: scratch.to_path_buf(),
+            data_mib: Some(self.data_mib()),
+            device_mib: Some(self.device_mib()),
+        }
+    }
+
+    fn selected(&self, s: &System) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| s.name.contains(o.as_str()))
+    }
+
+    /// Refuses a scratch file system without room for the largest thing a step keeps there
+    /// at once (the drive's reserved device, or the local device at three times the data),
+    /// plus a margin.
+    fn check_space(&self) -> anyhow::Result<()> {
+        let need_mib = self.device_mib() * 3 / 2 + 512;
+        let free = crate::procfs::free_bytes(&self.scratch)?;
+        if free < need_mib << 20 {
+            bail!(
+                "the scratch directory {} has {} MiB free; bench all needs {need_mib} MiB there \
+                 (pass --scratch DIR on a larger file system, or a smaller --data-mib)",
+                self.scratch.display(),
+                free >> 20
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs every system and value size; writes nothing (see [`write_outputs`]).
+    ///
+    /// # Errors
+    /// When the scratch directory is unusable, the device ceiling cannot be measured, or the
+    /// run is interrupted.
+    pub fn run(&self) -> anyhow::Result<Results> {
+        let started = Instant::now();
+        install_signal_handlers();
+        std::fs::create_dir_all(&self.scratch)
+            .with_context(|| format!("creating {}", self.scratch.display()))?;
+        let run_dir = self.scratch.join(format!("all-{}", std::process::id()));
+        std::fs::create_dir_all(&run_dir)
+            .with_context(|| format!("creating {}", run_dir.display()))?;
+        let _guard = ScratchGuard(run_dir.clone());
+        self.check_space()?;
+
+        let systems: Vec<System> = SYSTEMS.into_iter().filter(|s| self.selected(s)).collect();
+        let steps = 1 + systems.len() * VALUE_SIZES.len();
+        let multi = MultiProgress::new();
+        let bar = multi.add(ProgressBar::new(steps as u64));
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} {wide_msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let say = |msg: String| {
+            if bar.is_hidden() {
+                eprintln!("{msg}");
+            } else {
+                bar.println(msg);
+            }
+        };
+
+        bar.set_message("device ceiling (io_uring O_DIRECT file, 8 KiB, depth 32)");
+        let local = self.local(&run_dir);
+        let ceiling = local.ceiling(local::FILE)?;
+        say(format!(
+            "device ceiling: {:.0} sequential 8 KiB writes/s, {:.0} random 8 KiB reads/s",
+            ceiling.write_ops, ceiling.read_ops
+        ));
+        bar.inc(1);
+
+        let mut rows = device_rows(&ceiling);
+        let mut cdfs = Vec::new();
+        let log = run_dir.join("child.log");
+        for s in &systems {
+            for &vs in &VALUE_SIZES {
+                interrupted()?;
+                let label = format!("{} {}", s.name, local::size_label(vs));
+                bar.set_message(label.clone());
+                let t0 = Instant::now();
+                let out = self.run_system(s, vs, &run_dir, &log, &bar);
+                interrupted()?;
+                match out {
+                    Ok(o) => {
+                        let summary: Vec<String> = o
+                            .rows
+                            .iter()
+                            .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
+                            .collect();
+                        say(format!(
+                            "{label}: {} ({:.1} s)",
+                            summary.join(", "),
+                            t0.elapsed().as_secs_f64()
+                        ));
+                        rows.extend(o.rows);
+                        cdfs.extend(o.cdfs);
+                    }
+                    Err(e) => {
+                        say(format!("{label}: missing: {e:#}"));
+                        rows.extend(missing_rows(s, vs, &format!("{e:#}")));
+                    }
+                }
+                bar.inc(1);
+            }
+        }
+        bar.set_message("device ceiling again (the disk's speed drifts)");
+        let ceiling_after = local.ceiling(local::FILE).ok();
+        bar.finish_with_message("done");
+        for r in &mut rows {
+            if let Ok(s) = system(&r.system) {
+                r.reads_from = Some(s.reads_from.to_string());
+            }
+        }
+        add_ratios(&mut rows, &ceiling);
+        Ok(Results {
+            rows,
+            cdfs,
+            ceiling,
+            ceiling_after,
+            keys: VALUE_SIZES.iter().map(|&v| (v, self.keys(v))).collect(),
+            data_mib: self.data_mib(),
+            quick: self.quick,
+            peers_built: cfg!(feature = "peers"),
+            seconds: started.elapsed().as_secs_f64(),
+            drive_capacity: self.drive_capacity(),
+        })
+    }
+
+    /// One system at one value size: its server (if any) and a `run-one` child.
+    fn run_system(
+        &self,
+        s: &System,
+        value_size: usize,
+        run_dir: &Path,
+        log: &Path,
+        bar: &ProgressBar,
+    ) -> anyhow::Result<ChildOutput> {
+        if s.peer && !cfg!(feature = "peers") {
+            bail!(
+                "this harness was built without the `peers` feature (RocksDB, fjall); \
+                 `cargo xtask bench all` builds it with them"
+            );
+        }
+        let dir = run_dir.join(s.name.replace('/', "-"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let server_log = || -> anyhow::Result<Stdio> {
+            Ok(std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(run_dir.join("server.log"))?
+                .into())
+        };
+        let server: Option<Server> = match s.access {
+            Access::InProcess => None,
+            Access::Drive => Some(net::start_drive(
+                &net::lightstore_bin(self.lightstore.as_deref())?,
+                &dir,
+                "none",
+                &self.drive_capacity(),
+                server_log()?,
+            )?),
+            Access::Redis { aof } => {
+                if !net::have("redis-server") {
+                    bail!("redis-server is not installed (Debian redis-server)");
+                }
+                Some(net::start_redis(&dir, aof, server_log()?)?)
+            }
+        };
+        let json = dir.join("rows.json");
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("run-one")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .args(["--system", s.name])
+            .args(["--value-size", &value_size.to_string()])
+            .args(["--keys", &self.keys(value_size).to_string()])
+            .args(["--cache-bytes", &self.cache_bytes(value_size).to_string()])
+            .args(["--data-mib", &self.data_mib().to_string()])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--json")
+            .arg(&json);
+        if let Some(srv) = &server {
+            cmd.args(["--addr", &srv.addr.to_string()])
+                .args(["--pid", &srv.pid().to_string()]);
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(log)?;
+        let mut child = ChildGuard(
+            cmd.stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .context("starting the run-one child")?,
+        );
+        let stdout = child.0.stdout.take().context("no child stdout")?;
+        let current = Arc::new(Mutex::new(String::new()));
+        let reader = {
+            let (bar, current) = (bar.clone(), current.clone());
+            let label = format!("{} {}", s.name, local::size_label(value_size));
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(w) = line.strip_prefix("workload ") {
+                        bar.set_message(format!("{label}: {w}"));
+                        if let Ok(mut c) = current.lock() {
+                            *c = w.to_string();
+                        }
+                    }
+                }
+            })
+        };
+        let status = loop {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                bail!("interrupted");
+            }
+            if let Some(st) = child.0.try_wait()? {
+                break st;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = reader.join();
+        drop(server);
+        if !status.success() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            // The error the child printed, else its last lines.
+            let why = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Error: "))
+                .map(str::to_string)
+                .unwrap_or_else(|| {
+                    let last: Vec<&str> = text.lines().rev().take(3).collect();
+                    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                });
+            let at = current.lock().map(|c| c.clone()).unwrap_or_default();
+            bail!("the run failed ({status}) in {at}: {why}");
+        }
+        let text = std::fs::read_to_string(&json)
+            .with_context(|| format!("reading {}", json.display()))?;
+        let out: ChildOutput = serde_json::from_str(&text)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(out)
+    }
+
+    /// The peers' cache for values of `value_size`: a sixteenth of the keys and values loaded,
+    /// at least 1 MiB.
+    fn cache_bytes(&self, value_size: usize) -> u64 {
+        let data = self.keys(value_size) * (16 + value_size as u64);
+        (data / CACHE_FRACTION).max(1 << 20)
+    }
+}
+
+/// The device rows: the raw figures, and per workload and value size the operations per
+/// second the device alone allows (`Ceiling::ops`).
+fn device_rows(c: &Ceiling) -> Vec<Row> {
+    let page = hwftl_sim::PAGE_SIZE as f64;
+    let mut rows = vec![
+        Row::measured(
+            DEVICE,
+            "seqwrite-8K",
+            QD,
+            c.write_ops,
+            c.write_ops * page / 1e6,
+            0.0,
+            0.0,
+        ),
+        Row::measured(
+            DEVICE,
+            "randread-8K",
+            QD,
+            c.read_ops,
+            c.read_ops * page / 1e6,
+            0.0,
+            0.0,
+        ),
+    ];
+    for &vs in &VALUE_SIZES {
+        for w in Workload::ALL {
+            let ops = c.ops(w, vs);
+            let mut r = Row::measured(DEVICE, w.name(), QD, ops, ops * vs as f64 / 1e6, 0.0, 0.0);
+            r.value_size = Some(vs as u32);
+            rows.push(r);
+        }
+    }
+    for r in &mut rows {
+        r.reads_from = Some("device (io_uring O_DIRECT, no engine)".into());
+        r.ratio_to_device = Some(1.0);
+        r.value_size = r.value_size.or(Some(8192));
+    }
+    rows
+}
+
+fn missing_rows(s: &System, value_size: usize, reason: &str) -> Vec<Row> {
+    Workload::ALL
+        .iter()
+        .map(|w| {
+            let mut r = Row::missing(s.name, w.name(), QD, reason.to_string());
+            r.value_size = Some(value_size as u32);
+            r
+        })
+        .collect()
+}
+
+/// `ratio_to_device` (ops/s over what the device alone allows for the workload) and
+/// `ratio_to_lightstore` (ops/s over LightStore on the same access path: in-process peers
+/// against LightStore-Local, servers against LightStore-Net).
+fn add_ratios(rows: &mut [Row], c: &Ceiling) {
+    let ls: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.system.starts_with("lightstore-") && r.missing.is_none())
+        .cloned()
+        .collect();
+    for r in rows.iter_mut() {
+        if r.missing.is_some() || r.system == DEVICE {
+            continue;
+        }
+        let (Some(w), Some(vs)) = (Workload::from_name(&r.workload), r.value_size) else {
+            continue;
+        };
+        r.ratio_to_device = Some(r.ops_per_sec / c.ops(w, vs as usize));
+        let base = match system(&r.system).map(|s| s.access) {
+            Ok(Access::InProcess) => "lightstore-local",
+            Ok(_) => "lightstore-net",
+            Err(_) => continue,
+        };
+        r.ratio_to_lightstore = ls
+            .iter()
+            .find(|b| b.system == base && b.workload == r.workload && b.value_size == r.value_size)
+            .filter(|b| b.ops_per_sec > 0.0)
+            .map(|b| r.ops_per_sec / b.ops_per_sec);
+    }
+}
+
+/// Settings of one `run-one` child.
+#[derive(Debug, Clone)]
+pub struct RunOne {
+    /// System name (one of [`SYSTEMS`]).
+    pub system: String,
+    /// Value size, bytes.
+    pub value_size: usize,
+    /// Keys loaded (S-SET) and operations per workload.
+    pub keys: u64,
+    /// Block / blob cache of the peers, bytes.
+    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
+    pub cache_bytes: u64,
+    /// Data set of the run, MiB (LightStore-Local's device is three times that).
+    pub data_mib: u64,
+    /// Directory for the system's files.
+    pub dir: PathBuf,
+    /// Where to write the rows.
+    pub json: PathBuf,
+    /// A RESP server's address.
+    pub addr: Option<std::net::SocketAddr>,
+    /// A RESP server's process.
+    pub pid: Option<u32>,
+}
+
+impl RunOne {
+    /// Runs the five workloads on the system and writes the rows and CDFs.
+    ///
+    /// # Errors
+    /// When the system cannot be opened or fails.
+    pub fn run(&self) -> anyhow::Result<()> {
+        let s = system(&self.system)?;
+        let out = match s.access {
+            Access::InProcess if s.name == "lightstore-local" => {
+                let bench = LocalBench {
+                    quick: true,
+                    scratch: self.dir.clone(),
+                    data_mib: Some(self.data_mib),
+                    device_mib: Some(device_mib(self.data_mib)),
+                };
+                let dev = bench.device(local::FILE, "engine")?;
+                let engine = lsm::Engine::open(
+                    dev as Arc<dyn hwftl_sim::AppendDevice>,
+                    lsm::EngineConfig::default(),
+                )?;
+                let kv = crate::kv::LocalEngine {
+                    engine: &engine,
+                    engine_counts_writes: false,
+                };
+                let out = self.workloads(&kv, Shape::in_process(self.value_size))?;
+                engine.close()?;
+                out
+            }
+            Access::InProcess => self.peer(&s)?,
+            Access::Drive | Access::Redis { .. } => {
+                let kv = crate::resp::RespServer {
+                    addr: self.addr.context("--addr is needed for a server")?,
+                    pid: self.pid.context("--pid is needed for a server")?,
+                };
+                self.workloads(&kv, Shape::resp())?
+            }
+        };
+        std::fs::write(&self.json, serde_json::to_string(&out)?)
+            .with_context(|| format!("writing {}", self.json.display()))
+    }
+
+    #[cfg(feature = "peers")]
+    fn peer(&self, s: &System) -> anyhow::Result<ChildOutput> {
+        use crate::peers::{Fjall, Rocks, RocksLayout};
+        let shape = Shape::in_process(self.value_size);
+        let db = self.dir.join("db");
+        let cache = self.cache_bytes as usize;
+        match s.name {
+            "rocksdb-leveled/wal-sync" => {
+                self.workloads(&Rocks::open(&db, RocksLayout::Leveled, true, cache)?, shape)
+            }
+            "rocksdb-leveled/no-wal" => self.workloads(
+                &Rocks::open(&db, RocksLayout::Leveled, false, cache)?,
+                shape,
+            ),
+            "rocksdb-blobdb/wal-sync" => {
+                self.workloads(&Rocks::open(&db, RocksLayout::Blob, true, cache)?, shape)
+            }
+            "rocksdb-blobdb/no-wal" => {
+                self.workloads(&Rocks::open(&db, RocksLayout::Blob, false, cache)?, shape)
+            }
+            "fjall-kvsep" => self.workloads(&Fjall::open(&db, self.cache_bytes)?, shape),
+            other => bail!("no in-process peer `{other}`"),
+        }
+    }
+
+    #[cfg(not(feature = "peers"))]
+    fn peer(&self, s: &System) -> anyhow::Result<ChildOutput> {
+        bail!("{} needs the `peers` feature", s.name)
+    }
+
+    fn workloads(&self, kv: &dyn KvUnderTest, shape: Shape) -> anyhow::Result<ChildOutput> {
+        let value: Vec<u8> = (0..self.value_size)
+            .map(|i| {
+                (i as u64)
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    .rotate_left(17) as u8
+            })
+            .collect();
+        let mut out = ChildOutput::default();
+        for w in Workload::ALL {
+            println!("workload {}", w.name());
+            let m = workloads::run(kv, w, self.keys, self.keys, &value, shape)?;
+            let batch = match w {
+                Workload::SSet | Workload::RSet => shape.write_batch,
+                _ => shape.read_batch,
+            };
+            let mut r = Row::measured(
+                &self.system,
+                w.name(),
+                shape.clients * batch as u32,
+                m.ops_per_sec,
+                m.ops_per_sec * self.value_size as f64 / 1e6,
+                m.p50_us,
+                m.p99_us,
+            );
+            r.p999_us = Some(m.p999_us);
+            r.value_size = Some(self.value_size as u32);
+            r.write_amp = m.write_amp;
+            r.cpu_s_per_mop = m.cpu_s_per_mop;
+            r.rss_mb = m.rss_mb;
+            r.connections = Some(shape.clients);
+            r.pipeline = Some(batch as u32);
+            out.cdfs.push(Cdf {
+                system: self.system.clone(),
+                workload: w.name().to_string(),
+                value_size: self.value_size as u32,
+                points: m.cdf,
+            });
+            out.rows.push(r);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_compare_like_access_paths() {
+        let c = Ceiling {
+            write_ops: 10_000.0,
+            read_ops: 20_000.0,
+        };
+        let row = |sys: &str, ops: f64| {
+            let mut r = Row::measured(sys, "R-GET", QD, ops, 0.0, 0.0, 0.0);
+            r.value_size = Some(8192);
+            r
+        };
+        let mut rows = vec![
+            row("lightstore-local", 10_000.0),
+            row("lightstore-net", 5_000.0),
+            row("rocksdb-blobdb/wal-sync", 5_000.0),
+            row("redis", 20_000.0),
+        ];
+        add_ratios(&mut rows, &c);
+        assert_eq!(rows[0].ratio_to_device, Some(0.5));
+        assert_eq!(rows[2].ratio_to_lightstore, Some(0.5));
+        assert_eq!(rows[3].ratio_to_lightstore, Some(4.0));
+        assert!(device_rows(&c)
+            .iter()
+            .all(|r| r.ratio_to_device == Some(1.0)));
+    }
+}

@@ -1,0 +1,543 @@
+//! The outputs of `bench all` under `--out`: `results.json` (every row, every documented
+//! key), `latency-cdf.json`, `report.md` (ratios first, then throughput, every row, and how it
+//! was measured) and SVG plots.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::all::{Results, DEVICE, SYSTEMS, VALUE_SIZES};
+use crate::local::size_label;
+use crate::plots;
+use crate::report::{to_full_json, Row};
+use crate::workloads::{Workload, BATCH, CLIENTS, QD};
+
+/// How `peers.rs` configures RocksDB (kept next to the report that states it).
+const ROCKSDB_CONFIG: &str = "tuned as its guides say for large values on flash: no \
+    compression (values are random), 64 MiB memtables (3), dynamic level sizes, bloom filter 10 \
+    bits/key, index and filter blocks in the block cache, `use_direct_reads` and \
+    `use_direct_io_for_flush_and_compaction`, 2 background jobs (2 cores), bytes_per_sync 1 MiB. \
+    BlobDB: `enable_blob_files`, `min_blob_size` 1024 (the 8 KiB and 1 KiB values are separated, \
+    100 B values stay in the LSM tree), 256 MiB blob files, blob GC on (age cutoff 0.25), and, \
+    since SSTs then hold only keys and blob references, 8 MiB target SST files and a 32 MiB L1.";
+/// How `peers.rs` configures fjall.
+const FJALL_CONFIG: &str = "fjall 2 with key-value separation (`with_kv_separation`, default \
+    threshold 1 KiB: 8 KiB and 1 KiB values go to its value log, 100 B stay in the tree; value \
+    GC is manual in fjall and is not run), no compression, one flush and one compaction worker, \
+    cache 1/16 of the data set; every batch is committed with `PersistMode::SyncData` (fsync'd \
+    journal, durable when acknowledged).";
+
+/// The peers LightStore-Local is compared with in the headline table, in order.
+const IN_PROCESS_PEERS: [(&str, &str); 5] = [
+    ("rocksdb-leveled/wal-sync", "RocksDB (WAL sync)"),
+    ("rocksdb-leveled/no-wal", "RocksDB (no WAL)"),
+    ("rocksdb-blobdb/wal-sync", "BlobDB (WAL sync)"),
+    ("rocksdb-blobdb/no-wal", "BlobDB (no WAL)"),
+    ("fjall-kvsep", "fjall"),
+];
+/// The servers LightStore-Net is compared with.
+const SERVER_PEERS: [(&str, &str); 2] = [("redis", "Redis"), ("redis-aof-everysec", "Redis AOF")];
+
+fn find<'a>(rows: &'a [Row], system: &str, w: Workload, vs: usize) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.system == system
+            && r.workload == w.name()
+            && r.value_size == Some(vs as u32)
+            && r.missing.is_none()
+    })
+}
+
+fn ops(rows: &[Row], system: &str, w: Workload, vs: usize) -> Option<f64> {
+    find(rows, system, w, vs).map(|r| r.ops_per_sec)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn fmt_ratio(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".to_string(), |x| format!("{x:.2}x"))
+}
+
+fn fmt_opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "—".to_string(), |x| format!("{x:.digits$}"))
+}
+
+fn fmt_lat(x: f64) -> String {
+    if x > 0.0 {
+        format!("{x:.0}")
+    } else {
+        "—".to_string()
+    }
+}
+
+/// Writes every output; returns the files written.
+///
+/// # Errors
+/// When `out` cannot be written.
+pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut written = Vec::new();
+    let mut json = to_full_json(&res.rows)?;
+    // The device rows have no latency of their own (ceilings, not runs).
+    if let Some(arr) = json.as_array_mut() {
+        for v in arr.iter_mut() {
+            if v.get("system").and_then(|s| s.as_str()) == Some(DEVICE) {
+                if let Some(o) = v.as_object_mut() {
+                    for k in ["p50_us", "p99_us", "p999_us"] {
+                        o.insert(k.into(), serde_json::Value::Null);
+                    }
+                }
+            }
+        }
+    }
+    let path = out.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
+    written.push(path);
+    let path = out.join("latency-cdf.json");
+    std::fs::write(&path, serde_json::to_string(&res.cdfs)?)?;
+    written.push(path);
+
+    // Colour index: the system's place in the full list, the same in every plot.
+    let all: Vec<&str> = std::iter::once(DEVICE)
+        .chain(SYSTEMS.iter().map(|s| s.name))
+        .collect();
+    let color = |name: &str| all.iter().position(|s| *s == name).unwrap_or(all.len());
+    let systems: Vec<(String, usize)> = all
+        .iter()
+        .filter(|s| {
+            res.rows
+                .iter()
+                .any(|r| r.system == **s && r.missing.is_none())
+        })
+        .map(|s| (s.to_string(), color(s)))
+        .collect();
+    let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+    let mut plot_files = Vec::new();
+    for &vs in &VALUE_SIZES {
+        let path = out.join(format!("throughput-{}.svg", size_label(vs)));
+        plots::grouped_bars(
+            &path,
+            &format!("Throughput, {} values (ops/s, log scale)", size_label(vs)),
+            "ops/s",
+            &names,
+            &systems,
+            |s, w| Workload::from_name(w).and_then(|w| ops(&res.rows, s, w, vs)),
+        )?;
+        plot_files.push(path);
+    }
+    for w in Workload::ALL {
+        let series: Vec<(String, usize, Vec<[f64; 2]>)> = res
+            .cdfs
+            .iter()
+            .filter(|c| c.workload == w.name() && c.value_size == 8192)
+            .map(|c| (c.system.clone(), color(&c.system), c.points.clone()))
+            .collect();
+        let path = out.join(format!("latency-cdf-{}-8K.svg", w.name()));
+        plots::cdfs(
+            &path,
+            &format!(
+                "{} latency CDF, 8 KiB values ({QD} requests in flight)",
+                w.name()
+            ),
+            &series,
+        )?;
+        plot_files.push(path);
+    }
+    let path = out.join("report.md");
+    std::fs::write(&path, markdown(res, &plot_files))?;
+    written.push(path);
+    written.extend(plot_files);
+    Ok(written)
+}
+
+/// A DESIGN.md section 8 target and how this run fares against it.
+struct Target {
+    what: String,
+    goal: String,
+    got: Option<f64>,
+    met: Option<bool>,
+}
+
+fn targets(res: &Results) -> Vec<Target> {
+    let rows = &res.rows;
+    let vs = 8192;
+    let mut t = Vec::new();
+    let ls = |w| ops(rows, "lightstore-local", w, vs);
+    let net = |w| ops(rows, "lightstore-net", w, vs);
+    for (w, goal) in [
+        (Workload::SSet, 0.9),
+        (Workload::SGet, 0.9),
+        (Workload::RGet, 0.9),
+        (Workload::RSet, 0.8),
+    ] {
+        let got = find(rows, "lightstore-local", w, vs).and_then(|r| r.ratio_to_device);
+        let mut what = format!("LightStore-Local {} vs device", w.name());
+        let mut met = got.map(|g| g >= goal);
+        if w == Workload::RSet {
+            let wa = find(rows, "lightstore-local", w, vs).and_then(|r| r.write_amp);
+            what.push_str(&format!(" (WA {} <= 1.2)", fmt_opt(wa, 2)));
+            met = met.map(|m| m && wa.is_some_and(|wa| wa <= 1.2));
+        }
+        t.push(Target {
+            what,
+            goal: format!(">= {goal:.1}x"),
+            got,
+            met,
+        });
+    }
+    for (peer, label, goals) in [
+        (
+            "rocksdb-leveled/wal-sync",
+            "RocksDB leveled (WAL sync)",
+            [1.0, 1.0, 3.0, 1.5, 2.0],
+        ),
+        (
+            "rocksdb-blobdb/wal-sync",
+            "RocksDB BlobDB (WAL sync)",
+            [1.0; 5],
+        ),
+    ] {
+        for (w, goal) in Workload::ALL.into_iter().zip(goals) {
+            let got = ratio(ls(w), ops(rows, peer, w, vs));
+            t.push(Target {
+                what: format!("LightStore-Local {} vs {label}", w.name()),
+                goal: format!(">= {goal:.1}x"),
+                got,
+                met: got.map(|g| g >= goal),
+            });
+        }
+    }
+    let redis = |w| ops(rows, "redis", w, vs);
+    let get_goal = match (redis(Workload::RGet), res.ceiling.read_ops) {
+        (Some(r), d) => Some(r.min(0.9 * d)),
+        (None, _) => None,
+    };
+    let got = ratio(net(Workload::RGet), get_goal);
+    t.push(Target {
+        what: "LightStore-Net R-GET vs min(Redis, 0.9 x device reads)".into(),
+        goal: ">= 1.0x".into(),
+        got,
+        met: got.map(|g| g >= 1.0),
+    });
+    let got = ratio(net(Workload::RSet), redis(Workload::RSet));
+    t.push(Target {
+        what: "LightStore-Net R-SET vs Redis (in-memory)".into(),
+        goal: ">= 0.8x".into(),
+        got,
+        met: got.map(|g| g >= 0.8),
+    });
+    for w in [Workload::RGet, Workload::RSet] {
+        let cpu = |s: &str| find(rows, s, w, vs).and_then(|r| r.cpu_s_per_mop);
+        // Ops per CPU-second: LightStore's over Redis's.
+        let got = ratio(cpu("redis"), cpu("lightstore-net"));
+        t.push(Target {
+            what: format!(
+                "LightStore-Net {} ops per server CPU-second vs Redis",
+                w.name()
+            ),
+            goal: ">= 1.0x".into(),
+            got,
+            met: got.map(|g| g >= 1.0),
+        });
+    }
+    t
+}
+
+fn markdown(res: &Results, plots: &[PathBuf]) -> String {
+    let rows = &res.rows;
+    let mut m = String::new();
+    let mode = if res.quick { "--quick" } else { "full" };
+    let _ = writeln!(m, "# LightStore benchmark: every system side by side\n");
+    let _ = writeln!(
+        m,
+        "`cargo xtask bench all{}`: one run on one machine ({} cores, {}), {:.0} s. \
+         Data set per value size: {} MiB{}; keys loaded: {}. Device ceiling (io_uring O_DIRECT \
+         file on the scratch file system, 8 KiB, depth {QD}): {:.0} sequential writes/s \
+         ({:.0} MB/s), {:.0} random reads/s.{}\n",
+        if res.quick { " --quick" } else { "" },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        mem_total(),
+        res.seconds,
+        res.data_mib,
+        if res.quick {
+            " (quick: small, so the peers' memtables, caches and the OS page cache cover much \
+             of it — read the quick figures as a smoke test, not as the comparison)"
+        } else {
+            ""
+        },
+        res.keys
+            .iter()
+            .map(|(v, k)| format!("{k} of {}", size_label(*v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        res.ceiling.write_ops,
+        res.ceiling.write_ops * hwftl_sim::PAGE_SIZE as f64 / 1e6,
+        res.ceiling.read_ops,
+        if res.peers_built {
+            ""
+        } else {
+            " Built without the `peers` feature: the RocksDB and fjall rows are missing."
+        }
+    );
+    if let Some(after) = &res.ceiling_after {
+        let _ = writeln!(
+            m,
+            "Measured again after every system: {:.0} writes/s, {:.0} reads/s. This host's disk \
+             (a virtual disk shared with other work) drifts by large factors within a run, so \
+             rows measured minutes apart are not strictly comparable; the ratios use the first \
+             measurement.\n",
+            after.write_ops, after.read_ops
+        );
+    }
+    let _ = writeln!(
+        m,
+        "Mode: {mode}. Every row: {CLIENTS} clients x {BATCH} requests in flight = {QD} \
+        (in-process: {CLIENTS} threads, each a batch of {BATCH} — small-value write batches are \
+        longer, at least four pages of values, for every in-process engine alike; over RESP: \
+        {CLIENTS} connections each pipelining {BATCH}). Latencies are of a batch.\n"
+    );
+
+    let _ = writeln!(
+        m,
+        "## Ratios: LightStore over each peer (ops/s, same workload and value size)\n"
+    );
+    let _ = writeln!(
+        m,
+        "Above 1 means LightStore is faster. In-process peers are compared with \
+         LightStore-Local, servers with LightStore-Net; \"vs device\" is ops/s over what the \
+         raw device allows for the workload.\n"
+    );
+    for &vs in &VALUE_SIZES {
+        let _ = writeln!(m, "### {} values\n", size_label(vs));
+        let mut head = String::from("| workload | Local vs device |");
+        let mut sep = String::from("|---|---|");
+        for (_, label) in IN_PROCESS_PEERS {
+            let _ = write!(head, " Local ÷ {label} |");
+            sep.push_str("---|");
+        }
+        head.push_str(" Net vs device |");
+        sep.push_str("---|");
+        for (_, label) in SERVER_PEERS {
+            let _ = write!(head, " Net ÷ {label} |");
+            sep.push_str("---|");
+        }
+        let _ = writeln!(m, "{head}\n{sep}");
+        for w in Workload::ALL {
+            let ls = ops(rows, "lightstore-local", w, vs);
+            let net = ops(rows, "lightstore-net", w, vs);
+            let dev = |s| find(rows, s, w, vs).and_then(|r| r.ratio_to_device);
+            let _ = write!(
+                m,
+                "| {} | {} |",
+                w.name(),
+                fmt_ratio(dev("lightstore-local"))
+            );
+            for (p, _) in IN_PROCESS_PEERS {
+                let _ = write!(m, " {} |", fmt_ratio(ratio(ls, ops(rows, p, w, vs))));
+            }
+            let _ = write!(m, " {} |", fmt_ratio(dev("lightstore-net")));
+            for (p, _) in SERVER_PEERS {
+                let _ = write!(m, " {} |", fmt_ratio(ratio(net, ops(rows, p, w, vs))));
+            }
+            m.push('\n');
+        }
+        m.push('\n');
+    }
+
+    let _ = writeln!(m, "## Targets (DESIGN.md section 8, 8 KiB values)\n");
+    let _ = writeln!(m, "| target | goal | this run | met |\n|---|---|---|---|");
+    for t in targets(res) {
+        let met = match t.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {met} |",
+            t.what,
+            t.goal,
+            fmt_ratio(t.got)
+        );
+    }
+    let _ = writeln!(
+        m,
+        "\nRocksDB targets are judged against the WAL-sync configurations, the ones that \
+         acknowledge a write only once it is durable, as LightStore does.\n"
+    );
+
+    let _ = writeln!(m, "## Throughput (ops/s)\n");
+    for &vs in &VALUE_SIZES {
+        let _ = writeln!(m, "### {} values\n", size_label(vs));
+        let _ = writeln!(
+            m,
+            "| system | S-SET | S-GET | R-SET | R-GET | R-Mixed | reads from |"
+        );
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
+        let names = std::iter::once(DEVICE).chain(SYSTEMS.iter().map(|s| s.name));
+        for s in names {
+            let mut line = format!("| {s} |");
+            let mut from = String::new();
+            for w in Workload::ALL {
+                let r = rows.iter().find(|r| {
+                    r.system == s && r.workload == w.name() && r.value_size == Some(vs as u32)
+                });
+                let cell = match r {
+                    Some(r) if r.missing.is_none() => format!("{:.0}", r.ops_per_sec),
+                    Some(_) => "missing".to_string(),
+                    None => "—".to_string(),
+                };
+                if let Some(f) = r.and_then(|r| r.reads_from.clone()) {
+                    from = f;
+                }
+                let _ = write!(line, " {cell} |");
+            }
+            let _ = writeln!(m, "{line} {from} |");
+        }
+        m.push('\n');
+    }
+
+    let _ = writeln!(m, "## Every row\n");
+    let _ = writeln!(
+        m,
+        "c x P: clients (threads or connections) x requests each keeps in flight. WA: bytes \
+         written to storage / user bytes (16-byte keys + values), including the flushes and \
+         compactions the writes left. CPU: CPU seconds per million operations of the serving \
+         process. RSS: its resident memory after the workload, MB.\n"
+    );
+    let _ = writeln!(
+        m,
+        "| system | workload | value | c x P | ops/s | MB/s | p50 µs | p99 µs | p99.9 µs | WA | CPU s/Mop | RSS MB | vs device | vs LightStore |"
+    );
+    let _ = writeln!(
+        m,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in rows
+        .iter()
+        .filter(|r| r.system != DEVICE && r.missing.is_none())
+    {
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {}x{} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.system,
+            r.workload,
+            r.value_size
+                .map_or_else(String::new, |v| size_label(v as usize)),
+            r.connections.unwrap_or(0),
+            r.pipeline.unwrap_or(0),
+            r.ops_per_sec,
+            r.mb_per_sec,
+            fmt_lat(r.p50_us),
+            fmt_lat(r.p99_us),
+            r.p999_us.map_or_else(|| "—".to_string(), fmt_lat),
+            fmt_opt(r.write_amp, 2),
+            fmt_opt(r.cpu_s_per_mop, 2),
+            fmt_opt(r.rss_mb, 0),
+            fmt_ratio(r.ratio_to_device),
+            fmt_ratio(r.ratio_to_lightstore),
+        );
+    }
+    let missing: Vec<&Row> = rows.iter().filter(|r| r.missing.is_some()).collect();
+    if !missing.is_empty() {
+        let _ = writeln!(m, "\n## Missing rows\n");
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for r in missing {
+            let why = r.missing.clone().unwrap_or_default();
+            if !seen.iter().any(|(s, w)| *s == r.system && *w == why) {
+                let _ = writeln!(m, "- `{}`: {why}", r.system);
+                seen.push((r.system.clone(), why));
+            }
+        }
+    }
+
+    let _ = writeln!(m, "\n## How it was measured\n");
+    let _ = writeln!(m, "{}", methodology(res));
+    let _ = writeln!(m, "## Plots\n");
+    for p in plots {
+        if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
+            let _ = writeln!(m, "![{name}]({name})\n");
+        }
+    }
+    m
+}
+
+fn mem_total() -> String {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or_else(
+            || "? GiB".into(),
+            |kb| format!("{:.0} GiB RAM", kb / 1048576.0),
+        )
+}
+
+fn methodology(res: &Results) -> String {
+    format!(
+        "- **Workloads** (the paper's Table 3): S-SET writes every key in order (it is also \
+         the load), S-GET reads them in order, R-SET overwrites random keys, R-GET reads random \
+         keys, R-Mixed issues nine random read batches for each random write batch. Keys are \
+         16 bytes; values are incompressible. Each workload does as many operations as there \
+         are keys.\n\
+         - **Device ceiling** (`{DEVICE}`): the append-only device on its io_uring O_DIRECT \
+         file backend, no engine, same scratch file system, 8 KiB pages at depth {QD}. Per \
+         workload it gives the ops/s the device alone allows: writes as bytes at the \
+         sequential write rate (LightStore appends, so R-SET's ceiling is S-SET's), reads one \
+         page each, R-Mixed 9 reads + 1 value write per 10 operations.\n\
+         - **LightStore-Local**: the engine in-process on its own device file (three times the \
+         data set), flushing the device's write cache before it acknowledges a batch. \
+         **LightStore-Net**: the drive (`lightstore --device sim --timing none`, durability \
+         sync, device of {}) over RESP on loopback.\n\
+         - **RocksDB** (`rocksdb` crate, in-process, on the same file system): {} WAL sync = \
+         `WriteOptions::set_sync(true)` (durable when acknowledged); no WAL = \
+         `disable_wal(true)` (acknowledged from the memtable: not durable). Block cache \
+         1/16 of the keys and values loaded (at least 1 MiB).\n\
+         - **fjall** (in-process): {}\n\
+         - **Redis** (`redis-server` from Debian, {}): in-memory (`--save ''`, no AOF) and \
+         `appendonly yes`, `appendfsync everysec`, with the same load generator and \
+         connections as LightStore-Net.\n\
+         - **Where reads come from**: LightStore reads values from the device with O_DIRECT \
+         (keytables are in DRAM); RocksDB uses direct reads, so its reads reach the device \
+         unless its block cache holds them; fjall has no direct I/O: its files are dropped \
+         from the page cache before each read workload, and what a workload reads twice is \
+         then cached; Redis serves from DRAM.\n\
+         - **Write amplification**: bytes the serving process sent to storage \
+         (`/proc/<pid>/io` `write_bytes` less `cancelled_write_bytes`; direct I/O counts when \
+         issued, buffered writes when a page turns dirty) over user bytes, measured from the \
+         start of the workload until its background work (RocksDB memtable flush and \
+         compactions, fjall memtable flush) is done. LightStore's includes its device's table \
+         writes; Redis in-memory writes nothing.\n\
+         - **CPU**: in-process systems: the child process's `getrusage` user+system time \
+         (every thread: clients, engine, background work) over the workload; servers: the \
+         server process's `/proc/<pid>/stat` utime+stime (10 ms ticks), clients excluded. \
+         **RSS**: VmRSS of that process after the workload.\n\
+         - Each (system, value size) runs in a fresh child process of the harness, with a \
+         fresh server where there is one; client and server share this machine's cores.\n",
+        res.drive_capacity,
+        ROCKSDB_CONFIG,
+        FJALL_CONFIG,
+        redis_version(),
+    )
+}
+
+fn redis_version() -> String {
+    std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let t = String::from_utf8_lossy(&o.stdout).to_string();
+            t.split_whitespace()
+                .find_map(|w| w.strip_prefix("v=").map(str::to_string))
+        })
+        .map_or_else(|| "not installed".into(), |v| format!("version {v}"))
+}

@@ -1,0 +1,341 @@
+//! The paper's Table 3 workloads — S-SET, S-GET, R-SET, R-GET, R-Mixed (9 reads : 1 write)
+//! — defined once for every system behind [`KvUnderTest`], with the closed-loop runner that
+//! measures them (client threads each issuing batches; throughput, latency percentiles and
+//! CDF, write amplification, CPU per operation, resident memory), and the device ceiling each
+//! workload is held to.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use hwftl_sim::PAGE_SIZE;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::kv::{key, Key, KvSession, KvUnderTest};
+
+/// Client threads (or connections) issuing batches concurrently.
+pub const CLIENTS: u32 = 4;
+/// Requests per client batch.
+pub const BATCH: u32 = 8;
+/// Requests in flight: `CLIENTS` batches of `BATCH`.
+pub const QD: u32 = CLIENTS * BATCH;
+/// An in-process write batch carries at least this many pages of values: the drive's writer
+/// thread gathers the SETs queued from all connections into one group commit, so small
+/// values share pages the way they do behind the network.
+const WRITE_GROUP_PAGES: usize = 4;
+/// Points kept of each latency CDF.
+const CDF_POINTS: usize = 200;
+
+/// One of the paper's workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Sequential puts of every key (also the load).
+    SSet,
+    /// Sequential gets.
+    SGet,
+    /// Random overwrites.
+    RSet,
+    /// Random gets.
+    RGet,
+    /// Nine random get batches for every random put batch.
+    RMixed,
+}
+
+impl Workload {
+    /// Every workload, in the order they run (S-SET first: it loads the keys).
+    pub const ALL: [Workload; 5] = [
+        Workload::SSet,
+        Workload::SGet,
+        Workload::RSet,
+        Workload::RGet,
+        Workload::RMixed,
+    ];
+
+    /// The paper's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::SSet => "S-SET",
+            Workload::SGet => "S-GET",
+            Workload::RSet => "R-SET",
+            Workload::RGet => "R-GET",
+            Workload::RMixed => "R-Mixed",
+        }
+    }
+
+    /// The workload of this name.
+    pub fn from_name(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// Whether it reads.
+    pub fn reads(self) -> bool {
+        !matches!(self, Workload::SSet | Workload::RSet)
+    }
+}
+
+/// How the clients issue requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Client threads (connections over RESP).
+    pub clients: u32,
+    /// Keys per read batch.
+    pub read_batch: u64,
+    /// Keys per write batch (R-Mixed's writes use `read_batch`).
+    pub write_batch: u64,
+}
+
+impl Shape {
+    /// In-process: `CLIENTS` threads with batches of `BATCH`; write batches of small values
+    /// carry at least `WRITE_GROUP_PAGES` pages of values (one atomic write batch).
+    pub fn in_process(value_size: usize) -> Shape {
+        Shape {
+            clients: CLIENTS,
+            read_batch: u64::from(BATCH),
+            write_batch: (BATCH as usize).max(WRITE_GROUP_PAGES * PAGE_SIZE / value_size.max(1))
+                as u64,
+        }
+    }
+
+    /// Over RESP: `CLIENTS` connections, each pipelining `BATCH` requests (the server groups
+    /// writes of all connections itself).
+    pub fn resp() -> Shape {
+        Shape {
+            clients: CLIENTS,
+            read_batch: u64::from(BATCH),
+            write_batch: u64::from(BATCH),
+        }
+    }
+}
+
+/// What one workload measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Latency percentiles of a batch (every key of a batch completes with it), µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// Bytes written to storage over user bytes (keys + values), counting the background
+    /// work the writes left (waited for after the timed part); `None` for read workloads.
+    pub write_amp: Option<f64>,
+    /// CPU seconds of the serving process per million operations (the timed part and, for
+    /// writes, the background work waited for after it).
+    pub cpu_s_per_mop: Option<f64>,
+    /// Resident memory of the serving process after the workload, MB.
+    pub rss_mb: Option<f64>,
+    /// Latency CDF: `[µs, fraction of batches at or below]`, at most `CDF_POINTS` points.
+    pub cdf: Vec<[f64; 2]>,
+}
+
+/// Runs workload `w` on a system loaded with keys `0..keys` (S-SET loads them): `ops`
+/// operations of `value`-sized puts and gets, issued as `shape` says.
+///
+/// # Errors
+/// When the system fails or a loaded key is missing.
+pub fn run(
+    kv: &dyn KvUnderTest,
+    w: Workload,
+    keys: u64,
+    ops: u64,
+    value: &[u8],
+    shape: Shape,
+) -> anyhow::Result<Measured> {
+    let n = keys.max(1);
+    let (rb, wb) = (shape.read_batch, shape.write_batch);
+    let random = |rng: &mut SmallRng, len: u64| -> Vec<Key> {
+        (0..len).map(|_| key(rng.gen_range(0..n))).collect()
+    };
+    let in_order = |batch: u64, len: u64| -> Vec<Key> {
+        (batch * len..(batch + 1) * len)
+            .map(|i| key(i % n))
+            .collect()
+    };
+    if w.reads() {
+        kv.before_reads();
+    }
+    let batch_len = match w {
+        Workload::SSet | Workload::RSet => wb,
+        _ => rb,
+    };
+    measure(
+        kv,
+        ops,
+        batch_len,
+        shape.clients,
+        value.len(),
+        |s, rng, b| {
+            match w {
+                Workload::SSet => s.put(&in_order(b, wb), value).map(|()| wb),
+                Workload::SGet => s.get(&in_order(b, rb)).map(|()| 0),
+                Workload::RSet => s.put(&random(rng, wb), value).map(|()| wb),
+                Workload::RGet => s.get(&random(rng, rb)).map(|()| 0),
+                // Nine read batches for every write batch of the same length.
+                Workload::RMixed if b % 10 == 9 => s.put(&random(rng, rb), value).map(|()| rb),
+                Workload::RMixed => s.get(&random(rng, rb)).map(|()| 0),
+            }
+        },
+    )
+}
+
+/// Runs `ops` operations from `clients` threads, each with its own session issuing batches
+/// of `batch_len` through `f(session, rng, batch_number)` (which returns the keys it put);
+/// batch numbers are handed out in order across the clients.
+fn measure<F>(
+    kv: &dyn KvUnderTest,
+    ops: u64,
+    batch_len: u64,
+    clients: u32,
+    value_len: usize,
+    f: F,
+) -> anyhow::Result<Measured>
+where
+    F: Fn(&mut dyn KvSession, &mut SmallRng, u64) -> anyhow::Result<u64> + Sync,
+{
+    let batches = ops.div_ceil(batch_len.max(1));
+    let next = AtomicU64::new(0);
+    let put_keys = AtomicU64::new(0);
+    let written0 = kv.written_bytes().ok();
+    let cpu0 = kv.cpu_seconds().ok();
+    let start = Instant::now();
+    let per_client: Vec<anyhow::Result<Vec<f64>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (f, next, put_keys) = (&f, &next, &put_keys);
+                scope.spawn(move || {
+                    let mut session = kv.session()?;
+                    let mut rng = SmallRng::seed_from_u64(0x5eed + u64::from(c));
+                    let mut lat = Vec::new();
+                    loop {
+                        let b = next.fetch_add(1, Ordering::Relaxed);
+                        if b >= batches {
+                            return Ok(lat);
+                        }
+                        let t0 = Instant::now();
+                        let put = f(session.as_mut(), &mut rng, b)?;
+                        lat.push(t0.elapsed().as_nanos() as f64 / 1e3);
+                        put_keys.fetch_add(put, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for l in per_client {
+        lat.extend(l?);
+    }
+    let put_keys = put_keys.load(Ordering::Relaxed);
+    if put_keys > 0 {
+        kv.settle()?;
+    }
+    let written1 = kv.written_bytes().ok();
+    let cpu1 = kv.cpu_seconds().ok();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        lat.get(((lat.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let done = batches * batch_len;
+    let user = put_keys * (std::mem::size_of::<Key>() + value_len) as u64;
+    let write_amp = match (written0, written1) {
+        (Some(a), Some(b)) if user > 0 => Some(b.saturating_sub(a) as f64 / user as f64),
+        _ => None,
+    };
+    let cpu_s_per_mop = match (cpu0, cpu1) {
+        (Some(a), Some(b)) if done > 0 => Some((b - a).max(0.0) / (done as f64 / 1e6)),
+        _ => None,
+    };
+    Ok(Measured {
+        ops_per_sec: done as f64 / secs.max(1e-9),
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        write_amp,
+        cpu_s_per_mop,
+        rss_mb: kv.rss_mb(),
+        cdf: cdf(&lat),
+    })
+}
+
+/// At most `CDF_POINTS` points of the CDF of sorted samples, always with the last one.
+fn cdf(sorted: &[f64]) -> Vec<[f64; 2]> {
+    let n = sorted.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let step = n.div_ceil(CDF_POINTS).max(1);
+    let mut out: Vec<[f64; 2]> = (0..n)
+        .step_by(step)
+        .map(|i| [sorted[i], (i + 1) as f64 / n as f64])
+        .collect();
+    if out.last().is_some_and(|p| p[1] < 1.0) {
+        out.push([sorted[n - 1], 1.0]);
+    }
+    out
+}
+
+/// The raw device's figures at depth `QD` on the same backend: 8 KiB pages per second of
+/// sequential writes and of random reads.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct Ceiling {
+    /// Sequential 8 KiB writes per second.
+    pub write_ops: f64,
+    /// Random 8 KiB reads per second.
+    pub read_ops: f64,
+}
+
+impl Ceiling {
+    /// Operations per second the device alone allows for workload `w` with values of
+    /// `value_size` bytes: writes are bytes at the sequential write rate (the engine appends,
+    /// so R-SET has the same ceiling as S-SET), reads one page each, and the mix per ten
+    /// operations nine page reads and one value written.
+    pub fn ops(&self, w: Workload, value_size: usize) -> f64 {
+        let pages_per_value = value_size as f64 / PAGE_SIZE as f64;
+        match w {
+            Workload::SSet | Workload::RSet => self.write_ops / pages_per_value,
+            Workload::SGet | Workload::RGet => self.read_ops,
+            Workload::RMixed => {
+                1.0 / (0.9 / self.read_ops + 0.1 * pages_per_value / self.write_ops)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdf_ends_at_one_and_is_bounded() {
+        let v: Vec<f64> = (0..1000).map(f64::from).collect();
+        let c = cdf(&v);
+        assert!(c.len() <= CDF_POINTS + 1);
+        assert_eq!(c.last().map(|p| p[1]), Some(1.0));
+        assert!(cdf(&[]).is_empty());
+    }
+
+    #[test]
+    fn ceiling_matches_the_local_benchmark_ratios() {
+        let c = Ceiling {
+            write_ops: 50_000.0,
+            read_ops: 100_000.0,
+        };
+        assert!((c.ops(Workload::SSet, 8192) - 50_000.0).abs() < 1e-6);
+        assert!((c.ops(Workload::RSet, 100) - 50_000.0 * 8192.0 / 100.0).abs() < 1e-3);
+        assert!((c.ops(Workload::RGet, 100) - 100_000.0).abs() < 1e-6);
+        let per_op = 0.9 / 100_000.0 + 0.1 / 50_000.0;
+        assert!((c.ops(Workload::RMixed, 8192) - 1.0 / per_op).abs() < 1e-3);
+        assert_eq!(Workload::from_name("R-Mixed"), Some(Workload::RMixed));
+    }
+}
