@@ -676,8 +676,7 @@ impl Engine {
         let mut io = pages.wait();
         if io.is_ok() && flush {
             // Durable before acknowledged: the pages may still be in the write cache.
-            io = dev
-                .execute(Command::Flush)
+            io = crate::io::execute_patiently(dev.as_ref(), Command::Flush)
                 .map_err(|r| r.error)
                 .and_then(|c| c.result);
         }
@@ -856,7 +855,6 @@ impl Engine {
         if n == 0 {
             return done(plan.assemble(&[], &self.read_copied));
         }
-        self.reads.acquire_pages(n);
         let lbas = plan.lbas.clone();
         let acc = Arc::new(Mutex::new(AsyncRead {
             pages: (0..n).map(|_| None).collect(),
@@ -864,42 +862,62 @@ impl Engine {
             plan: Some(plan),
             done: Some(done),
         }));
-        // All pages with one doorbell; refused ones (a full queue) one at a time.
-        let cmds: Vec<Command> = lbas
+        let mut cmds: Vec<Command> = lbas
             .iter()
             .map(|&lba| Command::Read {
                 lba,
                 buf: PageBuf::for_read(),
             })
             .collect();
-        let callbacks = (0..n)
+        let mut callbacks: Vec<crate::io::OnDone> = (0..n)
             .map(|i| page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone()))
             .collect();
-        for (i, r) in poller.submit_many(cmds, callbacks).into_iter().enumerate() {
-            let Err(r) = r else {
-                continue;
-            };
-            let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
-            let mut tries = 0u32;
-            loop {
-                let cb = page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
-                match poller.submit(Command::Read { lba: lbas[i], buf }, cb) {
-                    Ok(()) => break,
-                    Err(r)
-                        if matches!(r.error, DeviceError::QueueFull { .. })
-                            && tries < QUEUE_FULL_RETRIES =>
-                    {
-                        // Writes hold the device's tags: let some complete.
-                        tries += 1;
-                        buf = r.buf.unwrap_or_else(PageBuf::zeroed);
-                        std::thread::sleep(QUEUE_FULL_BACKOFF);
-                    }
-                    Err(r) => {
-                        finish_page(i, &acc, &self.reads, &self.read_copied, Err(r.error.into()));
-                        break;
+        // At most ASYNC_READ_WINDOW pages of these reads are on the device at once, so writes
+        // (and their flushes) always find free tags: a larger request goes a window at a
+        // time, this thread waiting for earlier pages. Each window with one doorbell;
+        // refused ones (a full queue) one at a time.
+        let mut start = 0;
+        while start < n {
+            let len = (n - start).min(crate::ASYNC_READ_WINDOW);
+            self.reads.acquire_pages(len);
+            let window_cmds: Vec<Command> = cmds.drain(..len).collect();
+            let window_cbs: Vec<crate::io::OnDone> = callbacks.drain(..len).collect();
+            let results = poller.submit_many(window_cmds, window_cbs);
+            for (j, r) in results.into_iter().enumerate() {
+                let Err(r) = r else {
+                    continue;
+                };
+                let i = start + j;
+                let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                let mut tries = 0u32;
+                loop {
+                    let cb =
+                        page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
+                    match poller.submit(Command::Read { lba: lbas[i], buf }, cb) {
+                        Ok(()) => break,
+                        Err(r)
+                            if matches!(r.error, DeviceError::QueueFull { .. })
+                                && tries < QUEUE_FULL_RETRIES =>
+                        {
+                            // Writes hold the device's tags: let some complete.
+                            tries += 1;
+                            buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                            std::thread::sleep(QUEUE_FULL_BACKOFF);
+                        }
+                        Err(r) => {
+                            finish_page(
+                                i,
+                                &acc,
+                                &self.reads,
+                                &self.read_copied,
+                                Err(r.error.into()),
+                            );
+                            break;
+                        }
                     }
                 }
             }
+            start += len;
         }
     }
 
@@ -2153,11 +2171,13 @@ impl Inner {
         self.kt_segments = keep;
         self.persist()?;
         for s in drop {
-            self.dev
-                .execute(Command::Trim {
+            crate::io::execute_patiently(
+                self.dev.as_ref(),
+                Command::Trim {
                     segment: SegmentId(s),
-                })?
-                .result?;
+                },
+            )?
+            .result?;
             self.free.insert(s);
         }
         Ok(())
@@ -2210,6 +2230,19 @@ impl Inner {
     /// Liveness is judged and the moves are written in the same call, under the engine
     /// lock, so no write can slip in between; between steps the lock is free for readers.
     fn gc_step(&mut self) -> Result<GcStep> {
+        let r = self.gc_step_inner();
+        if r.is_err() {
+            // Moves read in earlier steps may be lost with the error, and the cursor is past
+            // their pages: the victim starts again from its first page (liveness is judged
+            // afresh, so nothing is moved twice or missed).
+            self.gc_cursor = None;
+            self.gc_pending.clear();
+            self.gc_pending_bytes = 0;
+        }
+        r
+    }
+
+    fn gc_step_inner(&mut self) -> Result<GcStep> {
         let cursor = match self.gc_cursor {
             Some(c) => c,
             None => {
@@ -2383,7 +2416,7 @@ impl Inner {
         self.persist()?;
         // A read that resolved a pointer into this segment may still be fetching from it.
         self.reads.wait_idle();
-        self.dev.execute(Command::Trim { segment: seg })?.result?;
+        crate::io::execute_patiently(self.dev.as_ref(), Command::Trim { segment: seg })?.result?;
         self.free.insert(meta.segment);
         self.stats.gc_segments += 1;
         self.stats.gc_bytes_moved += cursor.moved;
@@ -2489,8 +2522,7 @@ impl Inner {
 
     /// Empties the device's volatile write cache (fdatasync on the file backend).
     fn sync_device(&self) -> Result<()> {
-        self.dev
-            .execute(Command::Flush)
+        crate::io::execute_patiently(self.dev.as_ref(), Command::Flush)
             .map_err(|r| r.error)?
             .result?;
         Ok(())
@@ -2535,11 +2567,13 @@ impl Inner {
                 continue;
             }
             if self.dev.segment_info(SegmentId(s))?.state != SegmentState::Free {
-                self.dev
-                    .execute(Command::Trim {
+                crate::io::execute_patiently(
+                    self.dev.as_ref(),
+                    Command::Trim {
                         segment: SegmentId(s),
-                    })?
-                    .result?;
+                    },
+                )?
+                .result?;
             }
             self.free.insert(s);
         }
@@ -2740,11 +2774,13 @@ impl Inner {
         }
         self.reads.wait_idle();
         for &segment in segments {
-            self.dev
-                .execute(Command::Trim {
+            crate::io::execute_patiently(
+                self.dev.as_ref(),
+                Command::Trim {
                     segment: SegmentId(segment),
-                })?
-                .result?;
+                },
+            )?
+            .result?;
             self.free.insert(segment);
         }
         Ok(())

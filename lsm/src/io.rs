@@ -276,3 +276,56 @@ fn poll_loop(s: &Shared) {
         }
     }
 }
+
+/// How long a synchronous command waits for a free device tag before it gives up.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// `dev.execute(cmd)`, waiting while the device's tag pool is full (other users' reads and
+/// writes hold every tag) instead of failing at once; any other refusal is returned.
+///
+/// # Errors
+/// The refusal (`QueueFull` after [`PATIENCE`], or another reason).
+pub(crate) fn execute_patiently(
+    dev: &dyn AppendDevice,
+    cmd: Command,
+) -> Result<Completion, Rejected> {
+    let rebuild: Box<dyn Fn(Option<hwftl_sim::PageBuf>) -> Option<Command>> = match &cmd {
+        Command::Read { lba, .. } => {
+            let lba = *lba;
+            Box::new(move |b| b.map(|buf| Command::Read { lba, buf }))
+        }
+        Command::Write { lba, .. } => {
+            let lba = *lba;
+            Box::new(move |b| b.map(|buf| Command::Write { lba, buf }))
+        }
+        Command::Append { segment, .. } => {
+            let segment = *segment;
+            Box::new(move |b| b.map(|buf| Command::Append { segment, buf }))
+        }
+        Command::Trim { segment } => {
+            let segment = *segment;
+            Box::new(move |_| Some(Command::Trim { segment }))
+        }
+        Command::Flush => Box::new(|_| Some(Command::Flush)),
+    };
+    let since = std::time::Instant::now();
+    let mut cmd = cmd;
+    loop {
+        match dev.execute(cmd) {
+            Err(r)
+                if matches!(r.error, DeviceError::QueueFull { .. })
+                    && since.elapsed() < PATIENCE =>
+            {
+                let Some(again) = rebuild(r.buf) else {
+                    return Err(Rejected {
+                        error: r.error,
+                        buf: None,
+                    });
+                };
+                cmd = again;
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            other => return other,
+        }
+    }
+}

@@ -252,10 +252,13 @@ fn check_page(p: &[u8]) -> Option<(u64, u16, u16, &[u8])> {
 }
 
 fn read_page(dev: &dyn AppendDevice, lba: hwftl_sim::Lba) -> Option<PageBuf> {
-    dev.execute(Command::Read {
-        lba,
-        buf: PageBuf::for_read(),
-    })
+    crate::io::execute_patiently(
+        dev,
+        Command::Read {
+            lba,
+            buf: PageBuf::for_read(),
+        },
+    )
     .ok()?
     .into_buf()
     .ok()?
@@ -356,16 +359,16 @@ impl ManifestStore {
             // keeps the previous snapshot until this one is complete.
             self.current = 1 - self.current;
             seg = SegmentId(MANIFEST_SEGMENTS[self.current]);
-            dev.execute(Command::Trim { segment: seg })?.result?;
+            crate::io::execute_patiently(dev, Command::Trim { segment: seg })?.result?;
         }
         let tags: Vec<_> = pages
             .into_iter()
             .map(|buf| Command::Append { segment: seg, buf })
             .collect();
         for cmd in tags {
-            dev.execute(cmd)?.result?;
+            crate::io::execute_patiently(dev, cmd)?.result?;
         }
-        dev.execute(Command::Flush)?.result?;
+        crate::io::execute_patiently(dev, Command::Flush)?.result?;
         Ok(())
     }
 }

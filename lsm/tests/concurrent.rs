@@ -314,3 +314,46 @@ fn async_range_reads_under_overwrites() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// A read of hundreds of pages (a long range) must not take every device tag: writes and
+/// their flushes, running meanwhile, keep working (they failed with `QueueFull` when one
+/// asynchronous read submitted more pages than the tag pool holds).
+#[test]
+fn large_async_reads_leave_tags_for_writes() {
+    let db = small_engine_with(Release::WallClock);
+    for k in 1000..1300u32 {
+        db.put(&k.to_be_bytes(), &value(k, 0)[..]).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) && rounds < 40 {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let start = 1000u32.to_be_bytes();
+                db.range_async(
+                    &lsm::RangeRead {
+                        start: &start,
+                        end: None,
+                        limit: 400,
+                        max_bytes: u64::MAX,
+                        skip: None,
+                    },
+                    Box::new(move |r| {
+                        let _ = tx.send(r.map(|p| p.len()));
+                    }),
+                );
+                assert!(rx.recv().unwrap().unwrap() >= 300);
+                rounds += 1;
+            }
+        })
+    };
+    for round in 0..60u32 {
+        let k = 2000 + round % 7;
+        db.put(&k.to_be_bytes(), &value(k, round)[..])
+            .unwrap_or_else(|e| panic!("write {round} failed while reads ran: {e}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+}
