@@ -857,11 +857,16 @@ mod tests {
 
     /// YCSB A-F through the binding on one drive and on a three-drive cluster, plus the
     /// binding's own tests against both (CRUD and scans checked against a model).
+    /// End to end (issue: "YCSB A-F against 1 and 3 drives in the test suite at a small
+    /// record count"): builds the release drive and the Maven binding (Maven Central on the
+    /// first run), about two minutes on 2 cores once built. Skipped, with the reason printed,
+    /// only where Java or Maven is missing.
     #[test]
-    #[ignore = "end to end: builds the release drive and the Maven binding (Maven Central on \
-                the first run), then runs YCSB A-F on 1 and 3 drives, a few minutes on 2 cores; \
-                run with `cargo test -p xtask -- --ignored ycsb`"]
     fn ycsb_end_to_end() {
+        if !have("java") || !have("mvn") {
+            eprintln!("skipping the YCSB end-to-end test: java or mvn is not installed");
+            return;
+        }
         let root = repo_root();
         let bin = build_drive(&root).unwrap();
         let binding = build_binding(&root).unwrap();
