@@ -20,6 +20,7 @@ use anyhow::{bail, Context};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::extras::{self, Extras, OverwriteRun};
 use crate::kv::KvUnderTest;
 use crate::local::{self, LocalBench};
 use crate::net::{self, Server};
@@ -194,6 +195,9 @@ pub struct AllBench {
     pub lightstore: Option<PathBuf>,
     /// Only systems whose names contain one of these.
     pub only: Vec<String>,
+    /// Also run the extras: the latency breakdown, the ablation and the sustained overwrite
+    /// (`crate::extras`).
+    pub extras: bool,
 }
 
 /// Everything a finished run produced.
@@ -218,6 +222,8 @@ pub struct Results {
     pub seconds: f64,
     /// Drive capacity used for LightStore-Net.
     pub drive_capacity: String,
+    /// The extras (latency breakdown, ablation, sustained overwrite), unless skipped.
+    pub extras: Option<Extras>,
 }
 
 /// Removes the scratch directory of the run when dropped.
@@ -321,7 +327,12 @@ impl AllBench {
         self.check_space()?;
 
         let systems: Vec<System> = SYSTEMS.into_iter().filter(|s| self.selected(s)).collect();
-        let steps = 1 + systems.len() * VALUE_SIZES.len();
+        let extra_steps = if self.extras {
+            1 + 2 + extras::ABLATIONS.len() + extras::OVERWRITE_SYSTEMS.len()
+        } else {
+            0
+        };
+        let steps = 1 + systems.len() * VALUE_SIZES.len() + extra_steps;
         let multi = MultiProgress::new();
         let bar = multi.add(ProgressBar::new(steps as u64));
         bar.set_style(
@@ -356,7 +367,7 @@ impl AllBench {
                 let label = format!("{} {}", s.name, local::size_label(vs));
                 bar.set_message(label.clone());
                 let t0 = Instant::now();
-                let out = self.run_system(s, vs, &run_dir, &log, &bar);
+                let out = self.run_system(s, vs, &run_dir, &log, &bar, None);
                 interrupted()?;
                 match out {
                     Ok(o) => {
@@ -383,6 +394,11 @@ impl AllBench {
         }
         bar.set_message("device ceiling again (the disk's speed drifts)");
         let ceiling_after = local.ceiling(local::FILE).ok();
+        let extras = if self.extras {
+            Some(self.run_extras(&run_dir, &log, &bar, &say)?)
+        } else {
+            None
+        };
         bar.finish_with_message("done");
         for r in &mut rows {
             if let Ok(s) = system(&r.system) {
@@ -401,7 +417,241 @@ impl AllBench {
             peers_built: cfg!(feature = "peers"),
             seconds: started.elapsed().as_secs_f64(),
             drive_capacity: self.drive_capacity(),
+            extras,
         })
+    }
+
+    /// Requests per figure of the latency breakdown.
+    fn qd1_requests(&self) -> u64 {
+        if self.quick {
+            2_000
+        } else {
+            20_000
+        }
+    }
+
+    /// The sustained overwrite's device, MiB.
+    fn overwrite_device_mib(&self) -> u64 {
+        if self.quick {
+            extras::QUICK_OVERWRITE_DEVICE_MIB
+        } else {
+            extras::FULL_OVERWRITE_DEVICE_MIB
+        }
+    }
+
+    /// The latency breakdown, the ablation and the sustained overwrite, each part of it
+    /// recorded as missing (with the reason) if it fails.
+    fn run_extras(
+        &self,
+        run_dir: &Path,
+        log: &Path,
+        bar: &ProgressBar,
+        say: &dyn Fn(String),
+    ) -> anyhow::Result<Extras> {
+        let t0 = Instant::now();
+        let mut x = Extras {
+            overwrite_device_mib: self.overwrite_device_mib(),
+            ..Extras::default()
+        };
+        interrupted()?;
+        bar.set_message("latency breakdown at queue depth 1 (8 KiB GET and SET)");
+        x.breakdown = self.breakdown(run_dir).map_err(|e| format!("{e:#}"));
+        interrupted()?;
+        match &x.breakdown {
+            Ok(b) => {
+                for o in &b.ops {
+                    say(format!(
+                        "breakdown {} (mean µs): network {:.0}, KV server {:.0}, engine {:.0}, device {:.0} (LightStore-Net {:.0})",
+                        o.op,
+                        o.parts_mean[0],
+                        o.parts_mean[1],
+                        o.parts_mean[2],
+                        o.parts_mean[3],
+                        o.net.mean
+                    ));
+                }
+            }
+            Err(e) => say(format!("breakdown: missing: {e}")),
+        }
+        bar.inc(1);
+
+        let net = system("lightstore-net")?;
+        // The baseline runs first and again last: the two bound this host's drift.
+        let runs = std::iter::once((None, extras::ablation_system(None)))
+            .chain(
+                extras::ABLATIONS
+                    .iter()
+                    .map(|f| (Some(*f), extras::ablation_system(Some(f)))),
+            )
+            .chain(std::iter::once((None, extras::BASELINE_AGAIN.to_string())));
+        for (feature, name) in runs {
+            interrupted()?;
+            bar.set_message(format!("{name} (LightStore-Net, 8K)"));
+            let out = self.run_system(&net, extras::VALUE_SIZE, run_dir, log, bar, feature);
+            interrupted()?;
+            match out {
+                Ok(o) => {
+                    let summary: Vec<String> = o
+                        .rows
+                        .iter()
+                        .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
+                        .collect();
+                    say(format!("{name}: {}", summary.join(", ")));
+                    for mut r in o.rows {
+                        r.system = name.clone();
+                        r.reads_from = Some(net.reads_from.to_string());
+                        x.ablation.push(r);
+                    }
+                }
+                Err(e) => {
+                    say(format!("{name}: missing: {e:#}"));
+                    for w in Workload::ALL {
+                        let mut r = Row::missing(&name, w.name(), QD, format!("{e:#}"));
+                        r.value_size = Some(extras::VALUE_SIZE as u32);
+                        x.ablation.push(r);
+                    }
+                }
+            }
+            bar.inc(1);
+        }
+        extras::add_baseline_ratios(&mut x.ablation);
+
+        for sys in extras::OVERWRITE_SYSTEMS {
+            interrupted()?;
+            bar.set_message(format!(
+                "sustained overwrite: {sys} ({} MiB device, 3x overwritten)",
+                x.overwrite_device_mib
+            ));
+            let t = Instant::now();
+            let run = self.run_overwrite(sys, run_dir, log, bar);
+            interrupted()?;
+            let run = run.unwrap_or_else(|e| OverwriteRun {
+                system: sys.to_string(),
+                missing: Some(format!("{e:#}")),
+                ..OverwriteRun::default()
+            });
+            match &run.missing {
+                None => say(format!(
+                    "overwrite {sys}: {:.0} ops/s, final WA {:.2} ({:.1} s)",
+                    run.ops_per_sec,
+                    run.final_wa,
+                    t.elapsed().as_secs_f64()
+                )),
+                Some(e) => say(format!("overwrite {sys}: missing: {e}")),
+            }
+            x.overwrite.push(run);
+            bar.inc(1);
+        }
+        x.seconds = t0.elapsed().as_secs_f64();
+        Ok(x)
+    }
+
+    /// The breakdown's four measurements, in this process (the drive in its own): the raw
+    /// device, LightStore-Local, LightStore-Net and PING, at queue depth 1 with 8 KiB values.
+    fn breakdown(&self, run_dir: &Path) -> anyhow::Result<extras::Breakdown> {
+        let n = self.qd1_requests();
+        let vs = extras::VALUE_SIZE;
+        let keys = self.keys(vs);
+        let value: Vec<u8> = (0..vs).map(|i| (i * 13) as u8).collect();
+        let local = self.local(run_dir);
+        let dev = local.device(local::FILE, "qd1")?;
+        let device = extras::device_qd1(dev.as_ref(), n);
+        drop(dev);
+        local.cleanup(local::FILE, "qd1");
+        let device = device?;
+
+        let dev = local.device(local::FILE, "engine")?;
+        let engine = lsm::Engine::open(
+            dev as Arc<dyn hwftl_sim::AppendDevice>,
+            lsm::EngineConfig::default(),
+        )?;
+        let kv = crate::kv::LocalEngine {
+            engine: &engine,
+            engine_counts_writes: true,
+        };
+        workloads::run(
+            &kv,
+            Workload::SSet,
+            keys,
+            keys,
+            &value,
+            Shape::in_process(vs),
+        )?;
+        let in_process = extras::get_set_qd1(&kv, keys, n, &value);
+        engine.close()?;
+        local.cleanup(local::FILE, "engine");
+        let in_process = in_process?;
+
+        let dir = run_dir.join("breakdown-drive");
+        std::fs::create_dir_all(&dir)?;
+        let server = net::start_drive(
+            &net::lightstore_bin(self.lightstore.as_deref())?,
+            &dir,
+            "none",
+            &self.drive_capacity(),
+            &[],
+            self.server_log(run_dir)?,
+        )?;
+        let kv = crate::resp::RespServer {
+            addr: server.addr,
+            pid: server.pid(),
+        };
+        workloads::run(&kv, Workload::SSet, keys, keys, &value, Shape::resp())?;
+        let (get, _) = extras::get_set_qd1(&kv, keys, n, &value)?;
+        let ping = extras::ping_qd1(&kv, n)?;
+        let (_, set) = extras::get_set_qd1(&kv, keys, n, &value)?;
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(extras::breakdown(
+            device,
+            in_process,
+            (get, set),
+            ping,
+            n,
+            keys,
+        ))
+    }
+
+    /// One system's sustained overwrite in a `run-overwrite` child.
+    fn run_overwrite(
+        &self,
+        sys: &str,
+        run_dir: &Path,
+        log: &Path,
+        bar: &ProgressBar,
+    ) -> anyhow::Result<OverwriteRun> {
+        if sys.starts_with("rocksdb") && !cfg!(feature = "peers") {
+            bail!(
+                "this harness was built without the `peers` feature (RocksDB, fjall); `cargo xtask bench all` builds it with them"
+            );
+        }
+        let dir = run_dir.join(format!("overwrite-{}", sys.replace('/', "-")));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = dir.join("run.json");
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("run-overwrite")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .args(["--system", sys])
+            .args(["--device-mib", &self.overwrite_device_mib().to_string()])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--json")
+            .arg(&json);
+        run_child(cmd, log, bar, format!("overwrite {sys}"))?;
+        let text = std::fs::read_to_string(&json)
+            .with_context(|| format!("reading {}", json.display()))?;
+        let run: OverwriteRun = serde_json::from_str(&text)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(run)
+    }
+
+    fn server_log(&self, run_dir: &Path) -> anyhow::Result<Stdio> {
+        Ok(std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(run_dir.join("server.log"))?
+            .into())
     }
 
     /// One system at one value size: its server (if any) and a `run-one` child.
@@ -412,6 +662,7 @@ impl AllBench {
         run_dir: &Path,
         log: &Path,
         bar: &ProgressBar,
+        ablate: Option<&str>,
     ) -> anyhow::Result<ChildOutput> {
         if s.peer && !cfg!(feature = "peers") {
             bail!(
@@ -422,22 +673,35 @@ impl AllBench {
         let dir = run_dir.join(s.name.replace('/', "-"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let server_log = || -> anyhow::Result<Stdio> {
-            Ok(std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(run_dir.join("server.log"))?
-                .into())
-        };
+        let server_log = || self.server_log(run_dir);
         let server: Option<Server> = match s.access {
             Access::InProcess => None,
-            Access::Drive => Some(net::start_drive(
-                &net::lightstore_bin(self.lightstore.as_deref())?,
-                &dir,
-                "none",
-                &self.drive_capacity(),
-                server_log()?,
-            )?),
+            Access::Drive => {
+                let extra: Vec<&str> = ablate.map(|a| vec!["--ablate", a]).unwrap_or_default();
+                let log_len = std::fs::metadata(run_dir.join("server.log")).map_or(0, |m| m.len());
+                match net::start_drive(
+                    &net::lightstore_bin(self.lightstore.as_deref())?,
+                    &dir,
+                    "none",
+                    &self.drive_capacity(),
+                    &extra,
+                    server_log()?,
+                ) {
+                    Ok(srv) => Some(srv),
+                    Err(e) => {
+                        // The drive's own reason (its `Error:` line), when it printed one.
+                        let text = std::fs::read(run_dir.join("server.log")).unwrap_or_default();
+                        let tail = String::from_utf8_lossy(
+                            text.get(log_len as usize..).unwrap_or_default(),
+                        )
+                        .to_string();
+                        match tail.lines().rev().find_map(|l| l.strip_prefix("Error: ")) {
+                            Some(why) => bail!("the drive refused to start: {why}"),
+                            None => return Err(e),
+                        }
+                    }
+                }
+            }
             Access::Redis { aof } => {
                 if !net::have("redis-server") {
                     bail!("redis-server is not installed (Debian redis-server)");
@@ -462,59 +726,14 @@ impl AllBench {
             cmd.args(["--addr", &srv.addr.to_string()])
                 .args(["--pid", &srv.pid().to_string()]);
         }
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(log)?;
-        let mut child = ChildGuard(
-            cmd.stdout(Stdio::piped())
-                .stderr(stderr)
-                .spawn()
-                .context("starting the run-one child")?,
+        let res = run_child(
+            cmd,
+            log,
+            bar,
+            format!("{} {}", s.name, local::size_label(value_size)),
         );
-        let stdout = child.0.stdout.take().context("no child stdout")?;
-        let current = Arc::new(Mutex::new(String::new()));
-        let reader = {
-            let (bar, current) = (bar.clone(), current.clone());
-            let label = format!("{} {}", s.name, local::size_label(value_size));
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if let Some(w) = line.strip_prefix("workload ") {
-                        bar.set_message(format!("{label}: {w}"));
-                        if let Ok(mut c) = current.lock() {
-                            *c = w.to_string();
-                        }
-                    }
-                }
-            })
-        };
-        let status = loop {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                bail!("interrupted");
-            }
-            if let Some(st) = child.0.try_wait()? {
-                break st;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let _ = reader.join();
         drop(server);
-        if !status.success() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            // The error the child printed, else its last lines.
-            let why = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Error: "))
-                .map(str::to_string)
-                .unwrap_or_else(|| {
-                    let last: Vec<&str> = text.lines().rev().take(3).collect();
-                    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                });
-            let at = current.lock().map(|c| c.clone()).unwrap_or_default();
-            bail!("the run failed ({status}) in {at}: {why}");
-        }
+        res?;
         let text = std::fs::read_to_string(&json)
             .with_context(|| format!("reading {}", json.display()))?;
         let out: ChildOutput = serde_json::from_str(&text)?;
@@ -528,6 +747,65 @@ impl AllBench {
         let data = self.keys(value_size) * (16 + value_size as u64);
         (data / CACHE_FRACTION).max(1 << 20)
     }
+}
+
+/// Runs a child of this binary (`cmd`) to the end, its stderr into `log`; a line `workload
+/// NAME` on its stdout shows in the progress bar after `label`. Fails with the child's error
+/// when it fails, and at once when the run is interrupted (the child is killed).
+fn run_child(mut cmd: Command, log: &Path, bar: &ProgressBar, label: String) -> anyhow::Result<()> {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(log)?;
+    let mut child = ChildGuard(
+        cmd.stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .context("starting the run-one child")?,
+    );
+    let stdout = child.0.stdout.take().context("no child stdout")?;
+    let current = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let (bar, current) = (bar.clone(), current.clone());
+        let label = label.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(w) = line.strip_prefix("workload ") {
+                    bar.set_message(format!("{label}: {w}"));
+                    if let Ok(mut c) = current.lock() {
+                        *c = w.to_string();
+                    }
+                }
+            }
+        })
+    };
+    let status = loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            bail!("interrupted");
+        }
+        if let Some(st) = child.0.try_wait()? {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = reader.join();
+    if !status.success() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        // The error the child printed, else its last lines.
+        let why = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Error: "))
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let last: Vec<&str> = text.lines().rev().take(3).collect();
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            });
+        let at = current.lock().map(|c| c.clone()).unwrap_or_default();
+        bail!("the run failed ({status}) in {at}: {why}");
+    }
+    Ok(())
 }
 
 /// The device rows: the raw figures, and per workload and value size the operations per
@@ -717,7 +995,15 @@ impl RunOne {
         let mut out = ChildOutput::default();
         for w in Workload::ALL {
             println!("workload {}", w.name());
+            // The drive counts the value bytes it copies (INFO `value_bytes_copied`).
+            let copied = || {
+                self.addr
+                    .filter(|_| self.system == "lightstore-net")
+                    .and_then(|a| crate::resp::info_field(a, "stats", "value_bytes_copied").ok())
+            };
+            let copied0 = copied();
             let m = workloads::run(kv, w, self.keys, self.keys, &value, shape)?;
+            let copied1 = copied();
             let batch = match w {
                 Workload::SSet | Workload::RSet => shape.write_batch,
                 _ => shape.read_batch,
@@ -738,6 +1024,11 @@ impl RunOne {
             r.rss_mb = m.rss_mb;
             r.connections = Some(shape.clients);
             r.pipeline = Some(batch as u32);
+            r.mean_us = Some(m.mean_us);
+            if let (Some(a), Some(b)) = (copied0, copied1) {
+                r.value_bytes_copied_per_op =
+                    Some(b.saturating_sub(a) as f64 / self.keys.max(1) as f64);
+            }
             out.cdfs.push(Cdf {
                 system: self.system.clone(),
                 workload: w.name().to_string(),

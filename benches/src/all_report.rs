@@ -82,7 +82,11 @@ fn fmt_lat(x: f64) -> String {
 pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut written = Vec::new();
-    let mut json = to_full_json(&res.rows)?;
+    let mut all_rows = res.rows.clone();
+    if let Some(x) = &res.extras {
+        all_rows.extend(crate::extras_report::rows(x));
+    }
+    let mut json = to_full_json(&all_rows)?;
     // The device rows have no latency of their own (ceilings, not runs).
     if let Some(arr) = json.as_array_mut() {
         for v in arr.iter_mut() {
@@ -147,6 +151,9 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
             &series,
         )?;
         plot_files.push(path);
+    }
+    if let Some(x) = &res.extras {
+        plot_files.extend(crate::extras_report::write_plots(x, out)?);
     }
     let path = out.join("report.md");
     std::fs::write(&path, markdown(res, &plot_files))?;
@@ -456,6 +463,17 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
         }
     }
 
+    m.push('\n');
+    match &res.extras {
+        Some(x) => m.push_str(&crate::extras_report::markdown(x, res.quick)),
+        None => {
+            let _ = writeln!(
+                m,
+                "## Extras\n\nSkipped (`--skip-extras`): no latency breakdown, ablation or \
+                 sustained overwrite in this run.\n"
+            );
+        }
+    }
     let _ = writeln!(m, "\n## How it was measured\n");
     let _ = writeln!(m, "{}", methodology(res));
     let _ = writeln!(m, "## Plots\n");

@@ -24,6 +24,14 @@ pub trait KvSession {
     /// Reads every key, as one batch (a multi-get in-process, a pipeline of GETs over RESP);
     /// fails if one is missing.
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()>;
+    /// A command the server does no work for (PING over RESP): its round trip is the
+    /// network's share of a request's latency.
+    ///
+    /// # Errors
+    /// When the system has none (in-process engines) or the connection fails.
+    fn noop(&mut self) -> anyhow::Result<()> {
+        anyhow::bail!("this system has no no-op command")
+    }
 }
 
 /// A system under test.

@@ -3,6 +3,8 @@
 mod all;
 mod all_report;
 mod device;
+mod extras;
+mod extras_report;
 mod fio;
 mod kv;
 mod local;
@@ -112,6 +114,22 @@ enum Bench {
         /// Only systems whose names contain this (repeatable).
         #[arg(long)]
         system: Vec<String>,
+        /// Skip the extras: the latency breakdown at queue depth 1, the ablation and the
+        /// sustained overwrite (about a minute of a --quick run).
+        #[arg(long)]
+        skip_extras: bool,
+    },
+    /// One system's sustained random overwrite (a child of `all`).
+    #[command(hide = true)]
+    RunOverwrite {
+        #[arg(long)]
+        system: String,
+        #[arg(long)]
+        device_mib: u64,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        json: PathBuf,
     },
     /// One system at one value size (a child of `all`).
     #[command(hide = true)]
@@ -206,6 +224,7 @@ fn main() -> anyhow::Result<()> {
             data_mib,
             lightstore,
             system,
+            skip_extras,
         } => {
             let bench = all::AllBench {
                 quick,
@@ -213,12 +232,27 @@ fn main() -> anyhow::Result<()> {
                 data_mib,
                 lightstore,
                 only: system,
+                extras: !skip_extras,
             };
             let res = bench.run()?;
             for path in all_report::write_outputs(&res, &out)? {
                 println!("wrote {}", path.display());
             }
             println!("bench all took {:.0} s", res.seconds);
+        }
+        Bench::RunOverwrite {
+            system,
+            device_mib,
+            dir,
+            json,
+        } => {
+            extras::Overwrite {
+                system,
+                device_mib,
+                dir,
+                json,
+            }
+            .run()?;
         }
         Bench::RunOne {
             system,

@@ -192,6 +192,7 @@ impl NetBench {
                 &dir,
                 timing,
                 DRIVE_CAPACITY,
+                &[],
                 Stdio::inherit(),
             ),
             System::Redis { aof } => start_redis(&dir, *aof, Stdio::inherit()),
@@ -294,18 +295,20 @@ pub(crate) fn lightstore_bin(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts the drive on a fresh simulated device of `capacity` in `dir` (`timing`: a timing
-/// preset); its log goes to `stderr`.
+/// preset; `extra`: more flags, e.g. `--ablate zero-copy`); its log goes to `stderr`.
 pub(crate) fn start_drive(
     bin: &Path,
     dir: &Path,
     timing: &str,
     capacity: &str,
+    extra: &[&str],
     stderr: Stdio,
 ) -> anyhow::Result<Server> {
     let mut child = Command::new(bin)
         .args(["--port", "0", "--device", "sim", "--capacity", capacity])
         .args(["--timing", timing, "--data-dir"])
         .arg(dir)
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)

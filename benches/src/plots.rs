@@ -150,3 +150,242 @@ pub fn cdfs(
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
 }
+
+/// Horizontal-stacked bars, one bar per `(label, parts)` with the parts stacked in the order
+/// of `part_names` (linear y from 0).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn stacked_bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    part_names: &[&str],
+    bars: &[(String, Vec<f64>)],
+) -> anyhow::Result<()> {
+    let hi = bars
+        .iter()
+        .map(|(_, p)| p.iter().map(|v| v.max(0.0)).sum::<f64>())
+        .fold(0.0, f64::max);
+    if bars.is_empty() || hi <= 0.0 {
+        return Ok(());
+    }
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let n = bars.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..hi * 1.35)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let labels: Vec<String> = bars.iter().map(|(l, _)| l.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len())
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (j, name) in part_names.iter().enumerate() {
+        let color = Palette99::pick(j).to_rgba();
+        let rects: Vec<Rectangle<(f64, f64)>> = bars
+            .iter()
+            .enumerate()
+            .map(|(i, (_, parts))| {
+                let below: f64 = parts.iter().take(j).map(|v| v.max(0.0)).sum();
+                let v = parts.get(j).copied().unwrap_or(0.0).max(0.0);
+                Rectangle::new(
+                    [(i as f64 - 0.3, below), (i as f64 + 0.3, below + v)],
+                    color.filled(),
+                )
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// Grouped bars on a linear y from 0 with a dashed line at `reference` (e.g. 1.0 for
+/// ratios): one group per entry of `groups`, one bar per series (`value(series, group)`).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn grouped_bars_linear(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    groups: &[&str],
+    series: &[String],
+    reference: Option<f64>,
+    value: impl Fn(&str, &str) -> Option<f64>,
+) -> anyhow::Result<()> {
+    let hi = series
+        .iter()
+        .flat_map(|s| groups.iter().filter_map(|g| value(s, g)))
+        .chain(reference)
+        .fold(0.0, f64::max);
+    if hi <= 0.0 {
+        return Ok(());
+    }
+    let root = SVGBackend::new(path, (1100, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let n = groups.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..hi * 1.4)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len())
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                groups
+                    .get(i as usize)
+                    .map_or_else(String::new, |g| (*g).to_string())
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let width = 0.84 / series.len().max(1) as f64;
+    for (j, s) in series.iter().enumerate() {
+        let color = Palette99::pick(j).to_rgba();
+        let rects: Vec<Rectangle<(f64, f64)>> = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| {
+                let v = value(s, g)?;
+                let x0 = i as f64 - 0.42 + j as f64 * width;
+                Some(Rectangle::new(
+                    [(x0, 0.0), (x0 + width * 0.9, v)],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(s.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    if let Some(r) = reference {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(-0.5, r), (n - 0.5, r)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// Lines over a linear x and y from 0, one per series `(name, [x, y] points)`, with an
+/// optional dashed horizontal line `(y, label)` (a target).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<[f64; 2]>)],
+    target: Option<(f64, &str)>,
+) -> anyhow::Result<()> {
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let (xhi, yhi) = pts.fold((0.0f64, 0.0f64), |(x, y), p| (x.max(p[0]), y.max(p[1])));
+    let yhi = yhi.max(target.map_or(0.0, |t| t.0));
+    if xhi <= 0.0 || yhi <= 0.0 {
+        return Ok(());
+    }
+    let root = SVGBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..xhi * 1.02, 0f64..yhi * 1.25)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (j, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(j).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (p[0], p[1])),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    if let Some((y, label)) = target {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, y), (xhi * 1.02, y)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(label)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(1)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}

@@ -20,6 +20,12 @@ pub struct Row {
     pub p50_us: f64,
     /// 99th percentile latency in microseconds.
     pub p99_us: f64,
+    /// Mean latency in microseconds (the latency breakdown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_us: Option<f64>,
+    /// Value bytes the drive copied per operation (INFO `value_bytes_copied`; the ablation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_bytes_copied_per_op: Option<f64>,
     /// 99.9th percentile latency in microseconds (`bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p999_us: Option<f64>,
@@ -190,7 +196,7 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
 
 /// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
 /// apply, e.g. write amplification of a read workload).
-pub const ALL_KEYS: [&str; 19] = [
+pub const ALL_KEYS: [&str; 21] = [
     "system",
     "workload",
     "value_size",
@@ -209,6 +215,8 @@ pub const ALL_KEYS: [&str; 19] = [
     "pipeline",
     "reads_from",
     "ratio_to_redis",
+    "mean_us",
+    "value_bytes_copied_per_op",
     "missing",
 ];
 

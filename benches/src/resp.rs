@@ -64,6 +64,13 @@ impl KvSession for Connection {
         Ok(())
     }
 
+    fn noop(&mut self) -> anyhow::Result<()> {
+        match self.rt.block_on(self.client.call(&[&b"PING"[..]]))? {
+            Reply::Error(e) => bail!("PING failed: {}", String::from_utf8_lossy(&e)),
+            _ => Ok(()),
+        }
+    }
+
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()> {
         let requests: Vec<Vec<&[u8]>> = keys.iter().map(|k| vec![&b"GET"[..], &k[..]]).collect();
         let replies = self.rt.block_on(self.client.pipeline(&requests))?;
@@ -76,5 +83,49 @@ impl KvSession for Connection {
             }
         }
         Ok(())
+    }
+}
+
+/// A numeric field of the server's `INFO section` reply (e.g. the drive's `value_bytes_copied`
+/// in `stats`), over a connection of its own.
+///
+/// # Errors
+/// When the server cannot be reached or has no such field.
+pub fn info_field(addr: SocketAddr, section: &str, field: &str) -> anyhow::Result<u64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let reply = rt.block_on(async {
+        let mut c = Client::connect(addr).await?;
+        c.call(&[&b"INFO"[..], section.as_bytes()]).await
+    })?;
+    let text = match reply {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).to_string(),
+        other => bail!("unexpected reply to INFO: {other:?}"),
+    };
+    parse_info_field(&text, field)
+}
+
+fn parse_info_field(text: &str, field: &str) -> anyhow::Result<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .with_context(|| format!("no `{field}` in INFO"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("bad `{field}` in INFO"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_an_info_field() {
+        let text = "# Stats\r\nvalue_bytes_copied:8192\r\nvalue_bytes_moved:3\r\n";
+        assert_eq!(
+            parse_info_field(text, "value_bytes_copied").ok(),
+            Some(8192)
+        );
+        assert!(parse_info_field(text, "value_bytes").is_err());
     }
 }

@@ -82,6 +82,9 @@ pub struct Shape {
     pub read_batch: u64,
     /// Keys per write batch (R-Mixed's writes use `read_batch`).
     pub write_batch: u64,
+    /// Added to the clients' random seeds, so runs that follow one another (the sustained
+    /// overwrite's slices) pick different keys.
+    pub seed: u64,
 }
 
 impl Shape {
@@ -93,6 +96,7 @@ impl Shape {
             read_batch: u64::from(BATCH),
             write_batch: (BATCH as usize).max(WRITE_GROUP_PAGES * PAGE_SIZE / value_size.max(1))
                 as u64,
+            seed: 0,
         }
     }
 
@@ -103,7 +107,23 @@ impl Shape {
             clients: CLIENTS,
             read_batch: u64::from(BATCH),
             write_batch: u64::from(BATCH),
+            seed: 0,
         }
+    }
+
+    /// Queue depth 1: one client, one request at a time (the latency breakdown).
+    pub fn qd1() -> Shape {
+        Shape {
+            clients: 1,
+            read_batch: 1,
+            write_batch: 1,
+            seed: 0,
+        }
+    }
+
+    /// The same shape with the clients' seeds moved by `seed`.
+    pub fn with_seed(self, seed: u64) -> Shape {
+        Shape { seed, ..self }
     }
 }
 
@@ -112,6 +132,8 @@ impl Shape {
 pub struct Measured {
     /// Operations per second.
     pub ops_per_sec: f64,
+    /// Mean latency of a batch, µs.
+    pub mean_us: f64,
     /// Latency percentiles of a batch (every key of a batch completes with it), µs.
     pub p50_us: f64,
     /// 99th percentile, µs.
@@ -165,6 +187,7 @@ pub fn run(
         ops,
         batch_len,
         shape.clients,
+        shape.seed,
         value.len(),
         |s, rng, b| {
             match w {
@@ -180,14 +203,26 @@ pub fn run(
     )
 }
 
+/// Round trips of the session's no-op command (PING over RESP) at queue depth 1: `ops` of
+/// them from one client, measured as the workloads are.
+///
+/// # Errors
+/// When the system has no no-op command or fails.
+pub fn noop_qd1(kv: &dyn KvUnderTest, ops: u64) -> anyhow::Result<Measured> {
+    measure(kv, ops, 1, 1, 0, 0, |s, _, _| s.noop().map(|()| 0))
+}
+
 /// Runs `ops` operations from `clients` threads, each with its own session issuing batches
 /// of `batch_len` through `f(session, rng, batch_number)` (which returns the keys it put);
-/// batch numbers are handed out in order across the clients.
+/// batch numbers are handed out in order across the clients. Client `c` seeds its random
+/// keys with `seed + c`.
+#[allow(clippy::too_many_arguments)]
 fn measure<F>(
     kv: &dyn KvUnderTest,
     ops: u64,
     batch_len: u64,
     clients: u32,
+    seed: u64,
     value_len: usize,
     f: F,
 ) -> anyhow::Result<Measured>
@@ -206,7 +241,9 @@ where
                 let (f, next, put_keys) = (&f, &next, &put_keys);
                 scope.spawn(move || {
                     let mut session = kv.session()?;
-                    let mut rng = SmallRng::seed_from_u64(0x5eed + u64::from(c));
+                    let mut rng = SmallRng::seed_from_u64(
+                        0x5eed + seed.wrapping_mul(0x9e37_79b9) + u64::from(c),
+                    );
                     let mut lat = Vec::new();
                     loop {
                         let b = next.fetch_add(1, Ordering::Relaxed);
@@ -256,8 +293,14 @@ where
         (Some(a), Some(b)) if done > 0 => Some((b - a).max(0.0) / (done as f64 / 1e6)),
         _ => None,
     };
+    let mean_us = if lat.is_empty() {
+        0.0
+    } else {
+        lat.iter().sum::<f64>() / lat.len() as f64
+    };
     Ok(Measured {
         ops_per_sec: done as f64 / secs.max(1e-9),
+        mean_us,
         p50_us: pct(0.5),
         p99_us: pct(0.99),
         p999_us: pct(0.999),

@@ -1,0 +1,415 @@
+//! The extras' part of `bench all`'s outputs: report sections (latency breakdown, ablation,
+//! sustained overwrite), their SVG plots, and rows for `results.json`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::extras::{self, Extras, OverwriteRun, PARTS, VALUE_SIZE};
+use crate::plots;
+use crate::report::Row;
+use crate::workloads::{Workload, BATCH, CLIENTS};
+
+/// DESIGN.md section 8: sustained random overwrite at 80% full.
+const WA_TARGET: f64 = 2.5;
+/// BlobDB's memtables in `peers` (3 of 64 MiB).
+const BLOBDB_MEMTABLES: u64 = 3 * (64 << 20);
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "—".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// Writes the extras' plots under `out`; returns the files.
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn write_plots(x: &Extras, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    if let Ok(b) = &x.breakdown {
+        let bars: Vec<(String, Vec<f64>)> = b
+            .ops
+            .iter()
+            .flat_map(|o| {
+                [
+                    (format!("{} mean", o.op), o.parts_mean.to_vec()),
+                    (format!("{} p50", o.op), o.parts_p50.to_vec()),
+                ]
+            })
+            .collect();
+        let path = out.join("latency-breakdown-qd1-8K.svg");
+        plots::stacked_bars(
+            &path,
+            "Latency at queue depth 1, 8 KiB values, over RESP (µs)",
+            "µs",
+            &PARTS,
+            &bars,
+        )?;
+        files.push(path);
+    }
+    let series: Vec<String> = x
+        .ablation
+        .iter()
+        .filter(|r| r.missing.is_none())
+        .map(|r| r.system.clone())
+        .fold(Vec::new(), |mut v, s| {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+            v
+        });
+    if !series.is_empty() {
+        let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+        let path = out.join("ablation-8K.svg");
+        plots::grouped_bars_linear(
+            &path,
+            "Ablation: LightStore-Net with one feature off, ops/s over the mean baseline (8 KiB)",
+            "ratio to baseline",
+            &names,
+            &series,
+            Some(1.0),
+            |s, w| {
+                x.ablation
+                    .iter()
+                    .find(|r| r.system == s && r.workload == w && r.missing.is_none())
+                    .and_then(|r| r.ratio_to_lightstore)
+            },
+        )?;
+        files.push(path);
+    }
+    let ran: Vec<&OverwriteRun> = x.overwrite.iter().filter(|o| o.missing.is_none()).collect();
+    if !ran.is_empty() {
+        let wa: Vec<(String, Vec<[f64; 2]>)> = ran
+            .iter()
+            .map(|o| {
+                let pts = o.samples.iter().map(|s| [s.percent, s.wa_slice]).collect();
+                (format!("{} (per 5%)", o.system), pts)
+            })
+            .chain(ran.iter().map(|o| {
+                (
+                    format!("{} (cumulative)", o.system),
+                    o.samples
+                        .iter()
+                        .map(|s| [s.percent, s.wa_cumulative])
+                        .collect(),
+                )
+            }))
+            .collect();
+        let path = out.join("overwrite-wa-8K.svg");
+        plots::lines(
+            &path,
+            &format!(
+                "Write amplification over a sustained random overwrite ({}x the {} MiB device, 8 KiB)",
+                extras::OVERWRITE_TIMES,
+                x.overwrite_device_mib
+            ),
+            "overwrites done, % of the run",
+            "write amplification",
+            &wa,
+            Some((WA_TARGET, "DESIGN target (<= 2.5)")),
+        )?;
+        files.push(path);
+        let tput: Vec<(String, Vec<[f64; 2]>)> = ran
+            .iter()
+            .map(|o| {
+                (
+                    o.system.clone(),
+                    o.samples
+                        .iter()
+                        .map(|s| [s.percent, s.ops_per_sec])
+                        .collect(),
+                )
+            })
+            .collect();
+        let path = out.join("overwrite-throughput-8K.svg");
+        plots::lines(
+            &path,
+            "Throughput over a sustained random overwrite (ops/s per 5% slice, 8 KiB)",
+            "overwrites done, % of the run",
+            "ops/s",
+            &tput,
+            None,
+        )?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// The report sections of the extras.
+pub fn markdown(x: &Extras, quick: bool) -> String {
+    let mut m = String::new();
+    let _ = writeln!(
+        m,
+        "## Latency breakdown at queue depth 1 (8 KiB values, the paper's Figure 10)\n"
+    );
+    match &x.breakdown {
+        Ok(b) => {
+            let _ = writeln!(
+                m,
+                "One request at a time, {} requests per figure, {} keys of 8 KiB loaded; all four \
+                 measurements in this run, one after another. Parts, µs (mean / p50):\n",
+                b.requests, b.keys
+            );
+            let _ = writeln!(
+                m,
+                "| op | network | KV server | engine | device | sum of parts | LightStore-Net measured |\n|---|---|---|---|---|---|---|"
+            );
+            for o in &b.ops {
+                let cell = |i: usize| format!("{:.1} / {:.1}", o.parts_mean[i], o.parts_p50[i]);
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} | {:.1} / {:.1} | {:.1} / {:.1} |",
+                    o.op,
+                    cell(0),
+                    cell(1),
+                    cell(2),
+                    cell(3),
+                    o.parts_mean.iter().sum::<f64>(),
+                    o.parts_p50.iter().sum::<f64>(),
+                    o.net.mean,
+                    o.net.p50
+                );
+            }
+            let _ = writeln!(
+                m,
+                "\nThe measurements, µs (mean / p50):\n\n| op | raw device | LightStore-Local | \
+                 LightStore-Net | PING to the drive |\n|---|---|---|---|---|"
+            );
+            for o in &b.ops {
+                let l = |l: extras::Lat| format!("{:.1} / {:.1}", l.mean, l.p50);
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} |",
+                    o.op,
+                    l(o.device),
+                    l(o.local),
+                    l(o.net),
+                    l(o.ping)
+                );
+            }
+            let _ = writeln!(
+                m,
+                "\nHow each part is derived (each statistic separately, mean and p50):\n\n\
+                 - **device** = the raw device (`hwftl-sim` on the io_uring O_DIRECT file, no \
+                 engine; the device-ceiling code at queue depth 1): an 8 KiB random page read \
+                 for GET, an 8 KiB sequential page append for SET.\n\
+                 - **engine** = LightStore-Local at queue depth 1 (one client thread, one key \
+                 per `multi_get` / `write`, the engine in this process on its own device file) \
+                 minus device. For SET it includes the device write-cache flush the engine \
+                 issues before it acknowledges a batch, which the raw append does not.\n\
+                 - **network** = the round trip of `PING` to the drive at queue depth 1 over the \
+                 same client (`kvproto`, one connection; the drive does no work for it): \
+                 loopback, both sides' socket calls and RESP encoding/parsing of a tiny \
+                 command. The 8 KiB value's own transfer and parsing are therefore counted in \
+                 KV server.\n\
+                 - **KV server** = LightStore-Net at queue depth 1 (the drive over RESP, one \
+                 connection, no pipelining) minus engine, device and network: the drive's \
+                 connection, parsing, queueing and reply work for the request plus moving the \
+                 8 KiB value.\n\
+                 - A part that comes out negative (the measurements are separate runs and \
+                 this host's disk drifts) is shown as 0, with a note below; the parts then add \
+                 up to more than LightStore-Net's own figure. Percentiles do not add, so the \
+                 p50 split is indicative only.\n"
+            );
+            let notes: Vec<&String> = b.ops.iter().flat_map(|o| o.notes.iter()).collect();
+            if notes.is_empty() {
+                let _ = writeln!(m, "No part came out negative in this run.\n");
+            } else {
+                for (o, n) in b
+                    .ops
+                    .iter()
+                    .flat_map(|o| o.notes.iter().map(move |n| (o, n)))
+                {
+                    let _ = writeln!(m, "- Note ({}): {n}", o.op);
+                }
+                m.push('\n');
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(m, "Missing: {why}\n");
+        }
+    }
+
+    let _ = writeln!(
+        m,
+        "## Ablation (LightStore-Net, 8 KiB values, the paper's Figure 12)\n"
+    );
+    let _ = writeln!(
+        m,
+        "The drive started with `--ablate NAME` (one feature off at a time) and without \
+         (baseline, run first and again last), each on a fresh device with the same data and \
+         load as LightStore-Net above ({CLIENTS} connections x {BATCH} pipelined; S-SET loads the keys, then S-GET, \
+         R-SET, R-GET, R-Mixed), one after another. Ratio = ops/s over the mean of the two baseline runs' in \
+         the same workload (the two baselines' own ratios show how far this host drifts between \
+         runs). WA = the drive process's `/proc/<pid>/io` bytes written over user \
+         bytes. Copied = the drive's INFO `value_bytes_copied` over the workload's operations. \
+         The rows run a few seconds apart on a disk whose speed drifts, so differences of a \
+         few percent are noise.\n"
+    );
+    let _ = writeln!(
+        m,
+        "| configuration | workload | ops/s | ratio to baseline | p50 µs | p99 µs | WA | CPU s/Mop | value bytes copied/op |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let mut missing = Vec::new();
+    for r in &x.ablation {
+        if let Some(why) = &r.missing {
+            if !missing
+                .iter()
+                .any(|(s, _): &(String, String)| *s == r.system)
+            {
+                missing.push((r.system.clone(), why.clone()));
+            }
+            continue;
+        }
+        let _ = writeln!(
+            m,
+            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {} | {} |",
+            r.system,
+            r.workload,
+            r.ops_per_sec,
+            opt(r.ratio_to_lightstore, 2),
+            r.p50_us,
+            r.p99_us,
+            opt(r.write_amp, 2),
+            opt(r.cpu_s_per_mop, 2),
+            opt(r.value_bytes_copied_per_op, 0)
+        );
+    }
+    for (s, why) in &missing {
+        let _ = writeln!(m, "| {s} | — | missing: {why} | | | | | | |");
+    }
+    let _ = writeln!(
+        m,
+        "\nWhat each ablation turns off: `zero-copy` — values are copied once more on the way \
+         in and out of the drive (counted in `value_bytes_copied`); `lock-free-queues` — the \
+         threads' queues become mutex-and-condvar queues instead of crossbeam's; \
+         `metadata-compaction` — compaction rewrites the values of the entries it keeps, as an \
+         LSM tree without key-value separation does (shows in WA when compactions run: with \
+         small data sets few do); `keytable-cache` — not built in the drive, which refuses \
+         the flag (the row above gives its reason).\n"
+    );
+
+    let _ = writeln!(
+        m,
+        "## Sustained random overwrite at 80% of the user capacity (8 KiB values)\n"
+    );
+    let first = x.overwrite.iter().find(|o| o.missing.is_none());
+    if let Some(o) = first {
+        let _ = writeln!(
+            m,
+            "LightStore-Local (the engine in-process, io_uring O_DIRECT device file) on a {} \
+             MiB device ({} MiB capacity, 2 x 2 chips, 512 KiB segments as in the engine's GC test), user capacity {} MiB (the engine \
+             keeps 20% over-provisioning); {} keys of 8 KiB = {:.0} MiB live ({}% of the user \
+             capacity); then {} random overwrites = {}x the device capacity ({:.0} MiB), in \
+             20 slices of 5%, {CLIENTS} client threads x {BATCH}-key write batches. RocksDB \
+             BlobDB (no WAL: its WAL would add one more copy of every value; direct I/O, \
+             tuned as above, blob GC on with age cutoff 0.25, block cache 1/16 of the data) \
+             gets the same keys, values and overwrites in its own directory. WA per slice and \
+             cumulative from the start of the overwrites (the load excluded); LightStore's \
+             from `EngineStats` (device bytes written / user bytes written), BlobDB's from \
+             the process's `/proc/self/io` over user bytes (16-byte keys + values). The final \
+             WA is taken after each system's background work settled (BlobDB: memtable \
+             flushed and compactions done).{}\n",
+            x.overwrite_device_mib,
+            o.capacity_bytes >> 20,
+            o.user_capacity_bytes >> 20,
+            o.keys,
+            (o.keys * VALUE_SIZE as u64) as f64 / 1048576.0,
+            extras::FILL_PERCENT,
+            o.overwrites,
+            extras::OVERWRITE_TIMES,
+            (o.overwrites * VALUE_SIZE as u64) as f64 / 1048576.0,
+            if quick {
+                " Quick: a small device, so the run takes about half a minute; the full run uses 1 GiB."
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = writeln!(
+        m,
+        "| system | load ops/s | overwrite ops/s | final WA | DESIGN target | met | GC segments |\n|---|---|---|---|---|---|---|"
+    );
+    for o in &x.overwrite {
+        if let Some(why) = &o.missing {
+            let _ = writeln!(m, "| {} | missing: {why} | | | | | |", o.system);
+            continue;
+        }
+        let (target, met) = if o.system == "lightstore-local" {
+            (
+                format!("<= {WA_TARGET}"),
+                if o.final_wa <= WA_TARGET {
+                    "yes"
+                } else {
+                    "**no**"
+                },
+            )
+        } else {
+            ("(peer)".to_string(), "—")
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {:.0} | {:.0} | {:.2} | {target} | {met} | {} |",
+            o.system,
+            o.load_ops_per_sec,
+            o.ops_per_sec,
+            o.final_wa,
+            o.gc_segments
+                .map_or_else(|| "—".to_string(), |g| g.to_string())
+        );
+    }
+    let ran: Vec<&OverwriteRun> = x.overwrite.iter().filter(|o| o.missing.is_none()).collect();
+    if let Some(o) = ran.iter().find(|o| o.system.starts_with("rocksdb")) {
+        let live = o.keys * (16 + VALUE_SIZE as u64);
+        if live < BLOBDB_MEMTABLES {
+            let _ = writeln!(
+                m,
+                "\n**Caveat:** the live data ({} MiB) is smaller than BlobDB's memtables \
+                 (3 x 64 MiB), so most of its overwrites die in the memtable before a flush and \
+                 its write amplification here is not a steady state; only a run whose live data \
+                 is several times that (the full run's 1 GiB device) compares GC with GC.",
+                live >> 20
+            );
+        }
+    }
+    if !ran.is_empty() {
+        let mut head = String::from("\n| done | ");
+        let mut sep = String::from("|---|");
+        for o in &ran {
+            let _ = write!(
+                head,
+                "{0} ops/s | {0} WA (slice) | {0} WA (cumulative) | ",
+                o.system
+            );
+            sep.push_str("---|---|---|");
+        }
+        let _ = writeln!(m, "{}\n{sep}", head.trim_end());
+        let n = ran.iter().map(|o| o.samples.len()).max().unwrap_or(0);
+        for i in 0..n {
+            let pct = ran
+                .iter()
+                .find_map(|o| o.samples.get(i))
+                .map_or(0.0, |s| s.percent);
+            let _ = write!(m, "| {pct:.0}% |");
+            for o in &ran {
+                match o.samples.get(i) {
+                    Some(s) => {
+                        let _ = write!(
+                            m,
+                            " {:.0} | {:.2} | {:.2} |",
+                            s.ops_per_sec, s.wa_slice, s.wa_cumulative
+                        );
+                    }
+                    None => m.push_str(" — | — | — |"),
+                }
+            }
+            m.push('\n');
+        }
+        m.push('\n');
+    }
+    let _ = writeln!(m, "The extras took {:.0} s of this run.\n", x.seconds);
+    m
+}
+
+/// The extras' rows for `results.json`.
+pub fn rows(x: &Extras) -> Vec<Row> {
+    extras::rows(x)
+}
