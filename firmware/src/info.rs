@@ -206,7 +206,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
              compaction_invalidated:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
-             keytable_segments:{}\r\nreplayed_records:{}\r\n\r\n",
+             keytable_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -224,6 +224,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.log_segments,
             e.keytable_segments,
             e.replayed_records,
+            e.device_flushes,
         );
     }
     if wants(sections, "ftl") {

@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::gc::GcCandidate;
-use crate::io::{GroupDone, Poller};
+use crate::io::{FlushGate, GroupDone, Poller};
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
@@ -101,6 +101,13 @@ pub type KeyFilter<'a> = dyn Fn(&[u8]) -> bool + Sync + 'a;
 /// Receives values read and what was resolved with them (see `Engine::read_async`).
 type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) + Send>;
 
+/// One FLUSH of the device's write cache, waiting for a free tag if need be.
+fn device_flush(dev: &dyn AppendDevice) -> std::result::Result<(), DeviceError> {
+    crate::io::execute_patiently(dev, Command::Flush)
+        .map_err(|r| r.error)
+        .and_then(|c| c.result)
+}
+
 /// One operation of an atomic write batch.
 #[derive(Debug, Clone, Copy)]
 pub enum WriteOp<'a> {
@@ -151,6 +158,8 @@ pub struct EngineStats {
     pub keytable_segments: u64,
     /// Value bytes clients may keep live (the value space less over-provisioning).
     pub user_capacity_bytes: u64,
+    /// Device cache flushes issued by the engine (batches waiting at once share one).
+    pub device_flushes: u64,
 }
 
 /// The current value-log segment being appended to.
@@ -349,8 +358,9 @@ enum PendingState {
         /// Completion of its pages.
         pages: Arc<GroupDone>,
         dev: Arc<dyn AppendDevice>,
-        /// Flush the device's write cache before acknowledging.
-        flush: bool,
+        /// Flush the device's write cache before acknowledging (through this gate, which
+        /// shares one flush among the batches that wait at the same time).
+        flush: Option<Arc<FlushGate>>,
     },
 }
 
@@ -398,6 +408,8 @@ struct Inner {
     in_gc: bool,
     /// The reclaim in progress, if any (it goes on a window at a time).
     gc_cursor: Option<GcCursor>,
+    /// Shares device flushes among batches that wait for one at the same time.
+    flush_gate: Arc<FlushGate>,
     /// Live values read by garbage collection and not yet rewritten.
     gc_pending: Vec<GcMove>,
     /// Their bytes as records.
@@ -508,6 +520,7 @@ impl Engine {
             dev_writes_at_open: 0,
             in_gc: false,
             gc_cursor: None,
+            flush_gate: Arc::new(FlushGate::default()),
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
             closed: false,
@@ -590,7 +603,7 @@ impl Engine {
         }
         let (ticket, pages) = g.start_batch(ops, bound)?;
         let dev = g.dev.clone();
-        let flush = g.cfg.flush_writes;
+        let flush = g.cfg.flush_writes.then(|| g.flush_gate.clone());
         drop(g);
         self.finish_write(PendingWrite {
             state: PendingState::OnDevice {
@@ -651,7 +664,7 @@ impl Engine {
                 ticket,
                 pages,
                 dev,
-                flush: g.cfg.flush_writes,
+                flush: g.cfg.flush_writes.then(|| g.flush_gate.clone()),
             },
         }))
     }
@@ -674,11 +687,9 @@ impl Engine {
         // Wait outside the lock (woken once, by the last page): other batches are laid out
         // and submitted meanwhile.
         let mut io = pages.wait();
-        if io.is_ok() && flush {
+        if let (true, Some(gate)) = (io.is_ok(), flush) {
             // Durable before acknowledged: the pages may still be in the write cache.
-            io = crate::io::execute_patiently(dev.as_ref(), Command::Flush)
-                .map_err(|r| r.error)
-                .and_then(|c| c.result);
+            io = gate.flush(|| device_flush(dev.as_ref()));
         }
         let mut g = self.inner.lock();
         if let Some(b) = g.pipeline.get_mut(&ticket) {
@@ -2522,9 +2533,8 @@ impl Inner {
 
     /// Empties the device's volatile write cache (fdatasync on the file backend).
     fn sync_device(&self) -> Result<()> {
-        crate::io::execute_patiently(self.dev.as_ref(), Command::Flush)
-            .map_err(|r| r.error)?
-            .result?;
+        let dev = self.dev.clone();
+        self.flush_gate.flush(|| device_flush(dev.as_ref()))?;
         Ok(())
     }
 
@@ -2793,6 +2803,7 @@ impl Inner {
         s.total_bytes = self.log_segs.values().map(|m| m.written).sum();
         s.live_bytes = self.live_bytes();
         s.user_capacity_bytes = self.user_capacity();
+        s.device_flushes = self.flush_gate.issued();
         s.keytable_dram_bytes = self
             .levels
             .iter()

@@ -329,3 +329,139 @@ pub(crate) fn execute_patiently(
         }
     }
 }
+
+/// Coalesces device flushes: a caller needs a flush that *starts* after it arrived (its
+/// writes have completed by then, so that flush covers them). While one flush is running,
+/// every caller that arrives waits for it to end and then shares the next one, so N
+/// concurrent groups cost about two flushes (fdatasync on the file backend), not N.
+#[derive(Debug, Default)]
+pub(crate) struct FlushGate {
+    state: Mutex<GateState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// Flushes started so far (the epoch of the latest).
+    started: u64,
+    /// Flushes finished so far (they finish in order: one runs at a time).
+    finished: u64,
+    /// A flush is running.
+    running: bool,
+    /// Recent flushes that failed: epoch and error text (the last 64).
+    failed: VecDeque<(u64, String)>,
+}
+
+impl FlushGate {
+    /// Returns once a flush that started after this call began has finished; runs it when
+    /// no flush is running. `flush` performs one device flush.
+    ///
+    /// # Errors
+    /// The error of the flush that covered this caller.
+    pub(crate) fn flush(
+        &self,
+        flush: impl Fn() -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let mut s = self.state.lock();
+        let need = s.started + 1;
+        loop {
+            if s.finished >= need {
+                return match s.failed.iter().find(|(e, _)| *e == need) {
+                    Some((_, text)) => Err(DeviceError::Io {
+                        context: "the device flush covering this write failed".into(),
+                        source: std::io::Error::other(text.clone()),
+                    }),
+                    None => Ok(()),
+                };
+            }
+            if !s.running {
+                s.running = true;
+                s.started += 1;
+                let epoch = s.started;
+                drop(s);
+                let r = flush();
+                s = self.state.lock();
+                s.running = false;
+                s.finished = epoch;
+                if let Err(e) = &r {
+                    s.failed.push_back((epoch, e.to_string()));
+                }
+                while s.failed.len() > 64 {
+                    s.failed.pop_front();
+                }
+                self.done.notify_all();
+                if epoch >= need {
+                    // It started after this caller arrived: it covers it.
+                    return r;
+                }
+                continue;
+            }
+            self.done.wait(&mut s);
+        }
+    }
+
+    /// Flushes actually issued.
+    pub(crate) fn issued(&self) -> u64 {
+        self.state.lock().finished
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn concurrent_callers_share_flushes() {
+        let gate = Arc::new(FlushGate::default());
+        let calls = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (gate, calls) = (gate.clone(), calls.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        gate.flush(|| {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(2));
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = calls.load(Ordering::SeqCst);
+        assert_eq!(n, gate.issued());
+        // 160 requests; serialised they would be 160 flushes.
+        assert!(n < 120, "{n} flushes for 160 requests");
+    }
+
+    #[test]
+    fn a_failed_flush_fails_the_callers_it_covered_only() {
+        let gate = FlushGate::default();
+        let r = gate.flush(|| Err(DeviceError::PoweredOff));
+        assert!(matches!(r, Err(DeviceError::PoweredOff)));
+        // Callers covered by a failed flush all see it fail.
+        let gate = Arc::new(FlushGate::default());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    gate.flush(|| {
+                        std::thread::sleep(Duration::from_millis(5));
+                        Err(DeviceError::PoweredOff)
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap().is_err());
+        }
+        assert!(gate.flush(|| Ok(())).is_ok(), "a later flush starts afresh");
+    }
+}
