@@ -42,12 +42,13 @@ fn formats_on_first_start_and_reopens_after() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let d = Drive::start(&data, &["--capacity", "1GiB"]);
-    assert_eq!(ftl_segments(&d), 8);
+    // 8 channels x 8 ways with 16-page blocks: 128 segments of 8 MiB.
+    assert_eq!(ftl_segments(&d), 128);
     assert!(data.join("device.img").exists());
     assert!(d.shutdown());
     // A second start reopens the same device, whatever capacity is asked for.
     let d = Drive::start(&data, &["--capacity", "4GiB"]);
-    assert_eq!(ftl_segments(&d), 8);
+    assert_eq!(ftl_segments(&d), 128);
     assert!(d.shutdown());
 }
 
