@@ -283,8 +283,9 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
          threads' queues become mutex-and-condvar queues instead of crossbeam's; \
          `metadata-compaction` — compaction rewrites the values of the entries it keeps, as an \
          LSM tree without key-value separation does (shows in WA when compactions run: with \
-         small data sets few do); `keytable-cache` — not built in the drive, which refuses \
-         the flag (the row above gives its reason).\n"
+         small data sets few do); `keytable-cache` — each lookup that passes a run's bloom \
+         filter reads that run's keytable page from the device (found with a sparse page \
+         index kept in DRAM) instead of searching the cached keytable.\n"
     );
 
     let _ = writeln!(

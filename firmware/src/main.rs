@@ -206,6 +206,7 @@ fn main() -> anyhow::Result<()> {
             // plp: the device's write cache is power-protected; no flush per batch.
             flush_writes: cfg.durability == Durability::Sync,
             compaction_moves_values: cfg.ablations.value_compaction,
+            uncached_keytables: cfg.ablations.uncached_keytables,
             ..EngineConfig::default()
         },
     )

@@ -350,7 +350,10 @@ fn ablations_keep_answers_and_show_their_cost() {
     let dir = tempfile::tempdir().unwrap();
     let d = Drive::start(
         &dir.path().join("data"),
-        &["--ablate", "zero-copy,lock-free-queues,metadata-compaction"],
+        &[
+            "--ablate",
+            "zero-copy,lock-free-queues,metadata-compaction,keytable-cache",
+        ],
     );
     let mut c = d.conn();
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();

@@ -67,6 +67,10 @@ pub struct EngineConfig {
     /// of the entries it keeps and writes them again, as an LSM without key-value separation
     /// does (`false`, the default: compaction moves keytable entries only).
     pub compaction_moves_values: bool,
+    /// The ablation of keytable caching, for benchmarks: a lookup reads the keytable page
+    /// that may hold the key from the device (after the bloom filter, with a sparse page
+    /// index in DRAM) instead of searching the cached keytable (`false`, the default).
+    pub uncached_keytables: bool,
 }
 
 impl Default for EngineConfig {
@@ -84,6 +88,7 @@ impl Default for EngineConfig {
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
             compaction_moves_values: false,
+            uncached_keytables: false,
         }
     }
 }

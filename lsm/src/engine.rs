@@ -408,6 +408,8 @@ struct Inner {
     in_gc: bool,
     /// The reclaim in progress, if any (it goes on a window at a time).
     gc_cursor: Option<GcCursor>,
+    /// Per run, its sparse page index (only for the keytable-caching ablation).
+    kt_index: HashMap<u64, Vec<(u32, Vec<u8>)>>,
     /// Shares device flushes among batches that wait for one at the same time.
     flush_gate: Arc<FlushGate>,
     /// Live values read by garbage collection and not yet rewritten.
@@ -520,6 +522,7 @@ impl Engine {
             dev_writes_at_open: 0,
             in_gc: false,
             gc_cursor: None,
+            kt_index: HashMap::new(),
             flush_gate: Arc::new(FlushGate::default()),
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
@@ -1852,7 +1855,46 @@ impl Inner {
         if let Some(s) = self.mem.get(key) {
             return Some(s);
         }
+        if self.cfg.uncached_keytables {
+            return self
+                .levels
+                .iter()
+                .flatten()
+                .find_map(|run| self.lookup_on_device(run, key));
+        }
         self.levels.iter().flatten().find_map(|run| run.get(key))
+    }
+
+    /// The ablation of keytable caching (`EngineConfig::uncached_keytables`): after the
+    /// run's bloom filter, the page that may hold `key` is found in the run's sparse page
+    /// index and read from the device, and the key is searched in that page. A page the
+    /// search cannot answer alone (an entry running on into the next page: keys of 8 KiB or
+    /// more) or cannot read is answered from DRAM.
+    fn lookup_on_device(&self, run: &KeyTable, key: &[u8]) -> Option<Slot> {
+        if !run.may_contain(key) {
+            return None;
+        }
+        let (Some(index), Some(meta)) = (self.kt_index.get(&run.id()), self.runs.get(&run.id()))
+        else {
+            return run.get(key);
+        };
+        let pos = index.partition_point(|(_, first)| first.as_slice() <= key);
+        // Before the run's first key: not in it.
+        let &(page_no, _) = index.get(pos.checked_sub(1)?)?;
+        let mut skip = u64::from(page_no);
+        let lba = meta.extents.iter().find_map(|&(first, n)| {
+            if skip < u64::from(n) {
+                Some(Lba(first + skip))
+            } else {
+                skip -= u64::from(n);
+                None
+            }
+        })?;
+        match self.read_pages(&[lba]).ok().and_then(|mut v| v.pop()) {
+            Some(page) => KeyTable::search_page(run.id(), page_no, &page, key)
+                .unwrap_or_else(|_| run.get(key)),
+            None => run.get(key),
+        }
     }
 
     fn merge_from<'a>(&'a self, start: &[u8]) -> Merge<'a> {
@@ -1943,6 +1985,9 @@ impl Inner {
     }
 
     fn add_run(&mut self, t: KeyTable, level: usize, extents: Vec<(u64, u32)>) {
+        if self.cfg.uncached_keytables {
+            self.kt_index.insert(t.id(), t.page_index());
+        }
         let order = if level == 0 {
             let o = self.next_l0_order;
             self.next_l0_order += 1;
@@ -2083,6 +2128,7 @@ impl Inner {
         let extents = self.write_run(&t)?;
         for r in &inputs {
             self.runs.remove(&r.id());
+            self.kt_index.remove(&r.id());
         }
         self.levels[from].clear();
         self.levels[to].clear();
@@ -2552,6 +2598,9 @@ impl Inner {
             let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
             let t = KeyTable::decode_pages(meta.id, &refs, self.cfg.bloom_fp_rate)
                 .map_err(EngineError::Corrupt)?;
+            if self.cfg.uncached_keytables {
+                self.kt_index.insert(meta.id, t.page_index());
+            }
             self.next_l0_order = self.next_l0_order.max(meta.order + 1);
             let level = usize::from(meta.level);
             while self.levels.len() <= level {

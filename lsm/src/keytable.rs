@@ -674,6 +674,88 @@ impl KeyTable {
         }
     }
 
+    /// Whether the run may hold `key` (its bloom filter; `true` without one).
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        self.bloom.as_ref().is_none_or(|b| b.check(key))
+    }
+
+    /// The run's sparse page index as [`KeyTable::encode_pages`] lays it out: for each page
+    /// on which an entry starts, its number and the key of its first entry (what an LSM
+    /// that does not cache its keytables keeps in DRAM to find the page to read).
+    pub fn page_index(&self) -> Vec<(u32, Vec<u8>)> {
+        let pages = self.encode_pages();
+        let mut out = Vec::new();
+        for (n, p) in pages.iter().enumerate() {
+            let count = u16::from_le_bytes([p[6], p[7]]);
+            let carry = u32::from_le_bytes([p[20], p[21], p[22], p[23]]) as usize;
+            if count == 0 {
+                continue;
+            }
+            let at = PAGE_HEADER + carry;
+            let Some(len) = entry_len(&p[at..]) else {
+                continue;
+            };
+            let end = (at + len).min(PAGE_SIZE);
+            let key_start = if u16::from_le_bytes([p[at], p[at + 1]]) == LONG_ENTRY {
+                at + 6
+            } else {
+                at + 2
+            };
+            let key_end = (at + len - SLOT_BYTES).min(end);
+            if key_start <= key_end {
+                out.push((n as u32, p[key_start..key_end].to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Looks `key` up in one on-device page of run `id` (number `page_no`), as read from the
+    /// device: `Ok(Some(slot))` when the page has it, `Ok(None)` when the page shows it is
+    /// not in the run, `Err` when the page is damaged or the answer needs another page (an
+    /// entry that runs on into the next page).
+    ///
+    /// # Errors
+    /// A description of what is wrong.
+    pub fn search_page(
+        id: u64,
+        page_no: u32,
+        p: &[u8],
+        key: &[u8],
+    ) -> Result<Option<Slot>, String> {
+        if p.len() != PAGE_SIZE
+            || crc32c::crc32c(&p[4..]) != u32::from_le_bytes([p[0], p[1], p[2], p[3]])
+        {
+            return Err(format!("run {id} page {page_no}: checksum mismatch"));
+        }
+        let mut run = [0u8; 8];
+        run.copy_from_slice(&p[8..16]);
+        if u16::from_le_bytes([p[4], p[5]]) != PAGE_MAGIC
+            || u64::from_le_bytes(run) != id
+            || u32::from_le_bytes([p[16], p[17], p[18], p[19]]) != page_no
+        {
+            return Err(format!("run {id} page {page_no}: not this run's page"));
+        }
+        let count = u16::from_le_bytes([p[6], p[7]]);
+        let mut at = PAGE_HEADER + u32::from_le_bytes([p[20], p[21], p[22], p[23]]) as usize;
+        for _ in 0..count {
+            let len = entry_len(p.get(at..).unwrap_or_default())
+                .ok_or_else(|| format!("run {id} page {page_no}: truncated"))?;
+            if at + len > PAGE_SIZE {
+                return Err(format!("run {id} page {page_no}: the entry runs on"));
+            }
+            let (k, slot) = split_entry(&p[at..at + len])
+                .ok_or_else(|| format!("run {id} page {page_no}: bad entry"))?;
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => {
+                    return Ok(Some(PackedSlot::from_bytes(slot).unpack()));
+                }
+                std::cmp::Ordering::Greater => return Ok(None),
+                std::cmp::Ordering::Less => at += len,
+            }
+        }
+        Ok(None)
+    }
+
     /// The slot of `key`, if the run has it (bloom filter first).
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
         if let Some(b) = &self.bloom {
@@ -903,6 +985,34 @@ mod long_entry_tests {
             },
             len: 9000 + i,
         })
+    }
+
+    /// The sparse page index and a page search answer as the DRAM run does.
+    #[test]
+    fn page_index_and_page_search_agree_with_the_run() {
+        let mut b = KeyTableBuilder::new(4);
+        let keys: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| format!("key{i:06}").into_bytes())
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            b.push(k, &raw(i as u32));
+        }
+        let t = b.finish(0.01);
+        let pages = t.encode_pages();
+        let index = t.page_index();
+        assert!(index.len() > 5);
+        for (i, k) in keys.iter().enumerate().step_by(7) {
+            let pos = index.partition_point(|(_, first)| first.as_slice() <= k.as_slice()) - 1;
+            let (n, _) = index[pos];
+            let got = KeyTable::search_page(4, n, &pages[n as usize], k).unwrap();
+            assert_eq!(got, Some(raw(i as u32)));
+        }
+        let (n, _) = index[0];
+        assert_eq!(
+            KeyTable::search_page(4, n, &pages[n as usize], b"key0000005x").unwrap(),
+            None
+        );
+        assert!(KeyTable::search_page(5, n, &pages[n as usize], b"key").is_err());
     }
 
     /// Keys from 1 byte to 70,000 bytes (pages of their own, continued on the next ones,

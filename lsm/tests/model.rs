@@ -160,6 +160,17 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
+    /// The ablation that reads keytable pages from the device (benchmarks only) keeps every
+    /// answer.
+    #[test]
+    fn uncached_keytables_match_btreemap(ops in proptest::collection::vec(op(), 1..120)) {
+        let cfg = EngineConfig {
+            uncached_keytables: true,
+            ..small_config()
+        };
+        run_with(ops, Backend::Ram(RamStore::new()), &cfg)?;
+    }
+
     /// The ablation that moves values at compaction (benchmarks only) keeps every answer.
     #[test]
     fn value_moving_compaction_matches_btreemap(ops in proptest::collection::vec(op(), 1..120)) {
@@ -214,5 +225,35 @@ fn value_moving_compaction_rewrites_values() {
     assert!(
         written[1] > written[0] * 13 / 10,
         "device bytes without / with the ablation: {written:?}"
+    );
+}
+
+/// The keytable-caching ablation really goes to the device: each lookup that passes the
+/// bloom filter reads a keytable page besides the value's page.
+#[test]
+fn uncached_keytables_read_keytable_pages() {
+    let mut reads = Vec::new();
+    for uncached in [false, true] {
+        let cfg = DeviceConfig::new(geometry());
+        let ftl = Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), cfg).unwrap());
+        let ecfg = EngineConfig {
+            uncached_keytables: uncached,
+            ..small_config()
+        };
+        let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, ecfg).unwrap();
+        for k in 0..200u16 {
+            db.put(&key(k), &value(k, 100, 1)).unwrap();
+        }
+        db.flush().unwrap();
+        let before = ftl.stats().reads;
+        for k in 0..200u16 {
+            assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 100, 1)));
+        }
+        assert_eq!(db.get(&key(9999)).unwrap(), None);
+        reads.push(ftl.stats().reads - before);
+    }
+    assert!(
+        reads[1] >= reads[0] + 200,
+        "device reads cached / uncached: {reads:?}"
     );
 }
