@@ -164,8 +164,7 @@ impl ClusterMap {
                     primary: p.clone(),
                 };
                 let &pi = index.get(p.as_str()).ok_or_else(bad)?;
-                if !n.slots.is_empty() || nodes[usize::from(pi)].replica_of.is_some() || pi == i16
-                {
+                if !n.slots.is_empty() || nodes[usize::from(pi)].replica_of.is_some() || pi == i16 {
                     return Err(bad());
                 }
                 replicas[usize::from(pi)].push(i16);
@@ -303,7 +302,10 @@ mod tests {
     #[test]
     fn hash_tags() {
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"{user1000}.followers"), key_slot(b"{user1000}.following"));
+        assert_eq!(
+            key_slot(b"{user1000}.followers"),
+            key_slot(b"{user1000}.following")
+        );
         // Empty tag: the whole key is hashed.
         assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
         // Only the first { and the next } count.
@@ -336,10 +338,17 @@ mod tests {
         assert_eq!(map.owner(0).map(|n| n.id.clone()), Some(id(1)));
         assert_eq!(map.owner(16383).map(|n| n.id.clone()), Some(id(2)));
         assert_eq!(map.slot_ranges(&id(2)), vec![(8192, 16383)]);
-        let reps: Vec<_> = map.replicas_of(&id(1)).iter().map(|n| n.id.clone()).collect();
+        let reps: Vec<_> = map
+            .replicas_of(&id(1))
+            .iter()
+            .map(|n| n.id.clone())
+            .collect();
         assert_eq!(reps, vec![id(3)]);
         let replica = map.node(&id(3)).cloned();
-        let primary = replica.as_ref().and_then(|r| map.primary_of(r)).map(|n| n.id.clone());
+        let primary = replica
+            .as_ref()
+            .and_then(|r| map.primary_of(r))
+            .map(|n| n.id.clone());
         assert_eq!(primary, Some(id(1)));
         assert_eq!(ClusterMap::from_toml(&map.to_toml())?, map);
         Ok(())
@@ -362,7 +371,10 @@ mod tests {
             ClusterMap::from_toml(&bad_id),
             Err(MapError::BadNodeId(_))
         ));
-        let orphan = two_nodes().replace(&format!("replica_of = \"{}\"", id(1)), &format!("replica_of = \"{}\"", id(9)));
+        let orphan = two_nodes().replace(
+            &format!("replica_of = \"{}\"", id(1)),
+            &format!("replica_of = \"{}\"", id(9)),
+        );
         assert!(matches!(
             ClusterMap::from_toml(&orphan),
             Err(MapError::BadReplica { .. })
