@@ -1301,7 +1301,7 @@ impl Inner {
             && !self.in_gc
             && self.quiescers == 0
             && bound <= PIPELINE_MAX_BATCH_PAGES
-            && self.free.len() > GC_LOW_WATER
+            && self.free.len() > self.gc_low_water()
             && self.mem.bytes() < self.cfg.memtable_bytes
             && self.pages_since_checkpoint + self.pipeline_pages + bound
                 < self.replay_budget_pages()
@@ -1464,8 +1464,10 @@ impl Inner {
     /// Value bytes clients may keep live: the segments values can use, less the
     /// over-provisioned share.
     fn user_capacity(&self) -> u64 {
+        // Keytables take segments too: the ones they hold and room for a compaction's output.
+        let keytables = (self.kt_segments.len() + self.keytable_headroom()) as u64;
         let usable = u64::from(self.g.segments())
-            .saturating_sub(MANIFEST_SEGMENTS.len() as u64 + RESERVED_SEGMENTS as u64);
+            .saturating_sub(MANIFEST_SEGMENTS.len() as u64 + RESERVED_SEGMENTS as u64 + keytables);
         let op = u64::from(self.cfg.overprovision_percent.min(90));
         usable * self.g.segment_bytes() / 100 * (100 - op)
     }
@@ -2260,9 +2262,24 @@ impl Inner {
         Ok(())
     }
 
+    /// Free segments below which garbage collection runs: the fixed reserve plus room for a
+    /// compaction's output, which is written before its inputs' segments are released (with
+    /// long keys or many keys the keytables take many segments, and a compaction that found
+    /// no free segment left the values none either).
+    fn gc_low_water(&self) -> usize {
+        GC_LOW_WATER + self.keytable_headroom()
+    }
+
+    /// Segments a compaction of every run may need for its output.
+    fn keytable_headroom(&self) -> usize {
+        let bytes: usize = self.levels.iter().flatten().map(|r| r.data_bytes()).sum();
+        let per_segment = self.g.pages_per_segment() as usize * (PAGE_SIZE - 64);
+        bytes.div_ceil(per_segment.max(1)) + 1
+    }
+
     /// Whether garbage collection should run before a client write.
     fn gc_wanted(&self) -> bool {
-        !self.closed && !self.in_gc && self.free.len() <= GC_LOW_WATER
+        !self.closed && !self.in_gc && self.free.len() <= self.gc_low_water()
     }
 
     fn gc_candidates(&self) -> Vec<GcCandidate> {

@@ -151,11 +151,14 @@ fn puts_stop_at_the_user_capacity_and_deletes_make_room() {
     let err = loop {
         // Overwrites of earlier keys mixed in: they must not count twice.
         if stored % 5 == 4 {
-            db.put(
+            // An overwrite near the limit may be refused too (keytables grow with the keys,
+            // and the user capacity leaves them room): then the drive is full.
+            if let Err(e) = db.put(
                 format!("key{:06}", stored / 2).as_bytes(),
                 &value(stored / 2, 1),
-            )
-            .unwrap();
+            ) {
+                break e;
+            }
         }
         match db.put(format!("key{stored:06}").as_bytes(), &value(stored, 0)) {
             Ok(()) => stored += 1,
@@ -185,4 +188,67 @@ fn puts_stop_at_the_user_capacity_and_deletes_make_room() {
             .unwrap();
     }
     assert_eq!(db.get(b"new000000").unwrap(), Some(value(0, 7)));
+}
+
+/// Concurrent writers (4 threads, 8-key batches, pipelined) overwriting near the user
+/// capacity with keytables many segments large (long keys): compactions that rewrite the
+/// keytables must not take the last free segments from the values ("the drive is full").
+#[test]
+fn concurrent_overwrites_with_large_keytables() {
+    let g = Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 160,
+        pages_per_block: 16,
+        spare_blocks_per_chip: 2,
+    };
+    let dev = Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
+    let cfg = EngineConfig {
+        memtable_bytes: 1 << 20,
+        ..EngineConfig::default()
+    };
+    let db = Arc::new(Engine::open(dev as Arc<dyn AppendDevice>, cfg).unwrap());
+    const V: usize = 1000;
+    let key = |k: u32| format!("{k:08}{}", "k".repeat(300)).into_bytes();
+    let val = |k: u32, t: u32| vec![(k ^ t) as u8; V];
+    // Load until values are 75% of the user capacity (which shrinks as keytables grow).
+    let mut keys = 0u32;
+    while {
+        let s = db.stats();
+        s.live_bytes < s.user_capacity_bytes * 75 / 100
+    } {
+        let batch: Vec<(Vec<u8>, Vec<u8>)> =
+            (keys..keys + 64).map(|k| (key(k), val(k, 0))).collect();
+        let ops: Vec<WriteOp<'_>> = batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+        db.write(&ops).unwrap();
+        keys += 64;
+    }
+    let overwrites = g.capacity_bytes() * 2 / V as u64;
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(u64::from(t));
+                let mut done = 0;
+                while done < overwrites / 4 {
+                    let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..8)
+                        .map(|_| {
+                            let k = rng.gen_range(0..keys);
+                            (key(k), val(k, t + 1))
+                        })
+                        .collect();
+                    let ops: Vec<WriteOp<'_>> =
+                        batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+                    db.write(&ops).unwrap_or_else(|e| {
+                        panic!("thread {t}, overwrite {done}: {e}\n{:#?}", db.stats())
+                    });
+                    done += 8;
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(db.stats().gc_segments > 0);
 }

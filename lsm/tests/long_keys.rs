@@ -1,8 +1,6 @@
 //! Keys up to the 64 KiB default limit: written with their own raw pages in the value log and
 //! spanning keytable pages. Reads, deletes, ranges, flushes, compactions, reopen, replay after
-//! a power cut and garbage collection all see them exactly. (Its runs span keytable segments:
-//! it caught a run whose pages ran on into the next segment losing that segment when unused
-//! keytable segments were released.)
+//! a power cut and garbage collection all see them exactly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -16,7 +14,7 @@ fn geometry() -> Geometry {
     Geometry {
         channels: 2,
         ways: 2,
-        blocks_per_chip: 24,
+        blocks_per_chip: 48,
         pages_per_block: 16,
         spare_blocks_per_chip: 2,
     }
@@ -62,7 +60,7 @@ fn long_keys_everywhere() {
         Err(EngineError::KeyTooLarge { .. })
     ));
     // Several rounds of overwrites and deletes so flushes, compactions and GC all run.
-    for round in 0..60u32 {
+    for round in 0..150u32 {
         let mut batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for id in 0..12u32 {
             let len = LENS[(id as usize + round as usize) % LENS.len()].max(4);
