@@ -45,16 +45,7 @@ pub fn grouped_bars(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(groups.len())
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                groups
-                    .get(i as usize)
-                    .map_or_else(String::new, |g| (*g).to_string())
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| group_label(groups, *x))
         .y_desc(y_desc)
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
@@ -80,15 +71,7 @@ pub fn grouped_bars(
             .label(s.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
-    root.present().map_err(|e| anyhow!("{e:?}"))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 /// Latency CDFs, one line per series `(name, colour index, [µs, fraction] points)`,
@@ -140,15 +123,7 @@ pub fn cdfs(
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
-    root.present().map_err(|e| anyhow!("{e:?}"))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight)
 }
 
 /// Horizontal-stacked bars, one bar per `(label, parts)` with the parts stacked in the order
@@ -185,14 +160,7 @@ pub fn stacked_bars(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(bars.len())
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| group_label(&labels, *x))
         .y_desc(y_desc)
         .draw()
         .map_err(|e| anyhow!("{e:?}"))?;
@@ -216,15 +184,7 @@ pub fn stacked_bars(
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
-    root.present().map_err(|e| anyhow!("{e:?}"))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 /// Grouped bars on a linear y from 0 with a dashed line at `reference` (e.g. 1.0 for
@@ -263,16 +223,7 @@ pub fn grouped_bars_linear(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(groups.len())
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                groups
-                    .get(i as usize)
-                    .map_or_else(String::new, |g| (*g).to_string())
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| group_label(groups, *x))
         .y_desc(y_desc)
         .y_label_formatter(&|y| format!("{y:.2}"))
         .draw()
@@ -308,15 +259,7 @@ pub fn grouped_bars_linear(
             ))
             .map_err(|e| anyhow!("{e:?}"))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
-    root.present().map_err(|e| anyhow!("{e:?}"))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 /// Lines over a linear x and y from 0, one per series `(name, [x, y] points)`, with an
@@ -379,9 +322,30 @@ pub fn lines(
             .label(label)
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(1)));
     }
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight)
+}
+
+/// The label under a bar group: the group's name at its integer x position, nothing between.
+fn group_label<S: AsRef<str>>(groups: &[S], x: f64) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 {
+        groups
+            .get(i as usize)
+            .map_or_else(String::new, |g| g.as_ref().to_string())
+    } else {
+        String::new()
+    }
+}
+
+/// Draws the legend at `at` and writes the file.
+fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    at: SeriesLabelPosition,
+) -> anyhow::Result<()> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(at)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
