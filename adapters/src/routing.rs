@@ -559,6 +559,36 @@ impl Router {
     }
 
     /// Reads from the primary, or from its replicas when the primary is unreachable.
+    /// Sends `name` with each command's keys (one command per slot) to every planned drive
+    /// at once, reading from the primary with fail-over; per plan, the replies in command
+    /// order.
+    async fn read_keyed(
+        &self,
+        map: &ClusterMap,
+        plans: &[NodePlan],
+        name: &'static [u8],
+        keys: &[Bytes],
+    ) -> Vec<Result<Vec<Reply>, RouteError>> {
+        let futures: Vec<_> = plans
+            .iter()
+            .map(|plan| async move {
+                let requests: Vec<Vec<Bytes>> = plan
+                    .commands
+                    .iter()
+                    .map(|(_, idx)| {
+                        let mut cmd = Vec::with_capacity(idx.len() + 1);
+                        cmd.push(Bytes::from_static(name));
+                        cmd.extend(idx.iter().map(|&i| keys[i].clone()));
+                        cmd
+                    })
+                    .collect();
+                let slot = plan.commands.first().map_or(0, |c| c.0);
+                self.read_from(map, plan.node, slot, &requests).await
+            })
+            .collect();
+        join_all(futures).await
+    }
+
     async fn read_from(
         &self,
         map: &ClusterMap,
@@ -720,26 +750,9 @@ impl Router {
         keys: &[Bytes],
     ) -> Result<Vec<Option<Bytes>>, RouteError> {
         let plans = self.plan(map, keys.iter().map(|k| &k[..]))?;
-        let futures: Vec<_> = plans
-            .iter()
-            .map(|plan| async move {
-                let requests: Vec<Vec<Bytes>> = plan
-                    .commands
-                    .iter()
-                    .map(|(_, idx)| {
-                        let mut cmd = Vec::with_capacity(idx.len() + 1);
-                        cmd.push(Bytes::from_static(b"MGET"));
-                        cmd.extend(idx.iter().map(|&i| keys[i].clone()));
-                        cmd
-                    })
-                    .collect();
-                let slot = plan.commands.first().map_or(0, |c| c.0);
-                let replies = self.read_from(map, plan.node, slot, &requests).await?;
-                Ok::<_, RouteError>(replies)
-            })
-            .collect();
+        let results = self.read_keyed(map, &plans, b"MGET", keys).await;
         let mut out = vec![None; keys.len()];
-        for (plan, result) in plans.iter().zip(join_all(futures).await) {
+        for (plan, result) in plans.iter().zip(results) {
             let replies = result?;
             let addr = map.nodes().get(plan.node).map_or(unspecified(), |n| n.addr);
             if replies.len() != plan.commands.len() {
@@ -784,25 +797,9 @@ impl Router {
 
     async fn exists_once(&self, map: &ClusterMap, keys: &[Bytes]) -> Result<u64, RouteError> {
         let plans = self.plan(map, keys.iter().map(|k| &k[..]))?;
-        let futures: Vec<_> = plans
-            .iter()
-            .map(|plan| async move {
-                let requests: Vec<Vec<Bytes>> = plan
-                    .commands
-                    .iter()
-                    .map(|(_, idx)| {
-                        let mut cmd = Vec::with_capacity(idx.len() + 1);
-                        cmd.push(Bytes::from_static(b"EXISTS"));
-                        cmd.extend(idx.iter().map(|&i| keys[i].clone()));
-                        cmd
-                    })
-                    .collect();
-                let slot = plan.commands.first().map_or(0, |c| c.0);
-                self.read_from(map, plan.node, slot, &requests).await
-            })
-            .collect();
+        let results = self.read_keyed(map, &plans, b"EXISTS", keys).await;
         let mut total = 0u64;
-        for (plan, result) in plans.iter().zip(join_all(futures).await) {
+        for (plan, result) in plans.iter().zip(results) {
             let addr = map.nodes().get(plan.node).map_or(unspecified(), |n| n.addr);
             for reply in result? {
                 check(&reply, addr, b"EXISTS", map.version())?;
