@@ -507,7 +507,12 @@ impl Net {
                         .cluster
                         .as_ref()
                         .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
-                    if redirect.is_none() && route != Route::Here {
+                    // Only a request with an argument that long can have such a key: the
+                    // common case skips collecting the command's keys.
+                    if redirect.is_none()
+                        && route != Route::Here
+                        && args.iter().skip(1).any(|a| a.len() > MAX_KEY_BYTES)
+                    {
                         redirect = key_too_long(cmd);
                     }
                     if redirect.is_some() {
