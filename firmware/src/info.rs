@@ -205,7 +205,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             "# Lsm\r\nuser_bytes_written:{}\r\ndevice_bytes_written:{}\r\nwrite_amplification:{wa:.3}\r\n\
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
-             compaction_invalidated:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
+             compaction_invalidated:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
@@ -219,6 +219,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.flushes,
             e.compactions,
             e.compaction_invalidated,
+            e.compactions_without_room_to_move,
             e.gc_segments,
             e.gc_bytes_moved,
             e.log_segments,

@@ -955,3 +955,35 @@ fn keys_up_to_64_kib() {
     assert_eq!(c.del::<_, i64>(&big).unwrap(), 1);
     assert_eq!(c.exists::<_, i64>(&big).unwrap(), 0);
 }
+
+/// Values larger than a segment (a 1 GiB drive has 8 MiB segments) span segments: stored,
+/// read back exactly, overwritten and deleted, across a restart.
+#[test]
+fn values_larger_than_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Drive::start(&data, &[]);
+    let mut c = d.conn();
+    let value = |len: usize, salt: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 11) as u8 ^ salt)
+            .collect()
+    };
+    let twenty = value(20 << 20, 1);
+    let nine = value((9 << 20) + 123, 2);
+    let _: () = c.set("twenty", &twenty).unwrap();
+    let _: () = c.set("nine", &nine).unwrap();
+    assert!(c.get::<_, Vec<u8>>("twenty").unwrap() == twenty);
+    assert_eq!(c.strlen::<_, usize>("nine").unwrap(), nine.len());
+    drop(c);
+    assert!(d.shutdown());
+    let d = Drive::start(&data, &[]);
+    let mut c = d.conn();
+    assert!(c.get::<_, Vec<u8>>("twenty").unwrap() == twenty);
+    assert!(c.get::<_, Vec<u8>>("nine").unwrap() == nine);
+    let smaller = value(12 << 20, 3);
+    let _: () = c.set("twenty", &smaller).unwrap();
+    assert_eq!(c.del::<_, i64>("nine").unwrap(), 1);
+    assert!(c.get::<_, Vec<u8>>("twenty").unwrap() == smaller);
+    assert_eq!(c.exists::<_, i64>("nine").unwrap(), 0);
+}

@@ -25,8 +25,8 @@ use crate::merge::{compact, run_source, Invalidated, Merge, Source};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, delete_record_bytes, fits_inline, is_long_key, key_pages, parse_records, raw_pages,
-    stored_record_bytes, unused_bytes, PageBuilder, RecordKind, ValueLoc, ValuePtr,
-    INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
+    raw_runs, stored_record_bytes, unused_bytes, PageBuilder, Record, RecordKind, ValueLoc,
+    ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
 };
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
@@ -142,6 +142,9 @@ pub struct EngineStats {
     pub compactions: u64,
     /// Value versions compactions dropped (shadowed by newer versions).
     pub compaction_invalidated: u64,
+    /// With the `compaction_moves_values` ablation: compactions that left the values in
+    /// place because the free segments could not hold them all.
+    pub compactions_without_room_to_move: u64,
     /// Free segments.
     pub free_segments: u64,
     /// Records replayed at open.
@@ -169,6 +172,9 @@ struct Head {
     segment: u32,
     /// Next page index to hand out.
     next_page: u32,
+    /// Takes nothing more: the rest of it belongs to the value spanning segments that ends
+    /// in it (counted as written when it is sealed, so it is not taken for free space).
+    closed: bool,
 }
 
 /// A batch's pages in the order they must be written.
@@ -585,8 +591,8 @@ impl Engine {
             return Ok(());
         }
         g.validate_batch(ops)?;
-        let bound = Inner::page_bound(ops);
-        let put_bytes = Inner::put_bytes(ops);
+        let bound = g.page_bound(ops);
+        let put_bytes = g.put_bytes(ops);
         // Several batches share the device: wait for room in the pipeline.
         while g.can_pipeline(bound, put_bytes)
             && !g.pipeline.is_empty()
@@ -639,8 +645,8 @@ impl Engine {
             }));
         }
         g.validate_batch(ops)?;
-        let bound = Inner::page_bound(ops);
-        let put_bytes = Inner::put_bytes(ops);
+        let bound = g.page_bound(ops);
+        let put_bytes = g.put_bytes(ops);
         if !g.can_pipeline(bound, put_bytes) {
             if !g.pipeline.is_empty() {
                 return Ok(None);
@@ -1146,8 +1152,53 @@ impl Inner {
     }
 
     fn max_value(&self) -> u64 {
-        let seg = u64::from(self.g.pages_per_segment() - 1) * PAGE_SIZE as u64;
-        self.cfg.max_value.min(seg)
+        // The value pointer's length field is 32 bits.
+        self.cfg.max_value.min(u64::from(u32::MAX))
+    }
+
+    /// Raw pages a put lays out after its packed page (a long key's pages, then the
+    /// value's), or 0 for a value packed into the page.
+    fn put_raw_pages(key_len: usize, value_len: usize) -> u64 {
+        if is_long_key(key_len) {
+            key_pages(key_len) + raw_pages(value_len as u64)
+        } else if fits_inline(key_len, value_len) {
+            0
+        } else {
+            raw_pages(value_len as u64)
+        }
+    }
+
+    /// Whether a put is too large for one segment: its value then spans segments.
+    fn put_spans(&self, key_len: usize, value_len: usize) -> bool {
+        Self::put_raw_pages(key_len, value_len) > u64::from(self.g.pages_per_segment() - 1)
+    }
+
+    /// Log segments a put spanning segments takes (0 for one that does not span).
+    fn spanning_segments(&self, key_len: usize, value_len: usize) -> usize {
+        if !self.put_spans(key_len, value_len) {
+            return 0;
+        }
+        let pps = self.g.pages_per_segment();
+        let kp = if is_long_key(key_len) {
+            key_pages(key_len) as u32
+        } else {
+            0
+        };
+        raw_runs(0, 1 + kp, raw_pages(value_len as u64), pps).len()
+    }
+
+    /// Fresh segments the batch's spanning puts take together, and one for the operations
+    /// after each (the segment a spanning value ends in takes nothing else).
+    fn batch_spanning_segments(&self, ops: &[WriteOp<'_>]) -> usize {
+        ops.iter()
+            .enumerate()
+            .map(|(i, op)| match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    self.spanning_segments(k.len(), v.len()) + usize::from(i + 1 < ops.len())
+                }
+                _ => 0,
+            })
+            .sum()
     }
 
     fn validate_key(&self, key: &[u8]) -> Result<()> {
@@ -1233,13 +1284,17 @@ impl Inner {
     /// Makes sure the head segment has `pages` free pages, opening a new log segment if not.
     fn ensure_room(&mut self, pages: u32, reserve: usize) -> Result<()> {
         let pps = self.g.pages_per_segment();
-        if self.head.is_some_and(|h| h.next_page + pages <= pps) {
+        if self
+            .head
+            .is_some_and(|h| !h.closed && h.next_page + pages <= pps)
+        {
             return Ok(());
         }
         if let Some(h) = self.head.take() {
             if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
                 m.sealed_end = Some(h.next_page);
-                m.written = u64::from(h.next_page) * PAGE_SIZE as u64;
+                let end = if h.closed { pps } else { h.next_page };
+                m.written = u64::from(end) * PAGE_SIZE as u64;
             }
         }
         let segment = self.alloc_segment("values", reserve)?;
@@ -1259,6 +1314,7 @@ impl Inner {
             log_seg,
             segment,
             next_page: 0,
+            closed: false,
         });
         // The manifest must know the segment before data lands in it.
         self.persist()
@@ -1451,10 +1507,15 @@ impl Inner {
         Ok(any_put)
     }
 
-    /// Value-log bytes the batch's puts will hold live.
-    fn put_bytes(ops: &[WriteOp<'_>]) -> u64 {
+    /// Value-log bytes the batch's puts will hold live (a put spanning segments holds them
+    /// whole).
+    fn put_bytes(&self, ops: &[WriteOp<'_>]) -> u64 {
+        let segment = self.g.segment_bytes();
         ops.iter()
             .map(|op| match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    self.spanning_segments(k.len(), v.len()) as u64 * segment
+                }
                 WriteOp::Put(k, v) => stored_record_bytes(k.len(), v.len()),
                 WriteOp::Delete(_) => 0,
             })
@@ -1511,18 +1572,19 @@ impl Inner {
     }
 
     /// Most value-log pages a batch can take: one packed page per operation plus one, and
-    /// every raw page.
-    fn page_bound(ops: &[WriteOp<'_>]) -> u64 {
+    /// every raw page; a put spanning segments takes them whole (such a batch is never
+    /// pipelined: see [`Inner::can_pipeline`]).
+    fn page_bound(&self, ops: &[WriteOp<'_>]) -> u64 {
+        let pps = u64::from(self.g.pages_per_segment());
         ops.iter()
             .map(|op| match op {
-                WriteOp::Put(k, v) if is_long_key(k.len()) => {
-                    1 + key_pages(k.len()) + raw_pages(v.len() as u64)
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    (self.spanning_segments(k.len(), v.len()) as u64 * pps)
+                        .max(PIPELINE_MAX_BATCH_PAGES + 1)
                 }
+                WriteOp::Put(k, v) => 1 + Self::put_raw_pages(k.len(), v.len()),
                 WriteOp::Delete(k) if is_long_key(k.len()) => 1 + key_pages(k.len()),
-                WriteOp::Put(k, v) if !fits_inline(k.len(), v.len()) => {
-                    1 + raw_pages(v.len() as u64)
-                }
-                _ => 1,
+                WriteOp::Delete(_) => 1,
             })
             .sum::<u64>()
             + 1
@@ -1567,7 +1629,9 @@ impl Inner {
             LONG_DELETE_PAYLOAD
         };
         let pps = self.g.pages_per_segment();
-        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+        let room = self
+            .head
+            .is_some_and(|h| !h.closed && h.next_page + n <= pps);
         if b.open_at.is_none() || b.open.free() < RECORD_HEADER + payload || !room {
             self.open_page(b, n, reserve)?;
         }
@@ -1598,6 +1662,109 @@ impl Inner {
         Ok((log_seg, first))
     }
 
+    /// Lays out a put too large for one segment (see [`crate::vlog_format`]): a fresh
+    /// segment for its record, its long key's pages and the value's first pages, then as many
+    /// continuation segments as the value needs, each opened with a Continued record. The
+    /// last segment is closed after the value, and its packed page is sealed now (as the
+    /// batch's last when `last_in_batch`), so nothing else shares the value's segments.
+    fn lay_out_spanning(
+        &mut self,
+        b: &mut BatchPages,
+        key: &[u8],
+        value: &[u8],
+        seq: u64,
+        reserve: usize,
+        last_in_batch: bool,
+    ) -> Result<ValuePtr> {
+        let pps = self.g.pages_per_segment();
+        let long = is_long_key(key.len());
+        let kp = if long { key_pages(key.len()) as u32 } else { 0 };
+        if kp + 2 > pps {
+            return Err(EngineError::KeyTooLarge {
+                len: key.len(),
+                max: (pps as usize).saturating_sub(2) * PAGE_SIZE,
+            });
+        }
+        // Every segment it takes must be free before anything is laid out.
+        let segments = self.spanning_segments(key.len(), value.len());
+        let fresh_head = self.head.is_some_and(|h| h.next_page == 0);
+        // (The batch's operations after it need a segment of their own.)
+        let more = usize::from(!last_in_batch);
+        if self.free.len() < segments - usize::from(fresh_head) + more + reserve {
+            return Err(EngineError::DeviceFull { purpose: "values" });
+        }
+        self.open_page(b, pps - 1, reserve)?;
+        let (Some((head_seg, head_page)), Some(h)) = (b.open_at, self.head) else {
+            return Err(EngineError::Closed);
+        };
+        let first = h.next_page + kp;
+        let crc = crc32c::crc32c(value);
+        if long {
+            let mut payload = [0u8; LONG_PUT_PAYLOAD];
+            payload[..4].copy_from_slice(&h.next_page.to_le_bytes());
+            payload[4..8].copy_from_slice(&crc32c::crc32c(key).to_le_bytes());
+            payload[8..].copy_from_slice(&crc.to_le_bytes());
+            b.open
+                .add_long(
+                    RecordKind::LongPut,
+                    seq,
+                    key.len(),
+                    value.len() as u32,
+                    &payload,
+                )
+                .ok_or_else(|| corrupt("long record does not fit a fresh page"))?;
+        } else {
+            let mut payload = [0u8; INDIRECT_PAYLOAD];
+            payload[..4].copy_from_slice(&first.to_le_bytes());
+            payload[4..].copy_from_slice(&crc.to_le_bytes());
+            b.open
+                .add(RecordKind::Indirect, seq, key, value.len() as u32, &payload)
+                .ok_or_else(|| corrupt("indirect record does not fit a fresh page"))?;
+        }
+        let key_chunks = if long {
+            key.chunks(PAGE_SIZE)
+        } else {
+            [].chunks(PAGE_SIZE)
+        };
+        for chunk in key_chunks.chain(value.chunks(PAGE_SIZE)) {
+            if self.head.is_some_and(|h| h.next_page == pps || h.closed) {
+                // On to the next segment, which the value's pointer expects to be the next
+                // log segment (nothing else opens one while the batch is laid out).
+                let expected = self.head.map(|h| h.log_seg + 1);
+                self.seal_open(b, false)?;
+                self.ensure_room(pps, reserve)?;
+                let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+                if Some(h.log_seg) != expected {
+                    return Err(corrupt("a spanning value's segments are not consecutive"));
+                }
+                b.open_at = Some((h.log_seg, h.next_page));
+                h.next_page += 1;
+                b.open
+                    .add_continued(seq, value.len() as u32, head_seg, head_page)
+                    .ok_or_else(|| corrupt("continuation record does not fit a fresh page"))?;
+            }
+            let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+            let lba = self.g.lba(SegmentId(h.segment), h.next_page);
+            h.next_page += 1;
+            let log_seg = h.log_seg;
+            b.raws.push((lba, PageBuf::from_slice(chunk)));
+            b.raw_after += 1;
+            if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                m.written += PAGE_SIZE as u64;
+            }
+        }
+        // The value owns the rest of its last segment (see `ValuePtr::segment_shares`).
+        if let Some(h) = self.head.as_mut() {
+            h.closed = true;
+        }
+        self.seal_open(b, last_in_batch)?;
+        Ok(ValuePtr {
+            log_seg: head_seg,
+            loc: ValueLoc::Raw { page: first, crc },
+            len: value.len() as u32,
+        })
+    }
+
     fn build_batch<'a>(&mut self, ops: &[WriteOp<'a>], reserve: usize) -> Result<LaidOut<'a>> {
         let batch = self.next_batch;
         self.next_batch += 1;
@@ -1611,10 +1778,15 @@ impl Inner {
         };
         let mut updates: Vec<(&'a [u8], Slot)> = Vec::with_capacity(ops.len());
         let result = (|| -> Result<()> {
-            for op in ops {
+            for (i, op) in ops.iter().enumerate() {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 match *op {
+                    WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                        let last = i + 1 == ops.len();
+                        let ptr = self.lay_out_spanning(&mut b, k, v, seq, reserve, last)?;
+                        updates.push((k, Slot::Value(ptr)));
+                    }
                     WriteOp::Put(k, v) if is_long_key(k.len()) => {
                         let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
                         let value_first = first + key_pages(k.len()) as u32;
@@ -1675,7 +1847,9 @@ impl Inner {
                         let n = raw_pages(v.len() as u64) as u32;
                         let need = RECORD_HEADER + k.len() + INDIRECT_PAYLOAD;
                         let pps = self.g.pages_per_segment();
-                        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+                        let room = self
+                            .head
+                            .is_some_and(|h| !h.closed && h.next_page + n <= pps);
                         if b.open_at.is_none() || b.open.free() < need || !room {
                             self.open_page(&mut b, n, reserve)?;
                         }
@@ -1775,7 +1949,7 @@ impl Inner {
             }
         }
         if any_put && !self.in_gc {
-            self.check_user_capacity(Self::put_bytes(ops))?;
+            self.check_user_capacity(self.put_bytes(ops))?;
         }
         if !self.in_gc {
             self.reclaim_if_low()?;
@@ -1786,6 +1960,10 @@ impl Inner {
         } else {
             0
         };
+        let spanning = self.batch_spanning_segments(ops);
+        if spanning > 0 && !self.in_gc {
+            self.reclaim_for(spanning + reserve)?;
+        }
         let (pages, updates) = self.build_batch(ops, reserve)?;
         let n = pages.len() as u64;
         if let Err(e) = self.write_pages(pages) {
@@ -1829,8 +2007,20 @@ impl Inner {
 
     /// Counts values that records after the checkpoint made garbage.
     fn mark_dead(&mut self, dead: &[Invalidated]) {
+        let pps = self.g.pages_per_segment();
         for (klen, p) in dead {
-            self.count_tail_dead(p.log_seg, p.record_bytes(*klen));
+            for (log_seg, bytes) in p.segment_shares(*klen, pps) {
+                self.count_tail_dead(log_seg, bytes);
+            }
+        }
+    }
+
+    /// Counts a dead value's garbage for good (not to be counted again by a replay).
+    fn count_dead(&mut self, key_len: usize, p: &ValuePtr) {
+        for (log_seg, bytes) in p.segment_shares(key_len, self.g.pages_per_segment()) {
+            if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                m.dead += bytes;
+            }
         }
     }
 
@@ -1928,13 +2118,13 @@ impl Inner {
                 plan.spans.push(None);
                 continue;
             };
-            let seg = SegmentId(self.segment_of(p.log_seg)?);
-            let (first, n) = match p.loc {
-                ValueLoc::Inline { page, .. } => (page, 1),
-                ValueLoc::Raw { page, .. } => (page, raw_pages(u64::from(p.len)) as u32),
-            };
-            plan.spans.push(Some((plan.lbas.len(), n)));
-            plan.lbas.extend((0..n).map(|i| self.g.lba(seg, first + i)));
+            let at = plan.lbas.len();
+            for run in p.runs(self.g.pages_per_segment()) {
+                let seg = SegmentId(self.segment_of(run.log_seg)?);
+                plan.lbas
+                    .extend((run.first..run.first + run.count).map(|pg| self.g.lba(seg, pg)));
+            }
+            plan.spans.push(Some((at, (plan.lbas.len() - at) as u32)));
         }
         Ok(plan)
     }
@@ -2042,9 +2232,7 @@ impl Inner {
         // Counted once, for good: the flush is never replayed (the versions shadowed are in
         // runs, so before the checkpoint).
         for (klen, old) in &dead {
-            if let Some(m) = self.log_segs.get_mut(&old.log_seg) {
-                m.dead += old.record_bytes(*klen);
-            }
+            self.count_dead(*klen, old);
         }
         // Everything in the memtable was written before the head's next page.
         self.move_checkpoint();
@@ -2123,7 +2311,23 @@ impl Inner {
         // The ablation: values move with their keys, as in an LSM without key-value
         // separation. Only with an empty memtable (right after a flush): the moved records
         // then hold the newest versions, and the checkpoint moves past them below.
-        let moved = self.cfg.compaction_moves_values && self.mem.is_empty() && !self.in_gc;
+        let mut moved = self.cfg.compaction_moves_values && self.mem.is_empty() && !self.in_gc;
+        if moved {
+            // Every value is rewritten before the inputs' garbage can be reclaimed: an LSM
+            // without key-value separation needs free space for its largest compaction. With
+            // too little free, this compaction keeps the values where they are (counted).
+            let bytes: u64 = (0..t.len())
+                .map(|j| match t.slot(j) {
+                    Slot::Value(p) => p.record_bytes(t.key(j).len()),
+                    Slot::Tombstone => 0,
+                })
+                .sum();
+            let need = bytes.div_ceil(self.g.segment_bytes()) as usize + self.gc_low_water();
+            if self.free.len() < need {
+                moved = false;
+                self.stats.compactions_without_room_to_move += 1;
+            }
+        }
         if moved {
             t = self.move_run_values(&t)?;
         }
@@ -2190,9 +2394,7 @@ impl Inner {
             for (j, key) in (i..end).zip(&keys) {
                 let slot = match (t.slot(j), new_slots.get(key)) {
                     (Slot::Value(old), Some(&new)) => {
-                        if let Some(m) = self.log_segs.get_mut(&old.log_seg) {
-                            m.dead += old.record_bytes(key.len());
-                        }
+                        self.count_dead(key.len(), &old);
                         new
                     }
                     (slot, _) => slot,
@@ -2247,6 +2449,21 @@ impl Inner {
     /// Reclaims value-log segments while free segments are scarce, all in this call (the
     /// engine lock held throughout). Writers normally get here with the work already done
     /// a window at a time by [`Engine::reclaim_stepwise`]; this is the fallback.
+    /// Garbage collection until `free` segments are free: a value spanning segments takes
+    /// them all at once. Stops when no victim is worth it (the write then fails with
+    /// `DeviceFull` before anything is written).
+    fn reclaim_for(&mut self, free: usize) -> Result<()> {
+        let mut rounds = self.log_segs.len() + 1;
+        while !self.closed && self.free.len() < free && rounds > 0 {
+            match self.gc_step()? {
+                GcStep::Idle => break,
+                GcStep::Reclaimed => rounds -= 1,
+                GcStep::Progress => {}
+            }
+        }
+        Ok(())
+    }
+
     fn reclaim_if_low(&mut self) -> Result<()> {
         // Each victim must win space back; a bounded number of victims keeps a policy that
         // picks badly from moving the same data around forever (the caller then sees
@@ -2377,6 +2594,14 @@ impl Inner {
             };
             let records = parse_records(buf, &info).unwrap_or_default();
             for mut r in records {
+                if r.kind == RecordKind::Continued {
+                    // Part of a value spanning segments: moved whole, if live.
+                    if let Some(m) = self.spanning_move(&r)? {
+                        self.gc_pending_bytes += m.key.len() + m.value.len() + RECORD_HEADER;
+                        self.gc_pending.push(m);
+                    }
+                    continue;
+                }
                 if let Some(lk) = r.long_key {
                     // The key is in the group's raw pages, read with it.
                     let key_pages = (lk.first_page..lk.first_page.saturating_add(lk.pages()))
@@ -2428,6 +2653,12 @@ impl Inner {
                         let at = usize::from(offset);
                         buf[at..at + r.value_len as usize].to_vec()
                     }
+                    ValueLoc::Raw { .. } if ptr.spans(self.g.pages_per_segment()) => self
+                        .read_values(&[Some(ptr)])?
+                        .pop()
+                        .flatten()
+                        .ok_or_else(|| corrupt("a live spanning value is unreadable"))?
+                        .to_vec(),
                     ValueLoc::Raw {
                         page: first_raw,
                         crc,
@@ -2495,6 +2726,67 @@ impl Inner {
         self.stats.gc_segments += 1;
         self.stats.gc_bytes_moved += cursor.moved;
         Ok(GcStep::Reclaimed)
+    }
+
+    /// The move of a value spanning segments that a Continued record in a victim belongs to,
+    /// read whole, if the value is still live: its head record (found by sequence number in
+    /// the packed page the Continued record names) must still be what the key maps to. A
+    /// head segment already reclaimed means the value was moved or died.
+    fn spanning_move(&self, r: &Record) -> Result<Option<GcMove>> {
+        let Some((head_seg, head_page)) = r.continues else {
+            return Ok(None);
+        };
+        let Some(meta) = self.log_segs.get(&head_seg) else {
+            return Ok(None);
+        };
+        let seg = SegmentId(meta.segment);
+        let mut pages = self.read_log_pages(seg, head_page..head_page + 1)?;
+        let Some(buf) = pages.pop().flatten() else {
+            return Ok(None);
+        };
+        let Ok(info) = check_page(&buf, head_seg, head_page) else {
+            return Ok(None);
+        };
+        let records = parse_records(&buf, &info).unwrap_or_default();
+        let Some(head) = records.into_iter().find(|h| {
+            h.seq == r.seq && matches!(h.kind, RecordKind::Indirect | RecordKind::LongPut)
+        }) else {
+            return Ok(None);
+        };
+        let Some((first, crc)) = head.raw else {
+            return Ok(None);
+        };
+        let key = match head.long_key {
+            None => head.key,
+            Some(lk) => {
+                let kp = self.read_log_pages(seg, lk.first_page..lk.first_page + lk.pages())?;
+                let parts: Option<Vec<&[u8]>> =
+                    kp.iter().map(|p| p.as_ref().map(|b| &b[..])).collect();
+                parts.and_then(|p| lk.assemble(p)).ok_or_else(|| {
+                    corrupt(format!(
+                        "a long key in log segment {head_seg} is unreadable"
+                    ))
+                })?
+            }
+        };
+        let ptr = ValuePtr {
+            log_seg: head_seg,
+            loc: ValueLoc::Raw { page: first, crc },
+            len: head.value_len,
+        };
+        if self.lookup(&key) != Some(Slot::Value(ptr)) {
+            return Ok(None);
+        }
+        let value = self
+            .read_values(&[Some(ptr)])?
+            .pop()
+            .flatten()
+            .ok_or_else(|| corrupt("a live spanning value is unreadable"))?;
+        Ok(Some(GcMove {
+            key,
+            value: value.to_vec(),
+            from: ptr,
+        }))
     }
 
     /// Reads pages `range` of a value-log segment, all in flight at once; an unreadable
@@ -2752,15 +3044,25 @@ impl Inner {
                                 loc: ValueLoc::Raw { page: first, crc },
                                 len: r.value_len,
                             };
-                            if first + raw_pages(u64::from(r.value_len)) as u32 > end
-                                || self.read_values(&[Some(p)]).is_err()
-                            {
+                            let pps = self.g.pages_per_segment();
+                            let within = if p.spans(pps) {
+                                // Its other segments must be in the log (the read checks the
+                                // pages and the checksum).
+                                p.runs(pps)
+                                    .iter()
+                                    .all(|run| self.log_segs.contains_key(&run.log_seg))
+                            } else {
+                                first + raw_pages(u64::from(r.value_len)) as u32 <= end
+                            };
+                            if !within || self.read_values(&[Some(p)]).is_err() {
                                 raw_ok = false;
                                 break;
                             }
                             Slot::Value(p)
                         }
                         RecordKind::Delete | RecordKind::LongDelete => Slot::Tombstone,
+                        // The head record carries the value.
+                        RecordKind::Continued => continue,
                     };
                     pending.push((key, slot, r.seq, info.batch, m.log_seg));
                 }

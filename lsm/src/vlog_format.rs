@@ -10,6 +10,7 @@
 //!         payload: Put = value bytes; Indirect = raw_page u32 + crc32c u32 of the value; Delete = none
 //!         LongPut / LongDelete (keys over LONG_KEY_MIN bytes): no key bytes in the page;
 //!         payload = key_page u32 + crc32c u32 of the key (+ crc32c u32 of the value, LongPut)
+//!         Continued (no key): payload = head log_seg u32 + head page u32; seq = the head's
 //! ```
 //!
 //! A key longer than [`LONG_KEY_MIN`] does not go into the packed page: it fills raw pages of
@@ -22,6 +23,14 @@
 //! exactly one page read. Their checksum lives in the indirect record (and in the keytable
 //! entry). Every page of a write batch carries the batch number; the last one is flagged, so
 //! recovery applies a batch only when all of it reached the device.
+//!
+//! A raw value too large for one segment *spans* segments (see [`raw_runs`]): it starts a
+//! fresh segment, whose packed page holds its record, and fills the rest of it; each
+//! following log segment (consecutive numbers, opened one after another by the same batch)
+//! starts with a packed page holding a `Continued` record that names the head record, then
+//! the value's next raw pages. The segments belong to the value alone: the last one is
+//! closed after it, and the value's garbage share covers it whole (see
+//! [`ValuePtr::segment_shares`]).
 
 use hwftl_sim::PAGE_SIZE;
 
@@ -41,6 +50,8 @@ pub const LONG_KEY_MAX: usize = (1 << 24) - 1;
 pub const LONG_PUT_PAYLOAD: usize = 12;
 /// Payload bytes of a LongDelete record (key page, key crc).
 pub const LONG_DELETE_PAYLOAD: usize = 8;
+/// Payload bytes of a Continued record (head log segment, head page).
+pub const CONTINUED_PAYLOAD: usize = 8;
 
 /// Whether a key of this length is written with a long record.
 pub fn is_long_key(key_len: usize) -> bool {
@@ -99,6 +110,9 @@ pub enum RecordKind {
     LongPut,
     /// A deletion whose key lives in raw pages.
     LongDelete,
+    /// The start of a segment that continues a value spanning segments (no key: it names
+    /// the head record, which has the same sequence number).
+    Continued,
 }
 
 impl RecordKind {
@@ -109,6 +123,7 @@ impl RecordKind {
             RecordKind::Delete => 3,
             RecordKind::LongPut => 4,
             RecordKind::LongDelete => 5,
+            RecordKind::Continued => 6,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
@@ -118,6 +133,7 @@ impl RecordKind {
             3 => RecordKind::Delete,
             4 => RecordKind::LongPut,
             5 => RecordKind::LongDelete,
+            6 => RecordKind::Continued,
             _ => return None,
         })
     }
@@ -153,7 +169,102 @@ pub struct ValuePtr {
     pub len: u32,
 }
 
+/// Consecutive raw pages of a value within one log segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRun {
+    /// Log segment.
+    pub log_seg: u32,
+    /// First page within it.
+    pub first: u32,
+    /// Pages.
+    pub count: u32,
+}
+
+/// Where the `pages` raw pages of a value starting at page `first` of log segment `log_seg`
+/// are, in segments of `pages_per_segment` pages: to the end of that segment, then from page 1
+/// of each following log segment (page 0 there is the continuation's packed page). A value
+/// that fits in its segment is one run.
+pub fn raw_runs(log_seg: u32, first: u32, pages: u64, pages_per_segment: u32) -> Vec<RawRun> {
+    let mut runs = Vec::with_capacity(1);
+    let in_first = u64::from(pages_per_segment.saturating_sub(first)).min(pages);
+    runs.push(RawRun {
+        log_seg,
+        first,
+        count: in_first as u32,
+    });
+    let per_segment = u64::from(pages_per_segment.saturating_sub(1)).max(1);
+    let mut left = pages - in_first;
+    let mut seg = log_seg;
+    while left > 0 {
+        seg = seg.wrapping_add(1);
+        let n = left.min(per_segment);
+        runs.push(RawRun {
+            log_seg: seg,
+            first: 1,
+            count: n as u32,
+        });
+        left -= n;
+    }
+    runs
+}
+
 impl ValuePtr {
+    /// Where this value's pages are (see [`raw_runs`]); an inline value is one page.
+    pub fn runs(&self, pages_per_segment: u32) -> Vec<RawRun> {
+        match self.loc {
+            ValueLoc::Inline { page, .. } => vec![RawRun {
+                log_seg: self.log_seg,
+                first: page,
+                count: 1,
+            }],
+            ValueLoc::Raw { page, .. } => raw_runs(
+                self.log_seg,
+                page,
+                raw_pages(u64::from(self.len)),
+                pages_per_segment,
+            ),
+        }
+    }
+
+    /// Whether the value spans log segments.
+    pub fn spans(&self, pages_per_segment: u32) -> bool {
+        match self.loc {
+            ValueLoc::Inline { .. } => false,
+            ValueLoc::Raw { page, .. } => {
+                u64::from(page) + raw_pages(u64::from(self.len)) > u64::from(pages_per_segment)
+            }
+        }
+    }
+
+    /// The garbage this value becomes when it dies, per log segment. A value within one
+    /// segment is its [`record_bytes`](Self::record_bytes) there. A value spanning segments
+    /// owns them: the head segment's share is its record and pages, each continuation's is
+    /// its Continued record and pages, and the last one's share runs to the end of the
+    /// segment (the rest of it is never written, so the segment empties when the value dies).
+    pub fn segment_shares(&self, key_len: usize, pages_per_segment: u32) -> Vec<(u32, u64)> {
+        if !self.spans(pages_per_segment) {
+            return vec![(self.log_seg, self.record_bytes(key_len))];
+        }
+        let runs = self.runs(pages_per_segment);
+        let page = PAGE_SIZE as u64;
+        let total_raw = raw_pages(u64::from(self.len)) * page;
+        let last = runs.len() - 1;
+        runs.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let bytes = if i == 0 {
+                    self.record_bytes(key_len) - total_raw + u64::from(r.count) * page
+                } else if i == last {
+                    (RECORD_HEADER + CONTINUED_PAYLOAD) as u64
+                        + u64::from(pages_per_segment - r.first) * page
+                } else {
+                    (RECORD_HEADER + CONTINUED_PAYLOAD) as u64 + u64::from(r.count) * page
+                };
+                (r.log_seg, bytes)
+            })
+            .collect()
+    }
+
     /// Bytes this value's record occupies in the log (header, key, payload, raw pages).
     pub fn record_bytes(&self, key_len: usize) -> u64 {
         if is_long_key(key_len) {
@@ -227,6 +338,8 @@ pub struct Record {
     pub raw: Option<(u32, u32)>,
     /// Where the key is (LongPut, LongDelete: `key` is then empty until read from there).
     pub long_key: Option<LongKey>,
+    /// The head record's log segment and packed page (Continued).
+    pub continues: Option<(u32, u32)>,
 }
 
 /// Builds a packed page in memory.
@@ -317,6 +430,22 @@ impl PageBuilder {
         let at = self.buf.len() as u16;
         self.buf.extend_from_slice(payload);
         Some(at)
+    }
+
+    /// Appends a Continued record naming the head record of a value that spans segments
+    /// (its packed page `head_page` of log segment `head_log_seg`) if it fits; returns the
+    /// offset of its payload.
+    pub fn add_continued(
+        &mut self,
+        seq: u64,
+        value_len: u32,
+        head_log_seg: u32,
+        head_page: u32,
+    ) -> Option<u16> {
+        let mut payload = [0u8; CONTINUED_PAYLOAD];
+        payload[..4].copy_from_slice(&head_log_seg.to_le_bytes());
+        payload[4..].copy_from_slice(&head_page.to_le_bytes());
+        self.add(RecordKind::Continued, seq, &[], value_len, &payload)
     }
 
     /// Fills in the header and returns the finished 8 KiB page.
@@ -428,7 +557,11 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             RecordKind::Delete => 0,
             RecordKind::LongPut => LONG_PUT_PAYLOAD,
             RecordKind::LongDelete => LONG_DELETE_PAYLOAD,
+            RecordKind::Continued => CONTINUED_PAYLOAD,
         };
+        if kind == RecordKind::Continued && key_len != 0 {
+            return Err("continuation record with a key".into());
+        }
         if payload + payload_len > end {
             return Err("record runs past the page".into());
         }
@@ -457,6 +590,8 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             payload_offset: payload as u16,
             raw,
             long_key,
+            continues: (kind == RecordKind::Continued)
+                .then(|| (u32_at(p, payload), u32_at(p, payload + 4))),
         });
         at = payload + payload_len;
     }

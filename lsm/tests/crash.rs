@@ -1,5 +1,5 @@
 //! Crash test: a thousand power cuts at random points of a mixed load (puts of every size,
-//! deletes, atomic batches, flushes, compactions). After each recovery every acknowledged
+//! values spanning segments among them, deletes, atomic batches, flushes, compactions). After each recovery every acknowledged
 //! write is there with its exact bytes, and the batch that was cut is there entirely or not
 //! at all. Run on a device whose completed writes are durable, and again on one with a
 //! volatile write cache (`DeviceConfig::volatile_cache`), where only writes covered by a
@@ -111,6 +111,8 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
         0..=5 => rng.gen_range(0..300),
         6..=7 => rng.gen_range(1000..5000),
         8 => 8192,
+        // One in fifty spans two to four 256 KiB segments.
+        _ if rng.gen_range(0..5) == 0 => rng.gen_range(300_000..700_000),
         _ => rng.gen_range(8193..24000),
     };
     let seed: u8 = rng.gen();

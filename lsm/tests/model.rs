@@ -55,10 +55,12 @@ fn value(k: u16, len: usize, salt: u8) -> Vec<u8> {
 
 fn value_len() -> impl Strategy<Value = usize> {
     prop_oneof![
-        6 => 0usize..200,
-        2 => 1000usize..3000,
-        1 => Just(8192usize),
-        1 => 8193usize..20000,
+        60 => 0usize..200,
+        20 => 1000usize..3000,
+        10 => Just(8192usize),
+        10 => 8193usize..20000,
+        // Larger than a 256 KiB segment: spans two or three.
+        2 => 300_000usize..600_000,
     ]
 }
 

@@ -1,0 +1,274 @@
+//! Values larger than a value-log segment (the 512 MiB default maximum is far above the
+//! segment size of most devices): they span consecutive log segments and own them. Reads of
+//! every kind, flushes, compactions, reopen, overwrites past the device's capacity (garbage
+//! collection reclaiming and moving them) and a full drive all see them exactly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::sync::Arc;
+
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore, PAGE_SIZE};
+use lsm::{Engine, EngineConfig, EngineError, WriteOp};
+
+/// 64-page (512 KiB) segments, 62 of them for data.
+fn geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 16,
+        spare_blocks_per_chip: 2,
+    }
+}
+
+fn segment_bytes() -> usize {
+    geometry().pages_per_segment() as usize * PAGE_SIZE
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        memtable_bytes: 64 << 10,
+        l0_runs: 2,
+        l1_bytes: 128 << 10,
+        level_ratio: 2,
+        gc_window_pages: 8,
+        ..EngineConfig::default()
+    }
+}
+
+fn format() -> Backend {
+    let backend = Backend::Ram(RamStore::new());
+    drop(Ftl::format(&backend, DeviceConfig::new(geometry())).unwrap());
+    backend
+}
+
+fn open(backend: &Backend, cfg: EngineConfig) -> Engine {
+    let dev: Arc<dyn AppendDevice> =
+        Arc::new(Ftl::open(backend, DeviceConfig::new(geometry())).unwrap());
+    Engine::open(dev, cfg).unwrap()
+}
+
+fn value(id: u32, version: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13 ^ id ^ version << 3) as u8)
+        .collect()
+}
+
+/// A short key, and a long one (its pages go into the value's first segment too).
+fn keys() -> Vec<Vec<u8>> {
+    let mut long = b"long-".to_vec();
+    long.extend((0..5000u32).map(|i| (i * 7) as u8));
+    vec![b"big-a".to_vec(), long, b"big-c".to_vec()]
+}
+
+fn check(db: &Engine, expected: &[(Vec<u8>, Vec<u8>)]) {
+    for (k, v) in expected {
+        let got = db.get(k).unwrap().expect("value present");
+        assert_eq!(got.len(), v.len());
+        assert!(
+            got == *v,
+            "value of {} differs",
+            String::from_utf8_lossy(&k[..5])
+        );
+    }
+    let ks: Vec<&[u8]> = expected.iter().map(|(k, _)| k.as_slice()).collect();
+    let got = db.multi_get(&ks).unwrap();
+    for ((_, v), g) in expected.iter().zip(got) {
+        assert!(g.as_deref() == Some(v.as_slice()));
+    }
+    let lens = db.value_lens(&ks).unwrap();
+    for ((_, v), l) in expected.iter().zip(lens) {
+        assert_eq!(l, Some(v.len() as u32));
+    }
+    let all = db.range(b"", None, usize::MAX).unwrap();
+    for (k, v) in expected {
+        let found = all.iter().find(|(rk, _)| rk == k).expect("in range");
+        assert!(found.1 == *v);
+    }
+}
+
+#[test]
+fn values_spanning_segments_read_back_after_flush_compaction_and_reopen() {
+    let backend = format();
+    let seg = segment_bytes();
+    let sizes = [seg + 1, 3 * seg - 3 * PAGE_SIZE, 5 * seg / 2 + 17];
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = keys()
+        .into_iter()
+        .zip(sizes)
+        .enumerate()
+        .map(|(i, (k, len))| (k, value(i as u32, 0, len)))
+        .collect();
+    // Small values around the large ones, in the same batches.
+    expected.push((b"small-1".to_vec(), b"one".to_vec()));
+    expected.push((b"small-2".to_vec(), vec![9u8; 20_000]));
+    {
+        let db = open(&backend, config());
+        let before = db.stats().free_segments;
+        let ops: Vec<WriteOp<'_>> = [3, 0, 4, 1]
+            .iter()
+            .map(|&i| WriteOp::Put(&expected[i].0, &expected[i].1))
+            .collect();
+        db.write(&ops).unwrap();
+        // Last in its batch: the batch ends in the value's last segment.
+        db.put(&expected[2].0, &expected[2].1).unwrap();
+        check(&db, &expected);
+        let stats = db.stats();
+        // 2 + 3 + 3 segments of their own, at least.
+        assert!(
+            before - stats.free_segments >= 8,
+            "{before} free before, {} after",
+            stats.free_segments
+        );
+        let big: u64 = sizes.iter().map(|&s| s as u64).sum();
+        assert!(stats.live_bytes >= big);
+        db.flush().unwrap();
+        db.compact_all().unwrap();
+        check(&db, &expected);
+        db.close().unwrap();
+    }
+    // Reopened twice: after a clean close, and after replaying a tail that holds one.
+    let db = open(&backend, config());
+    check(&db, &expected);
+    let again = value(9, 9, 2 * seg + 5);
+    db.put(&expected[0].0, &again).unwrap();
+    expected[0].1 = again;
+    drop(db);
+    let db = open(&backend, config());
+    assert!(db.stats().replayed_records >= 1);
+    check(&db, &expected);
+    db.close().unwrap();
+}
+
+#[test]
+fn overwriting_large_values_past_the_device_capacity_reclaims_their_segments() {
+    let backend = format();
+    let seg = segment_bytes();
+    for policy in [
+        Arc::new(lsm::LeastLive) as Arc<dyn lsm::GcPolicy>,
+        Arc::new(lsm::Oldest),
+    ] {
+        let db = open(
+            &backend,
+            EngineConfig {
+                gc_policy: policy,
+                ..config()
+            },
+        );
+        let keys = keys();
+        let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let capacity = u64::from(geometry().segments()) * seg as u64;
+        let mut written = 0u64;
+        let mut round = 0u32;
+        // About three times the device through, in values of 1 to 3 segments, with small
+        // overwrites in between.
+        while written < 3 * capacity {
+            for (i, k) in keys.iter().enumerate() {
+                let len = seg / 2 + (round as usize * 77_777 + i * 300_001) % (5 * seg / 2);
+                let v = value(i as u32, round, len);
+                db.put(k, &v).unwrap();
+                db.put(format!("small-{}", round % 50).as_bytes(), &v[..3000])
+                    .unwrap();
+                written += len as u64;
+                match expected.iter_mut().find(|(ek, _)| ek == k) {
+                    Some(e) => e.1 = v,
+                    None => expected.push((k.clone(), v)),
+                }
+            }
+            round += 1;
+        }
+        check(&db, &expected);
+        let stats = db.stats();
+        assert!(stats.gc_segments > 0, "{stats:#?}");
+        db.close().unwrap();
+        let db = open(&backend, config());
+        check(&db, &expected);
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn a_spanning_value_in_a_reclaimed_segment_is_moved_whole() {
+    let backend = format();
+    let seg = segment_bytes();
+    let keys = keys();
+    let big = value(1, 1, 2 * seg + 4321);
+    {
+        let db = open(&backend, config());
+        db.put(&keys[0], &big).unwrap();
+        // Dropped without a flush: recovery replays it and ends its last segment at its
+        // write pointer, so that segment looks mostly empty and is an early victim.
+        drop(db);
+    }
+    // FIFO cleaning reaches that segment while the small values' segments are still
+    // reclaimable too (the greedy policy would take the emptier ones first).
+    let fifo = EngineConfig {
+        gc_policy: Arc::new(lsm::Oldest),
+        ..config()
+    };
+    let db = open(&backend, fifo);
+    assert_eq!(db.get(&keys[0]).unwrap().as_deref(), Some(big.as_slice()));
+    // Overwrite small values until garbage collection has run through the device.
+    let mut i = 0u32;
+    while db.stats().gc_segments < u64::from(geometry().segments()) {
+        let v = value(2, i, 30_000);
+        db.put(format!("churn-{}", i % 40).as_bytes(), &v).unwrap();
+        i += 1;
+        assert!(
+            i < 100_000,
+            "garbage collection never ran: {:#?}",
+            db.stats()
+        );
+    }
+    let stats = db.stats();
+    assert!(
+        stats.gc_bytes_moved >= big.len() as u64,
+        "the large value was not moved: {stats:#?}"
+    );
+    assert_eq!(db.get(&keys[0]).unwrap().as_deref(), Some(big.as_slice()));
+    db.close().unwrap();
+    let db = open(&backend, config());
+    assert_eq!(db.get(&keys[0]).unwrap().as_deref(), Some(big.as_slice()));
+}
+
+#[test]
+fn a_value_above_the_maximum_or_the_free_space_is_refused_and_nothing_is_lost() {
+    let backend = format();
+    let seg = segment_bytes();
+    let db = open(
+        &backend,
+        EngineConfig {
+            max_value: 4 * seg as u64,
+            ..config()
+        },
+    );
+    let keep = value(3, 3, 2 * seg);
+    db.put(b"keep", &keep).unwrap();
+    let over = vec![1u8; 4 * seg + 1];
+    assert!(matches!(
+        db.put(b"over", &over),
+        Err(EngineError::ValueTooLarge { .. })
+    ));
+    db.close().unwrap();
+    // With the default maximum, a value larger than the whole device is refused as full.
+    let db = open(&backend, config());
+    let huge = vec![2u8; 70 * seg];
+    let err = db.put(b"huge", &huge).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::CapacityFull { .. } | EngineError::DeviceFull { .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(db.get(b"huge").unwrap(), None);
+    assert_eq!(db.get(b"keep").unwrap().as_deref(), Some(keep.as_slice()));
+    // Everything still works.
+    let fits = value(4, 4, 3 * seg);
+    db.put(b"fits", &fits).unwrap();
+    db.delete(b"keep").unwrap();
+    assert_eq!(db.get(b"fits").unwrap().as_deref(), Some(fits.as_slice()));
+    db.close().unwrap();
+    let db = open(&backend, config());
+    assert_eq!(db.get(b"fits").unwrap().as_deref(), Some(fits.as_slice()));
+    assert_eq!(db.get(b"keep").unwrap(), None);
+}
