@@ -193,7 +193,8 @@ struct BatchPages {
 struct ReadPlan {
     ptrs: Vec<Option<ValuePtr>>,
     lbas: Vec<Lba>,
-    /// Per pointer: first index into `lbas` and page count.
+    /// Per pointer: first index into `lbas` and page count (pointers into one packed page
+    /// may share its index).
     spans: Vec<Option<(usize, u32)>>,
 }
 
@@ -2113,11 +2114,23 @@ impl Inner {
             lbas: Vec::new(),
             spans: Vec::with_capacity(ptrs.len()),
         };
+        // Small values read in key order (ranges, sequential multi-gets) often share a packed
+        // page with the one before: that page is read once.
+        let mut last_inline: Option<(u32, u32, usize)> = None;
         for p in ptrs {
             let Some(p) = p else {
                 plan.spans.push(None);
                 continue;
             };
+            if let ValueLoc::Inline { page, .. } = p.loc {
+                match last_inline {
+                    Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
+                        plan.spans.push(Some((at, 1)));
+                        continue;
+                    }
+                    _ => last_inline = Some((p.log_seg, page, plan.lbas.len())),
+                }
+            }
             let at = plan.lbas.len();
             for run in p.runs(self.g.pages_per_segment()) {
                 let seg = SegmentId(self.segment_of(run.log_seg)?);

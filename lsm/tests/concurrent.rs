@@ -357,3 +357,40 @@ fn large_async_reads_leave_tags_for_writes() {
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();
 }
+
+/// Small values written in key order share packed pages; a range or multi-get over them
+/// reads each page once, not once per value.
+#[test]
+fn small_values_read_in_key_order_share_page_reads() {
+    let db = small_engine();
+    let keys: Vec<Vec<u8>> = (0..60u32)
+        .map(|i| format!("s{i:04}").into_bytes())
+        .collect();
+    let values: Vec<Vec<u8>> = (0..60u32).map(|i| vec![i as u8; 100]).collect();
+    let ops: Vec<WriteOp<'_>> = keys
+        .iter()
+        .zip(&values)
+        .map(|(k, v)| WriteOp::Put(k, v))
+        .collect();
+    db.write(&ops).unwrap();
+    let before = db.device_stats().reads;
+    let all = db.range(b"s", Some(b"t"), usize::MAX).unwrap();
+    assert_eq!(all.len(), 60);
+    for ((k, v), (ek, ev)) in all.iter().zip(keys.iter().zip(&values)) {
+        assert_eq!((k, v), (ek, ev));
+    }
+    let range_reads = db.device_stats().reads - before;
+    // 60 records of 120 bytes fill one page (two if the batch began in a page's tail).
+    assert!(
+        range_reads <= 2,
+        "{range_reads} page reads for 60 small values"
+    );
+    let before = db.device_stats().reads;
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let got = db.multi_get(&refs).unwrap();
+    assert!(got
+        .iter()
+        .zip(&values)
+        .all(|(g, v)| g.as_deref() == Some(v.as_slice())));
+    assert!(db.device_stats().reads - before <= 2);
+}
