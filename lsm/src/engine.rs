@@ -1767,6 +1767,12 @@ impl Inner {
     }
 
     fn build_batch<'a>(&mut self, ops: &[WriteOp<'a>], reserve: usize) -> Result<LaidOut<'a>> {
+        // Values spanning segments take theirs whole: all must be free before any is laid
+        // out (a batch failing halfway would leave segments counted as written, never freed).
+        let spanning = self.batch_spanning_segments(ops);
+        if spanning > 0 && self.free.len() < spanning + reserve {
+            return Err(EngineError::DeviceFull { purpose: "values" });
+        }
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {
