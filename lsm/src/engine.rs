@@ -24,9 +24,10 @@ use crate::memtable::MemTable;
 use crate::merge::{compact, run_source, Invalidated, Merge, Source};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
-    check_page, delete_record_bytes, fits_inline, is_long_key, key_pages, parse_records, raw_pages,
-    raw_runs, stored_record_bytes, unused_bytes, PageBuilder, Record, RecordKind, ValueLoc,
-    ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
+    check_page, delete_record_bytes, fits_inline, indirect_payload, is_long_key, key_pages,
+    long_put_payload, parse_records, raw_pages, raw_runs, stored_record_bytes, unused_bytes,
+    PageBuilder, Record, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD,
+    LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
 };
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
@@ -1701,10 +1702,7 @@ impl Inner {
         let first = h.next_page + kp;
         let crc = crc32c::crc32c(value);
         if long {
-            let mut payload = [0u8; LONG_PUT_PAYLOAD];
-            payload[..4].copy_from_slice(&h.next_page.to_le_bytes());
-            payload[4..8].copy_from_slice(&crc32c::crc32c(key).to_le_bytes());
-            payload[8..].copy_from_slice(&crc.to_le_bytes());
+            let payload = long_put_payload(h.next_page, key, crc);
             b.open
                 .add_long(
                     RecordKind::LongPut,
@@ -1715,11 +1713,14 @@ impl Inner {
                 )
                 .ok_or_else(|| corrupt("long record does not fit a fresh page"))?;
         } else {
-            let mut payload = [0u8; INDIRECT_PAYLOAD];
-            payload[..4].copy_from_slice(&first.to_le_bytes());
-            payload[4..].copy_from_slice(&crc.to_le_bytes());
             b.open
-                .add(RecordKind::Indirect, seq, key, value.len() as u32, &payload)
+                .add(
+                    RecordKind::Indirect,
+                    seq,
+                    key,
+                    value.len() as u32,
+                    &indirect_payload(first, crc),
+                )
                 .ok_or_else(|| corrupt("indirect record does not fit a fresh page"))?;
         }
         let key_chunks = if long {
@@ -1798,10 +1799,7 @@ impl Inner {
                         let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
                         let value_first = first + key_pages(k.len()) as u32;
                         let crc = crc32c::crc32c(v);
-                        let mut payload = [0u8; LONG_PUT_PAYLOAD];
-                        payload[..4].copy_from_slice(&first.to_le_bytes());
-                        payload[4..8].copy_from_slice(&crc32c::crc32c(k).to_le_bytes());
-                        payload[8..].copy_from_slice(&crc.to_le_bytes());
+                        let payload = long_put_payload(first, k, crc);
                         b.open
                             .add_long(RecordKind::LongPut, seq, k.len(), v.len() as u32, &payload)
                             .ok_or_else(|| corrupt("long record does not fit"))?;
@@ -1879,11 +1877,14 @@ impl Inner {
                         if let Some(m) = self.log_segs.get_mut(&log_seg) {
                             m.written += u64::from(n) * PAGE_SIZE as u64;
                         }
-                        let mut payload = [0u8; INDIRECT_PAYLOAD];
-                        payload[..4].copy_from_slice(&first.to_le_bytes());
-                        payload[4..].copy_from_slice(&crc.to_le_bytes());
                         b.open
-                            .add(RecordKind::Indirect, seq, k, v.len() as u32, &payload)
+                            .add(
+                                RecordKind::Indirect,
+                                seq,
+                                k,
+                                v.len() as u32,
+                                &indirect_payload(first, crc),
+                            )
                             .ok_or_else(|| corrupt("indirect record does not fit"))?;
                         updates.push((
                             k,

@@ -53,6 +53,24 @@ pub const LONG_DELETE_PAYLOAD: usize = 8;
 /// Payload bytes of a Continued record (head log segment, head page).
 pub const CONTINUED_PAYLOAD: usize = 8;
 
+/// The payload of an Indirect record: the value's first raw page and its crc32c.
+pub fn indirect_payload(first_page: u32, value_crc: u32) -> [u8; INDIRECT_PAYLOAD] {
+    let mut p = [0u8; INDIRECT_PAYLOAD];
+    p[..4].copy_from_slice(&first_page.to_le_bytes());
+    p[4..].copy_from_slice(&value_crc.to_le_bytes());
+    p
+}
+
+/// The payload of a LongPut record: the key's first raw page, the key's crc32c and the
+/// value's.
+pub fn long_put_payload(key_page: u32, key: &[u8], value_crc: u32) -> [u8; LONG_PUT_PAYLOAD] {
+    let mut p = [0u8; LONG_PUT_PAYLOAD];
+    p[..4].copy_from_slice(&key_page.to_le_bytes());
+    p[4..8].copy_from_slice(&crc32c::crc32c(key).to_le_bytes());
+    p[8..].copy_from_slice(&value_crc.to_le_bytes());
+    p
+}
+
 /// Whether a key of this length is written with a long record.
 pub fn is_long_key(key_len: usize) -> bool {
     key_len > LONG_KEY_MIN
