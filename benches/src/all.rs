@@ -1001,9 +1001,19 @@ impl RunOne {
                     .filter(|_| self.system == "lightstore-net")
                     .and_then(|a| crate::resp::info_field(a, "stats", "value_bytes_copied").ok())
             };
+            // And the compactions it runs (the metadata-compaction ablation's cost).
+            let compactions = || {
+                let a = self.addr.filter(|_| self.system == "lightstore-net")?;
+                let n = crate::resp::info_field(a, "lsm", "compactions").ok()?;
+                let kept =
+                    crate::resp::info_field(a, "lsm", "compactions_without_room_to_move").ok()?;
+                Some((n, kept))
+            };
             let copied0 = copied();
+            let compactions0 = compactions();
             let m = workloads::run(kv, w, self.keys, self.keys, &value, shape)?;
             let copied1 = copied();
+            let compactions1 = compactions();
             let batch = match w {
                 Workload::SSet | Workload::RSet => shape.write_batch,
                 _ => shape.read_batch,
@@ -1028,6 +1038,9 @@ impl RunOne {
             if let (Some(a), Some(b)) = (copied0, copied1) {
                 r.value_bytes_copied_per_op =
                     Some(b.saturating_sub(a) as f64 / self.keys.max(1) as f64);
+            }
+            if let (Some(a), Some(b)) = (compactions0, compactions1) {
+                r.compactions = Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)));
             }
             out.cdfs.push(Cdf {
                 system: self.system.clone(),

@@ -241,12 +241,16 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
          the same workload (the two baselines' own ratios show how far this host drifts between \
          runs). WA = the drive process's `/proc/<pid>/io` bytes written over user \
          bytes. Copied = the drive's INFO `value_bytes_copied` over the workload's operations. \
+         Compactions = those the drive ran during the workload (in brackets: how many left \
+         the values in place for lack of free segments, INFO \
+         `compactions_without_room_to_move`; only the metadata-compaction ablation moves \
+         values). \
          The rows run a few seconds apart on a disk whose speed drifts, so differences of a \
          few percent are noise.\n"
     );
     let _ = writeln!(
         m,
-        "| configuration | workload | ops/s | ratio to baseline | p50 µs | p99 µs | WA | CPU s/Mop | value bytes copied/op |\n|---|---|---|---|---|---|---|---|---|"
+        "| configuration | workload | ops/s | ratio to baseline | p50 µs | p99 µs | WA | CPU s/Mop | value bytes copied/op | compactions |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut missing = Vec::new();
     for r in &x.ablation {
@@ -261,7 +265,7 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
         }
         let _ = writeln!(
             m,
-            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {} | {} | {} |",
             r.system,
             r.workload,
             r.ops_per_sec,
@@ -270,11 +274,13 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
             r.p99_us,
             opt(r.write_amp, 2),
             opt(r.cpu_s_per_mop, 2),
-            opt(r.value_bytes_copied_per_op, 0)
+            opt(r.value_bytes_copied_per_op, 0),
+            r.compactions
+                .map_or_else(|| "—".to_string(), |(n, kept)| format!("{n} ({kept})"))
         );
     }
     for (s, why) in &missing {
-        let _ = writeln!(m, "| {s} | — | missing: {why} | | | | | | |");
+        let _ = writeln!(m, "| {s} | — | missing: {why} | | | | | | | |");
     }
     let _ = writeln!(
         m,

@@ -26,6 +26,11 @@ pub struct Row {
     /// Value bytes the drive copied per operation (INFO `value_bytes_copied`; the ablation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_bytes_copied_per_op: Option<f64>,
+    /// Compactions the drive ran during the workload, and how many of them left the values
+    /// in place for lack of free segments (INFO `compactions`,
+    /// `compactions_without_room_to_move`; the ablation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compactions: Option<(u64, u64)>,
     /// 99.9th percentile latency in microseconds (`bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p999_us: Option<f64>,
@@ -196,7 +201,7 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
 
 /// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
 /// apply, e.g. write amplification of a read workload).
-pub const ALL_KEYS: [&str; 21] = [
+pub const ALL_KEYS: [&str; 22] = [
     "system",
     "workload",
     "value_size",
@@ -217,6 +222,7 @@ pub const ALL_KEYS: [&str; 21] = [
     "ratio_to_redis",
     "mean_us",
     "value_bytes_copied_per_op",
+    "compactions",
     "missing",
 ];
 
