@@ -371,14 +371,10 @@ impl AllBench {
                 interrupted()?;
                 match out {
                     Ok(o) => {
-                        let summary: Vec<String> = o
-                            .rows
-                            .iter()
-                            .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
-                            .collect();
+                        let summary = ops_summary(&o.rows);
                         say(format!(
                             "{label}: {} ({:.1} s)",
-                            summary.join(", "),
+                            summary,
                             t0.elapsed().as_secs_f64()
                         ));
                         rows.extend(o.rows);
@@ -491,12 +487,8 @@ impl AllBench {
             interrupted()?;
             match out {
                 Ok(o) => {
-                    let summary: Vec<String> = o
-                        .rows
-                        .iter()
-                        .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
-                        .collect();
-                    say(format!("{name}: {}", summary.join(", ")));
+                    let summary = ops_summary(&o.rows);
+                    say(format!("{name}: {}", summary));
                     for mut r in o.rows {
                         r.system = name.clone();
                         r.reads_from = Some(net.reads_from.to_string());
@@ -1052,6 +1044,14 @@ impl RunOne {
         }
         Ok(out)
     }
+}
+
+/// "workload ops/s" of each row, for the progress log.
+fn ops_summary(rows: &[Row]) -> String {
+    rows.iter()
+        .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

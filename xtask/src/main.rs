@@ -70,6 +70,7 @@ enum Task {
     Ycsb(ycsb::YcsbArgs),
 }
 
+/// Whether `binary` is on the PATH.
 fn have(binary: &str) -> bool {
     Command::new("sh")
         .arg("-c")

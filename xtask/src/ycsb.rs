@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::have;
 use anyhow::{bail, Context};
 
 /// YCSB's core workloads.
@@ -102,14 +103,6 @@ fn target_dir(root: &Path) -> PathBuf {
         Some(t) => PathBuf::from(t),
         None => root.join("target"),
     }
-}
-
-fn have(binary: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {binary} >/dev/null 2>&1"))
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// Builds the release drive and returns its path.
