@@ -2,6 +2,7 @@
 //! the real data path on this host. Page data is scrambled on the way down (see
 //! [`crate::scramble`]) so erased pages (punched holes / zeroed ranges) are recognisable.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -36,6 +37,44 @@ enum IoKind {
     Flush,
 }
 
+/// An entry pushed to the submission queue and not yet handed to the kernel: what it is and
+/// where it goes, so that [`FileMedia::submit_queued`] can group it with its neighbours.
+#[derive(Clone, Copy)]
+struct Queued {
+    kind: IoKind,
+    ppa: Ppa,
+}
+
+/// How many of the oldest queued entries go to the kernel in one `io_uring_enter`: programs
+/// (and flushes) together, reads only with reads of the following pages.
+///
+/// A group of three or more entries is submitted under one block-layer plug: adjacent pages
+/// merge into one request, and the batch reaches the disk in one go. That is what writes and
+/// sequential reads want. Random reads submitted as a batch wait for each other: on this
+/// host's virtio disk, 8 KiB random reads at depth 32 ran at 0.82-0.87x fio when each poller
+/// turn submitted its reads together, and at 0.95-0.99x when each went down on its own
+/// (`cargo xtask bench device --quick --only randread`).
+fn group_len(queue: &VecDeque<Queued>) -> usize {
+    let Some(first) = queue.front() else {
+        return 0;
+    };
+    let mut prev = *first;
+    let mut n = 1;
+    for q in queue.iter().skip(1) {
+        let joins = match (prev.kind, q.kind) {
+            (IoKind::Read, IoKind::Read) => q.ppa == prev.ppa + 1,
+            (IoKind::Read, _) | (_, IoKind::Read) => false,
+            _ => true,
+        };
+        if !joins {
+            break;
+        }
+        prev = *q;
+        n += 1;
+    }
+    n
+}
+
 struct IoSlot {
     kind: IoKind,
     /// Kept alive here while the kernel owns its memory.
@@ -53,8 +92,9 @@ pub(crate) struct FileMedia {
     cq_lock: Mutex<()>,
     slots: Mutex<Vec<Option<IoSlot>>>,
     in_flight: AtomicUsize,
-    /// Entries pushed to the submission queue and not yet handed to the kernel.
-    unsubmitted: AtomicUsize,
+    /// Entries pushed to the submission queue and not yet handed to the kernel, oldest
+    /// first (in ring order). Lock order: `sq_lock` or `cq_lock` before this.
+    unsubmitted: Mutex<VecDeque<Queued>>,
     data_offset: u64,
 }
 
@@ -95,7 +135,7 @@ impl FileMedia {
             cq_lock: Mutex::new(()),
             slots: Mutex::new((0..queue_depth).map(|_| None).collect()),
             in_flight: AtomicUsize::new(0),
-            unsubmitted: AtomicUsize::new(0),
+            unsubmitted: Mutex::new(VecDeque::new()),
             data_offset: 0,
         })
     }
@@ -190,37 +230,71 @@ impl FileMedia {
         Ok(())
     }
 
-    /// Enters the kernel once: submits every queued entry and, with `wait`, waits for at
-    /// least one completion. Returns how many entries were submitted.
-    fn enter(&self, wait: bool) -> Result<usize> {
-        let queued = self.unsubmitted.load(Ordering::Acquire) as u32;
-        if queued == 0 && !wait {
-            return Ok(0);
-        }
+    /// One `io_uring_enter`: hands over up to `to_submit` queued entries and, with `wait`,
+    /// waits for at least one completion. Returns how many entries the kernel took.
+    fn enter(&self, to_submit: usize, wait: bool) -> Result<usize> {
         let (min_complete, flags) = if wait {
             (1, IORING_ENTER_GETEVENTS)
         } else {
             (0, 0)
         };
         // SAFETY: no argument is passed. The kernel only consumes entries published by a tail
-        // sync, each fully written under sq_lock; `queued` may count entries not yet published
-        // (they are counted first), and then the kernel submits fewer.
+        // sync, each fully written under sq_lock; `to_submit` may count entries not yet
+        // published (they are queued first), and then the kernel submits fewer.
         let r = unsafe {
-            self.ring
-                .submitter()
-                .enter::<libc::sigset_t>(queued, min_complete, flags, None)
+            self.ring.submitter().enter::<libc::sigset_t>(
+                u32::try_from(to_submit).unwrap_or(u32::MAX),
+                min_complete,
+                flags,
+                None,
+            )
         };
         match r {
-            Ok(n) => {
-                let _ = self
-                    .unsubmitted
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                        Some(u.saturating_sub(n))
-                    });
-                Ok(n)
-            }
+            Ok(n) => Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
             Err(e) => Err(DeviceError::io("io_uring_enter", e)),
+        }
+    }
+
+    /// Hands every queued entry to the kernel, one `io_uring_enter` per group (see
+    /// [`group_len`]); with `wait`, the last of them also waits for a completion (one that
+    /// only waits when nothing is queued).
+    ///
+    /// The kernel takes entries in ring order, so forgetting the first `n` queued entries
+    /// when it reports `n` taken keeps the queue's length equal to the entries it holds,
+    /// even when two threads hand over at once (only the grouping can then differ).
+    fn submit_queued(&self, wait: bool) -> Result<()> {
+        let mut queue = self.unsubmitted.lock();
+        loop {
+            let n = group_len(&queue);
+            if n == 0 || (wait && n == queue.len()) {
+                // The last group goes down with the wait, without holding the queue (a
+                // submitter must not stall behind a sleeping poller).
+                let group: Vec<Queued> = queue.drain(..n).collect();
+                drop(queue);
+                if n == 0 && !wait {
+                    return Ok(());
+                }
+                let taken = self.enter(n, wait);
+                let left = n - taken.as_ref().map_or(0, |&t| t.min(n));
+                if left > 0 {
+                    let mut queue = self.unsubmitted.lock();
+                    for q in group[n - left..].iter().rev() {
+                        queue.push_front(*q);
+                    }
+                }
+                return taken.map(drop);
+            }
+            let taken = self.enter(n, false)?;
+            queue.drain(..taken.min(n));
+            if taken < n {
+                // Entries counted but not yet published: their submitter rings again.
+                if wait {
+                    drop(queue);
+                    return self.enter(0, true).map(drop);
+                }
+                return Ok(());
+            }
         }
     }
 
@@ -357,25 +431,25 @@ impl Media for FileMedia {
 
     fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), StartError> {
         let fd = types::Fd(self.file.as_raw_fd());
-        let (kind, mut buf, entry) = match op {
+        let (kind, ppa, mut buf, entry) = match op {
             MediaOp::Read { ppa, mut buf } => {
                 let e = opcode::Read::new(fd, buf.as_mut_ptr(), PAGE_SIZE as u32)
                     .offset(self.page_offset(ppa))
                     .build();
-                (IoKind::Read, Some(buf), e)
+                (IoKind::Read, ppa, Some(buf), e)
             }
             MediaOp::Program { ppa, mut buf } => {
                 scramble(&mut buf);
                 let e = opcode::Write::new(fd, buf.as_ptr(), PAGE_SIZE as u32)
                     .offset(self.page_offset(ppa))
                     .build();
-                (IoKind::Program, Some(buf), e)
+                (IoKind::Program, ppa, Some(buf), e)
             }
             MediaOp::Flush => {
                 let e = opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
                     .build();
-                (IoKind::Flush, None, e)
+                (IoKind::Flush, 0, None, e)
             }
         };
         let entry = entry.user_data(u64::from(id));
@@ -406,7 +480,7 @@ impl Media for FileMedia {
         // enters the ring without sq_lock and may submit the entry and reap its completion as
         // soon as it is published, so counting afterwards could let `in_flight` underflow
         // (and a poller sleep for a completion that never comes) or `unsubmitted` lag behind.
-        self.unsubmitted.fetch_add(1, Ordering::AcqRel);
+        self.unsubmitted.lock().push_back(Queued { kind, ppa });
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         sq.sync();
         drop(sq);
@@ -415,7 +489,7 @@ impl Media for FileMedia {
 
     fn doorbell(&self) -> Result<()> {
         let _sq = self.sq_lock.lock();
-        self.enter(false).map(drop)
+        self.submit_queued(false)
     }
 
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
@@ -424,11 +498,11 @@ impl Media for FileMedia {
             let before = out.len();
             self.drain_completions(out);
             let wait = block && out.len() == before && self.in_flight.load(Ordering::Acquire) > 0;
-            if !wait && self.unsubmitted.load(Ordering::Acquire) == 0 {
+            if !wait && self.unsubmitted.lock().is_empty() {
                 return Ok(());
             }
-            // One system call hands over what is queued and, if asked, waits.
-            self.enter(wait)?;
+            // Hands over what is queued and, if asked, waits (in the last system call).
+            self.submit_queued(wait)?;
             if !wait {
                 return Ok(());
             }
@@ -533,6 +607,28 @@ mod tests {
     }
 
     #[test]
+    fn reads_go_down_alone_unless_adjacent_and_writes_together() {
+        let q = |items: &[(IoKind, Ppa)]| -> VecDeque<Queued> {
+            items
+                .iter()
+                .map(|&(kind, ppa)| Queued { kind, ppa })
+                .collect()
+        };
+        use IoKind::{Flush, Program, Read};
+        assert_eq!(group_len(&q(&[])), 0);
+        assert_eq!(group_len(&q(&[(Read, 5), (Read, 9)])), 1);
+        assert_eq!(
+            group_len(&q(&[(Read, 5), (Read, 6), (Read, 7), (Read, 9)])),
+            3
+        );
+        assert_eq!(group_len(&q(&[(Read, 5), (Program, 6)])), 1);
+        assert_eq!(
+            group_len(&q(&[(Program, 40), (Program, 3), (Flush, 0), (Read, 1)])),
+            3
+        );
+    }
+
+    #[test]
     fn empty_or_short_files_are_not_formatted() {
         let dir = tempfile::tempdir().unwrap();
         for len in [0usize, 100, 5000, 8191] {
@@ -621,6 +717,6 @@ mod tests {
             s.join().unwrap();
         }
         assert_eq!(media.in_flight.load(Ordering::Acquire), 0);
-        assert_eq!(media.unsubmitted.load(Ordering::Acquire), 0);
+        assert!(media.unsubmitted.lock().is_empty());
     }
 }
