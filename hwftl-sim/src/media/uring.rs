@@ -370,7 +370,11 @@ impl Media for FileMedia {
     fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()> {
         self.data_offset = layout.meta_bytes;
         let expected = layout.total_bytes();
-        if format && !self.block_device {
+        // A file that already has the device's size is erased in place (below), like a block
+        // device: it keeps its blocks, and so do the layers under the file system (a thin or
+        // discarding virtual disk frees what a truncate gives back, and pays to allocate it
+        // again on the next write of each page).
+        if format && !self.block_device && self.size()? != expected {
             // Truncate to zero first so every page starts out erased (a hole).
             self.file
                 .set_len(0)
@@ -394,6 +398,9 @@ impl Media for FileMedia {
         }
         if format {
             self.zero_range(0, expected)?;
+            if !self.block_device {
+                self.preallocate(expected)?;
+            }
         }
         Ok(())
     }
