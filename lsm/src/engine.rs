@@ -1661,10 +1661,9 @@ impl Inner {
     /// last segment is closed after the value, and its packed page is sealed now (as the
     /// batch's last when `last_in_batch`), so nothing else shares the value's segments.
     ///
-    /// Known gap: segments are checked up front only for the batch's spanning values (and
-    /// one more after each); a batch whose other operations then find no free segment fails
-    /// halfway, and the segments it opened stay counted as written (never reclaimed), as
-    /// for any batch that fails halfway through its layout.
+    /// Segments are checked up front only for the batch's spanning values (and one more
+    /// after each); a batch whose other operations then find no free segment fails halfway,
+    /// and what it claimed becomes garbage (see [`Inner::forget_layout`]).
     fn lay_out_spanning(
         &mut self,
         b: &mut BatchPages,
@@ -1772,12 +1771,19 @@ impl Inner {
 
     fn build_batch<'a>(&mut self, ops: &[WriteOp<'a>], reserve: usize) -> Result<LaidOut<'a>> {
         // Values spanning segments take theirs whole: all must be free before any is laid
-        // out (a batch failing halfway leaves segments counted as written that nothing
-        // refers to; see the gap noted at `lay_out_spanning`).
+        // out (a batch failing halfway costs a manifest write and a flush before the next
+        // batch; see `forget_layout`).
         let spanning = self.batch_spanning_segments(ops);
         if spanning > 0 && self.free.len() < spanning + reserve {
             return Err(EngineError::DeviceFull { purpose: "values" });
         }
+        // What the layout may claim: pages after the head's write pointer, and the log
+        // segments it opens (see `forget_layout`).
+        let claimed_from = (
+            self.head
+                .and_then(|h| Some((h.log_seg, self.log_segs.get(&h.log_seg)?.written))),
+            self.next_log_seg,
+        );
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {
@@ -1917,9 +1923,39 @@ impl Inner {
         })();
         if let Err(e) = result {
             self.abandon_head();
+            self.forget_layout(claimed_from)?;
             return Err(e);
         }
         Ok((b.pages, updates))
+    }
+
+    /// After a batch failed halfway through its layout (no free segment left for the rest),
+    /// before anything of it was submitted: every page it claimed stays unwritten, so it is
+    /// counted as garbage for good, and the manifest says so at once. Otherwise the
+    /// segments it opened would look full of live data, and garbage collection would never
+    /// take them back (a drive left full for good). The pages it claimed in the head are a
+    /// hole where recovery's replay stops, so the next write first moves the checkpoint past
+    /// it, as after a failed device write.
+    ///
+    /// # Errors
+    /// Writing the manifest.
+    fn forget_layout(&mut self, (head, first_new): (Option<(u32, u64)>, u32)) -> Result<()> {
+        let mut claimed = 0;
+        for m in self.log_segs.values_mut() {
+            let before = match head {
+                Some((log_seg, written)) if log_seg == m.log_seg => written,
+                _ if m.log_seg >= first_new => 0,
+                _ => continue,
+            };
+            let bytes = m.written.saturating_sub(before);
+            m.dead += bytes;
+            claimed += bytes;
+        }
+        if claimed == 0 {
+            return Ok(());
+        }
+        self.needs_checkpoint = true;
+        self.persist()
     }
 
     /// Counts a durable batch's user bytes and applies its updates to the memtable.
@@ -2835,11 +2871,16 @@ impl Inner {
                 buf: PageBuf::for_read(),
             })
             .collect();
-        Ok(self
-            .run_io(cmds)?
+        self.poller
+            .run(cmds, IO_WINDOW)
             .into_iter()
-            .map(|c| c.into_buf().ok().flatten())
-            .collect())
+            .map(|r| match r {
+                Ok(c) => Ok(c.into_buf().ok().flatten()),
+                // Claimed by a batch that failed before writing it (see `forget_layout`).
+                Err(DeviceError::Unwritten { .. }) => Ok(None),
+                Err(e) => Err(EngineError::Device(e)),
+            })
+            .collect()
     }
 
     /// Writes the pending moves whose values are still live (a client may have overwritten

@@ -328,3 +328,58 @@ fn a_value_above_the_maximum_or_the_free_space_is_refused_and_nothing_is_lost() 
     assert_eq!(db.get(b"fits").unwrap().as_deref(), Some(fits.as_slice()));
     assert_eq!(db.get(b"keep").unwrap(), None);
 }
+
+/// A batch that runs out of free segments halfway through its layout (seventy values of just
+/// over half a segment each, which fit the user capacity but need a segment apiece) fails
+/// with nothing of it visible, and the segments it had opened are garbage: garbage
+/// collection wins them back for the writes after it, and a crash after those loses none
+/// of them.
+#[test]
+fn a_batch_that_runs_out_of_segments_halfway_leaves_no_space_behind() {
+    let backend = format();
+    let seg = segment_bytes();
+    let db = open(&backend, config());
+    let free_before = db.stats().free_segments;
+    let values: Vec<(Vec<u8>, Vec<u8>)> = (0..70u32)
+        .map(|i| {
+            (
+                format!("half-{i:02}").into_bytes(),
+                value(i, 1, seg * 55 / 100),
+            )
+        })
+        .collect();
+    assert!(
+        values.len() as u64 > free_before,
+        "the batch must need more segments than are free ({free_before})"
+    );
+    let ops: Vec<WriteOp<'_>> = values.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+    let err = db.write(&ops).unwrap_err();
+    assert!(matches!(err, EngineError::DeviceFull { .. }), "{err}");
+    for (k, _) in &values {
+        assert_eq!(db.get(k).unwrap(), None);
+    }
+    // The space comes back: values worth several times the device's free space go in one
+    // after another, each overwriting the last.
+    let mut acked = Vec::new();
+    for i in 0..40u32 {
+        let v = value(i, 2, 2 * seg);
+        db.put(b"after", &v)
+            .unwrap_or_else(|e| panic!("put {i} after the failed batch: {e}"));
+        let small = format!("small-{i}").into_bytes();
+        db.put(&small, &v[..100]).unwrap();
+        acked.push((small, v[..100].to_vec()));
+        if i == 39 {
+            acked.push((b"after".to_vec(), v));
+        }
+    }
+    // A crash (no close): every acknowledged write is there after the reopen.
+    drop(db);
+    let db = open(&backend, config());
+    for (k, v) in &acked {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+    for (k, _) in &values {
+        assert_eq!(db.get(k).unwrap(), None);
+    }
+    assert!(db.stats().free_segments > 4, "{:?}", db.stats());
+}
