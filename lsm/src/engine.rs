@@ -74,6 +74,14 @@ struct GcMove {
     from: ValuePtr,
 }
 
+/// Pages of a victim whose reads are on the device while garbage collection writes the
+/// moves of the window before them.
+struct GcReadAhead {
+    log_seg: u32,
+    pages: std::ops::Range<u32>,
+    reads: crate::io::InFlight,
+}
+
 /// What one garbage-collection step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GcStep {
@@ -431,6 +439,8 @@ struct Inner {
     /// Device segments of reclaimed log segments, dropped from `log_segs` but not yet from
     /// the manifest on the device, so not yet trimmed or free (see `release_reclaimed`).
     gc_reclaimed: Vec<u32>,
+    /// The victim's next window, read while the current window's moves are written.
+    gc_read_ahead: Option<GcReadAhead>,
     closed: bool,
     /// Delivers completions of the commands the engine does not wait for in place.
     poller: Arc<Poller>,
@@ -542,6 +552,7 @@ impl Engine {
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
             gc_reclaimed: Vec::new(),
+            gc_read_ahead: None,
             closed: false,
             poller: Arc::new(Poller::start(dev_for_poller).map_err(|e| {
                 EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
@@ -1151,6 +1162,9 @@ impl Engine {
         let mut inner = self.inner.lock();
         self.quiesce(&mut inner);
         inner.check_open()?;
+        if let Some(ahead) = inner.gc_read_ahead.take() {
+            ahead.reads.wait();
+        }
         inner.flush()?;
         inner.closed = true;
         Ok(())
@@ -2619,6 +2633,9 @@ impl Inner {
             self.gc_cursor = None;
             self.gc_pending.clear();
             self.gc_pending_bytes = 0;
+            if let Some(ahead) = self.gc_read_ahead.take() {
+                ahead.reads.wait();
+            }
         }
         r
     }
@@ -2627,7 +2644,14 @@ impl Inner {
         let cursor = match self.gc_cursor {
             Some(c) => c,
             None => {
-                let mut victim = self.cfg.gc_policy.pick(&self.gc_candidates());
+                let candidates = self.gc_candidates();
+                // The victim picked when the last one ended, whose first window is read ahead.
+                let mut victim = self
+                    .gc_read_ahead
+                    .as_ref()
+                    .map(|a| a.log_seg)
+                    .filter(|&v| candidates.iter().any(|c| c.log_seg == v))
+                    .or_else(|| self.cfg.gc_policy.pick(&candidates));
                 if victim.is_none() && (!self.mem.is_empty() || self.pages_since_checkpoint > 0) {
                     // Segments after the replay checkpoint are still needed by recovery:
                     // flush to move the checkpoint to the head, which makes them candidates.
@@ -2656,7 +2680,10 @@ impl Inner {
             .saturating_add(self.cfg.gc_window_pages.max(1))
             .min(end);
         // Unreadable pages (never written, lost in a cut) hold nothing live.
-        let mut pages = self.read_log_pages(seg, first..last)?;
+        let mut pages = match self.take_read_ahead(log_seg, first..last) {
+            Some(p) => p,
+            None => self.read_log_pages(seg, first..last)?,
+        };
         let mut page = first;
         while page < last {
             let Some(buf) = pages[(page - first) as usize].as_ref() else {
@@ -2781,6 +2808,7 @@ impl Inner {
             }
             page = group_end;
         }
+        self.read_ahead(log_seg, page, end);
         // Moves are written in large batches (a batch's indirect records share one packed
         // page), so they may wait for later steps; they are judged live again when written.
         let moved = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
@@ -2907,6 +2935,73 @@ impl Inner {
             value: value.to_vec(),
             from: ptr,
         }))
+    }
+
+    /// Starts reading the window after `page` of victim `log_seg` (which ends at `end`), or,
+    /// when the victim is done, the first window of the next victim the policy picks: the
+    /// reads overlap the moves written now and the pause between steps.
+    fn read_ahead(&mut self, log_seg: u32, page: u32, end: u32) {
+        let (victim, from) = if page < end {
+            (log_seg, page)
+        } else {
+            let candidates: Vec<GcCandidate> = self
+                .gc_candidates()
+                .into_iter()
+                .filter(|c| c.log_seg != log_seg)
+                .collect();
+            match self.cfg.gc_policy.pick(&candidates) {
+                Some(next) => (next, 0),
+                None => return,
+            }
+        };
+        let Some(meta) = self.log_segs.get(&victim) else {
+            return;
+        };
+        let seg = SegmentId(meta.segment);
+        let end = meta.sealed_end.unwrap_or(0);
+        let pages = from..from
+            .saturating_add(self.cfg.gc_window_pages.max(1))
+            .min(end);
+        if pages.is_empty() {
+            return;
+        }
+        let cmds = pages
+            .clone()
+            .map(|p| Command::Read {
+                lba: self.g.lba(seg, p),
+                buf: PageBuf::for_read(),
+            })
+            .collect();
+        self.gc_read_ahead = Some(GcReadAhead {
+            log_seg: victim,
+            pages,
+            reads: self.poller.start_all(cmds),
+        });
+    }
+
+    /// The pages read ahead, when they are `pages` of `log_seg` and all came back as reads
+    /// do (otherwise the caller reads them again). A read ahead of other pages is waited for
+    /// and dropped: nothing may still read a segment garbage collection is done with.
+    fn take_read_ahead(
+        &mut self,
+        log_seg: u32,
+        pages: std::ops::Range<u32>,
+    ) -> Option<Vec<Option<PageBuf>>> {
+        let ahead = self.gc_read_ahead.take()?;
+        let wanted = ahead.log_seg == log_seg && ahead.pages == pages;
+        let results = ahead.reads.wait();
+        if !wanted {
+            return None;
+        }
+        results
+            .into_iter()
+            .map(|r| match r {
+                Ok(c) => Some(c.into_buf().ok().flatten()),
+                Err(DeviceError::Unwritten { .. }) => Some(None),
+                // Refused (e.g. no free tag): read again the usual way.
+                Err(_) => None,
+            })
+            .collect()
     }
 
     /// Reads pages `range` of a value-log segment, all in flight at once; an unreadable

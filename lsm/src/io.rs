@@ -184,6 +184,28 @@ impl Poller {
         out
     }
 
+    /// Submits `cmds` (one doorbell) and returns at once; [`InFlight::wait`] collects their
+    /// completions in order. A command refused at submission comes back as its `Err`.
+    pub(crate) fn start_all(&self, cmds: Vec<Command>) -> InFlight {
+        let n = cmds.len();
+        let (tx, rx) = mpsc::channel();
+        let callbacks: Vec<OnDone> = (0..n)
+            .map(|i| {
+                let tx = tx.clone();
+                Box::new(move |r| drop(tx.send((i, r)))) as OnDone
+            })
+            .collect();
+        let mut out: Vec<Option<Result<Completion, DeviceError>>> = (0..n).map(|_| None).collect();
+        let mut pending = 0;
+        for (i, r) in self.submit_many(cmds, callbacks).into_iter().enumerate() {
+            match r {
+                Ok(()) => pending += 1,
+                Err(rej) => out[i] = Some(Err(rej.error)),
+            }
+        }
+        InFlight { rx, out, pending }
+    }
+
     /// Runs `cmds` with at most `window` in flight and returns their completions in order.
     /// Commands refused at submission come back as `Err` in their place; so do commands lost
     /// with the device.
@@ -223,6 +245,33 @@ impl Poller {
             }
         }
         out.into_iter()
+            .map(|r| r.unwrap_or(Err(DeviceError::PoweredOff)))
+            .collect()
+    }
+}
+
+/// Commands started by [`Poller::start_all`] whose completions are still to be collected.
+pub(crate) struct InFlight {
+    rx: mpsc::Receiver<(usize, Result<Completion, DeviceError>)>,
+    out: Vec<Option<Result<Completion, DeviceError>>>,
+    pending: usize,
+}
+
+impl InFlight {
+    /// Waits for every command and returns the completions in command order (a command
+    /// lost with the device is `PoweredOff`).
+    pub(crate) fn wait(mut self) -> Vec<Result<Completion, DeviceError>> {
+        while self.pending > 0 {
+            match self.rx.recv() {
+                Ok((i, r)) => {
+                    self.out[i] = Some(r);
+                    self.pending -= 1;
+                }
+                Err(_) => break,
+            }
+        }
+        self.out
+            .into_iter()
             .map(|r| r.unwrap_or(Err(DeviceError::PoweredOff)))
             .collect()
     }
