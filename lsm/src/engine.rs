@@ -74,6 +74,13 @@ struct GcMove {
     from: ValuePtr,
 }
 
+/// Where a batch's layout started: the head's log segment with its written, dead and tail
+/// garbage bytes, and the first log segment number the layout may open.
+struct LayoutStart {
+    head: Option<(u32, u64, u64, u64)>,
+    first_new: u32,
+}
+
 /// Pages of a victim whose reads are on the device while garbage collection writes the
 /// moves of the window before them.
 struct GcReadAhead {
@@ -1808,11 +1815,14 @@ impl Inner {
         }
         // What the layout may claim: pages after the head's write pointer, and the log
         // segments it opens (see `forget_layout`).
-        let claimed_from = (
-            self.head
-                .and_then(|h| Some((h.log_seg, self.log_segs.get(&h.log_seg)?.written))),
-            self.next_log_seg,
-        );
+        let claimed_from = LayoutStart {
+            head: self.head.and_then(|h| {
+                let m = self.log_segs.get(&h.log_seg)?;
+                let tail = self.tail_dead.get(&h.log_seg).copied().unwrap_or(0);
+                Some((h.log_seg, m.written, m.dead, tail))
+            }),
+            first_new: self.next_log_seg,
+        };
         let batch = self.next_batch;
         self.next_batch += 1;
         let mut b = BatchPages {
@@ -1952,39 +1962,64 @@ impl Inner {
         })();
         if let Err(e) = result {
             self.abandon_head();
-            self.forget_layout(claimed_from)?;
+            self.forget_layout(claimed_from);
             return Err(e);
         }
         Ok((b.pages, updates))
     }
 
     /// After a batch failed halfway through its layout (no free segment left for the rest),
-    /// before anything of it was submitted: every page it claimed stays unwritten, so it is
-    /// counted as garbage for good, and the manifest says so at once. Otherwise the
-    /// segments it opened would look full of live data, and garbage collection would never
-    /// take them back (a drive left full for good). The pages it claimed in the head are a
-    /// hole where recovery's replay stops, so the next write first moves the checkpoint past
-    /// it, as after a failed device write.
-    ///
-    /// # Errors
-    /// Writing the manifest.
-    fn forget_layout(&mut self, (head, first_new): (Option<(u32, u64)>, u32)) -> Result<()> {
-        let mut claimed = 0;
+    /// before anything of it was submitted: every page it claimed stays unwritten, so all of
+    /// it is garbage (what the layout had counted as garbage in those pages is taken back
+    /// first, so nothing counts twice). Otherwise the segments it opened would look full of
+    /// live data, and garbage collection would never take them back (a drive left full for
+    /// good). The claimed pages are a hole where recovery's replay stops: the garbage is
+    /// counted as the tail's (left out of the manifest until the checkpoint moves, as a
+    /// replay cuts the log back to the hole and never counts it), and the next write, or
+    /// garbage collection's next step, first moves the checkpoint past it
+    /// ([`Inner::close_hole`]), as after a failed device write.
+    fn forget_layout(&mut self, start: LayoutStart) {
+        let mut claimed_any = false;
         for m in self.log_segs.values_mut() {
-            let before = match head {
-                Some((log_seg, written)) if log_seg == m.log_seg => written,
-                _ if m.log_seg >= first_new => 0,
+            let (written, dead, tail) = match start.head {
+                Some((log_seg, written, dead, tail)) if log_seg == m.log_seg => {
+                    (written, dead, tail)
+                }
+                _ if m.log_seg >= start.first_new => (0, 0, 0),
                 _ => continue,
             };
-            let bytes = m.written.saturating_sub(before);
-            m.dead += bytes;
-            claimed += bytes;
+            let claimed = m.written.saturating_sub(written);
+            if claimed == 0 {
+                continue;
+            }
+            claimed_any = true;
+            m.dead = dead + claimed;
+            self.tail_dead.insert(m.log_seg, tail + claimed);
         }
-        if claimed == 0 {
+        if claimed_any {
+            self.needs_checkpoint = true;
+        }
+    }
+
+    /// Moves the replay checkpoint past the hole a failed batch left (see
+    /// `abandon_head_after_failure` and `forget_layout`), if there is one: recovery's replay
+    /// stops at a hole, so nothing may be written after it (a client batch, or garbage
+    /// collection's moves before their victims are dropped) while it is still ahead of the
+    /// checkpoint.
+    ///
+    /// # Errors
+    /// The flush's, or writing the manifest.
+    fn close_hole(&mut self) -> Result<()> {
+        if !self.needs_checkpoint {
             return Ok(());
         }
-        self.needs_checkpoint = true;
-        self.persist()
+        self.flush()?;
+        if self.needs_checkpoint {
+            // Nothing to flush, but the hole is still after the checkpoint.
+            self.move_checkpoint();
+            self.persist()?;
+        }
+        Ok(())
     }
 
     /// Counts a durable batch's user bytes and applies its updates to the memtable.
@@ -2014,14 +2049,8 @@ impl Inner {
             return Ok(());
         }
         let any_put = self.validate_batch(ops)?;
-        if self.needs_checkpoint && !self.in_gc {
-            // Past the hole a failed batch left (see `abandon_head_after_failure`).
-            self.flush()?;
-            if self.needs_checkpoint {
-                // Nothing to flush, but the hole is still after the checkpoint.
-                self.move_checkpoint();
-                self.persist()?;
-            }
+        if !self.in_gc {
+            self.close_hole()?;
         }
         if any_put && !self.in_gc {
             self.check_user_capacity(self.put_bytes(ops))?;
@@ -2641,6 +2670,8 @@ impl Inner {
     }
 
     fn gc_step_inner(&mut self) -> Result<GcStep> {
+        // The moves must not land after a hole the replay would stop at.
+        self.close_hole()?;
         let cursor = match self.gc_cursor {
             Some(c) => c,
             None => {
@@ -2681,7 +2712,13 @@ impl Inner {
             .min(end);
         // Unreadable pages (never written, lost in a cut) hold nothing live.
         let mut pages = match self.take_read_ahead(log_seg, first..last) {
-            Some(p) => p,
+            Some(mut p) => {
+                let rest = first + p.len() as u32..last;
+                if !rest.is_empty() {
+                    p.extend(self.read_log_pages(seg, rest)?);
+                }
+                p
+            }
             None => self.read_log_pages(seg, first..last)?,
         };
         let mut page = first;
@@ -2959,9 +2996,10 @@ impl Inner {
         };
         let seg = SegmentId(meta.segment);
         let end = meta.sealed_end.unwrap_or(0);
-        let pages = from..from
-            .saturating_add(self.cfg.gc_window_pages.max(1))
-            .min(end);
+        // At most an I/O window: client reads may hold up to `ASYNC_READ_WINDOW` tags, and
+        // the moves written meanwhile need theirs.
+        let ahead = self.cfg.gc_window_pages.clamp(1, IO_WINDOW as u32);
+        let pages = from..from.saturating_add(ahead).min(end);
         if pages.is_empty() {
             return;
         }
@@ -2979,16 +3017,19 @@ impl Inner {
         });
     }
 
-    /// The pages read ahead, when they are `pages` of `log_seg` and all came back as reads
-    /// do (otherwise the caller reads them again). A read ahead of other pages is waited for
-    /// and dropped: nothing may still read a segment garbage collection is done with.
+    /// The pages read ahead, when they are the first of `pages` of `log_seg` and all came
+    /// back as reads do (otherwise the caller reads them again); the caller reads the rest.
+    /// A read ahead of other pages is waited for and dropped: nothing may still read a
+    /// segment garbage collection is done with.
     fn take_read_ahead(
         &mut self,
         log_seg: u32,
         pages: std::ops::Range<u32>,
     ) -> Option<Vec<Option<PageBuf>>> {
         let ahead = self.gc_read_ahead.take()?;
-        let wanted = ahead.log_seg == log_seg && ahead.pages == pages;
+        let wanted = ahead.log_seg == log_seg
+            && ahead.pages.start == pages.start
+            && ahead.pages.end <= pages.end;
         let results = ahead.reads.wait();
         if !wanted {
             return None;

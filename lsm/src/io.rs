@@ -207,8 +207,10 @@ impl Poller {
     }
 
     /// Runs `cmds` with at most `window` in flight and returns their completions in order.
-    /// Commands refused at submission come back as `Err` in their place; so do commands lost
-    /// with the device.
+    /// A command refused because every device tag is taken (by other users' reads, say) is
+    /// offered again once one of these commands finishes, or after a pause, for up to
+    /// [`PATIENCE`]. Commands refused otherwise come back as `Err` in their place; so do
+    /// commands lost with the device.
     pub(crate) fn run(
         &self,
         cmds: Vec<Command>,
@@ -218,20 +220,47 @@ impl Poller {
         let mut out: Vec<Option<Result<Completion, DeviceError>>> = (0..n).map(|_| None).collect();
         let (tx, rx) = mpsc::channel();
         let mut in_flight = 0usize;
-        for (i, cmd) in cmds.into_iter().enumerate() {
-            while in_flight >= window.max(1) {
-                match rx.recv() {
-                    Ok((j, r)) => {
-                        out[j] = Some(r);
-                        in_flight -= 1;
-                    }
-                    Err(_) => break,
-                }
+        let collect_one = |out: &mut Vec<Option<_>>, in_flight: &mut usize| match rx.recv() {
+            Ok((j, r)) => {
+                out[j] = Some(r);
+                *in_flight -= 1;
+                true
             }
-            let tx = tx.clone();
-            match self.submit(cmd, Box::new(move |r| drop(tx.send((i, r))))) {
-                Ok(()) => in_flight += 1,
-                Err(r) => out[i] = Some(Err(r.error)),
+            Err(_) => false,
+        };
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            let rebuild = rebuilder(&cmd);
+            let since = std::time::Instant::now();
+            let mut cmd = cmd;
+            loop {
+                while in_flight >= window.max(1) {
+                    if !collect_one(&mut out, &mut in_flight) {
+                        break;
+                    }
+                }
+                let tx = tx.clone();
+                match self.submit(cmd, Box::new(move |r| drop(tx.send((i, r))))) {
+                    Ok(()) => in_flight += 1,
+                    Err(r)
+                        if matches!(r.error, DeviceError::QueueFull { .. })
+                            && since.elapsed() < PATIENCE =>
+                    {
+                        let error = r.error;
+                        let Some(again) = rebuild(r.buf) else {
+                            out[i] = Some(Err(error));
+                            break;
+                        };
+                        cmd = again;
+                        // One of ours finishing frees a tag; with none in flight, wait for
+                        // other users' commands to finish.
+                        if in_flight == 0 || !collect_one(&mut out, &mut in_flight) {
+                            std::thread::sleep(QUEUE_FULL_BACKOFF);
+                        }
+                        continue;
+                    }
+                    Err(r) => out[i] = Some(Err(r.error)),
+                }
+                break;
             }
         }
         drop(tx);
@@ -338,7 +367,38 @@ pub(crate) fn execute_patiently(
     dev: &dyn AppendDevice,
     cmd: Command,
 ) -> Result<Completion, Rejected> {
-    let rebuild: Box<dyn Fn(Option<hwftl_sim::PageBuf>) -> Option<Command>> = match &cmd {
+    let rebuild = rebuilder(&cmd);
+    let since = std::time::Instant::now();
+    let mut cmd = cmd;
+    loop {
+        match dev.execute(cmd) {
+            Err(r)
+                if matches!(r.error, DeviceError::QueueFull { .. })
+                    && since.elapsed() < PATIENCE =>
+            {
+                let Some(again) = rebuild(r.buf) else {
+                    return Err(Rejected {
+                        error: r.error,
+                        buf: None,
+                    });
+                };
+                cmd = again;
+                std::thread::sleep(QUEUE_FULL_BACKOFF);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Pause before a command refused for want of a free tag is offered again.
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_micros(50);
+
+/// Rebuilds `cmd` around the buffer a refusal handed back (`None` when a command that
+/// carries a buffer got none back).
+type Rebuild = Box<dyn Fn(Option<hwftl_sim::PageBuf>) -> Option<Command> + Send>;
+
+fn rebuilder(cmd: &Command) -> Rebuild {
+    match cmd {
         Command::Read { lba, .. } => {
             let lba = *lba;
             Box::new(move |b| b.map(|buf| Command::Read { lba, buf }))
@@ -356,26 +416,6 @@ pub(crate) fn execute_patiently(
             Box::new(move |_| Some(Command::Trim { segment }))
         }
         Command::Flush => Box::new(|_| Some(Command::Flush)),
-    };
-    let since = std::time::Instant::now();
-    let mut cmd = cmd;
-    loop {
-        match dev.execute(cmd) {
-            Err(r)
-                if matches!(r.error, DeviceError::QueueFull { .. })
-                    && since.elapsed() < PATIENCE =>
-            {
-                let Some(again) = rebuild(r.buf) else {
-                    return Err(Rejected {
-                        error: r.error,
-                        buf: None,
-                    });
-                };
-                cmd = again;
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            other => return other,
-        }
     }
 }
 

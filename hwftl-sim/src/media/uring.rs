@@ -251,6 +251,7 @@ impl FileMedia {
         };
         match r {
             Ok(n) => Ok(n),
+            // A signal came first: nothing was handed over (the caller's loop tries again).
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
             Err(e) => Err(DeviceError::io("io_uring_enter", e)),
         }
@@ -288,11 +289,11 @@ impl FileMedia {
             let taken = self.enter(n, false)?;
             queue.drain(..taken.min(n));
             if taken < n {
-                // Entries counted but not yet published: their submitter rings again.
-                if wait {
-                    drop(queue);
-                    return self.enter(0, true).map(drop);
-                }
+                // Entries counted but not yet published (their submitter holds `sq_lock` and
+                // publishes them next), or a signal: they stay queued, and the caller does not
+                // wait with them unsubmitted. The poller's loop comes straight back; a
+                // doorbell's entries are all published (it holds `sq_lock`), so only a
+                // signal stops it short, and the next doorbell or poll hands them over.
                 return Ok(());
             }
         }
