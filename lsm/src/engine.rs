@@ -33,6 +33,8 @@ use crate::vlog_format::{
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
 /// full drive.
 const RESERVED_SEGMENTS: usize = 2;
+/// Free segments garbage collection's moves leave: room for a flush's keytables.
+const GC_MOVE_RESERVE: usize = 1;
 /// Value-log bytes written since the last flush that trigger a flush (bounds replay time).
 const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
 /// Device commands the engine keeps in flight at once.
@@ -2003,9 +2005,9 @@ impl Inner {
 
     /// Moves the replay checkpoint past the hole a failed batch left (see
     /// `abandon_head_after_failure` and `forget_layout`), if there is one: recovery's replay
-    /// stops at a hole, so nothing may be written after it (a client batch, or garbage
-    /// collection's moves before their victims are dropped) while it is still ahead of the
-    /// checkpoint.
+    /// stops at a hole, so nothing written after it counts until the checkpoint is past it.
+    /// A client batch waits for this; garbage collection may move values past a hole, but
+    /// its victims leave the manifest only after this (`release_reclaimed`).
     ///
     /// # Errors
     /// The flush's, or writing the manifest.
@@ -2049,17 +2051,18 @@ impl Inner {
             return Ok(());
         }
         let any_put = self.validate_batch(ops)?;
-        if !self.in_gc {
-            self.close_hole()?;
-        }
         if any_put && !self.in_gc {
             self.check_user_capacity(self.put_bytes(ops))?;
         }
         if !self.in_gc {
             self.reclaim_if_low()?;
         }
-        // Deletes and garbage collection may dip into the reserve; client puts may not.
-        let reserve = if any_put && !self.in_gc {
+        // Deletes may dip into the reserve and client puts may not. Garbage collection's
+        // moves leave one segment, so that the flush which closes a hole one of its batches
+        // may leave (see `forget_layout`) still finds room for its keytables.
+        let reserve = if self.in_gc {
+            GC_MOVE_RESERVE
+        } else if any_put {
             RESERVED_SEGMENTS
         } else {
             0
@@ -2067,6 +2070,11 @@ impl Inner {
         let spanning = self.batch_spanning_segments(ops);
         if spanning > 0 && !self.in_gc {
             self.reclaim_for(spanning + reserve)?;
+        }
+        if !self.in_gc {
+            // After garbage collection, which may write its moves past a hole (its victims
+            // are released only once the hole is closed), before this batch.
+            self.close_hole()?;
         }
         let (pages, updates) = self.build_batch(ops, reserve)?;
         let n = pages.len() as u64;
@@ -2670,8 +2678,6 @@ impl Inner {
     }
 
     fn gc_step_inner(&mut self) -> Result<GcStep> {
-        // The moves must not land after a hole the replay would stop at.
-        self.close_hole()?;
         let cursor = match self.gc_cursor {
             Some(c) => c,
             None => {
@@ -2683,10 +2689,16 @@ impl Inner {
                     .map(|a| a.log_seg)
                     .filter(|&v| candidates.iter().any(|c| c.log_seg == v))
                     .or_else(|| self.cfg.gc_policy.pick(&candidates));
-                if victim.is_none() && (!self.mem.is_empty() || self.pages_since_checkpoint > 0) {
+                if victim.is_none()
+                    && (self.needs_checkpoint
+                        || !self.mem.is_empty()
+                        || self.pages_since_checkpoint > 0)
+                {
                     // Segments after the replay checkpoint are still needed by recovery:
-                    // flush to move the checkpoint to the head, which makes them candidates.
+                    // flush to move the checkpoint to the head, which makes them candidates
+                    // (past a hole too: the segments a failed batch claimed).
                     self.flush()?;
+                    self.close_hole()?;
                     victim = self.cfg.gc_policy.pick(&self.gc_candidates());
                 }
                 let Some(log_seg) = victim else {
@@ -2897,6 +2909,9 @@ impl Inner {
         if self.gc_reclaimed.is_empty() {
             return Ok(());
         }
+        // Moves written after a hole a failed batch left would not be replayed: the victims
+        // stay in the manifest until the checkpoint is past it.
+        self.close_hole()?;
         self.persist()?;
         // A read that resolved a pointer into one of them may still be fetching from it.
         self.reads.wait_idle();

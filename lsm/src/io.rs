@@ -228,6 +228,8 @@ impl Poller {
             }
             Err(_) => false,
         };
+        // Once one command ran out of patience, the rest do not wait again.
+        let mut gave_up = false;
         for (i, cmd) in cmds.into_iter().enumerate() {
             let rebuild = rebuilder(&cmd);
             let since = std::time::Instant::now();
@@ -243,6 +245,7 @@ impl Poller {
                     Ok(()) => in_flight += 1,
                     Err(r)
                         if matches!(r.error, DeviceError::QueueFull { .. })
+                            && !gave_up
                             && since.elapsed() < PATIENCE =>
                     {
                         let error = r.error;
@@ -258,7 +261,10 @@ impl Poller {
                         }
                         continue;
                     }
-                    Err(r) => out[i] = Some(Err(r.error)),
+                    Err(r) => {
+                        gave_up |= matches!(r.error, DeviceError::QueueFull { .. });
+                        out[i] = Some(Err(r.error));
+                    }
                 }
                 break;
             }

@@ -276,6 +276,10 @@ impl FileMedia {
                 if n == 0 && !wait {
                     return Ok(());
                 }
+                // An entry counted but not yet published (its submitter is between counting
+                // and the tail sync) is not taken, and then the kernel returns without waiting
+                // (`io_uring_enter` waits only when it submitted all it was asked to), so the
+                // entry goes back on the queue below instead of being waited for.
                 let taken = self.enter(n, wait);
                 let left = n - taken.as_ref().map_or(0, |&t| t.min(n));
                 if left > 0 {
