@@ -3051,38 +3051,67 @@ impl Inner {
         }
         results
             .into_iter()
-            .map(|r| match r {
-                Ok(c) => Some(c.into_buf().ok().flatten()),
+            .map(|r| match r.and_then(Completion::into_buf) {
+                Ok(buf) => Some(buf),
                 Err(DeviceError::Unwritten { .. }) => Some(None),
-                // Refused (e.g. no free tag): read again the usual way.
+                // Refused (no free tag, say) or failed: read again the usual way.
                 Err(_) => None,
             })
             .collect()
     }
 
     /// Reads pages `range` of a value-log segment, all in flight at once; an unreadable
-    /// page is `None`.
+    /// page is `None`: never written (claimed by a batch that failed before writing it, see
+    /// `forget_layout`, or lost in a cut), or failing twice in a row. A page whose read fails
+    /// is read once more on its own, so a transient error costs nothing; one that fails again
+    /// is logged and holds nothing live for garbage collection (its values could not be read
+    /// by anyone, and the victim must still be reclaimable).
     fn read_log_pages(
         &self,
         seg: SegmentId,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Option<PageBuf>>> {
-        let cmds = range
-            .map(|p| Command::Read {
-                lba: self.g.lba(seg, p),
+        let lbas: Vec<Lba> = range.map(|p| self.g.lba(seg, p)).collect();
+        let cmds = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
                 buf: PageBuf::for_read(),
             })
             .collect();
-        self.poller
-            .run(cmds, IO_WINDOW)
-            .into_iter()
-            .map(|r| match r {
-                Ok(c) => Ok(c.into_buf().ok().flatten()),
-                // Claimed by a batch that failed before writing it (see `forget_layout`).
-                Err(DeviceError::Unwritten { .. }) => Ok(None),
-                Err(e) => Err(EngineError::Device(e)),
-            })
-            .collect()
+        let results = self.poller.run(cmds, IO_WINDOW);
+        let mut pages = Vec::with_capacity(results.len());
+        for (r, lba) in results.into_iter().zip(lbas) {
+            let read =
+                |r: std::result::Result<Completion, DeviceError>| r.and_then(Completion::into_buf);
+            let page = match read(r) {
+                Ok(buf) => buf,
+                Err(DeviceError::Unwritten { .. }) => None,
+                Err(first) if matches!(first, DeviceError::ReadFailed { .. }) => {
+                    let again = crate::io::execute_patiently(
+                        self.dev.as_ref(),
+                        Command::Read {
+                            lba,
+                            buf: PageBuf::for_read(),
+                        },
+                    );
+                    match read(again.map_err(|r| r.error)) {
+                        Ok(buf) => buf,
+                        Err(e) => {
+                            tracing::error!(
+                                lba = lba.0,
+                                "a value-log page garbage collection reads failed twice \
+                                 ({first}; then {e}); its values are lost"
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(e) => return Err(EngineError::Device(e)),
+            };
+            pages.push(page);
+        }
+        Ok(pages)
     }
 
     /// Writes the pending moves whose values are still live (a client may have overwritten

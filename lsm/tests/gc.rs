@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, FaultTarget, Ftl, Geometry, RamStore};
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -264,4 +264,68 @@ fn concurrent_overwrites_with_large_keytables() {
         t.join().unwrap();
     }
     assert!(db.stats().gc_segments > 0);
+}
+
+/// Read errors while garbage collection reads its victims (eight reads fail at a time, ten
+/// times over): each failed page is read again, so no live value is lost and no victim is
+/// reclaimed with a value it could not read.
+#[test]
+fn failed_reads_of_victim_pages_are_retried_and_lose_nothing() {
+    let g = Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 16,
+        spare_blocks_per_chip: 2,
+    };
+    let dev = Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
+    let cfg = EngineConfig {
+        memtable_bytes: 64 << 10,
+        gc_window_pages: 16,
+        ..EngineConfig::default()
+    };
+    let db = Engine::open(dev.clone() as Arc<dyn AppendDevice>, cfg).unwrap();
+    let record = lsm::vlog_format::stored_record_bytes(9, VALUE);
+    let keys = (db.stats().user_capacity_bytes * 60 / 100 / record) as u32;
+    let mut versions = vec![0u32; keys as usize];
+    for k in 0..keys {
+        db.put(format!("key{k:06}").as_bytes(), &value(k, 0))
+            .unwrap();
+    }
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut overwrite = |n: u64| {
+        for _ in 0..n {
+            let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..16)
+                .map(|_| {
+                    let k = rng.gen_range(0..keys);
+                    versions[k as usize] += 1;
+                    (
+                        format!("key{k:06}").into_bytes(),
+                        value(k, versions[k as usize]),
+                    )
+                })
+                .collect();
+            let ops: Vec<WriteOp<'_>> = batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+            db.write(&ops).unwrap();
+        }
+    };
+    // Into steady state: garbage collection runs every few batches.
+    let segment_batches = u64::from(g.pages_per_segment()) / 16;
+    overwrite(u64::from(g.segments()) * segment_batches);
+    let gc_before = db.stats().gc_segments;
+    assert!(gc_before > 0);
+    for _ in 0..10 {
+        // No client reads here: the next reads are garbage collection's.
+        for _ in 0..8 {
+            dev.faults().fail_next_read(FaultTarget::Any);
+        }
+        overwrite(4 * segment_batches);
+    }
+    assert!(db.stats().gc_segments > gc_before + 10, "{:?}", db.stats());
+    for k in 0..keys {
+        let got = db
+            .get(format!("key{k:06}").as_bytes())
+            .unwrap_or_else(|e| panic!("key {k}: {e}"));
+        assert!(got == Some(value(k, versions[k as usize])), "key {k}");
+    }
 }
