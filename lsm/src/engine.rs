@@ -2567,14 +2567,7 @@ impl Inner {
         self.kt_segments = keep;
         self.persist()?;
         for s in drop {
-            crate::io::execute_patiently(
-                self.dev.as_ref(),
-                Command::Trim {
-                    segment: SegmentId(s),
-                },
-            )?
-            .result?;
-            self.free.insert(s);
+            self.trim_to_free(s)?;
         }
         Ok(())
     }
@@ -2916,14 +2909,7 @@ impl Inner {
         // A read that resolved a pointer into one of them may still be fetching from it.
         self.reads.wait_idle();
         while let Some(segment) = self.gc_reclaimed.pop() {
-            crate::io::execute_patiently(
-                self.dev.as_ref(),
-                Command::Trim {
-                    segment: SegmentId(segment),
-                },
-            )?
-            .result?;
-            self.free.insert(segment);
+            self.trim_to_free(segment)?;
         }
         Ok(())
     }
@@ -3239,16 +3225,11 @@ impl Inner {
             if used.contains(&s) {
                 continue;
             }
-            if self.dev.segment_info(SegmentId(s))?.state != SegmentState::Free {
-                crate::io::execute_patiently(
-                    self.dev.as_ref(),
-                    Command::Trim {
-                        segment: SegmentId(s),
-                    },
-                )?
-                .result?;
+            if self.dev.segment_info(SegmentId(s))?.state == SegmentState::Free {
+                self.free.insert(s);
+            } else {
+                self.trim_to_free(s)?;
             }
-            self.free.insert(s);
         }
         Ok(())
     }
@@ -3457,15 +3438,26 @@ impl Inner {
         }
         self.reads.wait_idle();
         for &segment in segments {
-            crate::io::execute_patiently(
-                self.dev.as_ref(),
-                Command::Trim {
-                    segment: SegmentId(segment),
-                },
-            )?
-            .result?;
-            self.free.insert(segment);
+            self.trim_to_free(segment)?;
         }
+        Ok(())
+    }
+
+    /// Trims a device segment nothing refers to any more (the manifest on the device no
+    /// longer lists it, and no read still fetches from it) and puts it on the free list.
+    ///
+    /// # Errors
+    /// The trim's (the segment then stays off the free list until the next open, which trims
+    /// whatever the manifest does not account for).
+    fn trim_to_free(&mut self, segment: u32) -> Result<()> {
+        crate::io::execute_patiently(
+            self.dev.as_ref(),
+            Command::Trim {
+                segment: SegmentId(segment),
+            },
+        )?
+        .result?;
+        self.free.insert(segment);
         Ok(())
     }
 

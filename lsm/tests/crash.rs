@@ -17,68 +17,22 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use hwftl_sim::{
-    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceStats, Ftl, Geometry, Rejected,
-    SegmentId, SegmentInfo, Tag, Wait,
-};
+use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry};
 use lsm::manifest::{ManifestStore, MANIFEST_SEGMENTS};
 use lsm::vlog_format::stored_record_bytes;
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// Passes commands to the device until the armed count runs out, then cuts its power.
-struct CutDevice {
-    inner: Arc<Ftl>,
-    remaining: AtomicI64,
-}
+mod common;
+use common::CutDevice;
 
-impl CutDevice {
-    fn tick(&self, n: i64) {
-        let before = self.remaining.fetch_sub(n, Ordering::SeqCst);
-        if before > 0 && before - n <= 0 {
-            self.inner.power_cut();
-        }
-    }
-}
-
-impl AppendDevice for CutDevice {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
-        self.tick(1);
-        self.inner.submit(cmd)
-    }
-    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
-        cmds.into_iter().map(|c| self.submit(c)).collect()
-    }
-    fn submit_and_reap(
-        &self,
-        cmds: Vec<Command>,
-        out: &mut Vec<Completion>,
-        max: usize,
-        wait: Wait,
-    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
-        let tags = self.submit_many(cmds);
-        (tags, self.inner.reap(out, max, wait))
-    }
-    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
-        self.inner.reap(out, max, wait)
-    }
-    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
-        self.tick(1);
-        self.inner.execute(cmd)
-    }
-    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
-        self.inner.segment_info(segment)
-    }
-    fn stats(&self) -> DeviceStats {
-        self.inner.stats()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
+/// A cut after `remaining` more commands: the count each crash-test iteration arms.
+fn countdown(remaining: Arc<AtomicI64>) -> common::CutBefore {
+    Box::new(move |_| {
+        let before = remaining.fetch_sub(1, Ordering::SeqCst);
+        before > 0 && before - 1 <= 0
+    })
 }
 
 fn geometry() -> Geometry {
@@ -230,10 +184,8 @@ fn run_with(volatile_cache: bool, iterations: u32, seed: u64, engine: EngineConf
     }
     for iteration in 0..iterations {
         let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
-        let dev = Arc::new(CutDevice {
-            inner: ftl.clone(),
-            remaining: AtomicI64::new(i64::MAX),
-        });
+        let remaining = Arc::new(AtomicI64::new(i64::MAX));
+        let dev = Arc::new(CutDevice::new(ftl.clone(), countdown(remaining.clone())));
         let db = Engine::open(dev.clone(), engine.clone()).unwrap();
 
         // Check the recovered state against what was acknowledged.
@@ -304,7 +256,7 @@ fn run_with(volatile_cache: bool, iterations: u32, seed: u64, engine: EngineConf
         );
 
         // Load until the armed cut hits.
-        dev.remaining.store(rng.gen_range(1..120), Ordering::SeqCst);
+        remaining.store(rng.gen_range(1..120), Ordering::SeqCst);
         for _ in 0..200 {
             let mut batch: Batch = (0..rng.gen_range(1..4))
                 .map(|_| {

@@ -8,10 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use hwftl_sim::{
-    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceStats, Ftl, Geometry, RamStore,
-    Rejected, SegmentId, SegmentInfo, Tag, Wait, PAGE_SIZE,
-};
+use hwftl_sim::{AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, RamStore, PAGE_SIZE};
 use lsm::{Engine, EngineConfig, EngineError, WriteOp};
 
 fn geometry() -> Geometry {
@@ -35,58 +32,8 @@ fn config() -> EngineConfig {
     }
 }
 
-/// Cuts the power at the first TRIM once armed.
-struct CutAtTrim {
-    inner: Arc<Ftl>,
-    armed: AtomicBool,
-}
-
-impl CutAtTrim {
-    fn check(&self, cmd: &Command) {
-        if matches!(cmd, Command::Trim { .. }) && self.armed.swap(false, Ordering::SeqCst) {
-            self.inner.power_cut();
-        }
-    }
-}
-
-impl AppendDevice for CutAtTrim {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
-        self.check(&cmd);
-        self.inner.submit(cmd)
-    }
-    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
-        cmds.into_iter().map(|c| self.submit(c)).collect()
-    }
-    fn submit_and_reap(
-        &self,
-        cmds: Vec<Command>,
-        out: &mut Vec<Completion>,
-        max: usize,
-        wait: Wait,
-    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
-        let tags = self.submit_many(cmds);
-        (tags, self.inner.reap(out, max, wait))
-    }
-    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
-        self.inner.reap(out, max, wait)
-    }
-    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
-        self.check(&cmd);
-        self.inner.execute(cmd)
-    }
-    fn segment_info(&self, s: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
-        self.inner.segment_info(s)
-    }
-    fn stats(&self) -> DeviceStats {
-        self.inner.stats()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-}
+mod common;
+use common::CutDevice;
 
 /// A batch fails halfway through its layout (hole in the log, needs_checkpoint set). The next
 /// put runs garbage collection (reclaim_stepwise) *before* Inner::write moves the checkpoint:
@@ -98,10 +45,15 @@ fn gc_moves_after_a_failed_layout_survive_a_power_cut() {
     drop(Ftl::format(&backend, DeviceConfig::new(geometry())).unwrap());
     let seg = geometry().pages_per_segment() as usize * PAGE_SIZE;
     let ftl = Arc::new(Ftl::open(&backend, DeviceConfig::new(geometry())).unwrap());
-    let dev = Arc::new(CutAtTrim {
-        inner: ftl,
-        armed: AtomicBool::new(false),
-    });
+    // Cuts the power at the first TRIM once armed.
+    let armed = Arc::new(AtomicBool::new(false));
+    let trip = armed.clone();
+    let dev = Arc::new(CutDevice::new(
+        ftl,
+        Box::new(move |cmd| {
+            matches!(cmd, Command::Trim { .. }) && trip.swap(false, Ordering::SeqCst)
+        }),
+    ));
     let db = Engine::open(dev.clone(), config()).unwrap();
     // Cold values sharing their segments with junk that dies at once.
     let mut keep = Vec::new();
@@ -125,7 +77,7 @@ fn gc_moves_after_a_failed_layout_survive_a_power_cut() {
     let ops: Vec<WriteOp<'_>> = values.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
     let err = db.write(&ops).unwrap_err();
     assert!(matches!(err, EngineError::DeviceFull { .. }), "{err}");
-    dev.armed.store(true, Ordering::SeqCst);
+    armed.store(true, Ordering::SeqCst);
     // Runs garbage collection (free segments are low), which persists the manifest without
     // its victims and then trims them: the power goes at the first trim.
     let _ = db.put(b"next", b"x");
