@@ -2574,34 +2574,28 @@ impl Inner {
 
     // ---------------------------------------------------------------- garbage collection
 
-    /// Reclaims value-log segments while free segments are scarce, all in this call (the
-    /// engine lock held throughout). Writers normally get here with the work already done
-    /// a window at a time by [`Engine::reclaim_stepwise`]; this is the fallback.
     /// Garbage collection until `free` segments are free: a value spanning segments takes
     /// them all at once. Stops when no victim is worth it (the write then fails with
     /// `DeviceFull` before anything is written).
     fn reclaim_for(&mut self, free: usize) -> Result<()> {
-        let mut rounds = self.log_segs.len() + 1;
-        let stepped = (|| {
-            while !self.closed && self.free.len() < free && rounds > 0 {
-                match self.gc_step()? {
-                    GcStep::Idle => break,
-                    GcStep::Reclaimed => rounds -= 1,
-                    GcStep::Progress => {}
-                }
-            }
-            Ok(())
-        })();
-        stepped.and(self.release_reclaimed())
+        self.reclaim_while(|inner| !inner.closed && inner.free.len() < free)
     }
 
+    /// Reclaims value-log segments while free segments are scarce, all in this call (the
+    /// engine lock held throughout). Writers normally get here with the work already done
+    /// a window at a time by [`Engine::reclaim_stepwise`]; this is the fallback.
     fn reclaim_if_low(&mut self) -> Result<()> {
-        // Each victim must win space back; a bounded number of victims keeps a policy that
-        // picks badly from moving the same data around forever (the caller then sees
-        // `DeviceFull`, while reads and deletes go on).
+        self.reclaim_while(Inner::gc_wanted)
+    }
+
+    /// Garbage collection steps while `wanted`, then the release of what they reclaimed.
+    /// Each victim must win space back; a bounded number of victims keeps a policy that
+    /// picks badly from moving the same data around forever (the caller then sees
+    /// `DeviceFull`, while reads and deletes go on).
+    fn reclaim_while(&mut self, wanted: impl Fn(&Inner) -> bool) -> Result<()> {
         let mut rounds = self.log_segs.len() + 1;
         let stepped = (|| {
-            while self.gc_wanted() && rounds > 0 {
+            while wanted(self) && rounds > 0 {
                 match self.gc_step()? {
                     GcStep::Idle => break,
                     GcStep::Reclaimed => rounds -= 1,

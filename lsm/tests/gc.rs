@@ -23,6 +23,27 @@ fn value(key: u32, version: u32) -> Vec<u8> {
     v
 }
 
+/// Overwrites 16 random keys (`key{k:06}`, one version counter each) in one batch, as
+/// concurrent clients' writes are group-committed.
+fn overwrite_batch(
+    db: &Engine,
+    rng: &mut SmallRng,
+    versions: &mut [u32],
+) -> Result<(), lsm::EngineError> {
+    let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..16)
+        .map(|_| {
+            let k = rng.gen_range(0..versions.len() as u32);
+            versions[k as usize] += 1;
+            (
+                format!("key{k:06}").into_bytes(),
+                value(k, versions[k as usize]),
+            )
+        })
+        .collect();
+    let ops: Vec<WriteOp<'_>> = batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+    db.write(&ops)
+}
+
 /// Fills `fill_percent` of the engine's user capacity with 8 KiB values, overwrites 3x the
 /// device capacity at random, checks every value and returns the write amplification.
 fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
@@ -57,18 +78,7 @@ fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
     let before = db.stats();
     let mut i = 0;
     while i < overwrites {
-        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..16)
-            .map(|_| {
-                let k = rng.gen_range(0..keys);
-                versions[k as usize] += 1;
-                (
-                    format!("key{k:06}").into_bytes(),
-                    value(k, versions[k as usize]),
-                )
-            })
-            .collect();
-        let ops: Vec<WriteOp<'_>> = batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
-        db.write(&ops)
+        overwrite_batch(&db, &mut rng, &mut versions)
             .unwrap_or_else(|e| panic!("overwrite {i} of {overwrites}: {e}\n{:#?}", db.stats()));
         i += 16;
     }
@@ -295,18 +305,7 @@ fn failed_reads_of_victim_pages_are_retried_and_lose_nothing() {
     let mut rng = SmallRng::seed_from_u64(5);
     let mut overwrite = |n: u64| {
         for _ in 0..n {
-            let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..16)
-                .map(|_| {
-                    let k = rng.gen_range(0..keys);
-                    versions[k as usize] += 1;
-                    (
-                        format!("key{k:06}").into_bytes(),
-                        value(k, versions[k as usize]),
-                    )
-                })
-                .collect();
-            let ops: Vec<WriteOp<'_>> = batch.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
-            db.write(&ops).unwrap();
+            overwrite_batch(&db, &mut rng, &mut versions).unwrap();
         }
     };
     // Into steady state: garbage collection runs every few batches.
