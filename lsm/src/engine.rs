@@ -445,9 +445,10 @@ struct Inner {
     gc_pending: Vec<GcMove>,
     /// Their bytes as records.
     gc_pending_bytes: usize,
-    /// Device segments of reclaimed log segments, dropped from `log_segs` but not yet from
-    /// the manifest on the device, so not yet trimmed or free (see `release_reclaimed`).
-    gc_reclaimed: Vec<u32>,
+    /// Reclaimed log segments, dropped from `log_segs` but still listed by every manifest
+    /// written until `release_reclaimed` (which first closes any hole), so not yet trimmed
+    /// or free. Their garbage counts are as the manifest gives them (no tail garbage).
+    gc_reclaimed: Vec<LogSegMeta>,
     /// The victim's next window, read while the current window's moves are written.
     gc_read_ahead: Option<GcReadAhead>,
     closed: bool,
@@ -1977,9 +1978,9 @@ impl Inner {
     /// live data, and garbage collection would never take them back (a drive left full for
     /// good). The claimed pages are a hole where recovery's replay stops: the garbage is
     /// counted as the tail's (left out of the manifest until the checkpoint moves, as a
-    /// replay cuts the log back to the hole and never counts it), and the next write, or
-    /// garbage collection's next step, first moves the checkpoint past it
-    /// ([`Inner::close_hole`]), as after a failed device write.
+    /// replay cuts the log back to the hole and never counts it), and the checkpoint is moved
+    /// past it ([`Inner::close_hole`]) before the next client batch is laid out and before
+    /// garbage collection's victims leave the manifest, as after a failed device write.
     fn forget_layout(&mut self, start: LayoutStart) {
         let mut claimed_any = false;
         for m in self.log_segs.values_mut() {
@@ -2870,9 +2871,11 @@ impl Inner {
             moved = cursor.moved,
             "reclaimed a value-log segment"
         );
-        self.log_segs.remove(&log_seg);
-        self.tail_dead.remove(&log_seg);
-        self.gc_reclaimed.push(seg.0);
+        let tail = self.tail_dead.remove(&log_seg).unwrap_or(0);
+        if let Some(mut m) = self.log_segs.remove(&log_seg) {
+            m.dead = m.dead.saturating_sub(tail);
+            self.gc_reclaimed.push(m);
+        }
         self.stats.gc_segments += 1;
         self.stats.gc_bytes_moved += cursor.moved;
         let pages = self.gc_reclaimed.len() as u64 * u64::from(self.g.pages_per_segment());
@@ -2899,11 +2902,16 @@ impl Inner {
         // Moves written after a hole a failed batch left would not be replayed: the victims
         // stay in the manifest until the checkpoint is past it.
         self.close_hole()?;
-        self.persist()?;
+        let released = std::mem::take(&mut self.gc_reclaimed);
+        if let Err(e) = self.persist() {
+            // The manifest on the device may still list them: so must the next one.
+            self.gc_reclaimed = released;
+            return Err(e);
+        }
         // A read that resolved a pointer into one of them may still be fetching from it.
         self.reads.wait_idle();
-        while let Some(segment) = self.gc_reclaimed.pop() {
-            self.trim_to_free(segment)?;
+        for m in released {
+            self.trim_to_free(m.segment)?;
         }
         Ok(())
     }
@@ -3077,7 +3085,9 @@ impl Inner {
                     );
                     match read(again.map_err(|r| r.error)) {
                         Ok(buf) => buf,
-                        Err(e) => {
+                        Err(
+                            e @ (DeviceError::ReadFailed { .. } | DeviceError::Unwritten { .. }),
+                        ) => {
                             tracing::error!(
                                 lba = lba.0,
                                 "a value-log page garbage collection reads failed twice \
@@ -3085,6 +3095,8 @@ impl Inner {
                             );
                             None
                         }
+                        // Out of tags, powered off, ...: the page may well hold live values.
+                        Err(e) => return Err(EngineError::Device(e)),
                     }
                 }
                 Err(e) => return Err(EngineError::Device(e)),
@@ -3155,6 +3167,8 @@ impl Inner {
                         .saturating_sub(self.tail_dead.get(&m.log_seg).copied().unwrap_or(0)),
                     ..m.clone()
                 })
+                // Reclaimed victims stay listed until they are released (see `gc_reclaimed`).
+                .chain(self.gc_reclaimed.iter().cloned())
                 .collect(),
             kt_segments: self.kt_segments.clone(),
             runs,

@@ -2,33 +2,60 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hwftl_sim::{
-    AppendDevice, Command, Completion, DeviceStats, Ftl, Geometry, Rejected, SegmentId,
-    SegmentInfo, Tag, Wait,
+    AppendDevice, Command, Completion, DeviceError, DeviceStats, Ftl, Geometry, Rejected,
+    SegmentId, SegmentInfo, Tag, Wait,
 };
 
 /// Decides, before each command reaches the device, whether the power goes first.
 pub type CutBefore = Box<dyn Fn(&Command) -> bool + Send + Sync>;
 
 /// A device that cuts its own power (everything not yet completed is lost) when `cut_before`
-/// says so for the command about to be submitted; otherwise it passes commands through.
+/// says so for the command about to be submitted, and can refuse the next page write as a
+/// failed program; otherwise it passes commands through.
 pub struct CutDevice {
     inner: Arc<Ftl>,
     cut_before: CutBefore,
+    refuse_write: AtomicBool,
 }
 
 impl CutDevice {
     /// Wraps `inner`.
     pub fn new(inner: Arc<Ftl>, cut_before: CutBefore) -> Self {
-        CutDevice { inner, cut_before }
+        CutDevice {
+            inner,
+            cut_before,
+            refuse_write: AtomicBool::new(false),
+        }
     }
 
-    fn check(&self, cmd: &Command) {
+    /// The next `Write` command is refused with `ProgramFailed` (the device is unchanged):
+    /// the batch it belongs to fails and leaves a hole in the value log.
+    pub fn refuse_next_write(&self) {
+        self.refuse_write.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self, cmd: &Command) -> Result<(), Rejected> {
         if (self.cut_before)(cmd) {
             self.inner.power_cut();
         }
+        if let Command::Write { lba, .. } = cmd {
+            if self.refuse_write.swap(false, Ordering::SeqCst) {
+                let pps = u64::from(self.inner.geometry().pages_per_segment());
+                let segment = SegmentId(u32::try_from(lba.0 / pps).unwrap_or(u32::MAX));
+                let error = DeviceError::ProgramFailed {
+                    lba: *lba,
+                    segment,
+                    chip: 0,
+                    block: 0,
+                };
+                return Err(Rejected { error, buf: None });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -37,7 +64,7 @@ impl AppendDevice for CutDevice {
         self.inner.geometry()
     }
     fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
-        self.check(&cmd);
+        self.check(&cmd)?;
         self.inner.submit(cmd)
     }
     fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
@@ -57,7 +84,7 @@ impl AppendDevice for CutDevice {
         self.inner.reap(out, max, wait)
     }
     fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
-        self.check(&cmd);
+        self.check(&cmd)?;
         self.inner.execute(cmd)
     }
     fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
