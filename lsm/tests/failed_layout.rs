@@ -16,13 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 fn geometry() -> Geometry {
-    Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 16,
-        spare_blocks_per_chip: 2,
-    }
+    common::small_geometry()
 }
 
 fn config() -> EngineConfig {
@@ -39,6 +33,24 @@ fn config() -> EngineConfig {
 mod common;
 use common::CutDevice;
 
+/// Writes a batch of values of 0.55 of a segment each, five more than there are free
+/// segments: it fails halfway through its layout with `DeviceFull`.
+fn fail_a_layout(db: &Engine) {
+    let seg = geometry().pages_per_segment() as usize * PAGE_SIZE;
+    let free = db.stats().free_segments;
+    let values: Vec<(Vec<u8>, Vec<u8>)> = (0..free as u32 + 5)
+        .map(|i| {
+            (
+                format!("half-{i:02}").into_bytes(),
+                vec![i as u8; seg * 55 / 100],
+            )
+        })
+        .collect();
+    let ops: Vec<WriteOp<'_>> = values.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
+    let err = db.write(&ops).unwrap_err();
+    assert!(matches!(err, EngineError::DeviceFull { .. }), "{err}");
+}
+
 /// A batch fails halfway through its layout (hole in the log, needs_checkpoint set). The next
 /// put runs garbage collection (reclaim_stepwise) *before* Inner::write moves the checkpoint:
 /// the moves land after the hole, the manifest drops the victims, and a power cut before the
@@ -47,7 +59,6 @@ use common::CutDevice;
 fn gc_moves_after_a_failed_layout_survive_a_power_cut() {
     let backend = Backend::Ram(RamStore::new());
     drop(Ftl::format(&backend, DeviceConfig::new(geometry())).unwrap());
-    let seg = geometry().pages_per_segment() as usize * PAGE_SIZE;
     let ftl = Arc::new(Ftl::open(&backend, DeviceConfig::new(geometry())).unwrap());
     // Cuts the power at the first TRIM once armed.
     let armed = Arc::new(AtomicBool::new(false));
@@ -69,18 +80,7 @@ fn gc_moves_after_a_failed_layout_survive_a_power_cut() {
         db.put(b"junk", &vec![i as u8; 8192]).unwrap();
     }
     db.flush().unwrap();
-    let free = db.stats().free_segments;
-    let values: Vec<(Vec<u8>, Vec<u8>)> = (0..free as u32 + 5)
-        .map(|i| {
-            (
-                format!("half-{i:02}").into_bytes(),
-                vec![i as u8; seg * 55 / 100],
-            )
-        })
-        .collect();
-    let ops: Vec<WriteOp<'_>> = values.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
-    let err = db.write(&ops).unwrap_err();
-    assert!(matches!(err, EngineError::DeviceFull { .. }), "{err}");
+    fail_a_layout(&db);
     armed.store(true, Ordering::SeqCst);
     // Runs garbage collection (free segments are low), which persists the manifest without
     // its victims and then trims them: the power goes at the first trim.
@@ -115,7 +115,6 @@ fn gc_moves_after_a_failed_layout_survive_a_power_cut() {
 fn live_bytes_never_undercount_after_a_failed_layout_and_a_crash() {
     let backend = Backend::Ram(RamStore::new());
     drop(Ftl::format(&backend, DeviceConfig::new(geometry())).unwrap());
-    let seg = geometry().pages_per_segment() as usize * PAGE_SIZE;
     let open = || {
         let ftl: Arc<dyn AppendDevice> =
             Arc::new(Ftl::open(&backend, DeviceConfig::new(geometry())).unwrap());
@@ -128,18 +127,7 @@ fn live_bytes_never_undercount_after_a_failed_layout_and_a_crash() {
         db.put(&k, &vec![i as u8; 3000]).unwrap();
         live += lsm::vlog_format::stored_record_bytes(k.len(), 3000);
     }
-    let free = db.stats().free_segments;
-    let values: Vec<(Vec<u8>, Vec<u8>)> = (0..free as u32 + 5)
-        .map(|i| {
-            (
-                format!("half-{i:02}").into_bytes(),
-                vec![i as u8; seg * 55 / 100],
-            )
-        })
-        .collect();
-    let ops: Vec<WriteOp<'_>> = values.iter().map(|(k, v)| WriteOp::Put(k, v)).collect();
-    let err = db.write(&ops).unwrap_err();
-    assert!(matches!(err, EngineError::DeviceFull { .. }), "{err}");
+    fail_a_layout(&db);
     let after = db.stats().live_bytes;
     assert!(
         after >= live,

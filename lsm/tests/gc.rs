@@ -11,6 +11,8 @@ use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+
 const VALUE: usize = 8192;
 
 fn value(key: u32, version: u32) -> Vec<u8> {
@@ -155,13 +157,7 @@ fn sustained_overwrites_without_overprovisioning() {
 /// everything stored stays readable, and deletes make room for new puts.
 #[test]
 fn puts_stop_at_the_user_capacity_and_deletes_make_room() {
-    let g = Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 16,
-        spare_blocks_per_chip: 2,
-    };
+    let g = common::small_geometry();
     let dev = Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
     let cfg = EngineConfig {
         memtable_bytes: 64 << 10,
@@ -281,13 +277,7 @@ fn concurrent_overwrites_with_large_keytables() {
 /// reclaimed with a value it could not read.
 #[test]
 fn failed_reads_of_victim_pages_are_retried_and_lose_nothing() {
-    let g = Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 16,
-        spare_blocks_per_chip: 2,
-    };
+    let g = common::small_geometry();
     let dev = Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
     let cfg = EngineConfig {
         memtable_bytes: 64 << 10,

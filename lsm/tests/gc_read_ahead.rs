@@ -7,12 +7,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use hwftl_sim::{
-    AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore, Release, TimingModel,
-};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore, Release, TimingModel};
 use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod common;
 
 /// The tag budget (read.rs: async reads keep at most ASYNC_READ_WINDOW = 64 pages on the
 /// device, "the rest of the device's command tags stay free for writes"): GC's read-ahead
@@ -22,13 +22,7 @@ use rand::{Rng, SeedableRng};
 /// fails with QueueFull.
 #[test]
 fn gc_moves_find_tags_while_the_read_ahead_and_client_reads_are_in_flight() {
-    let g = Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 16,
-        spare_blocks_per_chip: 2,
-    };
+    let g = common::small_geometry();
     let cfg = DeviceConfig {
         timing: TimingModel::PaperCard,
         release: Release::WallClock,

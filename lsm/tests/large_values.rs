@@ -10,15 +10,11 @@ use std::sync::Arc;
 use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore, PAGE_SIZE};
 use lsm::{Engine, EngineConfig, EngineError, WriteOp};
 
+mod common;
+
 /// 64-page (512 KiB) segments, 62 of them for data.
 fn geometry() -> Geometry {
-    Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 16,
-        spare_blocks_per_chip: 2,
-    }
+    common::small_geometry()
 }
 
 fn segment_bytes() -> usize {

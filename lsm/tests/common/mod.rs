@@ -10,6 +10,18 @@ use hwftl_sim::{
     SegmentId, SegmentInfo, Tag, Wait,
 };
 
+/// 2 x 2 chips of 64 blocks of 16 pages (2 spares per chip): 62 segments of 64 pages
+/// (512 KiB), small enough for garbage collection to run after a few MiB of writes.
+pub fn small_geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 16,
+        spare_blocks_per_chip: 2,
+    }
+}
+
 /// Decides, before each command reaches the device, whether the power goes first.
 pub type CutBefore = Box<dyn Fn(&Command) -> bool + Send + Sync>;
 
