@@ -1,0 +1,518 @@
+//! Laying a batch out in value-log pages at the head: packed records, raw pages, long keys
+//! and values spanning segments.
+
+use super::*;
+
+/// Where a batch's layout started: the head's log segment with its written, dead and tail
+/// garbage bytes, and the first log segment number the layout may open.
+pub(super) struct LayoutStart {
+    head: Option<(u32, u64, u64, u64)>,
+    first_new: u32,
+}
+
+/// The current value-log segment being appended to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Head {
+    pub(super) log_seg: u32,
+    pub(super) segment: u32,
+    /// Next page index to hand out.
+    pub(super) next_page: u32,
+}
+
+/// A batch's pages in the order they must be written.
+pub(super) struct BatchPages {
+    pages: Vec<(Lba, PageBuf)>,
+    /// The open packed page and its position.
+    open: PageBuilder,
+    open_at: Option<(u32, u32)>,
+    /// Raw pages that follow the open page.
+    raws: Vec<(Lba, PageBuf)>,
+    raw_after: u32,
+    batch: u64,
+}
+
+/// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
+/// they are durable.
+pub(super) type LaidOut<'a> = (Vec<(Lba, PageBuf)>, Vec<(&'a [u8], Slot)>);
+
+impl Inner {
+    /// Raw pages a put lays out after its packed page (a long key's pages, then the
+    /// value's), or 0 for a value packed into the page.
+    pub(super) fn put_raw_pages(key_len: usize, value_len: usize) -> u64 {
+        if is_long_key(key_len) {
+            key_pages(key_len) + raw_pages(value_len as u64)
+        } else if fits_inline(key_len, value_len) {
+            0
+        } else {
+            raw_pages(value_len as u64)
+        }
+    }
+
+    /// Whether a put is too large for one segment: its value then spans segments.
+    pub(super) fn put_spans(&self, key_len: usize, value_len: usize) -> bool {
+        Self::put_raw_pages(key_len, value_len) > u64::from(self.g.pages_per_segment() - 1)
+    }
+
+    /// Log segments a put spanning segments takes (0 for one that does not span).
+    pub(super) fn spanning_segments(&self, key_len: usize, value_len: usize) -> usize {
+        if !self.put_spans(key_len, value_len) {
+            return 0;
+        }
+        let pps = self.g.pages_per_segment();
+        let kp = if is_long_key(key_len) {
+            key_pages(key_len) as u32
+        } else {
+            0
+        };
+        raw_runs(0, 1 + kp, raw_pages(value_len as u64), pps).len()
+    }
+
+    /// Fresh segments the batch's spanning puts take together, and one for the operations
+    /// after each (the segment a spanning value ends in takes nothing else).
+    pub(super) fn batch_spanning_segments(&self, ops: &[WriteOp<'_>]) -> usize {
+        ops.iter()
+            .enumerate()
+            .map(|(i, op)| match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    self.spanning_segments(k.len(), v.len()) + usize::from(i + 1 < ops.len())
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Makes sure the head segment has `pages` free pages, opening a new log segment if not.
+    pub(super) fn ensure_room(&mut self, pages: u32, reserve: usize) -> Result<()> {
+        let pps = self.g.pages_per_segment();
+        if self.head.is_some_and(|h| h.next_page + pages <= pps) {
+            return Ok(());
+        }
+        if let Some(h) = self.head.take() {
+            if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                m.sealed_end = Some(h.next_page);
+                m.written = u64::from(h.next_page) * PAGE_SIZE as u64;
+            }
+        }
+        let segment = self.alloc_segment("values", reserve)?;
+        let log_seg = self.next_log_seg;
+        self.next_log_seg += 1;
+        self.log_segs.insert(
+            log_seg,
+            LogSegMeta {
+                log_seg,
+                segment,
+                sealed_end: None,
+                written: 0,
+                dead: 0,
+            },
+        );
+        self.head = Some(Head {
+            log_seg,
+            segment,
+            next_page: 0,
+        });
+        // The manifest must know the segment before data lands in it.
+        self.persist()
+    }
+
+    /// Seals the open page of a batch into the list of pages to write.
+    pub(super) fn seal_open(&mut self, b: &mut BatchPages, last: bool) -> Result<()> {
+        let Some((log_seg, page)) = b.open_at.take() else {
+            return Ok(());
+        };
+        let sealed = b.open.seal(log_seg, page, b.batch, last, b.raw_after);
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.written += PAGE_SIZE as u64;
+        }
+        self.count_tail_dead(log_seg, unused_bytes(b.open.bytes().len()));
+        let lba = self.g.lba(SegmentId(self.segment_of(log_seg)?), page);
+        b.pages.push((lba, PageBuf::from_slice(&sealed)));
+        b.pages.append(&mut b.raws);
+        b.open = PageBuilder::new();
+        b.raw_after = 0;
+        Ok(())
+    }
+
+    /// Opens a packed page with room for `raw` raw pages after it.
+    pub(super) fn open_page(&mut self, b: &mut BatchPages, raw: u32, reserve: usize) -> Result<()> {
+        self.seal_open(b, false)?;
+        self.ensure_room(1 + raw, reserve)?;
+        let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+        b.open_at = Some((h.log_seg, h.next_page));
+        h.next_page += 1;
+        Ok(())
+    }
+
+    /// Lays out a batch in value-log pages at the head: the pages to write, in order, and
+    /// the keytable updates to apply once they are durable. On error the head is abandoned.
+    /// Reserves raw pages after the batch's open packed page for a long key (and a value, for
+    /// a put) and queues them: the key zero-padded to whole pages, then the value's pages.
+    /// Returns the log segment and the first raw page.
+    pub(super) fn lay_out_long(
+        &mut self,
+        b: &mut BatchPages,
+        key: &[u8],
+        value: Option<&[u8]>,
+        reserve: usize,
+    ) -> Result<(u32, u32)> {
+        let kp = key_pages(key.len()) as u32;
+        let vp = value.map_or(0, |v| raw_pages(v.len() as u64) as u32);
+        let n = kp + vp;
+        let payload = if value.is_some() {
+            LONG_PUT_PAYLOAD
+        } else {
+            LONG_DELETE_PAYLOAD
+        };
+        let pps = self.g.pages_per_segment();
+        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+        if b.open_at.is_none() || b.open.free() < RECORD_HEADER + payload || !room {
+            self.open_page(b, n, reserve)?;
+        }
+        let (Some((log_seg, _)), Some(h)) = (b.open_at, self.head.as_mut()) else {
+            return Err(EngineError::Closed);
+        };
+        let first = h.next_page;
+        h.next_page += n;
+        let segment = h.segment;
+        let lba = |g: &Geometry, i: u32| g.lba(SegmentId(segment), first + i);
+        for (i, chunk) in key.chunks(PAGE_SIZE).enumerate() {
+            b.raws
+                .push((lba(&self.g, i as u32), PageBuf::from_slice(chunk)));
+        }
+        if let Some(v) = value {
+            for (i, chunk) in v.chunks(PAGE_SIZE).enumerate() {
+                b.raws
+                    .push((lba(&self.g, kp + i as u32), PageBuf::from_slice(chunk)));
+            }
+            if v.is_empty() {
+                b.raws.push((lba(&self.g, kp), PageBuf::zeroed()));
+            }
+        }
+        b.raw_after += n;
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.written += u64::from(n) * PAGE_SIZE as u64;
+        }
+        Ok((log_seg, first))
+    }
+
+    /// Lays out a put too large for one segment (see [`crate::vlog_format`]): a fresh
+    /// segment for its record, its long key's pages and the value's first pages, then as many
+    /// continuation segments as the value needs, each opened with a Continued record. The
+    /// last segment is closed after the value, and its packed page is sealed now (as the
+    /// batch's last when `last_in_batch`), so nothing else shares the value's segments.
+    ///
+    /// Segments are checked up front only for the batch's spanning values (and one more
+    /// after each); a batch whose other operations then find no free segment fails halfway,
+    /// and what it claimed becomes garbage (see [`Inner::forget_layout`]).
+    pub(super) fn lay_out_spanning(
+        &mut self,
+        b: &mut BatchPages,
+        key: &[u8],
+        value: &[u8],
+        seq: u64,
+        reserve: usize,
+        last_in_batch: bool,
+    ) -> Result<ValuePtr> {
+        let pps = self.g.pages_per_segment();
+        let long = is_long_key(key.len());
+        let kp = if long { key_pages(key.len()) as u32 } else { 0 };
+        if kp + 2 > pps {
+            return Err(EngineError::KeyTooLarge {
+                len: key.len(),
+                max: (pps as usize).saturating_sub(2) * PAGE_SIZE,
+            });
+        }
+        // Every segment it takes must be free before anything is laid out.
+        let segments = self.spanning_segments(key.len(), value.len());
+        let fresh_head = self.head.is_some_and(|h| h.next_page == 0);
+        // (The batch's operations after it need a segment of their own.)
+        let more = usize::from(!last_in_batch);
+        if self.free.len() < segments - usize::from(fresh_head) + more + reserve {
+            return Err(EngineError::DeviceFull { purpose: "values" });
+        }
+        self.open_page(b, pps - 1, reserve)?;
+        let (Some((head_seg, head_page)), Some(h)) = (b.open_at, self.head) else {
+            return Err(EngineError::Closed);
+        };
+        let first = h.next_page + kp;
+        let crc = crc32c::crc32c(value);
+        if long {
+            let payload = long_put_payload(h.next_page, key, crc);
+            b.open
+                .add_long(
+                    RecordKind::LongPut,
+                    seq,
+                    key.len(),
+                    value.len() as u32,
+                    &payload,
+                )
+                .ok_or_else(|| corrupt("long record does not fit a fresh page"))?;
+        } else {
+            b.open
+                .add(
+                    RecordKind::Indirect,
+                    seq,
+                    key,
+                    value.len() as u32,
+                    &indirect_payload(first, crc),
+                )
+                .ok_or_else(|| corrupt("indirect record does not fit a fresh page"))?;
+        }
+        let key_chunks = if long {
+            key.chunks(PAGE_SIZE)
+        } else {
+            [].chunks(PAGE_SIZE)
+        };
+        for chunk in key_chunks.chain(value.chunks(PAGE_SIZE)) {
+            if self.head.is_some_and(|h| h.next_page == pps) {
+                // On to the next segment, which the value's pointer expects to be the next
+                // log segment (nothing else opens one while the batch is laid out).
+                let expected = self.head.map(|h| h.log_seg + 1);
+                self.seal_open(b, false)?;
+                self.ensure_room(pps, reserve)?;
+                let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+                if Some(h.log_seg) != expected {
+                    return Err(corrupt("a spanning value's segments are not consecutive"));
+                }
+                b.open_at = Some((h.log_seg, h.next_page));
+                h.next_page += 1;
+                b.open
+                    .add_continued(seq, value.len() as u32, head_seg, head_page)
+                    .ok_or_else(|| corrupt("continuation record does not fit a fresh page"))?;
+            }
+            let h = self.head.as_mut().ok_or(EngineError::Closed)?;
+            let lba = self.g.lba(SegmentId(h.segment), h.next_page);
+            h.next_page += 1;
+            let log_seg = h.log_seg;
+            b.raws.push((lba, PageBuf::from_slice(chunk)));
+            b.raw_after += 1;
+            if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                m.written += PAGE_SIZE as u64;
+            }
+        }
+        self.seal_open(b, last_in_batch)?;
+        // The value owns the rest of its last segment (see `ValuePtr::segment_shares`): the
+        // segment is sealed now, counted as written whole, and the manifest says so before
+        // the data lands, so neither the next write nor a reopen takes its unwritten rest for
+        // free space (garbage collection would then move the whole value to win it back).
+        if let Some(h) = self.head.take() {
+            if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                m.sealed_end = Some(h.next_page);
+                m.written = u64::from(pps) * PAGE_SIZE as u64;
+            }
+        }
+        self.persist()?;
+        Ok(ValuePtr {
+            log_seg: head_seg,
+            loc: ValueLoc::Raw { page: first, crc },
+            len: value.len() as u32,
+        })
+    }
+
+    pub(super) fn build_batch<'a>(
+        &mut self,
+        ops: &[WriteOp<'a>],
+        reserve: usize,
+    ) -> Result<LaidOut<'a>> {
+        // Values spanning segments take theirs whole: all must be free before any is laid
+        // out (a batch failing halfway costs a manifest write and a flush before the next
+        // batch; see `forget_layout`).
+        let spanning = self.batch_spanning_segments(ops);
+        if spanning > 0 && self.free.len() < spanning + reserve {
+            return Err(EngineError::DeviceFull { purpose: "values" });
+        }
+        // What the layout may claim: pages after the head's write pointer, and the log
+        // segments it opens (see `forget_layout`).
+        let claimed_from = LayoutStart {
+            head: self.head.and_then(|h| {
+                let m = self.log_segs.get(&h.log_seg)?;
+                let tail = self.tail_dead.get(&h.log_seg).copied().unwrap_or(0);
+                Some((h.log_seg, m.written, m.dead, tail))
+            }),
+            first_new: self.next_log_seg,
+        };
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        let mut b = BatchPages {
+            pages: Vec::new(),
+            open: PageBuilder::new(),
+            open_at: None,
+            raws: Vec::new(),
+            raw_after: 0,
+            batch,
+        };
+        let mut updates: Vec<(&'a [u8], Slot)> = Vec::with_capacity(ops.len());
+        let result = (|| -> Result<()> {
+            for (i, op) in ops.iter().enumerate() {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                match *op {
+                    WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                        let last = i + 1 == ops.len();
+                        let ptr = self.lay_out_spanning(&mut b, k, v, seq, reserve, last)?;
+                        updates.push((k, Slot::Value(ptr)));
+                    }
+                    WriteOp::Put(k, v) if is_long_key(k.len()) => {
+                        let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
+                        let value_first = first + key_pages(k.len()) as u32;
+                        let crc = crc32c::crc32c(v);
+                        let payload = long_put_payload(first, k, crc);
+                        b.open
+                            .add_long(RecordKind::LongPut, seq, k.len(), v.len() as u32, &payload)
+                            .ok_or_else(|| corrupt("long record does not fit"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Raw {
+                                    page: value_first,
+                                    crc,
+                                },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Delete(k) if is_long_key(k.len()) => {
+                        let (log_seg, first) = self.lay_out_long(&mut b, k, None, reserve)?;
+                        let mut payload = [0u8; LONG_DELETE_PAYLOAD];
+                        payload[..4].copy_from_slice(&first.to_le_bytes());
+                        payload[4..].copy_from_slice(&crc32c::crc32c(k).to_le_bytes());
+                        b.open
+                            .add_long(RecordKind::LongDelete, seq, k.len(), 0, &payload)
+                            .ok_or_else(|| corrupt("long record does not fit"))?;
+                        // Needed only until the next flush: dead at once, as any delete.
+                        self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
+                        updates.push((k, Slot::Tombstone));
+                    }
+                    WriteOp::Put(k, v) if fits_inline(k.len(), v.len()) => {
+                        let need = RECORD_HEADER + k.len() + v.len();
+                        if b.open_at.is_none() || b.open.free() < need {
+                            self.open_page(&mut b, 0, reserve)?;
+                        }
+                        let Some((log_seg, page)) = b.open_at else {
+                            return Err(EngineError::Closed);
+                        };
+                        let offset = b
+                            .open
+                            .add(RecordKind::Put, seq, k, v.len() as u32, v)
+                            .ok_or_else(|| corrupt("record does not fit a fresh page"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Inline { page, offset },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Put(k, v) => {
+                        let n = raw_pages(v.len() as u64) as u32;
+                        let need = RECORD_HEADER + k.len() + INDIRECT_PAYLOAD;
+                        let pps = self.g.pages_per_segment();
+                        let room = self.head.is_some_and(|h| h.next_page + n <= pps);
+                        if b.open_at.is_none() || b.open.free() < need || !room {
+                            self.open_page(&mut b, n, reserve)?;
+                        }
+                        let (Some((log_seg, _)), Some(h)) = (b.open_at, self.head.as_mut()) else {
+                            return Err(EngineError::Closed);
+                        };
+                        let first = h.next_page;
+                        h.next_page += n;
+                        let segment = h.segment;
+                        let crc = crc32c::crc32c(v);
+                        for (i, chunk) in v.chunks(PAGE_SIZE).enumerate() {
+                            let lba = self.g.lba(SegmentId(segment), first + i as u32);
+                            b.raws.push((lba, PageBuf::from_slice(chunk)));
+                        }
+                        if v.is_empty() {
+                            let lba = self.g.lba(SegmentId(segment), first);
+                            b.raws.push((lba, PageBuf::zeroed()));
+                        }
+                        b.raw_after += n;
+                        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                            m.written += u64::from(n) * PAGE_SIZE as u64;
+                        }
+                        b.open
+                            .add(
+                                RecordKind::Indirect,
+                                seq,
+                                k,
+                                v.len() as u32,
+                                &indirect_payload(first, crc),
+                            )
+                            .ok_or_else(|| corrupt("indirect record does not fit"))?;
+                        updates.push((
+                            k,
+                            Slot::Value(ValuePtr {
+                                log_seg,
+                                loc: ValueLoc::Raw { page: first, crc },
+                                len: v.len() as u32,
+                            }),
+                        ));
+                    }
+                    WriteOp::Delete(k) => {
+                        let need = RECORD_HEADER + k.len();
+                        if b.open_at.is_none() || b.open.free() < need {
+                            self.open_page(&mut b, 0, reserve)?;
+                        }
+                        b.open
+                            .add(RecordKind::Delete, seq, k, 0, &[])
+                            .ok_or_else(|| corrupt("delete record does not fit"))?;
+                        // A delete record is needed only until the next flush: count it dead.
+                        if let Some((log_seg, _)) = b.open_at {
+                            self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
+                        }
+                        updates.push((k, Slot::Tombstone));
+                    }
+                }
+            }
+            self.seal_open(&mut b, true)
+        })();
+        if let Err(e) = result {
+            self.abandon_head();
+            self.forget_layout(claimed_from);
+            return Err(e);
+        }
+        Ok((b.pages, updates))
+    }
+
+    /// After a batch failed halfway through its layout (no free segment left for the rest),
+    /// before anything of it was submitted: every page it claimed stays unwritten, so all of
+    /// it is garbage (what the layout had counted as garbage in those pages is taken back
+    /// first, so nothing counts twice). Otherwise the segments it opened would look full of
+    /// live data, and garbage collection would never take them back (a drive left full for
+    /// good). The claimed pages are a hole where recovery's replay stops: the garbage is
+    /// counted as the tail's (left out of the manifest until the checkpoint moves, as a
+    /// replay cuts the log back to the hole and never counts it), and the checkpoint is moved
+    /// past it ([`Inner::close_hole`]) before the next client batch is laid out and before
+    /// garbage collection's victims leave the manifest, as after a failed device write.
+    pub(super) fn forget_layout(&mut self, start: LayoutStart) {
+        let mut claimed_any = false;
+        for m in self.log_segs.values_mut() {
+            let (written, dead, tail) = match start.head {
+                Some((log_seg, written, dead, tail)) if log_seg == m.log_seg => {
+                    (written, dead, tail)
+                }
+                _ if m.log_seg >= start.first_new => (0, 0, 0),
+                _ => continue,
+            };
+            let claimed = m.written.saturating_sub(written);
+            if claimed == 0 {
+                continue;
+            }
+            claimed_any = true;
+            m.dead = dead + claimed;
+            self.tail_dead.insert(m.log_seg, tail + claimed);
+        }
+        if claimed_any {
+            self.needs_checkpoint = true;
+        }
+    }
+
+    pub(super) fn head_position(&self) -> (u32, u32) {
+        match self.head {
+            Some(h) => (h.log_seg, h.next_page),
+            None => (self.next_log_seg, 0),
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The engine: its public API ([`Engine`]), the state the writer and maintenance share
+//! ([`Inner`]), and where each path lives:
+//!
+//! | module | owns |
+//! |---|---|
+//! | `write` | client batches: validation, the write pipeline (tickets, apply in order), group commit |
+//! | `layout` | laying a batch out in value-log pages at the head (packed, raw, long keys, spanning values) |
+//! | `read` | GET / multi-get / ranges: resolving keys to value pointers and reading the pages |
+//! | `flush` | memtable -> L0 keytable run |
+//! | `compaction` | merging keytable runs (metadata only) and releasing keytable segments |
+//! | `gc` | value-log garbage collection: victims, moves, release of reclaimed segments |
+//! | `space` | free segments, garbage counts, user capacity |
+//! | `recovery` | the manifest snapshot, opening: runs, free list, replay of the tail |
+
+mod compaction;
+mod flush;
+mod gc;
+mod layout;
+mod read;
+mod recovery;
+mod space;
+mod write;
+
+pub use read::{KeyFilter, RangeRead};
+pub use write::PendingWrite;
+
+use gc::{GcCursor, GcMove, GcReadAhead};
+use layout::Head;
+use write::InFlight;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use hwftl_sim::{
+    AppendDevice, Command, Completion, DeviceError, Geometry, Lba, PageBuf, SegmentId,
+    SegmentState, PAGE_SIZE,
+};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Result};
+use crate::gc::GcCandidate;
+use crate::io::{FlushGate, GroupDone, Poller};
+use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
+use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
+use crate::memtable::MemTable;
+use crate::merge::{compact, run_source, Invalidated, Merge, Source};
+use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
+use crate::vlog_format::{
+    check_page, delete_record_bytes, fits_inline, indirect_payload, is_long_key, key_pages,
+    long_put_payload, parse_records, raw_pages, raw_runs, stored_record_bytes, unused_bytes,
+    PageBuilder, Record, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD,
+    LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
+};
+
+/// Free segments kept back from puts so deletes, flushes and compactions can still run on a
+/// full drive.
+const RESERVED_SEGMENTS: usize = 2;
+
+/// Value-log bytes written since the last flush that trigger a flush (bounds replay time).
+const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
+
+/// Device commands the engine keeps in flight at once.
+const IO_WINDOW: usize = 32;
+
+/// One FLUSH of the device's write cache, waiting for a free tag if need be.
+fn device_flush(dev: &dyn AppendDevice) -> std::result::Result<(), DeviceError> {
+    crate::io::execute_patiently(dev, Command::Flush)
+        .map_err(|r| r.error)
+        .and_then(|c| c.result)
+}
+
+/// One operation of an atomic write batch.
+#[derive(Debug, Clone, Copy)]
+pub enum WriteOp<'a> {
+    /// Set a key.
+    Put(&'a [u8], &'a [u8]),
+    /// Delete a key.
+    Delete(&'a [u8]),
+}
+
+/// Counters and sizes for INFO and benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Key and value bytes accepted from clients.
+    pub user_bytes_written: u64,
+    /// Bytes the engine wrote to the device (value log, keytables, manifest).
+    pub device_bytes_written: u64,
+    /// Value-log bytes still referenced (written minus known garbage).
+    pub live_bytes: u64,
+    /// Value-log bytes in segments in use.
+    pub total_bytes: u64,
+    /// DRAM held by keytable runs.
+    pub keytable_dram_bytes: u64,
+    /// Keys in the memtable.
+    pub memtable_keys: u64,
+    /// Runs per level, L0 first.
+    pub runs_per_level: Vec<usize>,
+    /// Keys per level, L0 first.
+    pub keys_per_level: Vec<u64>,
+    /// Flushes and compactions done since open.
+    pub flushes: u64,
+    /// Compactions done since open.
+    pub compactions: u64,
+    /// Value versions compactions dropped (shadowed by newer versions).
+    pub compaction_invalidated: u64,
+    /// With the `compaction_moves_values` ablation: compactions that left the values in
+    /// place because the free segments could not hold them all.
+    pub compactions_without_room_to_move: u64,
+    /// Free segments.
+    pub free_segments: u64,
+    /// Records replayed at open.
+    pub replayed_records: u64,
+    /// Value-log segments reclaimed by garbage collection.
+    pub gc_segments: u64,
+    /// Garbage-collection steps (windows of a segment handled with the lock held).
+    pub gc_steps: u64,
+    /// Value bytes garbage collection moved.
+    pub gc_bytes_moved: u64,
+    /// Device segments holding the value log.
+    pub log_segments: u64,
+    /// Device segments holding keytable pages.
+    pub keytable_segments: u64,
+    /// Value bytes clients may keep live (the value space less over-provisioning).
+    pub user_capacity_bytes: u64,
+    /// Device cache flushes issued by the engine (batches waiting at once share one).
+    pub device_flushes: u64,
+}
+
+/// The LightStore engine over an append-only device.
+pub struct Engine {
+    inner: Mutex<Inner>,
+    /// Asynchronous reads in flight (shared with `Inner`, which waits on it before trims).
+    reads: Arc<ReadWindow>,
+    /// Value bytes copied on the read path (joining multi-page values, `Vec` results).
+    read_copied: Arc<AtomicU64>,
+    /// Signalled whenever pipelined batches are applied.
+    applied: Condvar,
+}
+
+struct Inner {
+    dev: Arc<dyn AppendDevice>,
+    g: Geometry,
+    cfg: EngineConfig,
+    manifest: ManifestStore,
+    snap_seq: u64,
+    mem: MemTable,
+    /// L0 newest first; each deeper level has at most one run.
+    levels: Vec<Vec<Arc<KeyTable>>>,
+    runs: HashMap<u64, RunMeta>,
+    log_segs: BTreeMap<u32, LogSegMeta>,
+    /// The part of each log segment's `dead` that records after the replay checkpoint made
+    /// (tombstones, unused page bytes, values replaced in the memtable, failed batches).
+    /// Recovery replays those records and counts it again, so the manifest stores `dead`
+    /// without it; it becomes part of the stored count when a flush moves the checkpoint.
+    tail_dead: BTreeMap<u32, u64>,
+    head: Option<Head>,
+    kt_segments: Vec<u32>,
+    free: BTreeSet<u32>,
+    next_seq: u64,
+    next_run: u64,
+    next_log_seg: u32,
+    next_batch: u64,
+    next_l0_order: u64,
+    checkpoint: (u32, u32),
+    pages_since_checkpoint: u64,
+    stats: EngineStats,
+    /// Device page writes when the engine opened (write amplification baseline).
+    dev_writes_at_open: u64,
+    /// Garbage collection is relocating values (its writes must not start another).
+    in_gc: bool,
+    /// The reclaim in progress, if any (it goes on a window at a time).
+    gc_cursor: Option<GcCursor>,
+    /// Per run, its sparse page index (only for the keytable-caching ablation).
+    kt_index: HashMap<u64, Vec<(u32, Vec<u8>)>>,
+    /// Shares device flushes among batches that wait for one at the same time.
+    flush_gate: Arc<FlushGate>,
+    /// Live values read by garbage collection and not yet rewritten.
+    gc_pending: Vec<GcMove>,
+    /// Their bytes as records.
+    gc_pending_bytes: usize,
+    /// Reclaimed log segments, dropped from `log_segs` but still listed by every manifest
+    /// written until `release_reclaimed` (which first closes any hole), so not yet trimmed
+    /// or free. Their garbage counts are as the manifest gives them (no tail garbage).
+    gc_reclaimed: Vec<LogSegMeta>,
+    /// The victim's next window, read while the current window's moves are written.
+    gc_read_ahead: Option<GcReadAhead>,
+    closed: bool,
+    /// Delivers completions of the commands the engine does not wait for in place.
+    poller: Arc<Poller>,
+    /// Client batches on the device, not yet applied, by ticket (applied in ticket order).
+    pipeline: BTreeMap<u64, InFlight>,
+    /// Pages of the batches in `pipeline`.
+    pipeline_pages: u64,
+    /// Ticket of the next pipelined batch.
+    next_ticket: u64,
+    /// Every ticket up to this one has been applied or failed.
+    applied_upto: u64,
+    /// Tickets below this fail: they were on the device when an earlier batch failed.
+    poisoned_below: u64,
+    /// Outcomes of applied batches, until their writers collect them.
+    outcomes: HashMap<u64, Result<()>>,
+    /// Callers waiting for the pipeline to drain; no new batch enters it meanwhile.
+    quiescers: usize,
+    /// Reads holding resolved value pointers; value-log trims wait for them.
+    reads: Arc<ReadWindow>,
+    /// A batch failed after writing some pages: checkpoint before the next one.
+    needs_checkpoint: bool,
+}
+
+fn corrupt(msg: impl Into<String>) -> EngineError {
+    EngineError::Corrupt(msg.into())
+}
+
+impl Engine {
+    /// Opens the store on `dev`: an empty device is initialised; otherwise the manifest,
+    /// keytable runs and the value-log tail are recovered.
+    ///
+    /// # Errors
+    /// `Unrecoverable` for an unusable geometry or metadata, `Corrupt` for a damaged
+    /// keytable, device errors.
+    pub fn open(dev: Arc<dyn AppendDevice>, cfg: EngineConfig) -> Result<Engine> {
+        let g = dev.geometry();
+        if g.pages_per_segment() > MAX_INLINE_PAGE + 1 {
+            return Err(EngineError::Unrecoverable(format!(
+                "segments of {} pages: the engine addresses at most {} pages per segment",
+                g.pages_per_segment(),
+                MAX_INLINE_PAGE + 1
+            )));
+        }
+        if g.segments() < 6 {
+            return Err(EngineError::Unrecoverable(format!(
+                "{} segments: the engine needs at least 6",
+                g.segments()
+            )));
+        }
+        let (manifest, snap) = ManifestStore::load(dev.as_ref())?;
+        let fresh = snap.is_none();
+        let snap = snap.unwrap_or_else(|| Snapshot {
+            next_seq: 1,
+            next_run: 1,
+            next_log_seg: 1,
+            next_batch: 1,
+            checkpoint: (1, 0),
+            ..Snapshot::default()
+        });
+        let dev_for_poller = dev.clone();
+        let mut inner = Inner {
+            dev,
+            g,
+            cfg,
+            manifest: if fresh {
+                ManifestStore::fresh()
+            } else {
+                manifest
+            },
+            snap_seq: snap.seq,
+            mem: MemTable::default(),
+            levels: vec![Vec::new()],
+            runs: HashMap::new(),
+            log_segs: snap
+                .log_segs
+                .iter()
+                .map(|l| (l.log_seg, l.clone()))
+                .collect(),
+            tail_dead: BTreeMap::new(),
+            head: None,
+            kt_segments: snap.kt_segments.clone(),
+            free: BTreeSet::new(),
+            next_seq: snap.next_seq,
+            next_run: snap.next_run,
+            next_log_seg: snap.next_log_seg,
+            next_batch: snap.next_batch,
+            next_l0_order: 1,
+            checkpoint: snap.checkpoint,
+            pages_since_checkpoint: 0,
+            stats: EngineStats::default(),
+            dev_writes_at_open: 0,
+            in_gc: false,
+            gc_cursor: None,
+            kt_index: HashMap::new(),
+            flush_gate: Arc::new(FlushGate::default()),
+            gc_pending: Vec::new(),
+            gc_pending_bytes: 0,
+            gc_reclaimed: Vec::new(),
+            gc_read_ahead: None,
+            closed: false,
+            poller: Arc::new(Poller::start(dev_for_poller).map_err(|e| {
+                EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
+            })?),
+            pipeline: BTreeMap::new(),
+            pipeline_pages: 0,
+            next_ticket: 1,
+            applied_upto: 0,
+            poisoned_below: 0,
+            outcomes: HashMap::new(),
+            quiescers: 0,
+            reads: Arc::new(ReadWindow::default()),
+            needs_checkpoint: false,
+        };
+        inner.dev_writes_at_open = inner.dev.stats().writes;
+        inner.load_runs(&snap.runs)?;
+        inner.rebuild_free_list()?;
+        let released = inner.replay()?;
+        // The manifest drops the log segments recovery released before they are trimmed.
+        inner.persist()?;
+        inner.release_log_segments(&released)?;
+        let reads = inner.reads.clone();
+        Ok(Engine {
+            inner: Mutex::new(inner),
+            reads,
+            read_copied: Arc::new(AtomicU64::new(0)),
+            applied: Condvar::new(),
+        })
+    }
+
+    /// Writes the memtable as a keytable run (then compacts if a level is over its budget).
+    ///
+    /// # Errors
+    /// `DeviceFull`, device errors.
+    pub fn flush(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
+        inner.check_open()?;
+        inner.flush()
+    }
+
+    /// Flushes, then merges every level into one bottom run.
+    ///
+    /// # Errors
+    /// As [`Engine::flush`].
+    pub fn compact_all(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
+        inner.check_open()?;
+        inner.flush()?;
+        inner.compact_all()
+    }
+
+    /// The device's own counters (segments, wear, I/O).
+    pub fn device_stats(&self) -> hwftl_sim::DeviceStats {
+        let dev = self.inner.lock().dev.clone();
+        dev.stats()
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> EngineStats {
+        self.inner.lock().stats()
+    }
+
+    /// Flushes the memtable so the next open replays nothing, and closes the engine.
+    ///
+    /// # Errors
+    /// As [`Engine::flush`].
+    pub fn close(self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        self.quiesce(&mut inner);
+        inner.check_open()?;
+        if let Some(ahead) = inner.gc_read_ahead.take() {
+            ahead.reads.wait();
+        }
+        inner.flush()?;
+        inner.closed = true;
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(EngineError::Closed);
+        }
+        Ok(())
+    }
+
+    fn max_value(&self) -> u64 {
+        // The value pointer's length field is 32 bits, and its all-ones value marks a
+        // tombstone in a keytable page.
+        self.cfg.max_value.min(u64::from(u32::MAX - 1))
+    }
+
+    /// Runs commands (windowed to the device's queue) and returns completions in command
+    /// order.
+    /// Runs commands through the poller, `IO_WINDOW` at a time, and returns their
+    /// completions in order.
+    fn run_io(&self, cmds: Vec<Command>) -> Result<Vec<Completion>> {
+        self.poller
+            .run(cmds, IO_WINDOW)
+            .into_iter()
+            .map(|r| r.map_err(EngineError::Device))
+            .collect()
+    }
+
+    fn read_pages(&self, lbas: &[Lba]) -> Result<Vec<PageBuf>> {
+        let cmds = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::for_read(),
+            })
+            .collect();
+        self.run_io(cmds)?
+            .into_iter()
+            .map(|c| {
+                c.into_buf()?
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            })
+            .collect()
+    }
+
+    fn write_pages(&mut self, pages: Vec<(Lba, PageBuf)>) -> Result<()> {
+        let cmds = pages
+            .into_iter()
+            .map(|(lba, buf)| Command::Write { lba, buf })
+            .collect();
+        for c in self.run_io(cmds)? {
+            c.result?;
+        }
+        Ok(())
+    }
+
+    fn segment_of(&self, log_seg: u32) -> Result<u32> {
+        self.log_segs
+            .get(&log_seg)
+            .map(|m| m.segment)
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "value in log segment {log_seg}, which no longer exists"
+                ))
+            })
+    }
+
+    fn stats(&self) -> EngineStats {
+        let mut s = self.stats.clone();
+        s.device_bytes_written =
+            (self.dev.stats().writes - self.dev_writes_at_open) * PAGE_SIZE as u64;
+        s.total_bytes = self.log_segs.values().map(|m| m.written).sum();
+        s.live_bytes = self.live_bytes();
+        s.user_capacity_bytes = self.user_capacity();
+        s.device_flushes = self.flush_gate.issued();
+        s.keytable_dram_bytes = self
+            .levels
+            .iter()
+            .flatten()
+            .map(|r| r.dram_bytes() as u64)
+            .sum();
+        s.memtable_keys = self.mem.len() as u64;
+        s.runs_per_level = self.levels.iter().map(Vec::len).collect();
+        s.keys_per_level = self
+            .levels
+            .iter()
+            .map(|l| l.iter().map(|r| r.len() as u64).sum())
+            .collect();
+        s.free_segments = self.free.len() as u64;
+        s.log_segments = self.log_segs.len() as u64;
+        s.keytable_segments = self.kt_segments.len() as u64;
+        s
+    }
+}

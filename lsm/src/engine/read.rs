@@ -1,0 +1,645 @@
+//! The read path: keys to value pointers (memtable, then keytable runs newest first), then
+//! the value pages, synchronously or through the poller.
+
+use super::*;
+
+/// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
+/// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
+/// least one pair is returned when there is one), skipping keys `skip` rejects (judged in
+/// the same instant as the keys are taken; skipped keys do not count).
+pub struct RangeRead<'a> {
+    /// First key (inclusive).
+    pub start: &'a [u8],
+    /// End key (exclusive); `None`: unbounded.
+    pub end: Option<&'a [u8]>,
+    /// Most pairs.
+    pub limit: usize,
+    /// Value bytes after which no further pair is taken.
+    pub max_bytes: u64,
+    /// Keys to leave out (e.g. expired ones), called under the engine lock: it must be quick
+    /// and must not call into the engine.
+    pub skip: Option<&'a KeyFilter<'a>>,
+}
+
+/// A predicate over keys (see [`RangeRead::skip`]).
+pub type KeyFilter<'a> = dyn Fn(&[u8]) -> bool + Sync + 'a;
+
+/// Receives values read and what was resolved with them (see `Engine::read_async`).
+pub(super) type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) + Send>;
+
+/// Page reads that resolve a list of value pointers.
+pub(super) struct ReadPlan {
+    ptrs: Vec<Option<ValuePtr>>,
+    lbas: Vec<Lba>,
+    /// Per pointer: first index into `lbas` and page count (pointers into one packed page
+    /// may share its index).
+    spans: Vec<Option<(usize, u32)>>,
+}
+
+/// Times an asynchronous read retries a submission the device refused as full.
+pub(super) const QUEUE_FULL_RETRIES: u32 = 10_000;
+
+/// Pause between those retries.
+pub(super) const QUEUE_FULL_BACKOFF: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The pages of one [`Engine::multi_get_async`] call as they arrive.
+pub(super) struct AsyncRead {
+    pages: Vec<Option<Result<Bytes>>>,
+    remaining: usize,
+    plan: Option<ReadPlan>,
+    done: Option<OnValues>,
+}
+
+/// The poller callback for page `i` of an asynchronous read.
+pub(super) fn page_done(
+    i: usize,
+    acc: Arc<Mutex<AsyncRead>>,
+    reads: Arc<ReadWindow>,
+    copied: Arc<AtomicU64>,
+) -> crate::io::OnDone {
+    Box::new(move |r: std::result::Result<Completion, DeviceError>| {
+        let page = r
+            .and_then(Completion::into_buf)
+            .map_err(EngineError::from)
+            .and_then(|b| {
+                b.map(page_bytes)
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            });
+        finish_page(i, &acc, &reads, &copied, page);
+    })
+}
+
+/// Records page `i`; the last page assembles the values and calls the caller back.
+pub(super) fn finish_page(
+    i: usize,
+    acc: &Mutex<AsyncRead>,
+    reads: &ReadWindow,
+    copied: &AtomicU64,
+    page: Result<Bytes>,
+) {
+    reads.release_page();
+    let (plan, done, pages) = {
+        let mut a = acc.lock();
+        if let Some(slot) = a.pages.get_mut(i) {
+            *slot = Some(page);
+        }
+        a.remaining = a.remaining.saturating_sub(1);
+        if a.remaining > 0 {
+            return;
+        }
+        let pages: Vec<Result<Bytes>> = a
+            .pages
+            .drain(..)
+            .map(|p| p.unwrap_or_else(|| Err(corrupt("value page missing"))))
+            .collect();
+        (a.plan.take(), a.done.take(), pages)
+    };
+    let result = match plan {
+        Some(plan) => plan.assemble(&pages, copied),
+        None => Err(corrupt("read plan missing")),
+    };
+    drop(pages);
+    reads.end_read();
+    if let Some(done) = done {
+        done(result);
+    }
+}
+
+impl ReadPlan {
+    /// Reads the pages straight from the device, concurrently with other callers (no engine
+    /// lock held).
+    pub(super) fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
+        let cmds = self
+            .lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::for_read(),
+            })
+            .collect();
+        dev.execute_many(cmds)
+            .into_iter()
+            .map(|r| {
+                r.map_err(EngineError::from)?
+                    .into_buf()?
+                    .map(page_bytes)
+                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            })
+            .collect()
+    }
+
+    /// Checks the pages and cuts the values out of them: a value within one page is a slice
+    /// of that page (no copy); a value spanning pages is joined into one buffer, and the
+    /// bytes joined are added to `copied`.
+    pub(super) fn assemble(
+        &self,
+        pages: &[Result<Bytes>],
+        copied: &AtomicU64,
+    ) -> Result<Vec<Option<Bytes>>> {
+        let page = |i: usize| -> Result<&Bytes> {
+            match pages.get(i) {
+                Some(Ok(p)) => Ok(p),
+                Some(Err(e)) => Err(corrupt(format!("value page unreadable: {e}"))),
+                None => Err(corrupt("value page missing")),
+            }
+        };
+        let mut out = Vec::with_capacity(self.ptrs.len());
+        for (p, span) in self.ptrs.iter().zip(&self.spans) {
+            let (Some(p), Some((at, n))) = (p, span) else {
+                out.push(None);
+                continue;
+            };
+            let len = p.len as usize;
+            let value = match p.loc {
+                ValueLoc::Inline { page: pg, offset } => {
+                    let buf = page(*at)?;
+                    check_page(buf, p.log_seg, pg).map_err(|e| {
+                        corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
+                    })?;
+                    let start = usize::from(offset);
+                    if start + len > buf.len() {
+                        return Err(corrupt("value runs past its page"));
+                    }
+                    buf.slice(start..start + len)
+                }
+                ValueLoc::Raw { page: pg, crc } => {
+                    let v = if *n == 1 {
+                        let buf = page(*at)?;
+                        if len > buf.len() {
+                            return Err(corrupt("value runs past its page"));
+                        }
+                        buf.slice(..len)
+                    } else {
+                        let mut v = BytesMut::with_capacity(*n as usize * PAGE_SIZE);
+                        for i in *at..*at + *n as usize {
+                            v.extend_from_slice(page(i)?);
+                        }
+                        v.truncate(len);
+                        copied.fetch_add(len as u64, Ordering::Relaxed);
+                        v.freeze()
+                    };
+                    if crc32c::crc32c(&v) != crc {
+                        return Err(corrupt(format!(
+                            "value at page {pg} of log segment {} fails its checksum",
+                            p.log_seg
+                        )));
+                    }
+                    v
+                }
+            };
+            out.push(Some(value));
+        }
+        Ok(out)
+    }
+}
+
+impl Engine {
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// `Corrupt` when the value fails its checksum; device errors.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut v = self.multi_get(&[key])?;
+        Ok(v.pop().flatten())
+    }
+
+    /// The values of several keys, read from the device in parallel.
+    ///
+    /// # Errors
+    /// As [`Engine::get`].
+    pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.read_consistent(|inner| {
+            Ok(keys
+                .iter()
+                .map(|k| match inner.lookup(k) {
+                    Some(Slot::Value(p)) => Some(p),
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+
+    /// The values of several keys without waiting: the value pages are submitted to the
+    /// device and `done` runs on the engine's poller thread once they are all read, with
+    /// the values in key order. Values within one page are slices of the page read (no
+    /// copy). At most [`crate::ASYNC_READ_WINDOW`] pages are in flight: a caller beyond it
+    /// waits here for earlier reads to finish. `done` must be short and must not call back
+    /// into the engine; it runs on the calling thread when nothing needs reading or the
+    /// engine is closed.
+    pub fn multi_get_async(&self, keys: &[&[u8]], done: OnValues) {
+        self.multi_get_async_probed(keys, &[], Box::new(move |r, _| done(r)));
+    }
+
+    /// [`Engine::multi_get_async`], and in the same instant (under the same engine lock
+    /// hold) whether each of `probes` exists, from DRAM only: a caller can judge a missing
+    /// value by keys read at the same point in time (e.g. a GET telling "no such key" from
+    /// "the key holds another type"). `done` gets the values and one flag per probe.
+    pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
+        self.read_async(
+            |inner| {
+                let present: Vec<bool> = probes
+                    .iter()
+                    .map(|k| matches!(inner.lookup(k), Some(Slot::Value(_))))
+                    .collect();
+                let ptrs = keys
+                    .iter()
+                    .map(|k| match inner.lookup(k) {
+                        Some(Slot::Value(p)) => Some(p),
+                        _ => None,
+                    })
+                    .collect();
+                Ok((ptrs, present))
+            },
+            done,
+        );
+    }
+
+    /// The live pairs of `range` in key order, without waiting: the keys and their value
+    /// pointers are taken in one engine-lock hold (one instant), the value pages are read as
+    /// in [`Engine::multi_get_async`], and `done` runs on the engine's poller thread with the
+    /// pairs. See [`RangeRead`] for the bounds.
+    pub fn range_async(&self, range: &RangeRead<'_>, done: OnRange) {
+        self.read_async(
+            |inner| {
+                let mut keys = Vec::new();
+                let mut ptrs = Vec::new();
+                let mut bytes = 0u64;
+                let mut merge = inner.merge_from(range.start);
+                while keys.len() < range.limit && (keys.is_empty() || bytes < range.max_bytes) {
+                    let Some((k, slot)) = merge.next() else { break };
+                    if range.end.is_some_and(|e| k >= e) {
+                        break;
+                    }
+                    if let Slot::Value(p) = slot {
+                        if range.skip.is_some_and(|skip| skip(k)) {
+                            continue;
+                        }
+                        bytes += u64::from(p.len);
+                        keys.push(k.to_vec());
+                        ptrs.push(Some(p));
+                    }
+                }
+                Ok((ptrs, keys))
+            },
+            Box::new(move |r, keys: Vec<Vec<u8>>| {
+                done(r.map(|values| {
+                    keys.into_iter()
+                        .zip(values)
+                        .filter_map(|(k, v)| v.map(|v| (k, v)))
+                        .collect()
+                }));
+            }),
+        );
+    }
+
+    /// Resolves value pointers (and something `done` needs, `T`) with `resolve` under the
+    /// engine lock, then reads their pages without waiting; `done` gets the values in pointer
+    /// order (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
+    pub(super) fn read_async<T: Default + Send + 'static>(
+        &self,
+        resolve: impl FnOnce(&Inner) -> Result<(Vec<Option<ValuePtr>>, T)>,
+        done: OnValuesWith<T>,
+    ) {
+        let mut extra = T::default();
+        let resolved = {
+            let inner = self.inner.lock();
+            inner.check_open().and_then(|()| {
+                let (ptrs, t) = resolve(&inner)?;
+                extra = t;
+                let plan = inner.plan_reads(&ptrs)?;
+                if !plan.lbas.is_empty() {
+                    // From here until the pages are read, no value-log segment is trimmed.
+                    self.reads.begin_read();
+                }
+                Ok((plan, inner.poller.clone()))
+            })
+        };
+        let done: OnValues = Box::new(move |r| done(r, extra));
+        let (plan, poller) = match resolved {
+            Ok(r) => r,
+            Err(e) => return done(Err(e)),
+        };
+        let n = plan.lbas.len();
+        if n == 0 {
+            return done(plan.assemble(&[], &self.read_copied));
+        }
+        let lbas = plan.lbas.clone();
+        let acc = Arc::new(Mutex::new(AsyncRead {
+            pages: (0..n).map(|_| None).collect(),
+            remaining: n,
+            plan: Some(plan),
+            done: Some(done),
+        }));
+        let mut cmds: Vec<Command> = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::for_read(),
+            })
+            .collect();
+        let mut callbacks: Vec<crate::io::OnDone> = (0..n)
+            .map(|i| page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone()))
+            .collect();
+        // At most ASYNC_READ_WINDOW pages of these reads are on the device at once, so writes
+        // (and their flushes) always find free tags: a larger request goes a window at a
+        // time, this thread waiting for earlier pages. Each window with one doorbell;
+        // refused ones (a full queue) one at a time.
+        let mut start = 0;
+        while start < n {
+            let len = (n - start).min(crate::ASYNC_READ_WINDOW);
+            self.reads.acquire_pages(len);
+            let window_cmds: Vec<Command> = cmds.drain(..len).collect();
+            let window_cbs: Vec<crate::io::OnDone> = callbacks.drain(..len).collect();
+            let results = poller.submit_many(window_cmds, window_cbs);
+            for (j, r) in results.into_iter().enumerate() {
+                let Err(r) = r else {
+                    continue;
+                };
+                let i = start + j;
+                let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                let mut tries = 0u32;
+                loop {
+                    let cb =
+                        page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
+                    match poller.submit(Command::Read { lba: lbas[i], buf }, cb) {
+                        Ok(()) => break,
+                        Err(r)
+                            if matches!(r.error, DeviceError::QueueFull { .. })
+                                && tries < QUEUE_FULL_RETRIES =>
+                        {
+                            // Writes hold the device's tags: let some complete.
+                            tries += 1;
+                            buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                            std::thread::sleep(QUEUE_FULL_BACKOFF);
+                        }
+                        Err(r) => {
+                            finish_page(
+                                i,
+                                &acc,
+                                &self.reads,
+                                &self.read_copied,
+                                Err(r.error.into()),
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+            start += len;
+        }
+    }
+
+    /// Value bytes the read path copied since open (values spanning pages are joined; the
+    /// `Vec` results of [`Engine::get`] and [`Engine::multi_get`] are copies).
+    pub fn read_copy_bytes(&self) -> u64 {
+        self.read_copied.load(Ordering::Relaxed)
+    }
+
+    /// The counter behind [`Engine::read_copy_bytes`], for callers that report it.
+    pub fn read_copy_counter(&self) -> Arc<AtomicU64> {
+        self.read_copied.clone()
+    }
+
+    /// Up to `limit` live pairs with `start <= key < end` (no `end`: to the last key), in
+    /// key order.
+    ///
+    /// # Errors
+    /// As [`Engine::get`].
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut keys = Vec::new();
+        let values = self.read_consistent(|inner| {
+            keys.clear();
+            let mut ptrs = Vec::new();
+            let mut merge = inner.merge_from(start);
+            while keys.len() < limit {
+                let Some((k, slot)) = merge.next() else { break };
+                if end.is_some_and(|e| k >= e) {
+                    break;
+                }
+                if let Slot::Value(p) = slot {
+                    keys.push(k.to_vec());
+                    ptrs.push(Some(p));
+                }
+            }
+            Ok(ptrs)
+        })?;
+        Ok(keys
+            .into_iter()
+            .zip(values)
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect())
+    }
+
+    /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
+    /// order, from the DRAM-cached keytables and memtable only (no device read).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn range_keys(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let mut keys = Vec::new();
+        let mut merge = inner.merge_from(start);
+        while keys.len() < limit {
+            let Some((k, slot)) = merge.next() else { break };
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if matches!(slot, Slot::Value(_)) {
+                keys.push(k.to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// How many live keys lie in `start <= key < end`, from DRAM only.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn count_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        let mut n = 0;
+        let merge = inner.merge_from(start);
+        for (k, slot) in merge {
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if matches!(slot, Slot::Value(_)) {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The value length of each key, `None` for a missing key, from DRAM only (no device
+    /// read): existence and length checks cost no I/O.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn value_lens(&self, keys: &[&[u8]]) -> Result<Vec<Option<u32>>> {
+        let inner = self.inner.lock();
+        inner.check_open()?;
+        Ok(keys
+            .iter()
+            .map(|k| match inner.lookup(k) {
+                Some(Slot::Value(p)) => Some(p.len),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Resolves pointers under the lock, then reads the device without it, so a read waiting
+    /// on the device does not hold up other reads or writes. A value that garbage collection
+    /// moved meanwhile fails its page checks; the lookup is then repeated.
+    pub(super) fn read_consistent(
+        &self,
+        mut resolve: impl FnMut(&Inner) -> Result<Vec<Option<ValuePtr>>>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let to_vecs = |v: Vec<Option<Bytes>>| {
+            v.into_iter()
+                .map(|b| {
+                    b.map(|b| {
+                        self.read_copied
+                            .fetch_add(b.len() as u64, Ordering::Relaxed);
+                        b.to_vec()
+                    })
+                })
+                .collect()
+        };
+        let mut attempts = 0;
+        loop {
+            let (ptrs, plan, dev) = {
+                let inner = self.inner.lock();
+                inner.check_open()?;
+                let ptrs = resolve(&inner)?;
+                let plan = inner.plan_reads(&ptrs)?;
+                (ptrs, plan, inner.dev.clone())
+            };
+            let pages = plan.fetch(dev.as_ref());
+            match plan.assemble(&pages, &self.read_copied) {
+                Ok(v) => return Ok(to_vecs(v)),
+                Err(e) => {
+                    attempts += 1;
+                    let moved = {
+                        let inner = self.inner.lock();
+                        resolve(&inner)? != ptrs
+                    };
+                    if !moved || attempts >= 3 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn lookup(&self, key: &[u8]) -> Option<Slot> {
+        if let Some(s) = self.mem.get(key) {
+            return Some(s);
+        }
+        if self.cfg.uncached_keytables {
+            return self
+                .levels
+                .iter()
+                .flatten()
+                .find_map(|run| self.lookup_on_device(run, key));
+        }
+        self.levels.iter().flatten().find_map(|run| run.get(key))
+    }
+
+    /// The ablation of keytable caching (`EngineConfig::uncached_keytables`): after the
+    /// run's bloom filter, the page that may hold `key` is found in the run's sparse page
+    /// index and read from the device, and the key is searched in that page. A page the
+    /// search cannot answer alone (an entry running on into the next page: keys of 8 KiB or
+    /// more) or cannot read is answered from DRAM.
+    pub(super) fn lookup_on_device(&self, run: &KeyTable, key: &[u8]) -> Option<Slot> {
+        if !run.may_contain(key) {
+            return None;
+        }
+        let (Some(index), Some(meta)) = (self.kt_index.get(&run.id()), self.runs.get(&run.id()))
+        else {
+            return run.get(key);
+        };
+        let pos = index.partition_point(|(_, first)| first.as_slice() <= key);
+        // Before the run's first key: not in it.
+        let &(page_no, _) = index.get(pos.checked_sub(1)?)?;
+        let mut skip = u64::from(page_no);
+        let lba = meta.extents.iter().find_map(|&(first, n)| {
+            if skip < u64::from(n) {
+                Some(Lba(first + skip))
+            } else {
+                skip -= u64::from(n);
+                None
+            }
+        })?;
+        match self.read_pages(&[lba]).ok().and_then(|mut v| v.pop()) {
+            Some(page) => KeyTable::search_page(run.id(), page_no, &page, key)
+                .unwrap_or_else(|_| run.get(key)),
+            None => run.get(key),
+        }
+    }
+
+    pub(super) fn merge_from<'a>(&'a self, start: &[u8]) -> Merge<'a> {
+        let mut sources: Vec<Source<'a>> = vec![Box::new(self.mem.range_from(start))];
+        for run in self.levels.iter().flatten() {
+            let i = run.seek(start);
+            sources.push(run_source(run, i));
+        }
+        Merge::new(sources)
+    }
+
+    /// Reads values under the engine lock (recovery and garbage collection).
+    pub(super) fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Bytes>>> {
+        let plan = self.plan_reads(ptrs)?;
+        let pages = self.read_pages(&plan.lbas)?;
+        let pages: Vec<Result<Bytes>> = pages.into_iter().map(|p| Ok(page_bytes(p))).collect();
+        plan.assemble(&pages, &AtomicU64::new(0))
+    }
+
+    /// Which pages hold these values.
+    pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
+        let mut plan = ReadPlan {
+            ptrs: ptrs.to_vec(),
+            lbas: Vec::new(),
+            spans: Vec::with_capacity(ptrs.len()),
+        };
+        // Small values read in key order (ranges, sequential multi-gets) often share a packed
+        // page with the one before: that page is read once.
+        let mut last_inline: Option<(u32, u32, usize)> = None;
+        for p in ptrs {
+            let Some(p) = p else {
+                plan.spans.push(None);
+                continue;
+            };
+            if let ValueLoc::Inline { page, .. } = p.loc {
+                match last_inline {
+                    Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
+                        plan.spans.push(Some((at, 1)));
+                        continue;
+                    }
+                    _ => last_inline = Some((p.log_seg, page, plan.lbas.len())),
+                }
+            }
+            let at = plan.lbas.len();
+            for run in p.runs(self.g.pages_per_segment()) {
+                let seg = SegmentId(self.segment_of(run.log_seg)?);
+                plan.lbas
+                    .extend((run.first..run.first + run.count).map(|pg| self.g.lba(seg, pg)));
+            }
+            plan.spans.push(Some((at, (plan.lbas.len() - at) as u32)));
+        }
+        Ok(plan)
+    }
+}

@@ -1,0 +1,126 @@
+//! Space accounting: free segments, garbage per value-log segment (final and tail), live
+//! bytes and the user capacity.
+
+use super::*;
+
+impl Inner {
+    pub(super) fn alloc_segment(&mut self, purpose: &'static str, reserve: usize) -> Result<u32> {
+        if self.free.len() <= reserve {
+            return Err(EngineError::DeviceFull { purpose });
+        }
+        let seg = self
+            .free
+            .pop_first()
+            .ok_or(EngineError::DeviceFull { purpose })?;
+        Ok(seg)
+    }
+
+    /// Value-log bytes the batch's puts will hold live (a put spanning segments holds them
+    /// whole).
+    pub(super) fn put_bytes(&self, ops: &[WriteOp<'_>]) -> u64 {
+        let segment = self.g.segment_bytes();
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    self.spanning_segments(k.len(), v.len()) as u64 * segment
+                }
+                WriteOp::Put(k, v) => stored_record_bytes(k.len(), v.len()),
+                WriteOp::Delete(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Value bytes clients may keep live: the segments values can use, less the
+    /// over-provisioned share.
+    pub(super) fn user_capacity(&self) -> u64 {
+        // Keytables take segments too: the ones they hold and room for a compaction's output.
+        let keytables = (self.kt_segments.len() + self.keytable_headroom()) as u64;
+        let usable = u64::from(self.g.segments())
+            .saturating_sub(MANIFEST_SEGMENTS.len() as u64 + RESERVED_SEGMENTS as u64 + keytables);
+        let op = u64::from(self.cfg.overprovision_percent.min(90));
+        usable * self.g.segment_bytes() / 100 * (100 - op)
+    }
+
+    /// Live value-log bytes (written minus known garbage; garbage the memtable shadows in
+    /// the runs is known only once it is flushed, so this may over-count until then).
+    pub(super) fn live_bytes(&self) -> u64 {
+        self.log_segs
+            .values()
+            .map(|m| m.written.saturating_sub(m.dead))
+            .sum()
+    }
+
+    /// Whether `put_bytes` more live bytes stay within the user capacity by the current
+    /// count (cheap while the log itself is smaller than the capacity).
+    pub(super) fn fits_user_capacity(&self, put_bytes: u64) -> bool {
+        if put_bytes == 0 || self.in_gc {
+            return true;
+        }
+        let cap = self.user_capacity();
+        let log_bound = self.log_segs.len() as u64 * self.g.segment_bytes();
+        log_bound + put_bytes <= cap || self.live_bytes() + put_bytes <= cap
+    }
+
+    /// Refuses a client put batch that would pass the user capacity, after flushing the
+    /// memtable when that makes the garbage count exact.
+    pub(super) fn check_user_capacity(&mut self, put_bytes: u64) -> Result<()> {
+        if self.fits_user_capacity(put_bytes) {
+            return Ok(());
+        }
+        if !self.mem.is_empty() {
+            self.flush()?;
+            if self.fits_user_capacity(put_bytes) {
+                return Ok(());
+            }
+        }
+        Err(EngineError::CapacityFull {
+            live: self.live_bytes() + put_bytes,
+            capacity: self.user_capacity(),
+        })
+    }
+
+    /// Counts values that records after the checkpoint made garbage.
+    pub(super) fn mark_dead(&mut self, dead: &[Invalidated]) {
+        let pps = self.g.pages_per_segment();
+        for (klen, p) in dead {
+            for (log_seg, bytes) in p.segment_shares(*klen, pps) {
+                self.count_tail_dead(log_seg, bytes);
+            }
+        }
+    }
+
+    /// Counts a dead value's garbage for good (not to be counted again by a replay).
+    pub(super) fn count_dead(&mut self, key_len: usize, p: &ValuePtr) {
+        for (log_seg, bytes) in p.segment_shares(key_len, self.g.pages_per_segment()) {
+            if let Some(m) = self.log_segs.get_mut(&log_seg) {
+                m.dead += bytes;
+            }
+        }
+    }
+
+    /// Counts garbage that a record after the replay checkpoint made (see `tail_dead`).
+    pub(super) fn count_tail_dead(&mut self, log_seg: u32, bytes: u64) {
+        if let Some(m) = self.log_segs.get_mut(&log_seg) {
+            m.dead += bytes;
+            *self.tail_dead.entry(log_seg).or_default() += bytes;
+        }
+    }
+
+    /// Trims a device segment nothing refers to any more (the manifest on the device no
+    /// longer lists it, and no read still fetches from it) and puts it on the free list.
+    ///
+    /// # Errors
+    /// The trim's (the segment then stays off the free list until the next open, which trims
+    /// whatever the manifest does not account for).
+    pub(super) fn trim_to_free(&mut self, segment: u32) -> Result<()> {
+        crate::io::execute_patiently(
+            self.dev.as_ref(),
+            Command::Trim {
+                segment: SegmentId(segment),
+            },
+        )?
+        .result?;
+        self.free.insert(segment);
+        Ok(())
+    }
+}

@@ -1,0 +1,551 @@
+//! Client write batches: validation, the pipeline of batches on the device (applied in
+//! ticket order once durable), the synchronous path, and applying updates to the memtable.
+
+use super::gc::GC_MOVE_RESERVE;
+use super::*;
+
+/// Value-log pages of client batches on the device at once (the write pipeline's depth).
+pub(super) const PIPELINE_PAGES: u64 = 96;
+
+/// Larger batches are written synchronously, alone.
+pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
+
+/// How long a submission waits for a free device tag before giving up.
+pub(super) const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A batch started by [`Engine::try_submit_write`]; pass it to [`Engine::finish_write`].
+#[must_use = "a started batch must be finished to learn whether it is durable"]
+pub struct PendingWrite {
+    state: PendingState,
+}
+
+pub(super) enum PendingState {
+    /// Already written (synchronously) or refused.
+    Done(Result<()>),
+    /// Pages on the device.
+    OnDevice {
+        ticket: u64,
+        /// Completion of its pages.
+        pages: Arc<GroupDone>,
+        dev: Arc<dyn AppendDevice>,
+        /// Flush the device's write cache before acknowledging (through this gate, which
+        /// shares one flush among the batches that wait at the same time).
+        flush: Option<Arc<FlushGate>>,
+    },
+}
+
+/// A pipelined batch between submission and application.
+pub(super) struct InFlight {
+    updates: Vec<(Vec<u8>, Slot)>,
+    user_bytes: u64,
+    pages: u64,
+    /// Set when all its pages completed (or one failed).
+    io: Option<std::result::Result<(), DeviceError>>,
+}
+
+impl Engine {
+    /// Sets `key` to `value`; durable on return.
+    ///
+    /// # Errors
+    /// `EmptyKey`, `KeyTooLarge`, `ValueTooLarge`, `DeviceFull`, device errors.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(&[WriteOp::Put(key, value)])
+    }
+
+    /// Deletes `key` (deleting a missing key is not an error); durable on return.
+    ///
+    /// # Errors
+    /// `EmptyKey`, `KeyTooLarge`, `DeviceFull`, device errors.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write(&[WriteOp::Delete(key)])
+    }
+
+    /// Applies a batch atomically and durably: after a power cut either all of it is there
+    /// or none. Concurrent writers passing their operations in one batch share the page
+    /// writes (group commit).
+    ///
+    /// # Errors
+    /// As [`Engine::put`]; nothing of a failed batch is applied.
+    pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
+        let mut g = self.inner.lock();
+        g.check_open()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        g.validate_batch(ops)?;
+        let bound = g.page_bound(ops);
+        let put_bytes = g.put_bytes(ops);
+        // Several batches share the device: wait for room in the pipeline.
+        while g.can_pipeline(bound, put_bytes)
+            && !g.pipeline.is_empty()
+            && g.pipeline_pages + bound > PIPELINE_PAGES
+        {
+            self.applied.wait(&mut g);
+        }
+        if !g.can_pipeline(bound, put_bytes) {
+            // Maintenance (GC, flush) or a large batch: alone, with nothing else in flight.
+            self.quiesce(&mut g);
+            self.reclaim_stepwise(&mut g)?;
+            // Other writers may have started batches while the lock was free.
+            self.quiesce(&mut g);
+            let r = g.write(ops);
+            self.applied.notify_all();
+            return r;
+        }
+        let (ticket, pages) = g.start_batch(ops, bound)?;
+        let dev = g.dev.clone();
+        let flush = g.cfg.flush_writes.then(|| g.flush_gate.clone());
+        drop(g);
+        self.finish_write(PendingWrite {
+            state: PendingState::OnDevice {
+                ticket,
+                pages,
+                dev,
+                flush,
+            },
+        })
+    }
+
+    /// Starts a batch without waiting for it: its pages are laid out and submitted, and
+    /// [`Engine::finish_write`] later waits until it is durable and applied. A caller may
+    /// start several batches before finishing the first; they are applied in the order
+    /// they were started, and each is atomic as with [`Engine::write`].
+    ///
+    /// Returns `Ok(None)` when the batch cannot start now without waiting for batches
+    /// already on the device (the pipeline is full, or maintenance or a large batch must
+    /// run alone): finish an earlier batch and try again, or call [`Engine::write`] when the
+    /// caller has none in flight.
+    ///
+    /// # Errors
+    /// As [`Engine::write`], for errors found before anything is submitted.
+    pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
+        let mut g = self.inner.lock();
+        g.check_open()?;
+        if ops.is_empty() {
+            return Ok(Some(PendingWrite {
+                state: PendingState::Done(Ok(())),
+            }));
+        }
+        g.validate_batch(ops)?;
+        let bound = g.page_bound(ops);
+        let put_bytes = g.put_bytes(ops);
+        if !g.can_pipeline(bound, put_bytes) {
+            if !g.pipeline.is_empty() {
+                return Ok(None);
+            }
+            // Nothing in flight: the synchronous path runs now, alone.
+            self.reclaim_stepwise(&mut g)?;
+            if !g.pipeline.is_empty() {
+                // Another writer started a batch while the lock was free between steps.
+                return Ok(None);
+            }
+            let r = g.write(ops);
+            self.applied.notify_all();
+            return Ok(Some(PendingWrite {
+                state: PendingState::Done(r),
+            }));
+        }
+        if !g.pipeline.is_empty() && g.pipeline_pages + bound > PIPELINE_PAGES {
+            return Ok(None);
+        }
+        let (ticket, pages) = g.start_batch(ops, bound)?;
+        let dev = g.dev.clone();
+        Ok(Some(PendingWrite {
+            state: PendingState::OnDevice {
+                ticket,
+                pages,
+                dev,
+                flush: g.cfg.flush_writes.then(|| g.flush_gate.clone()),
+            },
+        }))
+    }
+
+    /// Waits until a batch from [`Engine::try_submit_write`] is durable and applied (and so
+    /// visible to reads), and returns its outcome.
+    ///
+    /// # Errors
+    /// As [`Engine::write`]; a batch fails when one started before it failed.
+    pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
+        let (ticket, pages, dev, flush) = match pending.state {
+            PendingState::Done(r) => return r,
+            PendingState::OnDevice {
+                ticket,
+                pages,
+                dev,
+                flush,
+            } => (ticket, pages, dev, flush),
+        };
+        // Wait outside the lock (woken once, by the last page): other batches are laid out
+        // and submitted meanwhile.
+        let mut io = pages.wait();
+        if let (true, Some(gate)) = (io.is_ok(), flush) {
+            // Durable before acknowledged: the pages may still be in the write cache.
+            io = gate.flush(|| device_flush(dev.as_ref()));
+        }
+        let mut g = self.inner.lock();
+        if let Some(b) = g.pipeline.get_mut(&ticket) {
+            // A page refused at submission already failed the batch.
+            b.io = Some(match b.io.take() {
+                Some(Err(e)) => Err(e),
+                _ => io,
+            });
+        }
+        g.apply_ready();
+        self.applied.notify_all();
+        while g.applied_upto < ticket {
+            self.applied.wait(&mut g);
+        }
+        g.outcomes.remove(&ticket).unwrap_or(Ok(()))
+    }
+
+    pub(super) fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
+        g.quiescers += 1;
+        while !g.pipeline.is_empty() {
+            self.applied.wait(g);
+        }
+        g.quiescers -= 1;
+    }
+}
+
+impl Inner {
+    pub(super) fn validate_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(EngineError::EmptyKey);
+        }
+        let max = self.cfg.max_key.min(LONG_KEY_MAX);
+        if key.len() > max {
+            return Err(EngineError::KeyTooLarge {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a client batch of at most `bound` pages can go down the pipeline: no
+    /// maintenance is due and it is small.
+    pub(super) fn can_pipeline(&self, bound: u64, put_bytes: u64) -> bool {
+        !self.closed
+            && self.fits_user_capacity(put_bytes)
+            && !self.needs_checkpoint
+            && !self.in_gc
+            && self.quiescers == 0
+            && bound <= PIPELINE_MAX_BATCH_PAGES
+            && self.free.len() > self.gc_low_water()
+            && self.mem.bytes() < self.cfg.memtable_bytes
+            && self.pages_since_checkpoint + self.pipeline_pages + bound
+                < self.replay_budget_pages()
+    }
+
+    /// Lays out a client batch and submits its pages in order (the lock held, so batches
+    /// reach each segment's write pointer in order). Returns its ticket, the channel its page
+    /// completions arrive on and how many were submitted.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn start_batch(
+        &mut self,
+        ops: &[WriteOp<'_>],
+        bound: u64,
+    ) -> Result<(u64, Arc<GroupDone>)> {
+        let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
+        let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
+        let (pages, updates) = self.build_batch(ops, reserve)?;
+        let n = pages.len();
+        let group = GroupDone::new(n);
+        // All pages with one doorbell; from the first refusal on (a full queue: the later
+        // pages are then refused too, being past the write pointer) one at a time.
+        let lbas: Vec<Lba> = pages.iter().map(|(lba, _)| *lba).collect();
+        let cmds: Vec<Command> = pages
+            .into_iter()
+            .map(|(lba, buf)| Command::Write { lba, buf })
+            .collect();
+        let callbacks = (0..n).map(|_| group.callback()).collect();
+        let mut refused: Option<DeviceError> = None;
+        for (i, r) in self
+            .poller
+            .submit_many(cmds, callbacks)
+            .into_iter()
+            .enumerate()
+        {
+            let Err(r) = r else {
+                continue;
+            };
+            if refused.is_some() {
+                group.finish_one(Ok(()));
+                continue;
+            }
+            let Some(mut buf) = r.buf else {
+                refused = Some(r.error);
+                group.finish_one(Ok(()));
+                continue;
+            };
+            let since = std::time::Instant::now();
+            loop {
+                match self
+                    .poller
+                    .submit(Command::Write { lba: lbas[i], buf }, group.callback())
+                {
+                    Ok(()) => break,
+                    // Reads hold the tags: let them finish.
+                    Err(r)
+                        if matches!(r.error, DeviceError::QueueFull { .. })
+                            && since.elapsed() < QUEUE_FULL_PATIENCE =>
+                    {
+                        let Some(b) = r.buf else {
+                            refused = Some(r.error);
+                            group.finish_one(Ok(()));
+                            break;
+                        };
+                        buf = b;
+                        std::thread::yield_now();
+                    }
+                    Err(r) => {
+                        refused = Some(r.error);
+                        group.finish_one(Ok(()));
+                        break;
+                    }
+                }
+            }
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.pages_since_checkpoint += n as u64;
+        self.pipeline_pages += bound;
+        self.pipeline.insert(
+            ticket,
+            InFlight {
+                updates: updates.into_iter().map(|(k, s)| (k.to_vec(), s)).collect(),
+                user_bytes: Self::user_bytes(ops),
+                pages: bound,
+                io: refused.map(Err),
+            },
+        );
+        Ok((ticket, group))
+    }
+
+    /// Applies, in ticket order, every pipelined batch whose pages have all completed. A
+    /// failed batch fails those submitted after it too (they may sit behind its hole).
+    pub(super) fn apply_ready(&mut self) {
+        loop {
+            let t = self.applied_upto + 1;
+            let ready = self.pipeline.get(&t).is_some_and(|b| b.io.is_some());
+            if !ready {
+                return;
+            }
+            let Some(b) = self.pipeline.remove(&t) else {
+                return;
+            };
+            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            let outcome = match b.io {
+                Some(Ok(())) if t >= self.poisoned_below => {
+                    self.stats.user_bytes_written += b.user_bytes;
+                    for (k, slot) in b.updates {
+                        self.apply(&k, slot);
+                    }
+                    Ok(())
+                }
+                other => {
+                    // Its records are garbage; the head may hold a hole.
+                    for (k, slot) in &b.updates {
+                        if let Slot::Value(p) = slot {
+                            self.mark_dead(&[(k.len(), *p)]);
+                        }
+                    }
+                    self.abandon_head_after_failure();
+                    self.poisoned_below = self.poisoned_below.max(self.next_ticket);
+                    Err(match other {
+                        Some(Err(e)) => EngineError::Device(e),
+                        _ => EngineError::BatchAborted,
+                    })
+                }
+            };
+            self.outcomes.insert(t, outcome);
+            self.applied_upto = t;
+        }
+    }
+
+    /// Checks a batch's keys and value sizes; returns whether it holds a put.
+    pub(super) fn validate_batch(&self, ops: &[WriteOp<'_>]) -> Result<bool> {
+        let max_value = self.max_value();
+        let mut any_put = false;
+        for op in ops {
+            match op {
+                WriteOp::Put(k, v) => {
+                    self.validate_key(k)?;
+                    if v.len() as u64 > max_value {
+                        return Err(EngineError::ValueTooLarge {
+                            len: v.len() as u64,
+                            max: max_value,
+                        });
+                    }
+                    any_put = true;
+                }
+                WriteOp::Delete(k) => self.validate_key(k)?,
+            }
+        }
+        Ok(any_put)
+    }
+
+    /// Most value-log pages a batch can take: one packed page per operation plus one, and
+    /// every raw page; a put spanning segments takes them whole (such a batch is never
+    /// pipelined: see [`Inner::can_pipeline`]).
+    pub(super) fn page_bound(&self, ops: &[WriteOp<'_>]) -> u64 {
+        let pps = u64::from(self.g.pages_per_segment());
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    (self.spanning_segments(k.len(), v.len()) as u64 * pps)
+                        .max(PIPELINE_MAX_BATCH_PAGES + 1)
+                }
+                WriteOp::Put(k, v) => 1 + Self::put_raw_pages(k.len(), v.len()),
+                WriteOp::Delete(k) if is_long_key(k.len()) => 1 + key_pages(k.len()),
+                WriteOp::Delete(_) => 1,
+            })
+            .sum::<u64>()
+            + 1
+    }
+
+    /// Ends the head segment where it stands (after a failed or abandoned batch it may hold
+    /// holes or a torn batch); the next write opens a new one.
+    /// A batch failed on the device: its segment may hold a hole, and recovery's replay
+    /// stops at a hole. Batches written after it (in a new segment) would be acknowledged
+    /// yet not replayed, so the next batch first moves the checkpoint past the hole.
+    pub(super) fn abandon_head_after_failure(&mut self) {
+        self.abandon_head();
+        self.needs_checkpoint = true;
+    }
+
+    pub(super) fn abandon_head(&mut self) {
+        if let Some(h) = self.head.take() {
+            if let Some(m) = self.log_segs.get_mut(&h.log_seg) {
+                m.sealed_end = Some(h.next_page);
+            }
+        }
+    }
+
+    /// Moves the replay checkpoint past the hole a failed batch left (see
+    /// `abandon_head_after_failure` and `forget_layout`), if there is one: recovery's replay
+    /// stops at a hole, so nothing written after it counts until the checkpoint is past it.
+    /// A client batch waits for this; garbage collection may move values past a hole, but
+    /// its victims leave the manifest only after this (`release_reclaimed`).
+    ///
+    /// # Errors
+    /// The flush's, or writing the manifest.
+    pub(super) fn close_hole(&mut self) -> Result<()> {
+        if !self.needs_checkpoint {
+            return Ok(());
+        }
+        self.flush()?;
+        if self.needs_checkpoint {
+            // Nothing to flush, but the hole is still after the checkpoint.
+            self.move_checkpoint();
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Counts a durable batch's user bytes and applies its updates to the memtable.
+    pub(super) fn commit_updates(&mut self, user_bytes: u64, updates: Vec<(&[u8], Slot)>) {
+        if !self.in_gc {
+            self.stats.user_bytes_written += user_bytes;
+        }
+        for (k, slot) in updates {
+            self.apply(k, slot);
+        }
+    }
+
+    pub(super) fn user_bytes(ops: &[WriteOp<'_>]) -> u64 {
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
+                WriteOp::Delete(k) => k.len() as u64,
+            })
+            .sum()
+    }
+
+    /// Writes a batch and waits for it (the synchronous path: garbage collection, and client
+    /// batches that need maintenance first or are too large to pipeline).
+    pub(super) fn write(&mut self, ops: &[WriteOp<'_>]) -> Result<()> {
+        self.check_open()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let any_put = self.validate_batch(ops)?;
+        if any_put && !self.in_gc {
+            self.check_user_capacity(self.put_bytes(ops))?;
+        }
+        if !self.in_gc {
+            self.reclaim_if_low()?;
+        }
+        // Deletes may dip into the reserve and client puts may not. Garbage collection's
+        // moves leave one segment, so that the flush which closes a hole one of its batches
+        // may leave (see `forget_layout`) still finds room for its keytables.
+        let reserve = if self.in_gc {
+            GC_MOVE_RESERVE
+        } else if any_put {
+            RESERVED_SEGMENTS
+        } else {
+            0
+        };
+        let spanning = self.batch_spanning_segments(ops);
+        if spanning > 0 && !self.in_gc {
+            self.reclaim_for(spanning + reserve)?;
+        }
+        if !self.in_gc {
+            // After garbage collection, which may write its moves past a hole (its victims
+            // are released only once the hole is closed), before this batch.
+            self.close_hole()?;
+        }
+        let (pages, updates) = self.build_batch(ops, reserve)?;
+        let n = pages.len() as u64;
+        let mut written = self.write_pages(pages);
+        // A client batch is acknowledged only once the device's write cache holds none of
+        // it (garbage collection's moves are made durable by the manifest write after them).
+        if written.is_ok() && !self.in_gc && self.cfg.flush_writes {
+            written = self.sync_device();
+        }
+        if let Err(e) = written {
+            // Its records are garbage, as a failed pipelined batch's (`apply_ready`).
+            for (k, slot) in &updates {
+                if let Slot::Value(p) = slot {
+                    self.mark_dead(&[(k.len(), *p)]);
+                }
+            }
+            self.abandon_head_after_failure();
+            return Err(e);
+        }
+        self.pages_since_checkpoint += n;
+        self.commit_updates(Self::user_bytes(ops), updates);
+        if self.mem.bytes() >= self.cfg.memtable_bytes
+            || self.pages_since_checkpoint >= self.replay_budget_pages()
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Value-log pages after the checkpoint that trigger a flush: bounded for recovery time,
+    /// and to a sixteenth of the device so garbage collection always has sealed, flushed
+    /// segments to choose from.
+    pub(super) fn replay_budget_pages(&self) -> u64 {
+        let device = u64::from(self.g.segments()) * u64::from(self.g.pages_per_segment());
+        REPLAY_BUDGET_PAGES
+            .min(device / 16)
+            .max(u64::from(self.g.pages_per_segment()))
+    }
+
+    /// Puts a slot into the memtable, counting the value it replaces as garbage.
+    pub(super) fn apply(&mut self, key: &[u8], slot: Slot) {
+        if let Some(Slot::Value(old)) = self.mem.insert(key, slot) {
+            self.mark_dead(&[(key.len(), old)]);
+        }
+    }
+
+    /// The checkpoint moves to the head: the log before it is never replayed again, so the
+    /// garbage its records made is final and goes into the manifest from now on.
+    pub(super) fn move_checkpoint(&mut self) {
+        self.needs_checkpoint = false;
+        self.checkpoint = self.head_position();
+        self.pages_since_checkpoint = 0;
+        self.tail_dead.clear();
+    }
+}
