@@ -29,6 +29,7 @@
 
 mod config;
 mod engine;
+mod epoch;
 mod error;
 pub mod gc;
 mod io;

@@ -1,47 +1,167 @@
 //! The memtable (L0 in the paper): recent writes as a sorted map from key to the pointer of
 //! the value already placed in the value log, so values are never copied into it.
+//!
+//! **Concurrency.** One writer at a time (the engine's write lock serialises callers of
+//! [`MemTable::insert`]) and any number of readers that take no lock at all. The map is a
+//! lock-free skip list (`crossbeam-skiplist`) that is *insert-only*: every version of a key is
+//! its own entry, ordered by key and then newest sequence number first, and nothing is
+//! removed until the whole memtable is dropped (after it was flushed and the last reader that
+//! could see it let go of its `Arc`). So:
+//!
+//! - a reader never sees a half-written entry (the skip list publishes a node whole);
+//! - a reader reading at sequence number `s` ([`MemTable::get`], [`MemCursor`]) ignores
+//!   every version newer than `s`. The engine publishes `s` only after a whole batch is in
+//!   (batches take their sequence numbers in the order they are applied), so a reader sees a
+//!   batch all or nothing, and two reads with the same `s` see the same memtable state;
+//! - garbage accounting stays exact: the writer learns the version an insert shadows from
+//!   [`MemTable::latest`] before inserting (no other writer can slip in between).
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
+use crossbeam_skiplist::map::Entry;
+use crossbeam_skiplist::SkipMap;
 
 use crate::keytable::Slot;
+use crate::merge::Cursor;
 
-/// Recent writes, newest version of each key.
-#[derive(Debug, Default)]
-pub struct MemTable {
-    map: BTreeMap<Vec<u8>, Slot>,
-    bytes: usize,
+/// Rough DRAM cost of one entry beyond its key (skip-list node share, sequence and slot).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// Sequence number that sees every version (the writer's own view).
+pub const LATEST: u64 = u64::MAX;
+
+/// A key version: ordered by key, then by sequence number, newest first.
+#[derive(Debug, PartialEq, Eq)]
+pub struct VersionKey {
+    key: Box<[u8]>,
+    seq: u64,
 }
 
-/// Rough DRAM cost of one entry beyond its key (map node share and slot).
-const ENTRY_OVERHEAD: usize = 48;
+/// A borrowed view of a key version, so lookups need no allocation (the skip list is
+/// searched with `&dyn KeyVersion`, which every stored [`VersionKey`] can be borrowed as).
+pub trait KeyVersion {
+    /// The user key.
+    fn user_key(&self) -> &[u8];
+    /// The sequence number.
+    fn seq(&self) -> u64;
+}
+
+impl KeyVersion for VersionKey {
+    fn user_key(&self) -> &[u8] {
+        &self.key
+    }
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl KeyVersion for (&[u8], u64) {
+    fn user_key(&self) -> &[u8] {
+        self.0
+    }
+    fn seq(&self) -> u64 {
+        self.1
+    }
+}
+
+impl Ord for dyn KeyVersion + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.user_key()
+            .cmp(other.user_key())
+            .then_with(|| other.seq().cmp(&self.seq()))
+    }
+}
+
+impl PartialOrd for dyn KeyVersion + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn KeyVersion + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for dyn KeyVersion + '_ {}
+
+impl Ord for VersionKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self as &dyn KeyVersion).cmp(other as &dyn KeyVersion)
+    }
+}
+
+impl PartialOrd for VersionKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<'a> Borrow<dyn KeyVersion + 'a> for VersionKey {
+    fn borrow(&self) -> &(dyn KeyVersion + 'a) {
+        self
+    }
+}
+
+/// Recent writes, every version of each key until the table is flushed and dropped.
+#[derive(Debug, Default)]
+pub struct MemTable {
+    map: SkipMap<VersionKey, Slot>,
+    bytes: AtomicUsize,
+    /// Distinct keys (counted by the single writer).
+    keys: AtomicUsize,
+}
 
 impl MemTable {
-    /// Sets `key`; returns the slot it replaced.
-    pub fn insert(&mut self, key: &[u8], slot: Slot) -> Option<Slot> {
-        match self.map.get_mut(key) {
-            Some(s) => Some(std::mem::replace(s, slot)),
-            None => {
-                self.bytes += key.len() + ENTRY_OVERHEAD;
-                self.map.insert(key.to_vec(), slot);
-                None
-            }
-        }
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// The slot of `key`.
-    pub fn get(&self, key: &[u8]) -> Option<Slot> {
-        self.map.get(key).copied()
+    /// Adds version `seq` of `key` (newer than every version already in the table) and
+    /// returns the version it shadows. Callers are serialised by the engine's write lock;
+    /// readers may run concurrently.
+    pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
+        let shadowed = self.latest(key);
+        if shadowed.is_none() {
+            self.keys.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        self.bytes
+            .fetch_add(key.len() + ENTRY_OVERHEAD, AtomicOrdering::Relaxed);
+        self.map.insert(
+            VersionKey {
+                key: key.into(),
+                seq,
+            },
+            slot,
+        );
+        shadowed
+    }
+
+    /// The newest version of `key` at sequence number `seq` or before.
+    pub fn get(&self, key: &[u8], seq: u64) -> Option<Slot> {
+        let probe: &dyn KeyVersion = &(key, seq);
+        let e = self.map.lower_bound(Bound::Included(probe))?;
+        (e.key().user_key() == key).then(|| *e.value())
+    }
+
+    /// The newest version of `key` (the writer's view).
+    pub fn latest(&self, key: &[u8]) -> Option<Slot> {
+        self.get(key, LATEST)
     }
 
     /// Approximate DRAM bytes.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes.load(AtomicOrdering::Relaxed)
     }
 
-    /// Number of keys.
+    /// Number of distinct keys.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.keys.load(AtomicOrdering::Relaxed)
     }
 
     /// True when empty.
@@ -49,21 +169,149 @@ impl MemTable {
         self.map.is_empty()
     }
 
-    /// Entries from `start` on, in key order.
-    pub fn range_from<'a>(&'a self, start: &[u8]) -> impl Iterator<Item = (&'a [u8], Slot)> + 'a {
-        self.map
-            .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
-            .map(|(k, s)| (k.as_slice(), *s))
+    /// A cursor over the newest version of each key at `seq` or before, from `start` on.
+    pub fn cursor_from(&self, start: &[u8], seq: u64) -> MemCursor<'_> {
+        let probe: &dyn KeyVersion = &(start, LATEST);
+        let mut c = MemCursor {
+            cur: self.map.lower_bound(Bound::Included(probe)),
+            seq,
+        };
+        c.settle();
+        c
     }
 
-    /// All entries in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Slot)> {
-        self.map.iter().map(|(k, s)| (k.as_slice(), *s))
+    /// Every key's newest version, in key order (for a flush: the table no longer changes).
+    pub fn cursor(&self) -> MemCursor<'_> {
+        let mut c = MemCursor {
+            cur: self.map.front(),
+            seq: LATEST,
+        };
+        c.settle();
+        c
+    }
+}
+
+/// A position in a [`MemTable`]: the newest version of one key visible at its sequence
+/// number. It holds the skip-list entry it stands on (reference-counted), so the key it lends
+/// stays valid while the cursor does not move.
+pub struct MemCursor<'a> {
+    cur: Option<Entry<'a, VersionKey, Slot>>,
+    seq: u64,
+}
+
+impl MemCursor<'_> {
+    /// Skips versions newer than the cursor's sequence number: it then stands on the newest
+    /// visible version of its key (versions of a key are adjacent, newest first).
+    fn settle(&mut self) {
+        while let Some(e) = &self.cur {
+            if e.key().seq <= self.seq {
+                return;
+            }
+            self.cur = e.next();
+        }
+    }
+}
+
+impl Cursor for MemCursor<'_> {
+    fn current(&self) -> Option<(&[u8], Slot)> {
+        self.cur.as_ref().map(|e| (&*e.key().key, *e.value()))
     }
 
-    /// Empties the table.
-    pub fn clear(&mut self) {
-        self.map.clear();
-        self.bytes = 0;
+    fn advance(&mut self) {
+        let Some(at) = self.cur.take() else {
+            return;
+        };
+        // Past the older versions of the same key.
+        let mut next = at.next();
+        while let Some(e) = &next {
+            if e.key().key != at.key().key {
+                break;
+            }
+            next = e.next();
+        }
+        self.cur = next;
+        self.settle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vlog_format::{ValueLoc, ValuePtr};
+
+    fn v(n: u32) -> Slot {
+        Slot::Value(ValuePtr {
+            log_seg: n,
+            loc: ValueLoc::Inline { page: 0, offset: 0 },
+            len: n,
+        })
+    }
+
+    fn keys_at(m: &MemTable, start: &[u8], seq: u64) -> Vec<(Vec<u8>, Slot)> {
+        let mut c = m.cursor_from(start, seq);
+        let mut out = Vec::new();
+        while let Some((k, s)) = c.current() {
+            out.push((k.to_vec(), s));
+            c.advance();
+        }
+        out
+    }
+
+    #[test]
+    fn reads_see_the_newest_version_at_their_sequence_number() {
+        let m = MemTable::new();
+        m.insert(b"a", 1, v(1));
+        m.insert(b"b", 2, v(2));
+        m.insert(b"a", 3, v(3));
+        m.insert(b"ab", 4, Slot::Tombstone);
+        assert_eq!(m.get(b"a", 1), Some(v(1)));
+        assert_eq!(m.get(b"a", 2), Some(v(1)));
+        assert_eq!(m.get(b"a", LATEST), Some(v(3)));
+        assert_eq!(m.get(b"a", 0), None);
+        assert_eq!(m.get(b"b", 1), None);
+        assert_eq!(m.get(b"c", LATEST), None);
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            keys_at(&m, b"", LATEST),
+            vec![
+                (b"a".to_vec(), v(3)),
+                (b"ab".to_vec(), Slot::Tombstone),
+                (b"b".to_vec(), v(2))
+            ]
+        );
+        assert_eq!(
+            keys_at(&m, b"", 2),
+            vec![(b"a".to_vec(), v(1)), (b"b".to_vec(), v(2))]
+        );
+        assert_eq!(keys_at(&m, b"aa", 3), vec![(b"b".to_vec(), v(2))]);
+        assert_eq!(keys_at(&m, b"a", 0), vec![]);
+    }
+
+    #[test]
+    fn readers_run_while_the_writer_inserts() {
+        let m = std::sync::Arc::new(MemTable::new());
+        let w = m.clone();
+        let writer = std::thread::spawn(move || {
+            for seq in 1..=20_000u64 {
+                let k = (seq % 100).to_be_bytes();
+                w.insert(&k, seq, v(seq as u32));
+            }
+        });
+        // Every read at a sequence number sees a version no newer than it, and the newest
+        // key order never breaks.
+        while !writer.is_finished() {
+            let mut c = m.cursor_from(b"", 5_000);
+            let mut last: Option<Vec<u8>> = None;
+            while let Some((k, s)) = c.current() {
+                assert!(last.as_deref() < Some(k));
+                if let Slot::Value(p) = s {
+                    assert!(p.len <= 5_000);
+                }
+                last = Some(k.to_vec());
+                c.advance();
+            }
+        }
+        assert!(writer.join().is_ok());
+        assert_eq!(m.len(), 100);
     }
 }

@@ -1,81 +1,100 @@
 //! Merging sorted sources (the memtable and keytable runs) in key order, newest version
 //! first: the basis of range reads and of compaction.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot};
 use crate::vlog_format::ValuePtr;
 
-/// A sorted source of (key, slot).
-pub type Source<'a> = Box<dyn Iterator<Item = (&'a [u8], Slot)> + 'a>;
+/// A sorted source of (key, slot) read in place: the entry it stands on is lent, not copied,
+/// so a source may hold what keeps its key alive (a memtable cursor holds its skip-list
+/// entry).
+pub trait Cursor {
+    /// The entry the cursor stands on, or `None` past the end.
+    fn current(&self) -> Option<(&[u8], Slot)>;
+    /// Moves to the next key.
+    fn advance(&mut self);
+}
+
+/// A boxed [`Cursor`].
+pub type Source<'a> = Box<dyn Cursor + 'a>;
+
+/// Entries of a keytable run from index `i` on.
+pub struct RunCursor<'a> {
+    t: &'a KeyTable,
+    i: usize,
+}
+
+impl Cursor for RunCursor<'_> {
+    fn current(&self) -> Option<(&[u8], Slot)> {
+        (self.i < self.t.len()).then(|| (self.t.key(self.i), self.t.slot(self.i)))
+    }
+
+    fn advance(&mut self) {
+        self.i += 1;
+    }
+}
 
 /// Entries of a run from index `from` on.
 pub fn run_source(t: &KeyTable, from: usize) -> Source<'_> {
-    Box::new((from..t.len()).map(move |i| (t.key(i), t.slot(i))))
+    Box::new(RunCursor { t, i: from })
 }
 
 /// Merges sources; `sources[0]` is the newest. Yields each key once with its newest slot, and
-/// hands every older, shadowed slot of it to `shadowed`.
+/// hands every older, shadowed slot of it to `shadowed`. The key yielded is lent from its
+/// source until the next call. Sources are few (the memtables and a handful of runs per
+/// level), so the smallest key is found by a scan rather than a heap.
 pub struct Merge<'a> {
     sources: Vec<Source<'a>>,
-    heads: Vec<Option<(&'a [u8], Slot)>>,
-    heap: BinaryHeap<Reverse<(&'a [u8], usize)>>,
+    /// The source whose entry was yielded last: it moves on at the next call.
+    yielded: Option<usize>,
 }
 
 impl<'a> Merge<'a> {
     /// A merge over `sources`, newest first.
-    pub fn new(mut sources: Vec<Source<'a>>) -> Self {
-        let mut heads = Vec::with_capacity(sources.len());
-        let mut heap = BinaryHeap::new();
-        for (rank, s) in sources.iter_mut().enumerate() {
-            let h = s.next();
-            if let Some((k, _)) = h {
-                heap.push(Reverse((k, rank)));
-            }
-            heads.push(h);
-        }
+    pub fn new(sources: Vec<Source<'a>>) -> Self {
         Merge {
             sources,
-            heads,
-            heap,
+            yielded: None,
         }
-    }
-
-    fn advance(&mut self, rank: usize) -> Option<(&'a [u8], Slot)> {
-        let cur = self.heads[rank].take();
-        let next = self.sources[rank].next();
-        if let Some((k, _)) = next {
-            self.heap.push(Reverse((k, rank)));
-        }
-        self.heads[rank] = next;
-        cur
     }
 
     /// The next key with its newest slot; older versions go to `shadowed`.
-    pub fn next_with(
-        &mut self,
-        mut shadowed: impl FnMut(&'a [u8], Slot),
-    ) -> Option<(&'a [u8], Slot)> {
-        let Reverse((key, rank)) = self.heap.pop()?;
-        let newest = self.advance(rank)?;
-        while let Some(Reverse((k, r))) = self.heap.peek().copied() {
-            if k != key {
-                break;
-            }
-            self.heap.pop();
-            if let Some((k, s)) = self.advance(r) {
-                shadowed(k, s);
+    pub fn next_with(&mut self, mut shadowed: impl FnMut(&[u8], Slot)) -> Option<(&[u8], Slot)> {
+        if let Some(r) = self.yielded.take() {
+            self.sources[r].advance();
+        }
+        // The smallest key; among equal keys the newest source (lowest rank) wins.
+        let mut best: Option<usize> = None;
+        for r in 0..self.sources.len() {
+            let Some((k, _)) = self.sources[r].current() else {
+                continue;
+            };
+            match best.and_then(|b| self.sources[b].current()) {
+                Some((bk, _)) if bk <= k => {}
+                _ => best = Some(r),
             }
         }
-        Some(newest)
+        let best = best?;
+        // Older versions of the same key: shadowed, and skipped.
+        for r in best + 1..self.sources.len() {
+            while let (Some((k, s)), Some((bk, _))) =
+                (self.sources[r].current(), self.sources[best].current())
+            {
+                if k != bk {
+                    break;
+                }
+                shadowed(k, s);
+                self.sources[r].advance();
+            }
+        }
+        self.yielded = Some(best);
+        self.sources[best].current()
     }
-}
 
-impl<'a> Iterator for Merge<'a> {
-    type Item = (&'a [u8], Slot);
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next key with its newest slot.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(&[u8], Slot)> {
         self.next_with(|_, _| {})
     }
 }
@@ -151,9 +170,11 @@ mod tests {
     fn merge_interleaves_in_key_order() {
         let a = run(1, &[("b", v(1)), ("d", v(2))]);
         let b = run(2, &[("a", v(3)), ("c", v(4)), ("e", v(5))]);
-        let keys: Vec<&[u8]> = Merge::new(vec![run_source(&a, 0), run_source(&b, 0)])
-            .map(|(k, _)| k)
-            .collect();
+        let mut m = Merge::new(vec![run_source(&a, 0), run_source(&b, 0)]);
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        while let Some((k, _)) = m.next() {
+            keys.push(k.to_vec());
+        }
         assert_eq!(keys, vec![&b"a"[..], b"b", b"c", b"d", b"e"]);
     }
 }

@@ -1,12 +1,10 @@
 //! The asynchronous read path's bookkeeping: the window that bounds value pages in flight,
-//! the count of reads that hold resolved value pointers, and the page accumulator of one
-//! [`crate::Engine::multi_get_async`] call.
+//! the callback types of the asynchronous reads, and device pages as `Bytes`.
 //!
-//! A read resolves its value pointers under the engine lock and then reads the pages without
-//! it. A value-log segment must not be trimmed (and reused) while such a read may still
-//! fetch from it: the engine counts resolved reads here, and the paths that trim value-log
-//! segments wait for the count to reach zero first ([`ReadWindow::wait_idle`]). Reads then
-//! never need to retry, and a page that fails its checks is corruption, not a race.
+//! (Which segments a read may still fetch from, so that they are not trimmed under it, is
+//! [`crate::epoch`]'s business: a read resolves its pointers in a pinned view, and trims wait
+//! for earlier pins. Reads never need to retry, and a page that fails its checks is
+//! corruption, not a race.)
 
 use bytes::Bytes;
 use hwftl_sim::PageBuf;
@@ -28,56 +26,28 @@ pub type OnRange = Box<dyn FnOnce(Result<Vec<(Vec<u8>, Bytes)>>) + Send>;
 /// per probe.
 pub type OnProbedValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
 
-#[derive(Default)]
-struct Counts {
-    pages: usize,
-    reads: usize,
-}
-
-/// Pages in flight and reads holding resolved pointers (see the module docs).
+/// Value pages of asynchronous reads on the device.
 #[derive(Default)]
 pub(crate) struct ReadWindow {
-    counts: Mutex<Counts>,
+    pages: Mutex<usize>,
     changed: Condvar,
 }
 
 impl ReadWindow {
-    /// Registers a read that holds resolved pointers (called under the engine lock).
-    pub(crate) fn begin_read(&self) {
-        self.counts.lock().reads += 1;
-    }
-
-    /// The read finished with every page it fetched.
-    pub(crate) fn end_read(&self) {
-        let mut c = self.counts.lock();
-        c.reads = c.reads.saturating_sub(1);
-        self.changed.notify_all();
-    }
-
     /// Waits until `n` more pages fit in the window (or nothing is in flight).
     pub(crate) fn acquire_pages(&self, n: usize) {
-        let mut c = self.counts.lock();
-        while c.pages > 0 && c.pages + n > ASYNC_READ_WINDOW {
-            self.changed.wait(&mut c);
+        let mut pages = self.pages.lock();
+        while *pages > 0 && *pages + n > ASYNC_READ_WINDOW {
+            self.changed.wait(&mut pages);
         }
-        c.pages += n;
+        *pages += n;
     }
 
     /// One page read finished.
     pub(crate) fn release_page(&self) {
-        let mut c = self.counts.lock();
-        c.pages = c.pages.saturating_sub(1);
+        let mut pages = self.pages.lock();
+        *pages = pages.saturating_sub(1);
         self.changed.notify_all();
-    }
-
-    /// Waits until no read holds resolved pointers (before a value-log segment is trimmed).
-    /// Reads only finish on the poller thread, which never takes the engine lock, so waiting
-    /// under the engine lock cannot deadlock; and no new read can resolve meanwhile.
-    pub(crate) fn wait_idle(&self) {
-        let mut c = self.counts.lock();
-        while c.reads > 0 {
-            self.changed.wait(&mut c);
-        }
     }
 }
 
@@ -123,18 +93,6 @@ mod tests {
         for _ in 0..ASYNC_READ_WINDOW * 2 {
             w.release_page();
         }
-    }
-
-    #[test]
-    fn wait_idle_waits_for_reads() {
-        let w = Arc::new(ReadWindow::default());
-        w.begin_read();
-        let w2 = w.clone();
-        let t = std::thread::spawn(move || w2.wait_idle());
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!t.is_finished());
-        w.end_read();
-        assert!(t.join().is_ok());
     }
 
     #[test]

@@ -102,6 +102,8 @@ impl Inner {
         self.levels[from].clear();
         self.levels[to].clear();
         self.add_run(t, to, extents);
+        // The merged run replaces its inputs for readers in one swap.
+        self.publish_version();
         // Already counted as garbage when their successors were flushed.
         self.stats.compaction_invalidated += dead.len() as u64;
         if moved {
@@ -152,7 +154,10 @@ impl Inner {
                     return Err(e);
                 }
                 self.pages_since_checkpoint += n;
-                new_slots = updates.into_iter().map(|(k, s)| (k.to_vec(), s)).collect();
+                new_slots = updates
+                    .into_iter()
+                    .map(|(k, _, s)| (k.to_vec(), s))
+                    .collect();
             }
             for (j, key) in (i..end).zip(&keys) {
                 let slot = match (t.slot(j), new_slots.get(key)) {
@@ -194,6 +199,9 @@ impl Inner {
         }
         self.kt_segments = keep;
         self.persist()?;
+        // A read may still be reading a keytable page of an input run (the keytable-caching
+        // ablation reads them from the device): wait for reads that began before the swap.
+        self.side.epochs.synchronize();
         for s in drop {
             self.trim_to_free(s)?;
         }

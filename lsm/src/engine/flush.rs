@@ -92,15 +92,22 @@ impl Inner {
         // Garbage is counted here, exactly once per version: each flushed key shadows the
         // newest older version in the runs (found in DRAM, bloom filter first).
         let mut dead: Vec<Invalidated> = Vec::new();
-        for (k, s) in self.mem.iter() {
+        let mut c = self.mem.cursor();
+        while let Some((k, s)) = c.current() {
             b.push(k, &s);
             if let Some(Slot::Value(old)) = self.levels.iter().flatten().find_map(|r| r.get(k)) {
                 dead.push((k.len(), old));
             }
+            c.advance();
         }
+        drop(c);
         let t = b.finish(self.cfg.bloom_fp_rate);
         let extents = self.write_run(&t)?;
         self.add_run(t, 0, extents);
+        // Readers switch to the run and a fresh memtable in one swap; those still holding the
+        // old version keep its memtable until they let go.
+        self.mem = Arc::new(MemTable::new());
+        self.publish_version();
         // Counted once, for good: the flush is never replayed (the versions shadowed are in
         // runs, so before the checkpoint).
         for (klen, old) in &dead {
@@ -109,7 +116,6 @@ impl Inner {
         // Everything in the memtable was written before the head's next page.
         self.move_checkpoint();
         self.persist()?;
-        self.mem.clear();
         self.stats.flushes += 1;
         self.maybe_compact()
     }

@@ -414,11 +414,13 @@ impl Inner {
             self.gc_reclaimed = released;
             return Err(e);
         }
-        // A read that resolved a pointer into one of them may still be fetching from it.
-        self.reads.wait_idle();
+        // A read that resolved a pointer into one of them may still be fetching from it; a
+        // read that starts now finds the moved values instead (they are in the memtable).
+        self.side.epochs.synchronize();
         for m in released {
             self.trim_to_free(m.segment)?;
         }
+        self.publish_segs();
         Ok(())
     }
 

@@ -33,7 +33,7 @@ pub(super) struct BatchPages {
 
 /// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
 /// they are durable.
-pub(super) type LaidOut<'a> = (Vec<(Lba, PageBuf)>, Vec<(&'a [u8], Slot)>);
+pub(super) type LaidOut<'a> = (Vec<(Lba, PageBuf)>, Vec<(&'a [u8], u64, Slot)>);
 
 impl Inner {
     /// Raw pages a put lays out after its packed page (a long key's pages, then the
@@ -111,6 +111,8 @@ impl Inner {
             segment,
             next_page: 0,
         });
+        // Readers must find the segment before any pointer into it reaches a memtable.
+        self.publish_segs();
         // The manifest must know the segment before data lands in it.
         self.persist()
     }
@@ -341,7 +343,7 @@ impl Inner {
             raw_after: 0,
             batch,
         };
-        let mut updates: Vec<(&'a [u8], Slot)> = Vec::with_capacity(ops.len());
+        let mut updates: Vec<(&'a [u8], u64, Slot)> = Vec::with_capacity(ops.len());
         let result = (|| -> Result<()> {
             for (i, op) in ops.iter().enumerate() {
                 let seq = self.next_seq;
@@ -350,7 +352,7 @@ impl Inner {
                     WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
                         let last = i + 1 == ops.len();
                         let ptr = self.lay_out_spanning(&mut b, k, v, seq, reserve, last)?;
-                        updates.push((k, Slot::Value(ptr)));
+                        updates.push((k, seq, Slot::Value(ptr)));
                     }
                     WriteOp::Put(k, v) if is_long_key(k.len()) => {
                         let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
@@ -362,6 +364,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("long record does not fit"))?;
                         updates.push((
                             k,
+                            seq,
                             Slot::Value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Raw {
@@ -382,7 +385,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("long record does not fit"))?;
                         // Needed only until the next flush: dead at once, as any delete.
                         self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
-                        updates.push((k, Slot::Tombstone));
+                        updates.push((k, seq, Slot::Tombstone));
                     }
                     WriteOp::Put(k, v) if fits_inline(k.len(), v.len()) => {
                         let need = RECORD_HEADER + k.len() + v.len();
@@ -398,6 +401,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("record does not fit a fresh page"))?;
                         updates.push((
                             k,
+                            seq,
                             Slot::Value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Inline { page, offset },
@@ -443,6 +447,7 @@ impl Inner {
                             .ok_or_else(|| corrupt("indirect record does not fit"))?;
                         updates.push((
                             k,
+                            seq,
                             Slot::Value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Raw { page: first, crc },
@@ -462,7 +467,7 @@ impl Inner {
                         if let Some((log_seg, _)) = b.open_at {
                             self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
                         }
-                        updates.push((k, Slot::Tombstone));
+                        updates.push((k, seq, Slot::Tombstone));
                     }
                 }
             }

@@ -19,6 +19,7 @@ mod layout;
 mod read;
 mod recovery;
 mod space;
+mod version;
 mod write;
 
 pub use read::{KeyFilter, RangeRead};
@@ -26,12 +27,14 @@ pub use write::PendingWrite;
 
 use gc::{GcCursor, GcMove, GcReadAhead};
 use layout::Head;
+use version::{ReadSide, SegMap, Version};
 use write::InFlight;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 
 use hwftl_sim::{
@@ -41,13 +44,14 @@ use hwftl_sim::{
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::config::EngineConfig;
+use crate::epoch::ReadEpochs;
 use crate::error::{EngineError, Result};
 use crate::gc::GcCandidate;
 use crate::io::{FlushGate, GroupDone, Poller};
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
-use crate::merge::{compact, run_source, Invalidated, Merge, Source};
+use crate::merge::{compact, Cursor, Invalidated};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, delete_record_bytes, fits_inline, indirect_payload, is_long_key, key_pages,
@@ -131,12 +135,19 @@ pub struct EngineStats {
 }
 
 /// The LightStore engine over an append-only device.
+///
+/// Two sides, two kinds of synchronisation:
+/// - **reads** go through [`ReadSide`] and take no lock: a pinned epoch, a `Version` and the
+///   visible sequence number, all published with atomics (see [`version`]);
+/// - **writes and maintenance** share `Inner` behind one mutex (the write lock): laying out
+///   batches at the head, applying them in ticket order, flushes, compactions, garbage
+///   collection and the manifest. Every change a reader can see is published from under
+///   this lock ([`Inner::publish_version`], [`Inner::publish_segs`], the visible sequence
+///   number after a batch is applied).
 pub struct Engine {
     inner: Mutex<Inner>,
-    /// Asynchronous reads in flight (shared with `Inner`, which waits on it before trims).
-    reads: Arc<ReadWindow>,
-    /// Value bytes copied on the read path (joining multi-page values, `Vec` results).
-    read_copied: Arc<AtomicU64>,
+    /// Everything a read needs (shared with `Inner`, which publishes into it).
+    side: Arc<ReadSide>,
     /// Signalled whenever pipelined batches are applied.
     applied: Condvar,
 }
@@ -147,7 +158,10 @@ struct Inner {
     cfg: EngineConfig,
     manifest: ManifestStore,
     snap_seq: u64,
-    mem: MemTable,
+    /// The newest sequence number applied to the memtable (see [`Inner::publish_seq`]).
+    applied_seq: u64,
+    /// The active memtable (also in the published version; readers read it concurrently).
+    mem: Arc<MemTable>,
     /// L0 newest first; each deeper level has at most one run.
     levels: Vec<Vec<Arc<KeyTable>>>,
     runs: HashMap<u64, RunMeta>,
@@ -205,8 +219,8 @@ struct Inner {
     outcomes: HashMap<u64, Result<()>>,
     /// Callers waiting for the pipeline to drain; no new batch enters it meanwhile.
     quiescers: usize,
-    /// Reads holding resolved value pointers; value-log trims wait for them.
-    reads: Arc<ReadWindow>,
+    /// The read side this state is published to.
+    side: Arc<ReadSide>,
     /// A batch failed after writing some pages: checkpoint before the next one.
     needs_checkpoint: bool,
 }
@@ -247,7 +261,22 @@ impl Engine {
             checkpoint: (1, 0),
             ..Snapshot::default()
         });
-        let dev_for_poller = dev.clone();
+        let poller = Arc::new(Poller::start(dev.clone()).map_err(|e| {
+            EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
+        })?);
+        let side = Arc::new(ReadSide {
+            dev: dev.clone(),
+            g,
+            version: ArcSwap::from_pointee(Version::default()),
+            segs: ArcSwap::from_pointee(SegMap::new()),
+            visible_seq: AtomicU64::new(0),
+            epochs: Arc::new(ReadEpochs::default()),
+            window: Arc::new(ReadWindow::default()),
+            read_copied: Arc::new(AtomicU64::new(0)),
+            poller: poller.clone(),
+            closed: AtomicBool::new(false),
+            uncached_keytables: cfg.uncached_keytables,
+        });
         let mut inner = Inner {
             dev,
             g,
@@ -258,7 +287,8 @@ impl Engine {
                 manifest
             },
             snap_seq: snap.seq,
-            mem: MemTable::default(),
+            applied_seq: snap.next_seq.saturating_sub(1),
+            mem: Arc::new(MemTable::new()),
             levels: vec![Vec::new()],
             runs: HashMap::new(),
             log_segs: snap
@@ -288,9 +318,7 @@ impl Engine {
             gc_reclaimed: Vec::new(),
             gc_read_ahead: None,
             closed: false,
-            poller: Arc::new(Poller::start(dev_for_poller).map_err(|e| {
-                EngineError::Unrecoverable(format!("cannot start the device poller thread: {e}"))
-            })?),
+            poller,
             pipeline: BTreeMap::new(),
             pipeline_pages: 0,
             next_ticket: 1,
@@ -298,7 +326,7 @@ impl Engine {
             poisoned_below: 0,
             outcomes: HashMap::new(),
             quiescers: 0,
-            reads: Arc::new(ReadWindow::default()),
+            side: side.clone(),
             needs_checkpoint: false,
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
@@ -308,11 +336,12 @@ impl Engine {
         // The manifest drops the log segments recovery released before they are trimmed.
         inner.persist()?;
         inner.release_log_segments(&released)?;
-        let reads = inner.reads.clone();
+        inner.publish_segs();
+        inner.publish_version();
+        inner.publish_seq();
         Ok(Engine {
             inner: Mutex::new(inner),
-            reads,
-            read_copied: Arc::new(AtomicU64::new(0)),
+            side,
             applied: Condvar::new(),
         })
     }
@@ -342,8 +371,7 @@ impl Engine {
 
     /// The device's own counters (segments, wear, I/O).
     pub fn device_stats(&self) -> hwftl_sim::DeviceStats {
-        let dev = self.inner.lock().dev.clone();
-        dev.stats()
+        self.side.dev.stats()
     }
 
     /// Counters and sizes.
@@ -364,6 +392,7 @@ impl Engine {
         }
         inner.flush()?;
         inner.closed = true;
+        self.side.closed.store(true, Ordering::Release);
         Ok(())
     }
 }

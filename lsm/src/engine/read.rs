@@ -1,7 +1,9 @@
 //! The read path: keys to value pointers (memtable, then keytable runs newest first), then
 //! the value pages, synchronously or through the poller.
 
+use super::version::ReadView;
 use super::*;
+use crate::epoch::ReadPin;
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
 /// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
@@ -48,13 +50,15 @@ pub(super) struct AsyncRead {
     remaining: usize,
     plan: Option<ReadPlan>,
     done: Option<OnValues>,
+    /// Keeps the segments read from untrimmed until the last page is in.
+    pin: Option<ReadPin>,
 }
 
 /// The poller callback for page `i` of an asynchronous read.
 pub(super) fn page_done(
     i: usize,
     acc: Arc<Mutex<AsyncRead>>,
-    reads: Arc<ReadWindow>,
+    window: Arc<ReadWindow>,
     copied: Arc<AtomicU64>,
 ) -> crate::io::OnDone {
     Box::new(move |r: std::result::Result<Completion, DeviceError>| {
@@ -65,7 +69,7 @@ pub(super) fn page_done(
                 b.map(page_bytes)
                     .ok_or_else(|| corrupt("a read returned no buffer"))
             });
-        finish_page(i, &acc, &reads, &copied, page);
+        finish_page(i, &acc, &window, &copied, page);
     })
 }
 
@@ -73,12 +77,12 @@ pub(super) fn page_done(
 pub(super) fn finish_page(
     i: usize,
     acc: &Mutex<AsyncRead>,
-    reads: &ReadWindow,
+    window: &ReadWindow,
     copied: &AtomicU64,
     page: Result<Bytes>,
 ) {
-    reads.release_page();
-    let (plan, done, pages) = {
+    window.release_page();
+    let (plan, done, pages, pin) = {
         let mut a = acc.lock();
         if let Some(slot) = a.pages.get_mut(i) {
             *slot = Some(page);
@@ -92,20 +96,61 @@ pub(super) fn finish_page(
             .drain(..)
             .map(|p| p.unwrap_or_else(|| Err(corrupt("value page missing"))))
             .collect();
-        (a.plan.take(), a.done.take(), pages)
+        (a.plan.take(), a.done.take(), pages, a.pin.take())
     };
     let result = match plan {
         Some(plan) => plan.assemble(&pages, copied),
         None => Err(corrupt("read plan missing")),
     };
+    // The values are slices of pages already read: the segments may go.
     drop(pages);
-    reads.end_read();
+    drop(pin);
     if let Some(done) = done {
         done(result);
     }
 }
 
 impl ReadPlan {
+    /// The pages that hold these values; `segment_of` maps a log segment to its device
+    /// segment.
+    pub(super) fn new(
+        ptrs: &[Option<ValuePtr>],
+        g: Geometry,
+        segment_of: impl Fn(u32) -> Result<u32>,
+    ) -> Result<ReadPlan> {
+        let mut plan = ReadPlan {
+            ptrs: ptrs.to_vec(),
+            lbas: Vec::new(),
+            spans: Vec::with_capacity(ptrs.len()),
+        };
+        // Small values read in key order (ranges, sequential multi-gets) often share a packed
+        // page with the one before: that page is read once.
+        let mut last_inline: Option<(u32, u32, usize)> = None;
+        for p in ptrs {
+            let Some(p) = p else {
+                plan.spans.push(None);
+                continue;
+            };
+            if let ValueLoc::Inline { page, .. } = p.loc {
+                match last_inline {
+                    Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
+                        plan.spans.push(Some((at, 1)));
+                        continue;
+                    }
+                    _ => last_inline = Some((p.log_seg, page, plan.lbas.len())),
+                }
+            }
+            let at = plan.lbas.len();
+            for run in p.runs(g.pages_per_segment()) {
+                let seg = SegmentId(segment_of(run.log_seg)?);
+                plan.lbas
+                    .extend((run.first..run.first + run.count).map(|pg| g.lba(seg, pg)));
+            }
+            plan.spans.push(Some((at, (plan.lbas.len() - at) as u32)));
+        }
+        Ok(plan)
+    }
+
     /// Reads the pages straight from the device, concurrently with other callers (no engine
     /// lock held).
     pub(super) fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
@@ -203,20 +248,34 @@ impl Engine {
         Ok(v.pop().flatten())
     }
 
-    /// The values of several keys, read from the device in parallel.
+    /// The values of several keys, read from the device in parallel, all as of one instant.
     ///
     /// # Errors
     /// As [`Engine::get`].
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.read_consistent(|inner| {
-            Ok(keys
-                .iter()
-                .map(|k| match inner.lookup(k) {
-                    Some(Slot::Value(p)) => Some(p),
-                    _ => None,
+        let side = &self.side;
+        let view = side.view()?;
+        let ptrs: Vec<Option<ValuePtr>> = keys
+            .iter()
+            .map(|k| match side.lookup(&view, k) {
+                Some(Slot::Value(p)) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let plan = side.plan_reads(&ptrs)?;
+        let pages = plan.fetch(side.dev.as_ref());
+        let values = plan.assemble(&pages, &side.read_copied)?;
+        drop(view);
+        Ok(values
+            .into_iter()
+            .map(|b| {
+                b.map(|b| {
+                    side.read_copied
+                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                    b.to_vec()
                 })
-                .collect())
-        })
+            })
+            .collect())
     }
 
     /// The values of several keys without waiting: the value pages are submitted to the
@@ -230,20 +289,21 @@ impl Engine {
         self.multi_get_async_probed(keys, &[], Box::new(move |r, _| done(r)));
     }
 
-    /// [`Engine::multi_get_async`], and in the same instant (under the same engine lock
-    /// hold) whether each of `probes` exists, from DRAM only: a caller can judge a missing
-    /// value by keys read at the same point in time (e.g. a GET telling "no such key" from
-    /// "the key holds another type"). `done` gets the values and one flag per probe.
+    /// [`Engine::multi_get_async`], and as of the same instant whether each of `probes`
+    /// exists, from DRAM only: a caller can judge a missing value by keys read at the same
+    /// point in time (e.g. a GET telling "no such key" from "the key holds another type").
+    /// `done` gets the values and one flag per probe.
     pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
+        let side = &self.side;
         self.read_async(
-            |inner| {
+            |view| {
                 let present: Vec<bool> = probes
                     .iter()
-                    .map(|k| matches!(inner.lookup(k), Some(Slot::Value(_))))
+                    .map(|k| matches!(side.lookup(view, k), Some(Slot::Value(_))))
                     .collect();
                 let ptrs = keys
                     .iter()
-                    .map(|k| match inner.lookup(k) {
+                    .map(|k| match side.lookup(view, k) {
                         Some(Slot::Value(p)) => Some(p),
                         _ => None,
                     })
@@ -255,16 +315,16 @@ impl Engine {
     }
 
     /// The live pairs of `range` in key order, without waiting: the keys and their value
-    /// pointers are taken in one engine-lock hold (one instant), the value pages are read as
-    /// in [`Engine::multi_get_async`], and `done` runs on the engine's poller thread with the
+    /// pointers are taken as of one instant, the value pages are read as in
+    /// [`Engine::multi_get_async`], and `done` runs on the engine's poller thread with the
     /// pairs. See [`RangeRead`] for the bounds.
     pub fn range_async(&self, range: &RangeRead<'_>, done: OnRange) {
         self.read_async(
-            |inner| {
+            |view| {
                 let mut keys = Vec::new();
                 let mut ptrs = Vec::new();
                 let mut bytes = 0u64;
-                let mut merge = inner.merge_from(range.start);
+                let mut merge = view.merge_from(range.start);
                 while keys.len() < range.limit && (keys.is_empty() || bytes < range.max_bytes) {
                     let Some((k, slot)) = merge.next() else { break };
                     if range.end.is_some_and(|e| k >= e) {
@@ -292,36 +352,31 @@ impl Engine {
         );
     }
 
-    /// Resolves value pointers (and something `done` needs, `T`) with `resolve` under the
-    /// engine lock, then reads their pages without waiting; `done` gets the values in pointer
-    /// order (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
-    pub(super) fn read_async<T: Default + Send + 'static>(
+    /// Resolves value pointers (and something `done` needs, `T`) with `resolve` in a pinned
+    /// view, then reads their pages without waiting; `done` gets the values in pointer order
+    /// (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
+    fn read_async<T: Default + Send + 'static>(
         &self,
-        resolve: impl FnOnce(&Inner) -> Result<(Vec<Option<ValuePtr>>, T)>,
+        resolve: impl FnOnce(&ReadView) -> Result<(Vec<Option<ValuePtr>>, T)>,
         done: OnValuesWith<T>,
     ) {
+        let side = &self.side;
         let mut extra = T::default();
-        let resolved = {
-            let inner = self.inner.lock();
-            inner.check_open().and_then(|()| {
-                let (ptrs, t) = resolve(&inner)?;
-                extra = t;
-                let plan = inner.plan_reads(&ptrs)?;
-                if !plan.lbas.is_empty() {
-                    // From here until the pages are read, no value-log segment is trimmed.
-                    self.reads.begin_read();
-                }
-                Ok((plan, inner.poller.clone()))
-            })
-        };
+        let resolved = side.view().and_then(|view| {
+            let (ptrs, t) = resolve(&view)?;
+            extra = t;
+            let plan = side.plan_reads(&ptrs)?;
+            Ok((plan, view.into_pin()))
+        });
         let done: OnValues = Box::new(move |r| done(r, extra));
-        let (plan, poller) = match resolved {
+        let (plan, pin) = match resolved {
             Ok(r) => r,
             Err(e) => return done(Err(e)),
         };
         let n = plan.lbas.len();
         if n == 0 {
-            return done(plan.assemble(&[], &self.read_copied));
+            drop(pin);
+            return done(plan.assemble(&[], &side.read_copied));
         }
         let lbas = plan.lbas.clone();
         let acc = Arc::new(Mutex::new(AsyncRead {
@@ -329,7 +384,16 @@ impl Engine {
             remaining: n,
             plan: Some(plan),
             done: Some(done),
+            pin: Some(pin),
         }));
+        let page_cb = |i: usize| {
+            page_done(
+                i,
+                acc.clone(),
+                side.window.clone(),
+                side.read_copied.clone(),
+            )
+        };
         let mut cmds: Vec<Command> = lbas
             .iter()
             .map(|&lba| Command::Read {
@@ -337,9 +401,7 @@ impl Engine {
                 buf: PageBuf::for_read(),
             })
             .collect();
-        let mut callbacks: Vec<crate::io::OnDone> = (0..n)
-            .map(|i| page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone()))
-            .collect();
+        let mut callbacks: Vec<crate::io::OnDone> = (0..n).map(page_cb).collect();
         // At most ASYNC_READ_WINDOW pages of these reads are on the device at once, so writes
         // (and their flushes) always find free tags: a larger request goes a window at a
         // time, this thread waiting for earlier pages. Each window with one doorbell;
@@ -347,10 +409,10 @@ impl Engine {
         let mut start = 0;
         while start < n {
             let len = (n - start).min(crate::ASYNC_READ_WINDOW);
-            self.reads.acquire_pages(len);
+            side.window.acquire_pages(len);
             let window_cmds: Vec<Command> = cmds.drain(..len).collect();
             let window_cbs: Vec<crate::io::OnDone> = callbacks.drain(..len).collect();
-            let results = poller.submit_many(window_cmds, window_cbs);
+            let results = side.poller.submit_many(window_cmds, window_cbs);
             for (j, r) in results.into_iter().enumerate() {
                 let Err(r) = r else {
                     continue;
@@ -359,9 +421,10 @@ impl Engine {
                 let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
                 let mut tries = 0u32;
                 loop {
-                    let cb =
-                        page_done(i, acc.clone(), self.reads.clone(), self.read_copied.clone());
-                    match poller.submit(Command::Read { lba: lbas[i], buf }, cb) {
+                    match side
+                        .poller
+                        .submit(Command::Read { lba: lbas[i], buf }, page_cb(i))
+                    {
                         Ok(()) => break,
                         Err(r)
                             if matches!(r.error, DeviceError::QueueFull { .. })
@@ -376,8 +439,8 @@ impl Engine {
                             finish_page(
                                 i,
                                 &acc,
-                                &self.reads,
-                                &self.read_copied,
+                                &side.window,
+                                &side.read_copied,
                                 Err(r.error.into()),
                             );
                             break;
@@ -392,16 +455,16 @@ impl Engine {
     /// Value bytes the read path copied since open (values spanning pages are joined; the
     /// `Vec` results of [`Engine::get`] and [`Engine::multi_get`] are copies).
     pub fn read_copy_bytes(&self) -> u64 {
-        self.read_copied.load(Ordering::Relaxed)
+        self.side.read_copied.load(Ordering::Relaxed)
     }
 
     /// The counter behind [`Engine::read_copy_bytes`], for callers that report it.
     pub fn read_copy_counter(&self) -> Arc<AtomicU64> {
-        self.read_copied.clone()
+        self.side.read_copied.clone()
     }
 
     /// Up to `limit` live pairs with `start <= key < end` (no `end`: to the last key), in
-    /// key order.
+    /// key order, as of one instant.
     ///
     /// # Errors
     /// As [`Engine::get`].
@@ -411,32 +474,41 @@ impl Engine {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let side = &self.side;
+        let view = side.view()?;
         let mut keys = Vec::new();
-        let values = self.read_consistent(|inner| {
-            keys.clear();
-            let mut ptrs = Vec::new();
-            let mut merge = inner.merge_from(start);
-            while keys.len() < limit {
-                let Some((k, slot)) = merge.next() else { break };
-                if end.is_some_and(|e| k >= e) {
-                    break;
-                }
-                if let Slot::Value(p) = slot {
-                    keys.push(k.to_vec());
-                    ptrs.push(Some(p));
-                }
+        let mut ptrs = Vec::new();
+        let mut merge = view.merge_from(start);
+        while keys.len() < limit {
+            let Some((k, slot)) = merge.next() else { break };
+            if end.is_some_and(|e| k >= e) {
+                break;
             }
-            Ok(ptrs)
-        })?;
+            if let Slot::Value(p) = slot {
+                keys.push(k.to_vec());
+                ptrs.push(Some(p));
+            }
+        }
+        drop(merge);
+        let plan = side.plan_reads(&ptrs)?;
+        let pages = plan.fetch(side.dev.as_ref());
+        let values = plan.assemble(&pages, &side.read_copied)?;
+        drop(view);
         Ok(keys
             .into_iter()
             .zip(values)
-            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .filter_map(|(k, v)| {
+                v.map(|v| {
+                    side.read_copied
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    (k, v.to_vec())
+                })
+            })
             .collect())
     }
 
     /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
-    /// order, from the DRAM-cached keytables and memtable only (no device read).
+    /// order, from the DRAM-cached keytables and memtables only (no device read).
     ///
     /// # Errors
     /// `Closed`.
@@ -446,10 +518,9 @@ impl Engine {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Vec<u8>>> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
+        let view = self.side.view()?;
         let mut keys = Vec::new();
-        let mut merge = inner.merge_from(start);
+        let mut merge = view.merge_from(start);
         while keys.len() < limit {
             let Some((k, slot)) = merge.next() else { break };
             if end.is_some_and(|e| k >= e) {
@@ -467,11 +538,10 @@ impl Engine {
     /// # Errors
     /// `Closed`.
     pub fn count_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
+        let view = self.side.view()?;
         let mut n = 0;
-        let merge = inner.merge_from(start);
-        for (k, slot) in merge {
+        let mut merge = view.merge_from(start);
+        while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
                 break;
             }
@@ -488,119 +558,30 @@ impl Engine {
     /// # Errors
     /// `Closed`.
     pub fn value_lens(&self, keys: &[&[u8]]) -> Result<Vec<Option<u32>>> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
+        let side = &self.side;
+        let view = side.view()?;
         Ok(keys
             .iter()
-            .map(|k| match inner.lookup(k) {
+            .map(|k| match side.lookup(&view, k) {
                 Some(Slot::Value(p)) => Some(p.len),
                 _ => None,
             })
             .collect())
     }
-
-    /// Resolves pointers under the lock, then reads the device without it, so a read waiting
-    /// on the device does not hold up other reads or writes. A value that garbage collection
-    /// moved meanwhile fails its page checks; the lookup is then repeated.
-    pub(super) fn read_consistent(
-        &self,
-        mut resolve: impl FnMut(&Inner) -> Result<Vec<Option<ValuePtr>>>,
-    ) -> Result<Vec<Option<Vec<u8>>>> {
-        let to_vecs = |v: Vec<Option<Bytes>>| {
-            v.into_iter()
-                .map(|b| {
-                    b.map(|b| {
-                        self.read_copied
-                            .fetch_add(b.len() as u64, Ordering::Relaxed);
-                        b.to_vec()
-                    })
-                })
-                .collect()
-        };
-        let mut attempts = 0;
-        loop {
-            let (ptrs, plan, dev) = {
-                let inner = self.inner.lock();
-                inner.check_open()?;
-                let ptrs = resolve(&inner)?;
-                let plan = inner.plan_reads(&ptrs)?;
-                (ptrs, plan, inner.dev.clone())
-            };
-            let pages = plan.fetch(dev.as_ref());
-            match plan.assemble(&pages, &self.read_copied) {
-                Ok(v) => return Ok(to_vecs(v)),
-                Err(e) => {
-                    attempts += 1;
-                    let moved = {
-                        let inner = self.inner.lock();
-                        resolve(&inner)? != ptrs
-                    };
-                    if !moved || attempts >= 3 {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-    }
 }
 
+/// The writer side's reads (garbage collection, flushes, recovery), under the write lock:
+/// the newest version of everything.
 impl Inner {
+    /// The newest slot of `key`.
     pub(super) fn lookup(&self, key: &[u8]) -> Option<Slot> {
-        if let Some(s) = self.mem.get(key) {
+        if let Some(s) = self.mem.latest(key) {
             return Some(s);
-        }
-        if self.cfg.uncached_keytables {
-            return self
-                .levels
-                .iter()
-                .flatten()
-                .find_map(|run| self.lookup_on_device(run, key));
         }
         self.levels.iter().flatten().find_map(|run| run.get(key))
     }
 
-    /// The ablation of keytable caching (`EngineConfig::uncached_keytables`): after the
-    /// run's bloom filter, the page that may hold `key` is found in the run's sparse page
-    /// index and read from the device, and the key is searched in that page. A page the
-    /// search cannot answer alone (an entry running on into the next page: keys of 8 KiB or
-    /// more) or cannot read is answered from DRAM.
-    pub(super) fn lookup_on_device(&self, run: &KeyTable, key: &[u8]) -> Option<Slot> {
-        if !run.may_contain(key) {
-            return None;
-        }
-        let (Some(index), Some(meta)) = (self.kt_index.get(&run.id()), self.runs.get(&run.id()))
-        else {
-            return run.get(key);
-        };
-        let pos = index.partition_point(|(_, first)| first.as_slice() <= key);
-        // Before the run's first key: not in it.
-        let &(page_no, _) = index.get(pos.checked_sub(1)?)?;
-        let mut skip = u64::from(page_no);
-        let lba = meta.extents.iter().find_map(|&(first, n)| {
-            if skip < u64::from(n) {
-                Some(Lba(first + skip))
-            } else {
-                skip -= u64::from(n);
-                None
-            }
-        })?;
-        match self.read_pages(&[lba]).ok().and_then(|mut v| v.pop()) {
-            Some(page) => KeyTable::search_page(run.id(), page_no, &page, key)
-                .unwrap_or_else(|_| run.get(key)),
-            None => run.get(key),
-        }
-    }
-
-    pub(super) fn merge_from<'a>(&'a self, start: &[u8]) -> Merge<'a> {
-        let mut sources: Vec<Source<'a>> = vec![Box::new(self.mem.range_from(start))];
-        for run in self.levels.iter().flatten() {
-            let i = run.seek(start);
-            sources.push(run_source(run, i));
-        }
-        Merge::new(sources)
-    }
-
-    /// Reads values under the engine lock (recovery and garbage collection).
+    /// Reads values under the write lock (recovery and garbage collection).
     pub(super) fn read_values(&self, ptrs: &[Option<ValuePtr>]) -> Result<Vec<Option<Bytes>>> {
         let plan = self.plan_reads(ptrs)?;
         let pages = self.read_pages(&plan.lbas)?;
@@ -610,36 +591,6 @@ impl Inner {
 
     /// Which pages hold these values.
     pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
-        let mut plan = ReadPlan {
-            ptrs: ptrs.to_vec(),
-            lbas: Vec::new(),
-            spans: Vec::with_capacity(ptrs.len()),
-        };
-        // Small values read in key order (ranges, sequential multi-gets) often share a packed
-        // page with the one before: that page is read once.
-        let mut last_inline: Option<(u32, u32, usize)> = None;
-        for p in ptrs {
-            let Some(p) = p else {
-                plan.spans.push(None);
-                continue;
-            };
-            if let ValueLoc::Inline { page, .. } = p.loc {
-                match last_inline {
-                    Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
-                        plan.spans.push(Some((at, 1)));
-                        continue;
-                    }
-                    _ => last_inline = Some((p.log_seg, page, plan.lbas.len())),
-                }
-            }
-            let at = plan.lbas.len();
-            for run in p.runs(self.g.pages_per_segment()) {
-                let seg = SegmentId(self.segment_of(run.log_seg)?);
-                plan.lbas
-                    .extend((run.first..run.first + run.count).map(|pg| self.g.lba(seg, pg)));
-            }
-            plan.spans.push(Some((at, (plan.lbas.len() - at) as u32)));
-        }
-        Ok(plan)
+        ReadPlan::new(ptrs, self.g, |log_seg| self.segment_of(log_seg))
     }
 }

@@ -234,7 +234,7 @@ impl Inner {
                         if slot == Slot::Tombstone {
                             self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
                         }
-                        self.apply(&k, slot);
+                        self.apply(&k, seq, slot);
                         replayed += 1;
                     }
                     pending_batch = None;
@@ -301,7 +301,7 @@ impl Inner {
         if segments.is_empty() {
             return Ok(());
         }
-        self.reads.wait_idle();
+        self.side.epochs.synchronize();
         for &segment in segments {
             self.trim_to_free(segment)?;
         }

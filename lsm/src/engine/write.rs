@@ -36,7 +36,8 @@ pub(super) enum PendingState {
 
 /// A pipelined batch between submission and application.
 pub(super) struct InFlight {
-    updates: Vec<(Vec<u8>, Slot)>,
+    /// Keys with their sequence numbers and new slots.
+    updates: Vec<(Vec<u8>, u64, Slot)>,
     user_bytes: u64,
     pages: u64,
     /// Set when all its pages completed (or one failed).
@@ -313,7 +314,10 @@ impl Inner {
         self.pipeline.insert(
             ticket,
             InFlight {
-                updates: updates.into_iter().map(|(k, s)| (k.to_vec(), s)).collect(),
+                updates: updates
+                    .into_iter()
+                    .map(|(k, seq, s)| (k.to_vec(), seq, s))
+                    .collect(),
                 user_bytes: Self::user_bytes(ops),
                 pages: bound,
                 io: refused.map(Err),
@@ -338,14 +342,16 @@ impl Inner {
             let outcome = match b.io {
                 Some(Ok(())) if t >= self.poisoned_below => {
                     self.stats.user_bytes_written += b.user_bytes;
-                    for (k, slot) in b.updates {
-                        self.apply(&k, slot);
+                    for (k, seq, slot) in b.updates {
+                        self.apply(&k, seq, slot);
                     }
+                    // The whole batch is in: reads may see it.
+                    self.publish_seq();
                     Ok(())
                 }
                 other => {
                     // Its records are garbage; the head may hold a hole.
-                    for (k, slot) in &b.updates {
+                    for (k, _, slot) in &b.updates {
                         if let Slot::Value(p) = slot {
                             self.mark_dead(&[(k.len(), *p)]);
                         }
@@ -444,13 +450,14 @@ impl Inner {
     }
 
     /// Counts a durable batch's user bytes and applies its updates to the memtable.
-    pub(super) fn commit_updates(&mut self, user_bytes: u64, updates: Vec<(&[u8], Slot)>) {
+    pub(super) fn commit_updates(&mut self, user_bytes: u64, updates: Vec<(&[u8], u64, Slot)>) {
         if !self.in_gc {
             self.stats.user_bytes_written += user_bytes;
         }
-        for (k, slot) in updates {
-            self.apply(k, slot);
+        for (k, seq, slot) in updates {
+            self.apply(k, seq, slot);
         }
+        self.publish_seq();
     }
 
     pub(super) fn user_bytes(ops: &[WriteOp<'_>]) -> u64 {
@@ -505,7 +512,7 @@ impl Inner {
         }
         if let Err(e) = written {
             // Its records are garbage, as a failed pipelined batch's (`apply_ready`).
-            for (k, slot) in &updates {
+            for (k, _, slot) in &updates {
                 if let Slot::Value(p) = slot {
                     self.mark_dead(&[(k.len(), *p)]);
                 }
@@ -534,8 +541,9 @@ impl Inner {
     }
 
     /// Puts a slot into the memtable, counting the value it replaces as garbage.
-    pub(super) fn apply(&mut self, key: &[u8], slot: Slot) {
-        if let Some(Slot::Value(old)) = self.mem.insert(key, slot) {
+    pub(super) fn apply(&mut self, key: &[u8], seq: u64, slot: Slot) {
+        self.applied_seq = self.applied_seq.max(seq);
+        if let Some(Slot::Value(old)) = self.mem.insert(key, seq, slot) {
             self.mark_dead(&[(key.len(), old)]);
         }
     }
