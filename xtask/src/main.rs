@@ -1,7 +1,9 @@
 //! `cargo xtask`: the project's tasks.
 //!
 //! - `cargo xtask test [ARGS]`: installs the Debian tools the tests use when they are missing
-//!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`).
+//!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`)
+//!   and, without ARGS, the read-epoch protocol under shuttle (`cargo test -p lsm --features
+//!   shuttle --lib epoch::`).
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
 //! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
 //! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
