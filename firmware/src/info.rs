@@ -206,7 +206,9 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
              compaction_invalidated:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
-             keytable_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\r\n",
+             keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
+             write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
+             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\n\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -224,8 +226,15 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.gc_bytes_moved,
             e.log_segments,
             e.keytable_segments,
+            e.reclaimed_segments,
             e.replayed_records,
             e.device_flushes,
+            e.write_stalls.memtable,
+            e.write_stalls.free_segments,
+            e.write_stalls.hole,
+            e.write_stalls.capacity,
+            e.write_stalls.stalled_micros,
+            e.maintenance_errors,
         );
     }
     if wants(sections, "ftl") {

@@ -59,6 +59,11 @@ pub enum EngineError {
     /// The engine was closed or hit a fatal device error; open it again.
     #[error("the engine is closed")]
     Closed,
+
+    /// The write waited for background maintenance (a flush, compaction or garbage
+    /// collection) that failed; nothing of the write was applied.
+    #[error("write not applied: background maintenance failed: {0}")]
+    MaintenanceFailed(#[source] std::sync::Arc<EngineError>),
 }
 
 impl From<hwftl_sim::Rejected> for EngineError {
@@ -69,3 +74,14 @@ impl From<hwftl_sim::Rejected> for EngineError {
 
 /// Result type of the engine.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+impl EngineError {
+    /// The error underneath: for `MaintenanceFailed`, the maintenance task's error (itself
+    /// unwrapped); otherwise `self`.
+    pub fn root(&self) -> &EngineError {
+        match self {
+            EngineError::MaintenanceFailed(e) => e.root(),
+            e => e,
+        }
+    }
+}

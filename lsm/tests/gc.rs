@@ -89,7 +89,11 @@ fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
     // writes are done: the engine's free segments are exactly the device's.
     let manifest = 2;
     assert_eq!(
-        after.free_segments + after.log_segments + after.keytable_segments + manifest,
+        after.free_segments
+            + after.log_segments
+            + after.keytable_segments
+            + after.reclaimed_segments
+            + manifest,
         u64::from(g.segments()),
         "{after:#?}"
     );

@@ -183,6 +183,7 @@ fn keytable_runs_spanning_segments_survive_compactions_and_reopen() {
             s.free_segments
                 + s.log_segments
                 + s.keytable_segments
+                + s.reclaimed_segments
                 + lsm::manifest::MANIFEST_SEGMENTS.len() as u64,
             u64::from(g.segments()),
             "round {round}: segments unaccounted for: {s:#?}"

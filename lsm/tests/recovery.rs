@@ -182,7 +182,7 @@ fn log_segments_lost_from_the_write_cache_are_released_at_recovery() {
         let db = Engine::open(ftl.clone(), ecfg.clone()).unwrap();
         let s = db.stats();
         assert_eq!(
-            s.free_segments + s.log_segments + s.keytable_segments + 2,
+            s.free_segments + s.log_segments + s.keytable_segments + s.reclaimed_segments + 2,
             u64::from(g.segments()),
             "cycle {cycle}: segments unaccounted for"
         );

@@ -61,13 +61,15 @@ impl Inner {
             return Ok(());
         }
         let bottom = self.deepest_nonempty() <= to;
-        let id = self.next_run;
-        self.next_run += 1;
+        let id = self.take_run_id();
         let (mut t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
         // The ablation: values move with their keys, as in an LSM without key-value
         // separation. Only with an empty memtable (right after a flush): the moved records
         // then hold the newest versions, and the checkpoint moves past them below.
-        let mut moved = self.cfg.compaction_moves_values && self.mem.is_empty() && !self.in_gc;
+        let mut moved = self.cfg.compaction_moves_values
+            && self.mem.is_empty()
+            && self.frozen.is_none()
+            && !self.in_gc;
         if moved {
             // Every value is rewritten before the inputs' garbage can be reclaimed: an LSM
             // without key-value separation needs free space for its largest compaction. With
@@ -95,7 +97,36 @@ impl Inner {
             t = self.move_run_values(&t)?;
         }
         let extents = self.write_run(&t)?;
-        for r in &inputs {
+        if moved {
+            // Everything written so far is in the runs: nothing before the head needs replay
+            // (the manifest the install writes says so).
+            self.move_checkpoint();
+        }
+        self.install_compaction(&inputs, from, to, t, extents, dead.len() as u64)
+    }
+
+    /// Installs a compaction's output in place of its inputs (levels `from` and `to`, as
+    /// they were when it started: only the maintenance lock's holder changes levels),
+    /// writes the manifest and releases keytable segments no run uses any more.
+    ///
+    /// # Errors
+    /// `Corrupt` if the levels changed under the compaction; writing the manifest; trims.
+    pub(super) fn install_compaction(
+        &mut self,
+        inputs: &[Arc<KeyTable>],
+        from: usize,
+        to: usize,
+        t: KeyTable,
+        extents: Vec<(u64, u32)>,
+        invalidated: u64,
+    ) -> Result<()> {
+        let current = self.levels[from].iter().chain(self.levels[to].iter());
+        if !current.map(|r| r.id()).eq(inputs.iter().map(|r| r.id())) {
+            return Err(corrupt(format!(
+                "levels {from} and {to} changed during their compaction"
+            )));
+        }
+        for r in inputs {
             self.runs.remove(&r.id());
             self.kt_index.remove(&r.id());
         }
@@ -105,11 +136,7 @@ impl Inner {
         // The merged run replaces its inputs for readers in one swap.
         self.publish_version();
         // Already counted as garbage when their successors were flushed.
-        self.stats.compaction_invalidated += dead.len() as u64;
-        if moved {
-            // Everything written so far is in the runs: nothing before the head needs replay.
-            self.move_checkpoint();
-        }
+        self.stats.compaction_invalidated += invalidated;
         self.persist()?;
         self.stats.compactions += 1;
         self.release_keytable_segments()

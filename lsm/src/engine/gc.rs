@@ -59,79 +59,13 @@ pub(super) enum GcStep {
     Reclaimed,
 }
 
-impl Engine {
-    /// Waits until no pipelined batch is on the device (maintenance needs a still head).
-    /// Garbage collection a window at a time while free segments are scarce, with the
-    /// engine lock yielded to waiting readers between windows (a read waits for one window's
-    /// reads and moves, never for a whole segment). Returns with nothing in the pipeline
-    /// unless another writer started a batch in a gap.
-    ///
-    /// # Errors
-    /// Errors of the reads and moves.
-    pub(super) fn reclaim_stepwise(&self, g: &mut MutexGuard<'_, Inner>) -> Result<()> {
-        let mut rounds = g.log_segs.len() + 1;
-        let stepped = (|| {
-            while g.gc_wanted() && rounds > 0 {
-                self.quiesce(g);
-                match g.gc_step()? {
-                    GcStep::Idle => break,
-                    GcStep::Reclaimed => rounds -= 1,
-                    GcStep::Progress => {}
-                }
-                MutexGuard::bump(g);
-            }
-            Ok(())
-        })();
-        let released = g.release_reclaimed();
-        stepped.and(released)
-    }
-}
-
 impl Inner {
-    /// Garbage collection until `free` segments are free: a value spanning segments takes
-    /// them all at once. Stops when no victim is worth it (the write then fails with
-    /// `DeviceFull` before anything is written).
-    pub(super) fn reclaim_for(&mut self, free: usize) -> Result<()> {
-        self.reclaim_while(|inner| !inner.closed && inner.free.len() < free)
-    }
-
-    /// Reclaims value-log segments while free segments are scarce, all in this call (the
-    /// engine lock held throughout). Writers normally get here with the work already done
-    /// a window at a time by [`Engine::reclaim_stepwise`]; this is the fallback.
-    pub(super) fn reclaim_if_low(&mut self) -> Result<()> {
-        self.reclaim_while(Inner::gc_wanted)
-    }
-
-    /// Garbage collection steps while `wanted`, then the release of what they reclaimed.
-    /// Each victim must win space back; a bounded number of victims keeps a policy that
-    /// picks badly from moving the same data around forever (the caller then sees
-    /// `DeviceFull`, while reads and deletes go on).
-    pub(super) fn reclaim_while(&mut self, wanted: impl Fn(&Inner) -> bool) -> Result<()> {
-        let mut rounds = self.log_segs.len() + 1;
-        let stepped = (|| {
-            while wanted(self) && rounds > 0 {
-                match self.gc_step()? {
-                    GcStep::Idle => break,
-                    GcStep::Reclaimed => rounds -= 1,
-                    GcStep::Progress => {}
-                }
-            }
-            Ok(())
-        })();
-        stepped.and(self.release_reclaimed())
-    }
-
     /// Free segments below which garbage collection runs: the fixed reserve plus room for a
     /// compaction's output, which is written before its inputs' segments are released (with
     /// long keys or many keys the keytables take many segments, and a compaction that found
     /// no free segment left the values none either).
     pub(super) fn gc_low_water(&self) -> usize {
         GC_LOW_WATER + self.keytable_headroom()
-    }
-
-    /// Whether garbage collection should run before a client write.
-    pub(super) fn gc_wanted(&self) -> bool {
-        !self.closed && !self.in_gc && self.free.len() <= self.gc_low_water()
     }
 
     pub(super) fn gc_candidates(&self) -> Vec<GcCandidate> {
@@ -377,7 +311,12 @@ impl Inner {
             moved = cursor.moved,
             "reclaimed a value-log segment"
         );
-        let tail = self.tail_dead.remove(&log_seg).unwrap_or(0);
+        let tail = self.tail_dead.remove(&log_seg).unwrap_or(0)
+            + self
+                .frozen
+                .as_mut()
+                .and_then(|f| f.tail_dead.remove(&log_seg))
+                .unwrap_or(0);
         if let Some(mut m) = self.log_segs.remove(&log_seg) {
             m.dead = m.dead.saturating_sub(tail);
             self.gc_reclaimed.push(m);

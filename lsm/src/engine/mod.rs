@@ -16,6 +16,7 @@ mod compaction;
 mod flush;
 mod gc;
 mod layout;
+mod maintain;
 mod read;
 mod recovery;
 mod space;
@@ -27,6 +28,7 @@ pub use write::PendingWrite;
 
 use gc::{GcCursor, GcMove, GcReadAhead};
 use layout::Head;
+use maintain::{Frozen, MaintenanceShared};
 use version::{ReadSide, SegMap, Version};
 use write::InFlight;
 
@@ -128,28 +130,78 @@ pub struct EngineStats {
     pub log_segments: u64,
     /// Device segments holding keytable pages.
     pub keytable_segments: u64,
+    /// Value-log segments garbage collection reclaimed and has not yet released (trimmed
+    /// and freed together, see `gc.rs`): neither free nor in the log.
+    pub reclaimed_segments: u64,
     /// Value bytes clients may keep live (the value space less over-provisioning).
     pub user_capacity_bytes: u64,
     /// Device cache flushes issued by the engine (batches waiting at once share one).
     pub device_flushes: u64,
+    /// Write stalls: client batches that waited for maintenance, by reason (see
+    /// [`WriteStalls`]).
+    pub write_stalls: WriteStalls,
+    /// Maintenance tasks (flush, compaction, GC step) that failed; the maintenance thread
+    /// retries after a pause, and writers that wait for it get the error.
+    pub maintenance_errors: u64,
+}
+
+/// Client batches that had to wait for the maintenance thread, by what they waited for
+/// (RocksDB's write-stall counters, in the same spirit). A batch that waits for several
+/// reasons in turn counts once per reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteStalls {
+    /// The active memtable was full while the frozen one was still being flushed.
+    pub memtable: u64,
+    /// Free segments were at the garbage-collection low-water mark.
+    pub free_segments: u64,
+    /// A hole a failed batch left had to be closed (a flush past it) first.
+    pub hole: u64,
+    /// The batch would pass the user capacity by the current count: a flush made the
+    /// garbage count exact first.
+    pub capacity: u64,
+    /// Time client batches spent stalled, in microseconds.
+    pub stalled_micros: u64,
 }
 
 /// The LightStore engine over an append-only device.
 ///
-/// Two sides, two kinds of synchronisation:
+/// Three kinds of synchronisation (the full argument is in `docs/ARCHITECTURE.md` and in
+/// [`version`] and [`maintain`]):
 /// - **reads** go through [`ReadSide`] and take no lock: a pinned epoch, a `Version` and the
 ///   visible sequence number, all published with atomics (see [`version`]);
-/// - **writes and maintenance** share `Inner` behind one mutex (the write lock): laying out
-///   batches at the head, applying them in ticket order, flushes, compactions, garbage
-///   collection and the manifest. Every change a reader can see is published from under
-///   this lock ([`Inner::publish_version`], [`Inner::publish_segs`], the visible sequence
-///   number after a batch is applied).
+/// - **writes** lay out batches at the head and apply them in ticket order under `Inner`'s
+///   mutex (the write lock), held for the layout and the apply, never for device I/O of
+///   maintenance;
+/// - **maintenance** (memtable flush, compaction, garbage collection) runs on the engine's
+///   `lsm-maint` thread, serialised by the maintenance lock (`Core::maint`, always taken
+///   before the write lock). It takes the write lock only to read what it works on and to
+///   install its result; building and writing keytables happen with it free. Writers never
+///   run maintenance: they wait for it (a write stall, counted) when a watermark is reached.
+///
+/// Every change a reader can see is published from under the write lock
+/// ([`Inner::publish_version`], [`Inner::publish_segs`], the visible sequence number after
+/// a batch is applied).
 pub struct Engine {
-    inner: Mutex<Inner>,
+    core: Arc<Core>,
     /// Everything a read needs (shared with `Inner`, which publishes into it).
     side: Arc<ReadSide>,
-    /// Signalled whenever pipelined batches are applied.
+    /// The `lsm-maint` thread, joined on close or drop.
+    maintainer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the engine's callers and its maintenance thread share.
+pub(super) struct Core {
+    /// The writer side's state (the write lock).
+    inner: Mutex<Inner>,
+    /// Signalled whenever pipelined batches are applied or maintenance changed the state
+    /// writers wait on (a flush installed, segments freed, a task failed).
     applied: Condvar,
+    /// The maintenance thread waits here for work.
+    work: Condvar,
+    /// The maintenance lock: whoever holds it runs maintenance (the `lsm-maint` thread, or a
+    /// caller of [`Engine::flush`], [`Engine::compact_all`], [`Engine::close`]). Taken
+    /// before the write lock, never while holding it.
+    maint: Mutex<()>,
 }
 
 struct Inner {
@@ -173,6 +225,10 @@ struct Inner {
     tail_dead: BTreeMap<u32, u64>,
     head: Option<Head>,
     kt_segments: Vec<u32>,
+    /// Of `kt_segments`, those claimed for a run being written and not yet installed (a
+    /// compaction's output comes out of the room `keytable_headroom` keeps, so the user
+    /// capacity does not count them twice).
+    kt_pending_segments: usize,
     free: BTreeSet<u32>,
     next_seq: u64,
     next_run: u64,
@@ -223,6 +279,10 @@ struct Inner {
     side: Arc<ReadSide>,
     /// A batch failed after writing some pages: checkpoint before the next one.
     needs_checkpoint: bool,
+    /// The memtable being flushed (rotated out of `mem`, still read by readers).
+    frozen: Option<Frozen>,
+    /// What writers asked of maintenance, and what it reports back.
+    maint: MaintenanceShared,
 }
 
 fn corrupt(msg: impl Into<String>) -> EngineError {
@@ -299,6 +359,7 @@ impl Engine {
             tail_dead: BTreeMap::new(),
             head: None,
             kt_segments: snap.kt_segments.clone(),
+            kt_pending_segments: 0,
             free: BTreeSet::new(),
             next_seq: snap.next_seq,
             next_run: snap.next_run,
@@ -328,6 +389,8 @@ impl Engine {
             quiescers: 0,
             side: side.clone(),
             needs_checkpoint: false,
+            frozen: None,
+            maint: MaintenanceShared::default(),
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
@@ -339,22 +402,41 @@ impl Engine {
         inner.publish_segs();
         inner.publish_version();
         inner.publish_seq();
-        Ok(Engine {
+        let core = Arc::new(Core {
             inner: Mutex::new(inner),
-            side,
             applied: Condvar::new(),
+            work: Condvar::new(),
+            maint: Mutex::new(()),
+        });
+        let maintainer = {
+            let core = core.clone();
+            std::thread::Builder::new()
+                .name("lsm-maint".into())
+                .spawn(move || core.maintenance_loop())
+                .map_err(|e| {
+                    EngineError::Unrecoverable(format!("cannot start the maintenance thread: {e}"))
+                })?
+        };
+        Ok(Engine {
+            core,
+            side,
+            maintainer: Some(maintainer),
         })
     }
 
-    /// Writes the memtable as a keytable run (then compacts if a level is over its budget).
+    /// Writes the memtables as keytable runs (then compacts if a level is over its budget),
+    /// so the next open replays nothing written before this call.
     ///
     /// # Errors
     /// `DeviceFull`, device errors.
     pub fn flush(&self) -> Result<()> {
-        let mut inner = self.inner.lock();
-        self.quiesce(&mut inner);
+        let _m = self.core.maint.lock();
+        let mut inner = self.core.inner.lock();
+        self.core.quiesce(&mut inner);
         inner.check_open()?;
-        inner.flush()
+        let r = inner.flush();
+        self.core.applied.notify_all();
+        r
     }
 
     /// Flushes, then merges every level into one bottom run.
@@ -362,11 +444,23 @@ impl Engine {
     /// # Errors
     /// As [`Engine::flush`].
     pub fn compact_all(&self) -> Result<()> {
-        let mut inner = self.inner.lock();
-        self.quiesce(&mut inner);
+        let _m = self.core.maint.lock();
+        let mut inner = self.core.inner.lock();
+        self.core.quiesce(&mut inner);
         inner.check_open()?;
-        inner.flush()?;
-        inner.compact_all()
+        let r = inner.flush().and_then(|()| inner.compact_all());
+        self.core.applied.notify_all();
+        r
+    }
+
+    /// Waits until the maintenance thread has nothing due (no memtable to flush, no
+    /// compaction or garbage collection due) and is idle: with no writes meanwhile, the
+    /// engine's state and its manifest then stay as they are.
+    ///
+    /// # Errors
+    /// `MaintenanceFailed` when a maintenance task fails meanwhile; `Closed`.
+    pub fn settle(&self) -> Result<()> {
+        self.core.settle()
     }
 
     /// The device's own counters (segments, wear, I/O).
@@ -376,24 +470,50 @@ impl Engine {
 
     /// Counters and sizes.
     pub fn stats(&self) -> EngineStats {
-        self.inner.lock().stats()
+        self.core.inner.lock().stats()
     }
 
-    /// Flushes the memtable so the next open replays nothing, and closes the engine.
+    /// Stops the maintenance thread, flushes the memtables so the next open replays
+    /// nothing, and closes the engine.
     ///
     /// # Errors
     /// As [`Engine::flush`].
-    pub fn close(self) -> Result<()> {
-        let mut inner = self.inner.lock();
-        self.quiesce(&mut inner);
+    pub fn close(mut self) -> Result<()> {
+        self.stop_maintenance();
+        let _m = self.core.maint.lock();
+        let mut inner = self.core.inner.lock();
+        self.core.quiesce(&mut inner);
         inner.check_open()?;
         if let Some(ahead) = inner.gc_read_ahead.take() {
             ahead.reads.wait();
         }
-        inner.flush()?;
+        let flushed = inner.flush();
         inner.closed = true;
         self.side.closed.store(true, Ordering::Release);
-        Ok(())
+        self.core.applied.notify_all();
+        flushed
+    }
+
+    /// Asks the maintenance thread to stop after its current task and joins it.
+    fn stop_maintenance(&mut self) {
+        {
+            let mut inner = self.core.inner.lock();
+            inner.maint.shutdown = true;
+            self.core.work.notify_all();
+        }
+        if let Some(t) = self.maintainer.take() {
+            if t.join().is_err() {
+                tracing::error!("the lsm-maint thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Stops the maintenance thread (a dropped engine that was not closed is recovered by
+    /// the next open, as after a power cut).
+    fn drop(&mut self) {
+        self.stop_maintenance();
     }
 }
 
@@ -476,7 +596,8 @@ impl Inner {
             .flatten()
             .map(|r| r.dram_bytes() as u64)
             .sum();
-        s.memtable_keys = self.mem.len() as u64;
+        s.memtable_keys =
+            self.mem.len() as u64 + self.frozen.as_ref().map_or(0, |f| f.mem.len() as u64);
         s.runs_per_level = self.levels.iter().map(Vec::len).collect();
         s.keys_per_level = self
             .levels
@@ -486,6 +607,7 @@ impl Inner {
         s.free_segments = self.free.len() as u64;
         s.log_segments = self.log_segs.len() as u64;
         s.keytable_segments = self.kt_segments.len() as u64;
+        s.reclaimed_segments = self.gc_reclaimed.len() as u64;
         s
     }
 }

@@ -578,6 +578,9 @@ impl Inner {
         if let Some(s) = self.mem.latest(key) {
             return Some(s);
         }
+        if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.latest(key)) {
+            return Some(s);
+        }
         self.levels.iter().flatten().find_map(|run| run.get(key))
     }
 

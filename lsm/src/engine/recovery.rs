@@ -19,9 +19,7 @@ impl Inner {
                 .log_segs
                 .values()
                 .map(|m| LogSegMeta {
-                    dead: m
-                        .dead
-                        .saturating_sub(self.tail_dead.get(&m.log_seg).copied().unwrap_or(0)),
+                    dead: m.dead.saturating_sub(self.tail_dead_of(m.log_seg)),
                     ..m.clone()
                 })
                 // Reclaimed victims stay listed until they are released (see `gc_reclaimed`).

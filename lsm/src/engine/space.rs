@@ -34,7 +34,9 @@ impl Inner {
     /// over-provisioned share.
     pub(super) fn user_capacity(&self) -> u64 {
         // Keytables take segments too: the ones they hold and room for a compaction's output.
-        let keytables = (self.kt_segments.len() + self.keytable_headroom()) as u64;
+        let keytables = (self.kt_segments.len()
+            - self.kt_pending_segments.min(self.kt_segments.len())
+            + self.keytable_headroom()) as u64;
         let usable = u64::from(self.g.segments())
             .saturating_sub(MANIFEST_SEGMENTS.len() as u64 + RESERVED_SEGMENTS as u64 + keytables);
         let op = u64::from(self.cfg.overprovision_percent.min(90));
@@ -61,22 +63,23 @@ impl Inner {
         log_bound + put_bytes <= cap || self.live_bytes() + put_bytes <= cap
     }
 
-    /// Refuses a client put batch that would pass the user capacity, after flushing the
-    /// memtable when that makes the garbage count exact.
-    pub(super) fn check_user_capacity(&mut self, put_bytes: u64) -> Result<()> {
-        if self.fits_user_capacity(put_bytes) {
-            return Ok(());
-        }
-        if !self.mem.is_empty() {
-            self.flush()?;
-            if self.fits_user_capacity(put_bytes) {
-                return Ok(());
-            }
-        }
-        Err(EngineError::CapacityFull {
+    /// The error for a put batch that would pass the user capacity.
+    pub(super) fn capacity_full(&self, put_bytes: u64) -> EngineError {
+        EngineError::CapacityFull {
             live: self.live_bytes() + put_bytes,
             capacity: self.user_capacity(),
-        })
+        }
+    }
+
+    /// Garbage in `log_seg` that records after the replay checkpoint made (the active
+    /// generation's and the frozen one's): left out of the manifest.
+    pub(super) fn tail_dead_of(&self, log_seg: u32) -> u64 {
+        self.tail_dead.get(&log_seg).copied().unwrap_or(0)
+            + self
+                .frozen
+                .as_ref()
+                .and_then(|f| f.tail_dead.get(&log_seg).copied())
+                .unwrap_or(0)
     }
 
     /// Counts values that records after the checkpoint made garbage.
@@ -94,6 +97,7 @@ impl Inner {
         for (log_seg, bytes) in p.segment_shares(key_len, self.g.pages_per_segment()) {
             if let Some(m) = self.log_segs.get_mut(&log_seg) {
                 m.dead += bytes;
+                self.maint.gc_idle = false;
             }
         }
     }
@@ -103,6 +107,7 @@ impl Inner {
         if let Some(m) = self.log_segs.get_mut(&log_seg) {
             m.dead += bytes;
             *self.tail_dead.entry(log_seg).or_default() += bytes;
+            self.maint.gc_idle = false;
         }
     }
 

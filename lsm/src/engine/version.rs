@@ -221,7 +221,9 @@ impl Inner {
             HashMap::new()
         };
         self.side.version.store(Arc::new(Version {
-            mems: vec![self.mem.clone()],
+            mems: std::iter::once(self.mem.clone())
+                .chain(self.frozen.as_ref().map(|f| f.mem.clone()))
+                .collect(),
             levels: self.levels.clone(),
             run_pages,
         }));

@@ -2,6 +2,7 @@
 //! ticket order once durable), the synchronous path, and applying updates to the memtable.
 
 use super::gc::GC_MOVE_RESERVE;
+use super::maintain::STALL_POLL;
 use super::*;
 
 /// Value-log pages of client batches on the device at once (the write pipeline's depth).
@@ -65,46 +66,91 @@ impl Engine {
     /// or none. Concurrent writers passing their operations in one batch share the page
     /// writes (group commit).
     ///
+    /// The batch never runs maintenance: when a watermark is reached (see
+    /// [`super::maintain`]) it waits for the maintenance thread (a write stall, counted in
+    /// [`EngineStats::write_stalls`]).
+    ///
     /// # Errors
-    /// As [`Engine::put`]; nothing of a failed batch is applied.
+    /// As [`Engine::put`]; `CapacityFull` at the user capacity; `MaintenanceFailed` when
+    /// the maintenance it waited for failed. Nothing of a failed batch is applied.
     pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
-        let mut g = self.inner.lock();
+        let mut g = self.core.inner.lock();
         g.check_open()?;
         if ops.is_empty() {
             return Ok(());
         }
-        g.validate_batch(ops)?;
-        let bound = g.page_bound(ops);
-        let put_bytes = g.put_bytes(ops);
-        // Several batches share the device: wait for room in the pipeline.
-        while g.can_pipeline(bound, put_bytes)
-            && !g.pipeline.is_empty()
-            && g.pipeline_pages + bound > PIPELINE_PAGES
-        {
-            self.applied.wait(&mut g);
+        let any_put = g.validate_batch(ops)?;
+        let shape = BatchShape {
+            bound: g.page_bound(ops),
+            put_bytes: if any_put { g.put_bytes(ops) } else { 0 },
+            spanning: g.batch_spanning_segments(ops),
+        };
+        let mut waits = Waits::new(&g);
+        loop {
+            match g.admission(&shape, &mut waits) {
+                Admission::Refuse(e) => return Err(e),
+                Admission::Wait(reason) => self.stall(&mut g, &mut waits, reason)?,
+                Admission::Rotate => {
+                    if g.pipeline.is_empty() {
+                        g.rotate();
+                        self.core.work.notify_one();
+                    } else {
+                        self.core.quiesce(&mut g);
+                    }
+                }
+                Admission::PipelineFull => self.core.applied.wait(&mut g),
+                Admission::Sync => {
+                    if !g.pipeline.is_empty() {
+                        // Alone on the device: drain, then decide again.
+                        self.core.quiesce(&mut g);
+                        continue;
+                    }
+                    waits.finish(&mut g);
+                    let r = g.write(ops);
+                    self.core.applied.notify_all();
+                    if g.mem_full() || g.gc_due() {
+                        self.core.work.notify_one();
+                    }
+                    return r;
+                }
+                Admission::Pipeline => {
+                    waits.finish(&mut g);
+                    let (ticket, pages) = g.start_batch(ops, shape.bound)?;
+                    let dev = g.dev.clone();
+                    let flush = g.cfg.flush_writes.then(|| g.flush_gate.clone());
+                    drop(g);
+                    return self.finish_write(PendingWrite {
+                        state: PendingState::OnDevice {
+                            ticket,
+                            pages,
+                            dev,
+                            flush,
+                        },
+                    });
+                }
+            }
         }
-        if !g.can_pipeline(bound, put_bytes) {
-            // Maintenance (GC, flush) or a large batch: alone, with nothing else in flight.
-            self.quiesce(&mut g);
-            self.reclaim_stepwise(&mut g)?;
-            // Other writers may have started batches while the lock was free.
-            self.quiesce(&mut g);
-            let r = g.write(ops);
-            self.applied.notify_all();
-            return r;
+    }
+
+    /// Waits for the maintenance thread once (woken when it finishes a task or a batch is
+    /// applied), counting the stall.
+    fn stall(
+        &self,
+        g: &mut MutexGuard<'_, Inner>,
+        waits: &mut Waits,
+        reason: Option<StallReason>,
+    ) -> Result<()> {
+        if let Some(r) = reason {
+            waits.count(g, r);
+            self.core.work.notify_one();
         }
-        let (ticket, pages) = g.start_batch(ops, bound)?;
-        let dev = g.dev.clone();
-        let flush = g.cfg.flush_writes.then(|| g.flush_gate.clone());
-        drop(g);
-        self.finish_write(PendingWrite {
-            state: PendingState::OnDevice {
-                ticket,
-                pages,
-                dev,
-                flush,
-            },
-        })
+        self.core.applied.wait_for(g, STALL_POLL);
+        if g.maint.failures != waits.failures_at_start && reason.is_some() {
+            let cause = g.maint.last_failure.clone();
+            waits.finish(g);
+            return Err(cause.map_or(EngineError::Closed, EngineError::MaintenanceFailed));
+        }
+        Ok(())
     }
 
     /// Starts a batch without waiting for it: its pages are laid out and submitted, and
@@ -113,52 +159,50 @@ impl Engine {
     /// they were started, and each is atomic as with [`Engine::write`].
     ///
     /// Returns `Ok(None)` when the batch cannot start now without waiting for batches
-    /// already on the device (the pipeline is full, or maintenance or a large batch must
-    /// run alone): finish an earlier batch and try again, or call [`Engine::write`] when the
-    /// caller has none in flight.
+    /// already on the device (the pipeline is full, maintenance must catch up, or a large
+    /// batch must run alone): finish an earlier batch and try again, or call
+    /// [`Engine::write`] when the caller has none in flight.
     ///
     /// # Errors
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
-        let mut g = self.inner.lock();
+        let mut g = self.core.inner.lock();
         g.check_open()?;
         if ops.is_empty() {
             return Ok(Some(PendingWrite {
                 state: PendingState::Done(Ok(())),
             }));
         }
-        g.validate_batch(ops)?;
-        let bound = g.page_bound(ops);
-        let put_bytes = g.put_bytes(ops);
-        if !g.can_pipeline(bound, put_bytes) {
-            if !g.pipeline.is_empty() {
-                return Ok(None);
+        let any_put = g.validate_batch(ops)?;
+        let shape = BatchShape {
+            bound: g.page_bound(ops),
+            put_bytes: if any_put { g.put_bytes(ops) } else { 0 },
+            spanning: g.batch_spanning_segments(ops),
+        };
+        let mut waits = Waits::new(&g);
+        match g.admission(&shape, &mut waits) {
+            Admission::Refuse(e) => Err(e),
+            Admission::Pipeline => {
+                let (ticket, pages) = g.start_batch(ops, shape.bound)?;
+                let dev = g.dev.clone();
+                Ok(Some(PendingWrite {
+                    state: PendingState::OnDevice {
+                        ticket,
+                        pages,
+                        dev,
+                        flush: g.cfg.flush_writes.then(|| g.flush_gate.clone()),
+                    },
+                }))
             }
-            // Nothing in flight: the synchronous path runs now, alone.
-            self.reclaim_stepwise(&mut g)?;
-            if !g.pipeline.is_empty() {
-                // Another writer started a batch while the lock was free between steps.
-                return Ok(None);
+            _ if !g.pipeline.is_empty() => Ok(None),
+            _ => {
+                // Nothing in flight: wait here as `write` does.
+                drop(g);
+                Ok(Some(PendingWrite {
+                    state: PendingState::Done(self.write(ops)),
+                }))
             }
-            let r = g.write(ops);
-            self.applied.notify_all();
-            return Ok(Some(PendingWrite {
-                state: PendingState::Done(r),
-            }));
         }
-        if !g.pipeline.is_empty() && g.pipeline_pages + bound > PIPELINE_PAGES {
-            return Ok(None);
-        }
-        let (ticket, pages) = g.start_batch(ops, bound)?;
-        let dev = g.dev.clone();
-        Ok(Some(PendingWrite {
-            state: PendingState::OnDevice {
-                ticket,
-                pages,
-                dev,
-                flush: g.cfg.flush_writes.then(|| g.flush_gate.clone()),
-            },
-        }))
     }
 
     /// Waits until a batch from [`Engine::try_submit_write`] is durable and applied (and so
@@ -183,7 +227,7 @@ impl Engine {
             // Durable before acknowledged: the pages may still be in the write cache.
             io = gate.flush(|| device_flush(dev.as_ref()));
         }
-        let mut g = self.inner.lock();
+        let mut g = self.core.inner.lock();
         if let Some(b) = g.pipeline.get_mut(&ticket) {
             // A page refused at submission already failed the batch.
             b.io = Some(match b.io.take() {
@@ -192,19 +236,101 @@ impl Engine {
             });
         }
         g.apply_ready();
-        self.applied.notify_all();
+        self.core.applied.notify_all();
         while g.applied_upto < ticket {
-            self.applied.wait(&mut g);
+            self.core.applied.wait(&mut g);
+        }
+        if g.mem_full() || g.gc_due() {
+            self.core.work.notify_one();
         }
         g.outcomes.remove(&ticket).unwrap_or(Ok(()))
     }
+}
 
-    pub(super) fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
-        g.quiescers += 1;
-        while !g.pipeline.is_empty() {
-            self.applied.wait(g);
+/// What admission needs to know of a batch.
+pub(super) struct BatchShape {
+    /// Most value-log pages it can take.
+    bound: u64,
+    /// Value-log bytes its puts hold live (0 for a batch of deletes).
+    put_bytes: u64,
+    /// Segments its spanning values take whole.
+    spanning: usize,
+}
+
+/// What a batch waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StallReason {
+    Memtable,
+    FreeSegments,
+    Hole,
+    Capacity,
+}
+
+/// What admission decided for a batch.
+pub(super) enum Admission {
+    /// Lay it out and submit it down the pipeline now.
+    Pipeline,
+    /// Write it synchronously, alone on the device (large, spanning, or past the
+    /// low-water mark with garbage collection idle: it may then use the reserve or fail).
+    Sync,
+    /// Rotate the full active memtable out (nothing frozen), then decide again.
+    Rotate,
+    /// The pipeline is full: wait for a batch to be applied.
+    PipelineFull,
+    /// Wait for maintenance (a stall, with its reason) or for a quiescer (no reason).
+    Wait(Option<StallReason>),
+    /// Refuse it.
+    Refuse(EngineError),
+}
+
+/// One batch's waiting: reasons already counted, when it began, and what it asked for.
+pub(super) struct Waits {
+    counted: Vec<StallReason>,
+    since: Option<std::time::Instant>,
+    /// Maintenance failures when the batch arrived (a new one fails a stalled batch).
+    failures_at_start: u64,
+    /// The full flush this batch asked for at the user capacity: done once
+    /// `full_flushes` passes this.
+    capacity_flush: Option<u64>,
+    /// Garbage collection was asked to run for this batch (once).
+    asked_gc: bool,
+}
+
+impl Waits {
+    fn new(g: &Inner) -> Waits {
+        Waits {
+            counted: Vec::new(),
+            since: None,
+            failures_at_start: g.maint.failures,
+            capacity_flush: None,
+            asked_gc: false,
         }
-        g.quiescers -= 1;
+    }
+
+    fn count(&mut self, g: &mut Inner, reason: StallReason) {
+        self.since.get_or_insert_with(std::time::Instant::now);
+        if self.counted.contains(&reason) {
+            return;
+        }
+        self.counted.push(reason);
+        let s = &mut g.stats.write_stalls;
+        match reason {
+            StallReason::Memtable => s.memtable += 1,
+            StallReason::FreeSegments => s.free_segments += 1,
+            StallReason::Hole => s.hole += 1,
+            StallReason::Capacity => s.capacity += 1,
+        }
+    }
+
+    /// Adds the time stalled to the stats.
+    fn finish(&mut self, g: &mut Inner) {
+        if let Some(t) = self.since.take() {
+            g.stats.write_stalls.stalled_micros += t.elapsed().as_micros() as u64;
+        }
+        if self.asked_gc {
+            g.maint.gc_target = 0;
+            self.asked_gc = false;
+        }
     }
 }
 
@@ -223,19 +349,72 @@ impl Inner {
         Ok(())
     }
 
-    /// Whether a client batch of at most `bound` pages can go down the pipeline: no
-    /// maintenance is due and it is small.
-    pub(super) fn can_pipeline(&self, bound: u64, put_bytes: u64) -> bool {
-        !self.closed
-            && self.fits_user_capacity(put_bytes)
-            && !self.needs_checkpoint
-            && !self.in_gc
-            && self.quiescers == 0
-            && bound <= PIPELINE_MAX_BATCH_PAGES
-            && self.free.len() > self.gc_low_water()
-            && self.mem.bytes() < self.cfg.memtable_bytes
-            && self.pages_since_checkpoint + self.pipeline_pages + bound
-                < self.replay_budget_pages()
+    /// Decides what a client batch does now (see [`super::maintain`] for the watermarks).
+    /// Checks run from what must hold for any batch (open, a closed hole, the capacity)
+    /// to what decides its path; a `Wait` asks the maintenance thread for what it waits
+    /// for.
+    pub(super) fn admission(&mut self, b: &BatchShape, waits: &mut Waits) -> Admission {
+        if self.closed {
+            return Admission::Refuse(EngineError::Closed);
+        }
+        if self.quiescers > 0 {
+            return Admission::Wait(None);
+        }
+        if self.hole_pending() {
+            return Admission::Wait(Some(StallReason::Hole));
+        }
+        if !self.fits_user_capacity(b.put_bytes) {
+            // Garbage the memtables shadow in the runs is counted when they are flushed:
+            // flush once before refusing.
+            let unflushed = !self.mem.is_empty() || self.frozen.is_some();
+            match waits.capacity_flush {
+                None if unflushed => {
+                    waits.capacity_flush = Some(self.maint.full_flushes);
+                    self.maint.full_flush_requested = true;
+                    return Admission::Wait(Some(StallReason::Capacity));
+                }
+                Some(at) if at == self.maint.full_flushes => {
+                    return Admission::Wait(Some(StallReason::Capacity));
+                }
+                _ => return Admission::Refuse(self.capacity_full(b.put_bytes)),
+            }
+        }
+        let reserve = if b.put_bytes > 0 {
+            RESERVED_SEGMENTS
+        } else {
+            0
+        };
+        let low = self.free.len() <= self.gc_low_water();
+        let short_for_spanning = b.spanning > 0 && self.free.len() < b.spanning + reserve;
+        if low || short_for_spanning {
+            if !waits.asked_gc {
+                waits.asked_gc = true;
+                // Ask again even if garbage collection found nothing last time.
+                self.maint.gc_idle = false;
+                if short_for_spanning {
+                    self.maint.gc_target = self.maint.gc_target.max(b.spanning + reserve);
+                }
+            }
+            if !self.maint.gc_idle {
+                return Admission::Wait(Some(StallReason::FreeSegments));
+            }
+            // Nothing to reclaim: written alone, on the reserve, or refused with
+            // `DeviceFull` before anything is written.
+        }
+        if self.mem_full() {
+            return if self.frozen.is_none() {
+                Admission::Rotate
+            } else {
+                Admission::Wait(Some(StallReason::Memtable))
+            };
+        }
+        if low || b.spanning > 0 || b.bound > PIPELINE_MAX_BATCH_PAGES {
+            return Admission::Sync;
+        }
+        if !self.pipeline.is_empty() && self.pipeline_pages + b.bound > PIPELINE_PAGES {
+            return Admission::PipelineFull;
+        }
+        Admission::Pipeline
     }
 
     /// Lays out a client batch and submits its pages in order (the lock held, so batches
@@ -469,20 +648,15 @@ impl Inner {
             .sum()
     }
 
-    /// Writes a batch and waits for it (the synchronous path: garbage collection, and client
-    /// batches that need maintenance first or are too large to pipeline).
+    /// Writes a batch and waits for it (the synchronous path: garbage collection's moves,
+    /// and client batches that [`Inner::admission`] sent here, with nothing in flight).
+    /// Runs no maintenance: admission waited for what the batch needs.
     pub(super) fn write(&mut self, ops: &[WriteOp<'_>]) -> Result<()> {
         self.check_open()?;
         if ops.is_empty() {
             return Ok(());
         }
         let any_put = self.validate_batch(ops)?;
-        if any_put && !self.in_gc {
-            self.check_user_capacity(self.put_bytes(ops))?;
-        }
-        if !self.in_gc {
-            self.reclaim_if_low()?;
-        }
         // Deletes may dip into the reserve and client puts may not. Garbage collection's
         // moves leave one segment, so that the flush which closes a hole one of its batches
         // may leave (see `forget_layout`) still finds room for its keytables.
@@ -493,15 +667,6 @@ impl Inner {
         } else {
             0
         };
-        let spanning = self.batch_spanning_segments(ops);
-        if spanning > 0 && !self.in_gc {
-            self.reclaim_for(spanning + reserve)?;
-        }
-        if !self.in_gc {
-            // After garbage collection, which may write its moves past a hole (its victims
-            // are released only once the hole is closed), before this batch.
-            self.close_hole()?;
-        }
         let (pages, updates) = self.build_batch(ops, reserve)?;
         let n = pages.len() as u64;
         let mut written = self.write_pages(pages);
@@ -522,11 +687,6 @@ impl Inner {
         }
         self.pages_since_checkpoint += n;
         self.commit_updates(Self::user_bytes(ops), updates);
-        if self.mem.bytes() >= self.cfg.memtable_bytes
-            || self.pages_since_checkpoint >= self.replay_budget_pages()
-        {
-            self.flush()?;
-        }
         Ok(())
     }
 
@@ -551,6 +711,10 @@ impl Inner {
     /// The checkpoint moves to the head: the log before it is never replayed again, so the
     /// garbage its records made is final and goes into the manifest from now on.
     pub(super) fn move_checkpoint(&mut self) {
+        debug_assert!(
+            self.frozen.is_none(),
+            "checkpoint at the head past a frozen memtable"
+        );
         self.needs_checkpoint = false;
         self.checkpoint = self.head_position();
         self.pages_since_checkpoint = 0;

@@ -1,0 +1,342 @@
+//! Background maintenance: the `lsm-maint` thread, which flushes frozen memtables, compacts
+//! keytable runs and collects garbage, so that no client call ever does.
+//!
+//! **Locks.** Two mutexes, always taken in this order: the maintenance lock (`Core::maint`:
+//! whoever holds it is the only one that flushes, compacts, collects garbage or writes
+//! keytable segments) and the write lock (`Core::inner`). The thread holds the maintenance
+//! lock for one task and the write lock only for the parts of it that read or change shared
+//! state:
+//!
+//! | task | under the write lock | with the write lock free |
+//! |---|---|---|
+//! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
+//! | compaction | take the input runs; claim pages; install, write the manifest, release segments | merge the runs; write the pages |
+//! | GC step | the whole step (its moves are judged live and written at the head with no batch in flight) | between steps: writers run |
+//!
+//! **Why the lock-free parts are safe.** The frozen memtable is immutable once rotated out
+//! (writers insert only into the active one), and the levels change only by flush and
+//! compaction, which only the maintenance lock's holder runs: what the thread read under
+//! the write lock is still current when it installs the result. Keytable segments are
+//! written only by that holder, into pages claimed under the write lock, so no writer's
+//! layout (value-log segments only) can touch them. Readers see the frozen memtable until
+//! the run replaces it in one version swap.
+//!
+//! **Rotation** (see [`Inner::rotate`]) happens with no batch in flight: a writer that
+//! finds the active memtable full and none frozen drains the pipeline and rotates (cheap:
+//! a pointer swap and a version publish), then goes on; the flush itself is the thread's.
+//!
+//! **Watermarks** (the writer side's admission, `write.rs`): a batch waits (a *write
+//! stall*, counted in [`super::WriteStalls`]) while the active memtable is full and the
+//! frozen one is not yet flushed, while free segments are at the garbage-collection
+//! low-water mark (garbage collection starts [`GC_HEADROOM_SEGMENTS`] earlier, so steady
+//! writes rarely reach it), while a hole a failed batch left is not yet closed, and, at the
+//! user capacity, until a flush has made the garbage count exact. L0 depth is bounded by
+//! ordering: a frozen memtable is flushed before a compaction is started unless L0 holds
+//! twice `l0_runs` runs, when the compaction goes first (writers then wait on the memtable).
+
+use std::time::Duration;
+
+use super::gc::GcStep;
+use super::*;
+use crate::merge::compact;
+
+/// Free segments above garbage collection's low-water mark at which the maintenance thread
+/// starts collecting, so that writers seldom reach the mark itself and stall.
+pub(super) const GC_HEADROOM_SEGMENTS: usize = 2;
+
+/// How long the maintenance thread sleeps when idle before looking again (it is also woken
+/// whenever a writer finds work due).
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// The pause after a failed maintenance task before it is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A stalled writer re-checks at least this often (a safety net against a missed wake-up).
+pub(super) const STALL_POLL: Duration = Duration::from_millis(50);
+
+/// A memtable rotated out of the write path, being flushed.
+pub(super) struct Frozen {
+    /// The memtable (immutable from rotation on; readers still read it).
+    pub(super) mem: Arc<MemTable>,
+    /// The head position at rotation: the replay checkpoint once it is flushed.
+    pub(super) end: (u32, u32),
+    /// `pages_since_checkpoint` at rotation (pages of this generation and older ones).
+    pub(super) pages: u64,
+    /// Garbage this generation's records made (see `Inner::tail_dead`): left out of the
+    /// manifest until the checkpoint passes `end`.
+    pub(super) tail_dead: BTreeMap<u32, u64>,
+    /// A hole a failed batch left in this generation.
+    pub(super) hole: bool,
+}
+
+/// What writers ask of maintenance and what it reports back (under the write lock).
+#[derive(Debug, Default)]
+pub(super) struct MaintenanceShared {
+    /// The engine is closing: the thread exits.
+    pub(super) shutdown: bool,
+    /// A writer at the user capacity wants every memtable flushed (an exact garbage count).
+    pub(super) full_flush_requested: bool,
+    /// Full flushes done (a writer waits for this to pass the value it saw).
+    pub(super) full_flushes: u64,
+    /// A writer of a value spanning segments wants this many free segments.
+    pub(super) gc_target: usize,
+    /// Garbage collection found nothing worth reclaiming (or failed) since garbage was last
+    /// counted: writers waiting for free segments go on (and may get `DeviceFull`).
+    pub(super) gc_idle: bool,
+    /// The thread is running a task (taken under the write lock, cleared after it).
+    pub(super) running: bool,
+    /// Maintenance tasks that failed, and the last failure.
+    pub(super) failures: u64,
+    pub(super) last_failure: Option<Arc<EngineError>>,
+}
+
+/// A unit of maintenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// Flush every memtable under the lock (a writer at the user capacity asked).
+    FullFlush,
+    /// Close a hole a failed batch left (flush, checkpoint past it).
+    CloseHole,
+    /// Rotate the full active memtable out (nothing frozen).
+    Rotate,
+    /// Flush the frozen memtable.
+    FlushFrozen,
+    /// Merge level `.0` into level `.1`.
+    Compact(usize, usize),
+    /// One garbage-collection step.
+    Gc,
+}
+
+impl Inner {
+    /// The compaction due now, if any: L0 at `l0_runs` runs, or a deeper level over its
+    /// target.
+    fn compaction_due(&self) -> Option<(usize, usize)> {
+        if self.levels[0].len() >= self.cfg.l0_runs.max(1) {
+            return Some((0, 1));
+        }
+        (1..self.levels.len())
+            .find(|&l| self.level_bytes(l) > self.level_target(l))
+            .map(|l| (l, l + 1))
+    }
+
+    /// Whether the maintenance thread should collect garbage now.
+    pub(super) fn gc_due(&self) -> bool {
+        !self.closed
+            && !self.maint.gc_idle
+            && (self.free.len() <= self.gc_low_water() + GC_HEADROOM_SEGMENTS
+                || self.free.len() < self.maint.gc_target)
+    }
+
+    /// The most urgent task, if any.
+    fn due_task(&self) -> Option<Task> {
+        if self.closed {
+            return None;
+        }
+        if self.maint.full_flush_requested {
+            return Some(Task::FullFlush);
+        }
+        if self.needs_checkpoint {
+            return Some(Task::CloseHole);
+        }
+        let l0_deep = self.levels[0].len() >= 2 * self.cfg.l0_runs.max(1);
+        if l0_deep {
+            if let Some(c) = self.compaction_due() {
+                return Some(Task::Compact(c.0, c.1));
+            }
+        }
+        if self.frozen.is_some() {
+            return Some(Task::FlushFrozen);
+        }
+        if self.mem_full() {
+            return Some(Task::Rotate);
+        }
+        if let Some(c) = self.compaction_due() {
+            return Some(Task::Compact(c.0, c.1));
+        }
+        if self.gc_due() {
+            return Some(Task::Gc);
+        }
+        None
+    }
+}
+
+impl Core {
+    /// Waits until no maintenance task is due (see [`Engine::settle`]).
+    pub(super) fn settle(&self) -> Result<()> {
+        let mut g = self.inner.lock();
+        let failures = g.maint.failures;
+        loop {
+            g.check_open()?;
+            if g.maint.failures != failures {
+                let e = g.maint.last_failure.clone();
+                return Err(e.map_or(EngineError::Closed, EngineError::MaintenanceFailed));
+            }
+            if g.due_task().is_none() && !g.maint.running {
+                return Ok(());
+            }
+            self.work.notify_one();
+            self.applied.wait_for(&mut g, STALL_POLL);
+        }
+    }
+
+    /// Waits until no pipelined batch is on the device; while waiting, no new batch enters
+    /// the pipeline (writers see `quiescers` and wait).
+    pub(super) fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
+        g.quiescers += 1;
+        while !g.pipeline.is_empty() {
+            self.applied.wait(g);
+        }
+        g.quiescers -= 1;
+    }
+
+    /// The `lsm-maint` thread: waits for work, runs the most urgent task, repeats until the
+    /// engine closes.
+    pub(super) fn maintenance_loop(&self) {
+        loop {
+            let task = {
+                let mut g = self.inner.lock();
+                loop {
+                    if g.maint.shutdown || g.closed {
+                        return;
+                    }
+                    if let Some(t) = g.due_task() {
+                        g.maint.running = true;
+                        break t;
+                    }
+                    self.work.wait_for(&mut g, IDLE_POLL);
+                }
+            };
+            let r = {
+                let _m = self.maint.lock();
+                self.run_task(task)
+            };
+            let mut g = self.inner.lock();
+            g.maint.running = false;
+            if let Err(e) = r {
+                tracing::warn!(?task, error = %e, "maintenance task failed");
+                g.stats.maintenance_errors += 1;
+                g.maint.failures += 1;
+                g.maint.last_failure = Some(Arc::new(e));
+                if task == Task::Gc {
+                    g.maint.gc_idle = true;
+                }
+                if task == Task::FullFlush {
+                    g.maint.full_flush_requested = false;
+                    g.maint.full_flushes += 1;
+                }
+                self.applied.notify_all();
+                if !g.maint.shutdown {
+                    self.work.wait_for(&mut g, RETRY_PAUSE);
+                }
+            } else {
+                self.applied.notify_all();
+            }
+        }
+    }
+
+    /// Runs one task; the caller holds the maintenance lock.
+    fn run_task(&self, task: Task) -> Result<()> {
+        match task {
+            Task::FullFlush => {
+                let mut g = self.inner.lock();
+                g.maint.full_flush_requested = false;
+                self.quiesce(&mut g);
+                let r = g.flush();
+                g.maint.full_flushes += 1;
+                r
+            }
+            Task::CloseHole => {
+                let mut g = self.inner.lock();
+                self.quiesce(&mut g);
+                g.close_hole()
+            }
+            Task::Rotate => {
+                let mut g = self.inner.lock();
+                self.quiesce(&mut g);
+                if g.frozen.is_none() && g.mem_full() {
+                    g.rotate();
+                }
+                Ok(())
+            }
+            Task::FlushFrozen => self.flush_frozen(),
+            Task::Compact(from, to) => self.compact(from, to),
+            Task::Gc => self.gc_step(),
+        }
+    }
+
+    /// Flushes the frozen memtable, building and writing its run with the write lock free.
+    fn flush_frozen(&self) -> Result<()> {
+        let (mem, levels, id, fp) = {
+            let mut g = self.inner.lock();
+            let Some(mem) = g.frozen.as_ref().map(|f| f.mem.clone()) else {
+                return Ok(());
+            };
+            let id = g.take_run_id();
+            (mem, g.levels.clone(), id, g.cfg.bloom_fp_rate)
+        };
+        let (t, dead) = flush::build_flush_run(&mem, &levels, id, fp);
+        drop(levels);
+        let pages = t.encode_pages();
+        let (chunks, poller) = {
+            let mut g = self.inner.lock();
+            (g.plan_run_pages(pages.len())?, g.poller.clone())
+        };
+        let extents = flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })?;
+        let mut g = self.inner.lock();
+        g.install_flush(t, extents, dead)
+    }
+
+    /// Merges level `from` into `to`, with the write lock free while merging and writing
+    /// (the compaction ablation, which rewrites values at the head, runs under the lock).
+    fn compact(&self, from: usize, to: usize) -> Result<()> {
+        let (inputs, bottom, id, fp) = {
+            let mut g = self.inner.lock();
+            if g.cfg.compaction_moves_values {
+                self.quiesce(&mut g);
+                return g.compact_into(from, to);
+            }
+            while g.levels.len() <= to {
+                g.levels.push(Vec::new());
+            }
+            let mut inputs: Vec<Arc<KeyTable>> = g.levels[from].clone();
+            inputs.extend(g.levels[to].iter().cloned());
+            if inputs.is_empty() {
+                return Ok(());
+            }
+            let bottom = g.deepest_nonempty() <= to;
+            let id = g.take_run_id();
+            (inputs, bottom, id, g.cfg.bloom_fp_rate)
+        };
+        let (t, dead) = compact(&inputs, id, bottom, fp);
+        let pages = t.encode_pages();
+        let (chunks, poller) = {
+            let mut g = self.inner.lock();
+            (g.plan_run_pages(pages.len())?, g.poller.clone())
+        };
+        let extents = flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })?;
+        let mut g = self.inner.lock();
+        g.install_compaction(&inputs, from, to, t, extents, dead.len() as u64)
+    }
+
+    /// One garbage-collection step, with no batch in flight; releases what was reclaimed
+    /// when collection is no longer due.
+    fn gc_step(&self) -> Result<()> {
+        let mut g = self.inner.lock();
+        self.quiesce(&mut g);
+        let step = g.gc_step();
+        let done = match &step {
+            Ok(GcStep::Idle) => {
+                g.maint.gc_idle = true;
+                true
+            }
+            Ok(_) => !g.gc_due(),
+            Err(_) => true,
+        };
+        if done {
+            let released = g.release_reclaimed();
+            step.and(released).map(|_| ())
+        } else {
+            step.map(|_| ())
+        }
+    }
+}
