@@ -117,7 +117,7 @@ fn maintenance_runs_on_its_own_thread_and_never_in_a_write_call() {
     for (k, version) in last.lock().unwrap().iter() {
         assert_eq!(
             db.get(&key(*k)).unwrap(),
-            Some(vec![(k ^ version) as u8; VALUE].into()),
+            Some(vec![(k ^ version) as u8; VALUE]),
             "key {k}"
         );
     }
