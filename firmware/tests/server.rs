@@ -305,6 +305,7 @@ fn the_thread_set_is_fixed() {
             "ls-engine",
             "ls-net",
             "ls-writer",
+            "lsm-maint",
             "lsm-poller"
         ],
         "threads: {names:?}"

@@ -88,7 +88,10 @@ impl Engine {
         let mut waits = Waits::new(&g);
         loop {
             match g.admission(&shape, &mut waits) {
-                Admission::Refuse(e) => return Err(e),
+                Admission::Refuse(e) => {
+                    waits.finish(&mut g);
+                    return Err(e);
+                }
                 Admission::Wait(reason) => self.stall(&mut g, &mut waits, reason)?,
                 Admission::Rotate => {
                     if g.pipeline.is_empty() {
