@@ -113,6 +113,10 @@ impl KvUnderTest for LocalEngine<'_> {
         Ok(Box::new(EngineSession(self.engine)))
     }
 
+    fn settle(&self) -> anyhow::Result<()> {
+        Ok(self.engine.settle()?)
+    }
+
     fn written_bytes(&self) -> anyhow::Result<u64> {
         if self.engine_counts_writes {
             Ok(self.engine.stats().device_bytes_written)
