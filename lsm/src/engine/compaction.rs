@@ -50,18 +50,30 @@ impl Inner {
         Ok(())
     }
 
-    /// Merges level `from` into level `to` (metadata only: values stay where they are).
-    pub(super) fn compact_into(&mut self, from: usize, to: usize) -> Result<()> {
+    /// The runs a merge of level `from` into `to` takes (newest first), whether `to` is the
+    /// bottom level (tombstones can go), and the output's run id; `None` with both empty.
+    pub(super) fn compaction_inputs(
+        &mut self,
+        from: usize,
+        to: usize,
+    ) -> Option<(Vec<Arc<KeyTable>>, bool, u64)> {
         while self.levels.len() <= to {
             self.levels.push(Vec::new());
         }
         let mut inputs: Vec<Arc<KeyTable>> = self.levels[from].clone();
         inputs.extend(self.levels[to].iter().cloned());
         if inputs.is_empty() {
-            return Ok(());
+            return None;
         }
         let bottom = self.deepest_nonempty() <= to;
-        let id = self.take_run_id();
+        Some((inputs, bottom, self.take_run_id()))
+    }
+
+    /// Merges level `from` into level `to` (metadata only: values stay where they are).
+    pub(super) fn compact_into(&mut self, from: usize, to: usize) -> Result<()> {
+        let Some((inputs, bottom, id)) = self.compaction_inputs(from, to) else {
+            return Ok(());
+        };
         let (mut t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
         // The ablation: values move with their keys, as in an LSM without key-value
         // separation. Only with an empty memtable (right after a flush): the moved records

@@ -280,14 +280,20 @@ impl Core {
         };
         let (t, dead) = flush::build_flush_run(&mem, &levels, id, fp);
         drop(levels);
+        let extents = self.write_new_run(&t)?;
+        let mut g = self.inner.lock();
+        g.install_flush(t, extents, dead)
+    }
+
+    /// Claims keytable pages for a new run (under the write lock) and writes them (with it
+    /// free); returns the run's extents.
+    fn write_new_run(&self, t: &KeyTable) -> Result<Vec<(u64, u32)>> {
         let pages = t.encode_pages();
         let (chunks, poller) = {
             let mut g = self.inner.lock();
             (g.plan_run_pages(pages.len())?, g.poller.clone())
         };
-        let extents = flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })?;
-        let mut g = self.inner.lock();
-        g.install_flush(t, extents, dead)
+        flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })
     }
 
     /// Merges level `from` into `to`, with the write lock free while merging and writing
@@ -299,25 +305,13 @@ impl Core {
                 self.quiesce(&mut g);
                 return g.compact_into(from, to);
             }
-            while g.levels.len() <= to {
-                g.levels.push(Vec::new());
-            }
-            let mut inputs: Vec<Arc<KeyTable>> = g.levels[from].clone();
-            inputs.extend(g.levels[to].iter().cloned());
-            if inputs.is_empty() {
+            let Some((inputs, bottom, id)) = g.compaction_inputs(from, to) else {
                 return Ok(());
-            }
-            let bottom = g.deepest_nonempty() <= to;
-            let id = g.take_run_id();
+            };
             (inputs, bottom, id, g.cfg.bloom_fp_rate)
         };
         let (t, dead) = compact(&inputs, id, bottom, fp);
-        let pages = t.encode_pages();
-        let (chunks, poller) = {
-            let mut g = self.inner.lock();
-            (g.plan_run_pages(pages.len())?, g.poller.clone())
-        };
-        let extents = flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })?;
+        let extents = self.write_new_run(&t)?;
         let mut g = self.inner.lock();
         g.install_compaction(&inputs, from, to, t, extents, dead.len() as u64)
     }

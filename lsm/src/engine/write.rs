@@ -79,12 +79,7 @@ impl Engine {
         if ops.is_empty() {
             return Ok(());
         }
-        let any_put = g.validate_batch(ops)?;
-        let shape = BatchShape {
-            bound: g.page_bound(ops),
-            put_bytes: if any_put { g.put_bytes(ops) } else { 0 },
-            spanning: g.batch_spanning_segments(ops),
-        };
+        let shape = g.shape(ops)?;
         let mut waits = Waits::new(&g);
         loop {
             match g.admission(&shape, &mut waits) {
@@ -176,12 +171,7 @@ impl Engine {
                 state: PendingState::Done(Ok(())),
             }));
         }
-        let any_put = g.validate_batch(ops)?;
-        let shape = BatchShape {
-            bound: g.page_bound(ops),
-            put_bytes: if any_put { g.put_bytes(ops) } else { 0 },
-            spanning: g.batch_spanning_segments(ops),
-        };
+        let shape = g.shape(ops)?;
         let mut waits = Waits::new(&g);
         match g.admission(&shape, &mut waits) {
             Admission::Refuse(e) => Err(e),
@@ -350,6 +340,16 @@ impl Inner {
             });
         }
         Ok(())
+    }
+
+    /// Validates a client batch and measures what admission needs of it.
+    pub(super) fn shape(&self, ops: &[WriteOp<'_>]) -> Result<BatchShape> {
+        let any_put = self.validate_batch(ops)?;
+        Ok(BatchShape {
+            bound: self.page_bound(ops),
+            put_bytes: if any_put { self.put_bytes(ops) } else { 0 },
+            spanning: self.batch_spanning_segments(ops),
+        })
     }
 
     /// Decides what a client batch does now (see [`super::maintain`] for the watermarks).
