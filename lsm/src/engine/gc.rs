@@ -6,7 +6,8 @@ use super::*;
 /// Free segments garbage collection's moves leave: room for a flush's keytables.
 pub(super) const GC_MOVE_RESERVE: usize = 1;
 
-/// Free segments below which garbage collection runs before a write.
+/// Free segments at or below which writers stall for garbage collection (the low-water
+/// mark, before the keytables' headroom is added).
 pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 
 /// Live values relocated per write batch during garbage collection.
