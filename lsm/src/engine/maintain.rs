@@ -224,10 +224,6 @@ impl Core {
                 if task == Task::Gc {
                     g.maint.gc_idle = true;
                 }
-                if task == Task::FullFlush {
-                    g.maint.full_flush_requested = false;
-                    g.maint.full_flushes += 1;
-                }
                 self.applied.notify_all();
                 if !g.maint.shutdown {
                     self.work.wait_for(&mut g, RETRY_PAUSE);

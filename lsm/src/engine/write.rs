@@ -113,18 +113,9 @@ impl Engine {
                 }
                 Admission::Pipeline => {
                     waits.finish(&mut g);
-                    let (ticket, pages) = g.start_batch(ops, shape.bound)?;
-                    let dev = g.dev.clone();
-                    let flush = g.cfg.flush_writes.then(|| g.flush_gate.clone());
+                    let pending = g.start_pending(ops, shape.bound)?;
                     drop(g);
-                    return self.finish_write(PendingWrite {
-                        state: PendingState::OnDevice {
-                            ticket,
-                            pages,
-                            dev,
-                            flush,
-                        },
-                    });
+                    return self.finish_write(pending);
                 }
             }
         }
@@ -175,18 +166,7 @@ impl Engine {
         let mut waits = Waits::new(&g);
         match g.admission(&shape, &mut waits) {
             Admission::Refuse(e) => Err(e),
-            Admission::Pipeline => {
-                let (ticket, pages) = g.start_batch(ops, shape.bound)?;
-                let dev = g.dev.clone();
-                Ok(Some(PendingWrite {
-                    state: PendingState::OnDevice {
-                        ticket,
-                        pages,
-                        dev,
-                        flush: g.cfg.flush_writes.then(|| g.flush_gate.clone()),
-                    },
-                }))
-            }
+            Admission::Pipeline => Ok(Some(g.start_pending(ops, shape.bound)?)),
             _ if !g.pipeline.is_empty() => Ok(None),
             _ => {
                 // Nothing in flight: wait here as `write` does.
@@ -418,6 +398,24 @@ impl Inner {
             return Admission::PipelineFull;
         }
         Admission::Pipeline
+    }
+
+    /// Starts a client batch down the pipeline ([`Inner::start_batch`]) and returns what
+    /// [`Engine::finish_write`] waits on.
+    pub(super) fn start_pending(
+        &mut self,
+        ops: &[WriteOp<'_>],
+        bound: u64,
+    ) -> Result<PendingWrite> {
+        let (ticket, pages) = self.start_batch(ops, bound)?;
+        Ok(PendingWrite {
+            state: PendingState::OnDevice {
+                ticket,
+                pages,
+                dev: self.dev.clone(),
+                flush: self.cfg.flush_writes.then(|| self.flush_gate.clone()),
+            },
+        })
     }
 
     /// Lays out a client batch and submits its pages in order (the lock held, so batches
