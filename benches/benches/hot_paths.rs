@@ -128,10 +128,17 @@ fn compaction(c: &mut Criterion) {
     let mut g = c.benchmark_group("compaction");
     g.throughput(Throughput::Elements(n + n / 2));
     g.sample_size(20);
+    let spec = lsm::merge::OutputSpec {
+        ids: 3..100,
+        target_bytes: lsm::DEFAULT_KEYTABLE_BYTES,
+        bottom: true,
+        fp_rate: 0.01,
+    };
     g.bench_function("merge 2 runs (75K entries)", |b| {
         b.iter(|| {
-            let (t, dead) = lsm::merge::compact(&runs, 3, true, 0.01);
-            black_box((t.len(), dead.len()))
+            let sources = runs.iter().map(|r| lsm::merge::run_source(r, 0)).collect();
+            let (out, dead) = lsm::merge::compact(sources, &spec);
+            black_box((out.len(), dead.len()))
         });
     });
     g.finish();

@@ -208,7 +208,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              compaction_invalidated:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
-             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\n\r\n",
+             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\ncompaction_debt_bytes:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -235,7 +235,26 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.write_stalls.capacity,
             e.write_stalls.stalled_micros,
             e.maintenance_errors,
+            e.compaction_debt_bytes,
         );
+        // One line per keytable level, in the spirit of RocksDB's compaction stats.
+        for (l, ls) in e.levels.iter().enumerate() {
+            let _ = write!(
+                s,
+                "level{l}:runs={},bytes={},target_bytes={},bytes_in={},bytes_rewritten={},\
+                 bytes_written={},write_amplification={:.3},compactions={},trivial_moves={}\r\n",
+                ls.runs,
+                ls.bytes,
+                ls.target_bytes,
+                ls.bytes_in,
+                ls.bytes_rewritten,
+                ls.bytes_written,
+                ls.write_amplification(),
+                ls.compactions,
+                ls.trivial_moves,
+            );
+        }
+        s.push_str("\r\n");
     }
     if wants(sections, "ftl") {
         let d = store.engine().device_stats();

@@ -19,6 +19,10 @@ pub const DEFAULT_L0_RUNS: usize = 4;
 pub const DEFAULT_LEVEL_RATIO: usize = 10;
 /// Default target size of L1 (keytable bytes).
 pub const DEFAULT_L1_BYTES: usize = 64 << 20;
+/// Default size of a keytable run a compaction writes into L1 and below (keytable bytes:
+/// keys and value pointers). Levels are partitioned into runs of about this size, so a
+/// compaction rewrites a few MiB, never a whole level.
+pub const DEFAULT_KEYTABLE_BYTES: usize = 4 << 20;
 
 /// Default share of the value space (percent) kept back from clients as over-provisioning,
 /// as an SSD keeps spare flash: garbage collection always finds garbage to reclaim, which
@@ -46,6 +50,9 @@ pub struct EngineConfig {
     pub level_ratio: usize,
     /// Target size of L1.
     pub l1_bytes: usize,
+    /// Size at which a compaction closes an output run and starts the next: levels below
+    /// L0 are partitioned into runs of about this size (see `engine::levels`).
+    pub keytable_bytes: usize,
     /// Bloom filter false-positive rate per run.
     pub bloom_fp_rate: f64,
     /// Empty the device's write cache (`FLUSH`, fdatasync on files) before a client batch is
@@ -83,6 +90,7 @@ impl Default for EngineConfig {
             l0_runs: DEFAULT_L0_RUNS,
             level_ratio: DEFAULT_LEVEL_RATIO,
             l1_bytes: DEFAULT_L1_BYTES,
+            keytable_bytes: DEFAULT_KEYTABLE_BYTES,
             bloom_fp_rate: 0.01,
             flush_writes: true,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,

@@ -560,6 +560,11 @@ impl KeyTableBuilder {
         self.index.len() == 0
     }
 
+    /// Bytes of the run so far, measured as [`KeyTable::data_bytes`].
+    pub fn data_bytes(&self) -> usize {
+        self.keys.len() + self.len() * (SLOT_BYTES + 2)
+    }
+
     /// Finishes the run, building its bloom filter.
     pub fn finish(mut self, fp_rate: f64) -> KeyTable {
         self.keys.shrink_to_fit();

@@ -41,10 +41,11 @@ mod read;
 pub mod vlog_format;
 
 pub use config::{
-    EngineConfig, DEFAULT_GC_WINDOW_PAGES, DEFAULT_L0_RUNS, DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO,
-    DEFAULT_MAX_KEY, DEFAULT_MAX_VALUE, DEFAULT_MEMTABLE_BYTES, DEFAULT_OVERPROVISION_PERCENT,
+    EngineConfig, DEFAULT_GC_WINDOW_PAGES, DEFAULT_KEYTABLE_BYTES, DEFAULT_L0_RUNS,
+    DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO, DEFAULT_MAX_KEY, DEFAULT_MAX_VALUE,
+    DEFAULT_MEMTABLE_BYTES, DEFAULT_OVERPROVISION_PERCENT,
 };
-pub use engine::{Engine, EngineStats, KeyFilter, PendingWrite, RangeRead, WriteOp};
+pub use engine::{Engine, EngineStats, KeyFilter, LevelStats, PendingWrite, RangeRead, WriteOp};
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
 pub use read::{OnProbedValues, OnRange, OnValues, ASYNC_READ_WINDOW};

@@ -102,17 +102,68 @@ impl<'a> Merge<'a> {
 /// A value made garbage by a compaction: its key length (for the record size) and pointer.
 pub type Invalidated = (usize, ValuePtr);
 
-/// Merges runs (newest first) into one run. Shadowed values are returned as invalidated;
-/// with `bottom` (nothing older exists below) tombstones are dropped too.
-pub fn compact(
-    runs: &[Arc<KeyTable>],
-    id: u64,
-    bottom: bool,
-    fp_rate: f64,
-) -> (KeyTable, Vec<Invalidated>) {
-    let sources = runs.iter().map(|r| run_source(r, 0)).collect();
+/// The runs of a partitioned level (ordered by key, not overlapping) read as one source,
+/// from the first key `>= start` on.
+pub struct LevelCursor<'a> {
+    runs: &'a [Arc<KeyTable>],
+    /// The run the cursor is in, and the entry in it.
+    r: usize,
+    i: usize,
+}
+
+impl<'a> LevelCursor<'a> {
+    /// A cursor over `runs` from the first key `>= start`.
+    pub fn new(runs: &'a [Arc<KeyTable>], start: &[u8]) -> Self {
+        let r = runs.partition_point(|t| t.range().is_some_and(|(_, last)| last < start));
+        let i = runs.get(r).map_or(0, |t| t.seek(start));
+        let mut c = LevelCursor { runs, r, i };
+        c.skip_exhausted();
+        c
+    }
+
+    fn skip_exhausted(&mut self) {
+        while self.runs.get(self.r).is_some_and(|t| self.i >= t.len()) {
+            self.r += 1;
+            self.i = 0;
+        }
+    }
+}
+
+impl Cursor for LevelCursor<'_> {
+    fn current(&self) -> Option<(&[u8], Slot)> {
+        let t = self.runs.get(self.r)?;
+        (self.i < t.len()).then(|| (t.key(self.i), t.slot(self.i)))
+    }
+
+    fn advance(&mut self) {
+        self.i += 1;
+        self.skip_exhausted();
+    }
+}
+
+/// How a compaction lays out its output.
+#[derive(Debug, Clone)]
+pub struct OutputSpec {
+    /// Ids for the output runs, taken in key order (reserved by the caller: at least
+    /// `input bytes / target_bytes + 1`; should they run out, the last run grows).
+    pub ids: std::ops::Range<u64>,
+    /// An output run is closed once it holds this many bytes ([`KeyTable::data_bytes`]).
+    pub target_bytes: usize,
+    /// Nothing older exists below the output: tombstones are dropped.
+    pub bottom: bool,
+    /// Bloom filter false-positive rate of the output runs.
+    pub fp_rate: f64,
+}
+
+/// Merges sources (newest first) into runs of about `spec.target_bytes` each, in key order
+/// and not overlapping (a key is never split across runs: the merge yields each key once).
+/// Shadowed values are returned as invalidated; with `spec.bottom` tombstones are dropped
+/// too. Empty runs are never returned.
+pub fn compact(sources: Vec<Source<'_>>, spec: &OutputSpec) -> (Vec<KeyTable>, Vec<Invalidated>) {
     let mut merge = Merge::new(sources);
-    let mut out = KeyTableBuilder::new(id);
+    let mut ids = spec.ids.clone();
+    let mut outputs = Vec::new();
+    let mut out: Option<KeyTableBuilder> = None;
     let mut dead = Vec::new();
     loop {
         let next = merge.next_with(|k, s| {
@@ -121,12 +172,25 @@ pub fn compact(
             }
         });
         let Some((key, slot)) = next else { break };
-        if bottom && slot == Slot::Tombstone {
+        if spec.bottom && slot == Slot::Tombstone {
             continue;
         }
-        out.push(key, &slot);
+        let full = out
+            .as_ref()
+            .is_some_and(|b| b.data_bytes() >= spec.target_bytes && !ids.is_empty());
+        if full {
+            if let Some(b) = out.take() {
+                outputs.push(b.finish(spec.fp_rate));
+            }
+        }
+        let b = match &mut out {
+            Some(b) => b,
+            None => out.insert(KeyTableBuilder::new(ids.next().unwrap_or(spec.ids.end))),
+        };
+        b.push(key, &slot);
     }
-    (out.finish(fp_rate), dead)
+    outputs.extend(out.map(|b| b.finish(spec.fp_rate)));
+    (outputs, dead)
 }
 
 #[cfg(test)]
@@ -154,16 +218,65 @@ mod tests {
     fn newest_wins_and_shadowed_values_are_invalidated() {
         let new = run(2, &[("a", v(10)), ("c", Slot::Tombstone)]);
         let old = run(1, &[("a", v(1)), ("b", v(2)), ("c", v(3))]);
-        let (t, dead) = compact(&[new.clone(), old.clone()], 3, false, 0.01);
+        let spec = |bottom| OutputSpec {
+            ids: 3..4,
+            target_bytes: usize::MAX,
+            bottom,
+            fp_rate: 0.01,
+        };
+        let sources = || vec![run_source(&new, 0), run_source(&old, 0)];
+        let (mut out, dead) = compact(sources(), &spec(false));
+        let t = out.remove(0);
         assert_eq!(t.len(), 3);
         assert_eq!(t.get(b"a"), Some(v(10)));
         assert_eq!(t.get(b"c"), Some(Slot::Tombstone));
         let mut lens: Vec<u32> = dead.iter().map(|(_, p)| p.len).collect();
         lens.sort();
         assert_eq!(lens, vec![1, 3]);
-        let (t, _) = compact(&[new, old], 4, true, 0.01);
+        let (mut out, _) = compact(sources(), &spec(true));
+        let t = out.remove(0);
         assert_eq!(t.len(), 2, "tombstone dropped at the bottom");
         assert_eq!(t.get(b"c"), None);
+    }
+
+    #[test]
+    fn output_is_cut_into_runs_of_the_target_size_in_key_order() {
+        let keys: Vec<String> = (0..100).map(|i| format!("key{i:03}")).collect();
+        let entries: Vec<(&str, Slot)> = keys.iter().map(|k| (k.as_str(), v(1))).collect();
+        let all = run(1, &entries);
+        let per_run = all.data_bytes() / 10;
+        let spec = OutputSpec {
+            ids: 10..30,
+            target_bytes: per_run,
+            bottom: false,
+            fp_rate: 0.01,
+        };
+        let (out, dead) = compact(vec![run_source(&all, 0)], &spec);
+        assert!(dead.is_empty());
+        assert!((9..=11).contains(&out.len()), "{} runs", out.len());
+        let ids: Vec<u64> = out.iter().map(KeyTable::id).collect();
+        assert_eq!(ids, (10..10 + out.len() as u64).collect::<Vec<_>>());
+        // Read back as one level: every key once, in order.
+        let level: Vec<Arc<KeyTable>> = out.into_iter().map(Arc::new).collect();
+        let mut c = LevelCursor::new(&level, b"");
+        let mut seen = Vec::new();
+        while let Some((k, _)) = c.current() {
+            seen.push(String::from_utf8(k.to_vec()).unwrap_or_default());
+            c.advance();
+        }
+        assert_eq!(seen, keys);
+        // Seeking lands on the first key at or after the start, across run boundaries.
+        let c = LevelCursor::new(&level, b"key0505");
+        assert_eq!(
+            c.current().map(|(k, _)| k.to_vec()),
+            Some(b"key051".to_vec())
+        );
+        assert!(LevelCursor::new(&level, b"zzz").current().is_none());
+        // With too few ids, the last run takes the rest.
+        let few = OutputSpec { ids: 0..2, ..spec };
+        let (out, _) = compact(vec![run_source(&all, 0)], &few);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.iter().map(KeyTable::len).sum::<usize>(), 100);
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn small_engine_with(release: Release) -> Arc<Engine> {
         memtable_bytes: 2048,
         l0_runs: 2,
         l1_bytes: 4096,
+        keytable_bytes: 1024,
         level_ratio: 2,
         // Garbage collection in small steps, so moves interleave with everything else.
         gc_window_pages: 4,

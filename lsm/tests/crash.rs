@@ -50,6 +50,7 @@ fn config() -> EngineConfig {
         memtable_bytes: 3000,
         l0_runs: 3,
         l1_bytes: 6000,
+        keytable_bytes: 1500,
         level_ratio: 3,
         // Garbage collection in small steps, so moves interleave with everything else.
         gc_window_pages: 4,

@@ -2,10 +2,8 @@
 //! filter included), on runs built directly, decoded from their pages and compacted.
 //! Sizes only: deterministic, no timing.
 
-use std::sync::Arc;
-
 use lsm::keytable::{KeyTable, KeyTableBuilder, Slot};
-use lsm::merge::compact;
+use lsm::merge::{compact, run_source, OutputSpec};
 use lsm::vlog_format::{ValueLoc, ValuePtr};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -96,7 +94,15 @@ fn dram_per_key_is_at_most_key_plus_16() {
         // Compaction: half the keys overwritten by a newer run.
         let newer: Vec<Vec<u8>> = keys.iter().step_by(2).cloned().collect();
         let newer = build(2, &newer, seed + 100);
-        let (merged, dead) = compact(&[Arc::new(newer), Arc::new(t)], 3, false, FP_RATE);
+        let spec = OutputSpec {
+            ids: 3..4,
+            target_bytes: usize::MAX,
+            bottom: false,
+            fp_rate: FP_RATE,
+        };
+        let (mut merged, dead) = compact(vec![run_source(&newer, 0), run_source(&t, 0)], &spec);
+        assert_eq!(merged.len(), 1, "one output run");
+        let merged = merged.remove(0);
         assert_eq!(merged.len(), 100_000);
         assert!(dead.len() >= 40_000, "{} values shadowed", dead.len());
         check("compacted", &merged);

@@ -26,6 +26,8 @@ fn small_config() -> EngineConfig {
         memtable_bytes: 4096,
         l0_runs: 3,
         l1_bytes: 8192,
+        // Runs of ~1 KiB below L0: levels hold many runs, compactions take a few.
+        keytable_bytes: 1024,
         level_ratio: 3,
         // Garbage collection in small steps, so moves interleave with everything else.
         gc_window_pages: 4,
@@ -208,9 +210,12 @@ fn value_moving_compaction_rewrites_values() {
             ..small_config()
         };
         let db = Engine::open(dev, ecfg.clone()).unwrap();
-        for k in 0..120u16 {
+        // Keys in a scattered order, so that runs overlap and compactions merge (a
+        // sequential load only moves runs down, writing nothing).
+        for i in 0..120u16 {
+            let k = (i * 37) % 120;
             db.put(&key(k), &value(k, 1500, 1)).unwrap();
-            if k % 10 == 9 {
+            if i % 10 == 9 {
                 db.flush().unwrap();
             }
         }

@@ -98,6 +98,7 @@ fn engine(release: Release) -> Arc<Engine> {
         memtable_bytes: 4096,
         l0_runs: 2,
         l1_bytes: 8192,
+        keytable_bytes: 1024,
         level_ratio: 2,
         gc_window_pages: 4,
         ..EngineConfig::default()

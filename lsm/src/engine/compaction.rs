@@ -1,8 +1,74 @@
 //! Metadata-only compaction of keytable runs, and the release of keytable segments no run
 //! uses.
+//!
+//! **What a compaction takes** ([`Inner::compaction_inputs`]). From L0: every L0 run (they
+//! may overlap one another) and the L1 runs their key hull overlaps. From a deeper level
+//! `n`: one run, the one whose overlap with level `n+1` is smallest for its size (RocksDB's
+//! `kMinOverlappingRatio`), and the runs of `n+1` it overlaps. Never a whole level, except
+//! in [`Inner::compact_all`]. The output is cut into runs of `keytable_bytes`
+//! ([`crate::merge::compact`]); it lies inside the inputs' key hull, and no run of level
+//! `n+1` left out overlaps that hull (it would overlap an input), so the level stays
+//! partitioned (see [`super::levels`]).
+//!
+//! **Trivial moves.** When the runs taken overlap nothing in the next level (nor one
+//! another), they move down as they are: the manifest changes, no keytable page is written.
+//! Sequential loads compact this way only.
+
+use std::collections::HashSet;
 
 use super::gc::GC_BATCH_BYTES;
+use super::levels::{self, Level};
 use super::*;
+use crate::merge::{run_source, LevelCursor, OutputSpec, Source};
+
+/// Which runs of the upper level a compaction takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pick {
+    /// One run (all of L0): what the maintenance thread does.
+    One,
+    /// Every run of the level, as [`Inner::compact_all`] does.
+    All,
+}
+
+/// A compaction's inputs and how its output is laid out.
+#[derive(Debug)]
+pub(super) struct Compaction {
+    /// The level the upper runs come from, and the one the output goes to.
+    pub(super) from: usize,
+    pub(super) to: usize,
+    /// Runs taken from `from`: L0's newest first, a deeper level's in key order.
+    pub(super) upper: Vec<Arc<KeyTable>>,
+    /// The runs of `to` the upper runs overlap, in key order.
+    pub(super) lower: Vec<Arc<KeyTable>>,
+    /// How the merged output is cut into runs (`ids` empty for a trivial move).
+    pub(super) spec: OutputSpec,
+    /// The upper runs move down as they are (see the module docs).
+    pub(super) trivial_move: bool,
+}
+
+impl Compaction {
+    /// The merge sources, newest first: each L0 run on its own, a deeper level's runs as
+    /// one source (they do not overlap), then the lower runs as one source.
+    pub(super) fn sources(&self) -> Vec<Source<'_>> {
+        let mut sources: Vec<Source<'_>> = if self.from == 0 {
+            self.upper.iter().map(|r| run_source(r, 0)).collect()
+        } else {
+            vec![Box::new(LevelCursor::new(&self.upper, b""))]
+        };
+        sources.push(Box::new(LevelCursor::new(&self.lower, b"")));
+        sources
+    }
+
+    /// Every input run.
+    fn inputs(&self) -> impl Iterator<Item = &Arc<KeyTable>> {
+        self.upper.iter().chain(&self.lower)
+    }
+}
+
+/// Keytable bytes of some runs.
+fn bytes_of<'a>(runs: impl IntoIterator<Item = &'a Arc<KeyTable>>) -> usize {
+    runs.into_iter().map(|r| r.data_bytes()).sum()
+}
 
 impl Inner {
     pub(super) fn level_target(&self, level: usize) -> usize {
@@ -14,9 +80,7 @@ impl Inner {
     }
 
     pub(super) fn level_bytes(&self, level: usize) -> usize {
-        self.levels
-            .get(level)
-            .map_or(0, |l| l.iter().map(|r| r.data_bytes()).sum())
+        self.levels.get(level).map_or(0, bytes_of)
     }
 
     pub(super) fn deepest_nonempty(&self) -> usize {
@@ -26,55 +90,154 @@ impl Inner {
             .unwrap_or(0)
     }
 
+    /// The compaction due now, if any: of L0 (at `l0_runs` runs) and every deeper level
+    /// over its target, the one with the highest score (runs over `l0_runs`, bytes over
+    /// target), as RocksDB picks.
+    pub(super) fn compaction_due(&self) -> Option<(usize, usize)> {
+        let l0 = self.levels[0].len() as f64 / self.cfg.l0_runs.max(1) as f64;
+        std::iter::once((0, l0))
+            .chain((1..self.levels.len()).map(|l| {
+                (
+                    l,
+                    self.level_bytes(l) as f64 / self.level_target(l).max(1) as f64,
+                )
+            }))
+            .filter(|&(l, score)| if l == 0 { score >= 1.0 } else { score > 1.0 })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(l, _)| (l, l + 1))
+    }
+
+    /// Keytable bytes compaction still owes: L0 at its trigger, and every deeper level's
+    /// bytes over its target.
+    pub(super) fn compaction_debt(&self) -> u64 {
+        let l0 = if self.levels[0].len() >= self.cfg.l0_runs.max(1) {
+            self.level_bytes(0)
+        } else {
+            0
+        };
+        let deeper: usize = (1..self.levels.len())
+            .map(|l| self.level_bytes(l).saturating_sub(self.level_target(l)))
+            .sum();
+        (l0 + deeper) as u64
+    }
+
+    /// Compacts whatever is due, one compaction after another, under the write lock.
+    /// Terminates: each compaction takes at least one run out of the level it compacts,
+    /// and only the deepest level has no target to pass.
     pub(super) fn maybe_compact(&mut self) -> Result<()> {
-        if self.levels[0].len() >= self.cfg.l0_runs.max(1) {
-            self.compact_into(0, 1)?;
-        }
-        let mut level = 1;
-        while level < self.levels.len() {
-            if self.level_bytes(level) > self.level_target(level) {
-                self.compact_into(level, level + 1)?;
-            }
-            level += 1;
+        while let Some((from, to)) = self.compaction_due() {
+            self.compact_into(from, to, Pick::One)?;
         }
         Ok(())
     }
 
+    /// Merges every level into the next, top down, until all runs are in the deepest level.
     pub(super) fn compact_all(&mut self) -> Result<()> {
         let deepest = self.deepest_nonempty().max(1);
         for level in 0..deepest {
             if !self.levels[level].is_empty() {
-                self.compact_into(level, level + 1)?;
+                self.compact_into(level, level + 1, Pick::All)?;
             }
         }
         Ok(())
     }
 
-    /// The runs a merge of level `from` into `to` takes (newest first), whether `to` is the
-    /// bottom level (tombstones can go), and the output's run id; `None` with both empty.
+    /// Reserves `n` run ids.
+    fn take_run_ids(&mut self, n: usize) -> std::ops::Range<u64> {
+        let start = self.next_run;
+        self.next_run += n as u64;
+        start..self.next_run
+    }
+
+    /// The run of deeper level `from` a compaction takes: the one with the fewest bytes
+    /// of level `from + 1` per byte of its own.
+    fn pick_run(&self, from: usize) -> Option<Arc<KeyTable>> {
+        let next: &[Arc<KeyTable>] = self.levels.get(from + 1).map_or(&[], |l| l.as_slice());
+        let score = |r: &Arc<KeyTable>| {
+            let overlap = r.range().map_or(0, |(lo, hi)| {
+                bytes_of(&next[levels::overlapping(next, lo, hi)])
+            });
+            overlap as f64 / r.data_bytes().max(1) as f64
+        };
+        self.levels[from]
+            .iter()
+            .map(|r| (score(r), r))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, r)| r.clone())
+    }
+
+    /// What a compaction of level `from` into `to` takes (see the module docs); `None`
+    /// when `from` has nothing to give.
     pub(super) fn compaction_inputs(
         &mut self,
         from: usize,
         to: usize,
-    ) -> Option<(Vec<Arc<KeyTable>>, bool, u64)> {
+        pick: Pick,
+    ) -> Option<Compaction> {
         while self.levels.len() <= to {
             self.levels.push(Vec::new());
         }
-        let mut inputs: Vec<Arc<KeyTable>> = self.levels[from].clone();
-        inputs.extend(self.levels[to].iter().cloned());
-        if inputs.is_empty() {
+        let upper: Level = if from == 0 || pick == Pick::All {
+            self.levels[from].clone()
+        } else {
+            vec![self.pick_run(from)?]
+        };
+        if upper.is_empty() {
             return None;
         }
-        let bottom = self.deepest_nonempty() <= to;
-        Some((inputs, bottom, self.take_run_id()))
+        let lower: Level = match levels::hull(&upper) {
+            Some((lo, hi)) => {
+                self.levels[to][levels::overlapping(&self.levels[to], &lo, &hi)].to_vec()
+            }
+            None => Vec::new(),
+        };
+        // Tombstones can go when no deeper level holds a key in the range of *all* inputs
+        // (the lower runs may reach beyond the upper ones: their tombstones count too).
+        let bottom = levels::hull(upper.iter().chain(&lower)).is_none_or(|(lo, hi)| {
+            self.levels[to + 1..]
+                .iter()
+                .all(|l| levels::overlapping(l, &lo, &hi).is_empty())
+        });
+        // Runs that overlap nothing below them (nor one another) move as they are; a full
+        // compaction (`Pick::All`) always merges, so that it drops tombstones.
+        let disjoint = from > 0
+            || (upper.iter().all(|r| !r.is_empty())
+                && upper
+                    .iter()
+                    .enumerate()
+                    .all(|(i, a)| upper[i + 1..].iter().all(|b| !levels::ranges_overlap(a, b))));
+        let trivial_move = pick == Pick::One && lower.is_empty() && disjoint;
+        let target = self.cfg.keytable_bytes.max(1);
+        let ids = if trivial_move {
+            0..0
+        } else {
+            self.take_run_ids(bytes_of(upper.iter().chain(&lower)) / target + 2)
+        };
+        Some(Compaction {
+            from,
+            to,
+            upper,
+            lower,
+            spec: OutputSpec {
+                ids,
+                target_bytes: target,
+                bottom,
+                fp_rate: self.cfg.bloom_fp_rate,
+            },
+            trivial_move,
+        })
     }
 
-    /// Merges level `from` into level `to` (metadata only: values stay where they are).
-    pub(super) fn compact_into(&mut self, from: usize, to: usize) -> Result<()> {
-        let Some((inputs, bottom, id)) = self.compaction_inputs(from, to) else {
+    /// Merges level `from` into level `to` under the write lock (metadata only: values stay
+    /// where they are, but for the ablation below).
+    pub(super) fn compact_into(&mut self, from: usize, to: usize, pick: Pick) -> Result<()> {
+        let Some(c) = self.compaction_inputs(from, to, pick) else {
             return Ok(());
         };
-        let (mut t, dead) = compact(&inputs, id, bottom, self.cfg.bloom_fp_rate);
+        if c.trivial_move {
+            return self.install_move(&c);
+        }
+        let (outputs, dead) = compact(c.sources(), &c.spec);
         // The ablation: values move with their keys, as in an LSM without key-value
         // separation. Only with an empty memtable (right after a flush): the moved records
         // then hold the newest versions, and the checkpoint moves past them below.
@@ -88,13 +251,15 @@ impl Inner {
             // too little free, this compaction keeps the values where they are (counted).
             // (A value spanning segments takes them whole, and one more for what follows.)
             let (mut bytes, mut spanning) = (0u64, 0usize);
-            for j in 0..t.len() {
-                if let Slot::Value(p) = t.slot(j) {
-                    let klen = t.key(j).len();
-                    if p.spans(self.g.pages_per_segment()) {
-                        spanning += self.spanning_segments(klen, p.len as usize) + 1;
-                    } else {
-                        bytes += p.record_bytes(klen);
+            for t in &outputs {
+                for j in 0..t.len() {
+                    if let Slot::Value(p) = t.slot(j) {
+                        let klen = t.key(j).len();
+                        if p.spans(self.g.pages_per_segment()) {
+                            spanning += self.spanning_segments(klen, p.len as usize) + 1;
+                        } else {
+                            bytes += p.record_bytes(klen);
+                        }
                     }
                 }
             }
@@ -105,53 +270,107 @@ impl Inner {
                 self.stats.compactions_without_room_to_move += 1;
             }
         }
-        if moved {
-            t = self.move_run_values(&t)?;
+        let mut written = Vec::with_capacity(outputs.len());
+        for t in outputs {
+            let t = if moved { self.move_run_values(&t)? } else { t };
+            let extents = self.write_run(&t)?;
+            written.push((t, extents));
         }
-        let extents = self.write_run(&t)?;
         if moved {
             // Everything written so far is in the runs: nothing before the head needs replay
             // (the manifest the install writes says so).
             self.move_checkpoint();
         }
-        self.install_compaction(&inputs, from, to, t, extents, dead.len() as u64)
+        self.install_compaction(&c, written, dead.len() as u64)
     }
 
-    /// Installs a compaction's output in place of its inputs (levels `from` and `to`, as
-    /// they were when it started: only the maintenance lock's holder changes levels),
-    /// writes the manifest and releases keytable segments no run uses any more.
+    /// Checks that every input of `c` is still where it was taken from (only the
+    /// maintenance lock's holder changes levels, so this holds unless there is a bug).
+    fn check_inputs(&self, c: &Compaction) -> Result<()> {
+        let present = |level: usize, r: &Arc<KeyTable>| {
+            self.levels
+                .get(level)
+                .is_some_and(|l| l.iter().any(|x| x.id() == r.id()))
+        };
+        if c.upper.iter().all(|r| present(c.from, r)) && c.lower.iter().all(|r| present(c.to, r)) {
+            Ok(())
+        } else {
+            Err(corrupt(format!(
+                "levels {} and {} changed during their compaction",
+                c.from, c.to
+            )))
+        }
+    }
+
+    /// Installs a compaction's output runs in place of its inputs, writes the manifest and
+    /// releases keytable segments no run uses any more.
     ///
     /// # Errors
-    /// `Corrupt` if the levels changed under the compaction; writing the manifest; trims.
+    /// `Corrupt` if the inputs are no longer in their levels; writing the manifest; trims.
     pub(super) fn install_compaction(
         &mut self,
-        inputs: &[Arc<KeyTable>],
-        from: usize,
-        to: usize,
-        t: KeyTable,
-        extents: Vec<(u64, u32)>,
+        c: &Compaction,
+        outputs: Vec<(KeyTable, Vec<(u64, u32)>)>,
         invalidated: u64,
     ) -> Result<()> {
-        let current = self.levels[from].iter().chain(self.levels[to].iter());
-        if !current.map(|r| r.id()).eq(inputs.iter().map(|r| r.id())) {
-            return Err(corrupt(format!(
-                "levels {from} and {to} changed during their compaction"
-            )));
+        self.check_inputs(c)?;
+        let gone: HashSet<u64> = c.inputs().map(|r| r.id()).collect();
+        for level in [c.from, c.to] {
+            self.levels[level].retain(|r| !gone.contains(&r.id()));
         }
-        for r in inputs {
-            self.runs.remove(&r.id());
-            self.kt_index.remove(&r.id());
+        for id in &gone {
+            self.runs.remove(id);
+            self.kt_index.remove(id);
         }
-        self.levels[from].clear();
-        self.levels[to].clear();
-        self.add_run(t, to, extents);
-        // The merged run replaces its inputs for readers in one swap.
+        let (upper_bytes, lower_bytes) = (bytes_of(&c.upper), bytes_of(&c.lower));
+        let written: usize = outputs.iter().map(|(t, _)| t.data_bytes()).sum();
+        for (t, extents) in outputs {
+            self.add_run(t, c.to, extents);
+        }
+        let ls = self.level_stats_mut(c.to);
+        ls.bytes_in += upper_bytes as u64;
+        ls.bytes_rewritten += lower_bytes as u64;
+        ls.bytes_written += written as u64;
+        ls.compactions += 1;
+        // The merged runs replace their inputs for readers in one swap.
         self.publish_version();
         // Already counted as garbage when their successors were flushed.
         self.stats.compaction_invalidated += invalidated;
         self.persist()?;
         self.stats.compactions += 1;
         self.release_keytable_segments()
+    }
+
+    /// Moves the upper runs of `c` down to `c.to` as they are (a trivial move): readers
+    /// see them in the new level in one swap; the manifest records their new level.
+    ///
+    /// # Errors
+    /// `Corrupt` if the inputs are no longer in their levels; writing the manifest.
+    pub(super) fn install_move(&mut self, c: &Compaction) -> Result<()> {
+        self.check_inputs(c)?;
+        let moving: HashSet<u64> = c.upper.iter().map(|r| r.id()).collect();
+        self.levels[c.from].retain(|r| !moving.contains(&r.id()));
+        for r in &c.upper {
+            let at = levels::insert_position(&self.levels[c.to], r);
+            self.levels[c.to].insert(at, r.clone());
+            if let Some(meta) = self.runs.get_mut(&r.id()) {
+                meta.level = c.to as u8;
+                meta.order = 0;
+            }
+        }
+        let ls = self.level_stats_mut(c.to);
+        ls.bytes_in += bytes_of(&c.upper) as u64;
+        ls.trivial_moves += 1;
+        self.publish_version();
+        self.persist()
+    }
+
+    /// The counters of `level` (grown on demand).
+    pub(super) fn level_stats_mut(&mut self, level: usize) -> &mut LevelStats {
+        while self.stats.levels.len() <= level {
+            self.stats.levels.push(LevelStats::default());
+        }
+        &mut self.stats.levels[level]
     }
 
     /// The ablation of metadata-only compaction (`EngineConfig::compaction_moves_values`):

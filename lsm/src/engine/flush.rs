@@ -4,6 +4,7 @@
 //! building and writing ([`super::maintain`]); [`Inner::flush`] runs them all under the lock
 //! (explicit flushes, close, garbage collection's fallback).
 
+use super::levels;
 use super::maintain::Frozen;
 use super::*;
 
@@ -21,7 +22,7 @@ pub(super) struct RunWrite {
 /// runs without the write lock.
 pub(super) fn build_flush_run(
     mem: &MemTable,
-    levels: &[Vec<Arc<KeyTable>>],
+    levels: &[Level],
     id: u64,
     bloom_fp_rate: f64,
 ) -> (KeyTable, Vec<Invalidated>) {
@@ -30,7 +31,7 @@ pub(super) fn build_flush_run(
     let mut c = mem.cursor();
     while let Some((k, s)) = c.current() {
         b.push(k, &s);
-        if let Some(Slot::Value(old)) = levels.iter().flatten().find_map(|r| r.get(k)) {
+        if let Some(Slot::Value(old)) = levels::runs_for_key(levels, k).find_map(|r| r.get(k)) {
             dead.push((k.len(), old));
         }
         c.advance();
@@ -188,7 +189,11 @@ impl Inner {
         let Some(f) = self.frozen.take() else {
             return Err(corrupt("a flushed run without a frozen memtable"));
         };
+        let bytes = t.data_bytes() as u64;
         self.add_run(t, 0, extents);
+        let ls = self.level_stats_mut(0);
+        ls.bytes_in += bytes;
+        ls.bytes_written += bytes;
         self.publish_version();
         // Counted once, for good: the flush is never replayed (the versions shadowed are in
         // runs, so before the checkpoint).
@@ -246,7 +251,9 @@ impl Inner {
         if level == 0 {
             self.levels[0].insert(0, Arc::new(t));
         } else {
-            self.levels[level] = vec![Arc::new(t)];
+            // Partitioned: in key order (compaction never writes an empty run below L0).
+            let at = levels::insert_position(&self.levels[level], &t);
+            self.levels[level].insert(at, Arc::new(t));
         }
     }
 

@@ -36,9 +36,9 @@
 
 use std::time::Duration;
 
+use super::compaction::Pick;
 use super::gc::GcStep;
 use super::*;
-use crate::merge::compact;
 
 /// Garbage collection starts this share of the device's segments (1/128, rounded down)
 /// above its low-water mark, so that writers seldom reach the mark itself and stall. Kept
@@ -111,17 +111,6 @@ enum Task {
 }
 
 impl Inner {
-    /// The compaction due now, if any: L0 at `l0_runs` runs, or a deeper level over its
-    /// target.
-    fn compaction_due(&self) -> Option<(usize, usize)> {
-        if self.levels[0].len() >= self.cfg.l0_runs.max(1) {
-            return Some((0, 1));
-        }
-        (1..self.levels.len())
-            .find(|&l| self.level_bytes(l) > self.level_target(l))
-            .map(|l| (l, l + 1))
-    }
-
     /// Whether the maintenance thread should collect garbage now.
     pub(super) fn gc_due(&self) -> bool {
         !self.closed
@@ -292,24 +281,32 @@ impl Core {
         flush::write_run_pages(&poller, flush::RunWrite { pages, chunks })
     }
 
-    /// Merges level `from` into `to`, with the write lock free while merging and writing
-    /// (the compaction ablation, which rewrites values at the head, runs under the lock).
+    /// Merges what level `from` gives (one run, or all of L0) into `to`, with the write
+    /// lock free while merging and writing (a trivial move, and the compaction ablation,
+    /// which rewrites values at the head, run under the lock).
     fn compact(&self, from: usize, to: usize) -> Result<()> {
-        let (inputs, bottom, id, fp) = {
+        let c = {
             let mut g = self.inner.lock();
             if g.cfg.compaction_moves_values {
                 self.quiesce(&mut g);
-                return g.compact_into(from, to);
+                return g.compact_into(from, to, Pick::One);
             }
-            let Some((inputs, bottom, id)) = g.compaction_inputs(from, to) else {
+            let Some(c) = g.compaction_inputs(from, to, Pick::One) else {
                 return Ok(());
             };
-            (inputs, bottom, id, g.cfg.bloom_fp_rate)
+            if c.trivial_move {
+                return g.install_move(&c);
+            }
+            c
         };
-        let (t, dead) = compact(&inputs, id, bottom, fp);
-        let extents = self.write_new_run(&t)?;
+        let (outputs, dead) = compact(c.sources(), &c.spec);
+        let mut written = Vec::with_capacity(outputs.len());
+        for t in outputs {
+            let extents = self.write_new_run(&t)?;
+            written.push((t, extents));
+        }
         let mut g = self.inner.lock();
-        g.install_compaction(&inputs, from, to, t, extents, dead.len() as u64)
+        g.install_compaction(&c, written, dead.len() as u64)
     }
 
     /// One garbage-collection step, with no batch in flight; releases what was reclaimed

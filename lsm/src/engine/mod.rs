@@ -16,6 +16,7 @@ mod compaction;
 mod flush;
 mod gc;
 mod layout;
+mod levels;
 mod maintain;
 mod read;
 mod recovery;
@@ -61,6 +62,7 @@ use crate::vlog_format::{
     PageBuilder, Record, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD,
     LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
 };
+use levels::Level;
 
 /// Free segments kept back from puts so deletes, flushes and compactions can still run on a
 /// full drive.
@@ -143,6 +145,46 @@ pub struct EngineStats {
     /// Maintenance tasks (flush, compaction, GC step) that failed; the maintenance thread
     /// retries after a pause, and writers that wait for it get the error.
     pub maintenance_errors: u64,
+    /// Per level, L0 first: its shape and the keytable bytes flushes and compactions moved
+    /// into it (see [`LevelStats`]).
+    pub levels: Vec<LevelStats>,
+    /// Keytable bytes compaction still owes: L0's bytes once it reaches its trigger, and
+    /// each deeper level's bytes over its target.
+    pub compaction_debt_bytes: u64,
+}
+
+/// One keytable level: its shape now, and what flushes and compactions did to it since open
+/// (bytes as [`KeyTable::data_bytes`] counts them: keys and value pointers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LevelStats {
+    /// Runs in the level.
+    pub runs: u64,
+    /// Keytable bytes in the level.
+    pub bytes: u64,
+    /// The level's target size (0 for L0, whose trigger is a run count).
+    pub target_bytes: u64,
+    /// Bytes that came in from above: flushed memtables for L0, the upper level's runs a
+    /// compaction took (or moved) for the others.
+    pub bytes_in: u64,
+    /// Bytes of this level's own runs that compactions into it rewrote.
+    pub bytes_rewritten: u64,
+    /// Bytes written into the level (flush or compaction output).
+    pub bytes_written: u64,
+    /// Compactions into the level that merged runs.
+    pub compactions: u64,
+    /// Compactions into the level that moved runs down as they were.
+    pub trivial_moves: u64,
+}
+
+impl LevelStats {
+    /// The level's keytable write amplification: bytes written per byte that came in.
+    pub fn write_amplification(&self) -> f64 {
+        if self.bytes_in == 0 {
+            0.0
+        } else {
+            self.bytes_written as f64 / self.bytes_in as f64
+        }
+    }
 }
 
 /// Client batches that had to wait for the maintenance thread, by what they waited for
@@ -215,7 +257,7 @@ struct Inner {
     /// The active memtable (also in the published version; readers read it concurrently).
     mem: Arc<MemTable>,
     /// L0 newest first; each deeper level has at most one run.
-    levels: Vec<Vec<Arc<KeyTable>>>,
+    levels: Vec<Level>,
     runs: HashMap<u64, RunMeta>,
     log_segs: BTreeMap<u32, LogSegMeta>,
     /// The part of each log segment's `dead` that records after the replay checkpoint made
@@ -599,6 +641,19 @@ impl Inner {
         s.memtable_keys =
             self.mem.len() as u64 + self.frozen.as_ref().map_or(0, |f| f.mem.len() as u64);
         s.runs_per_level = self.levels.iter().map(Vec::len).collect();
+        while s.levels.len() < self.levels.len() {
+            s.levels.push(LevelStats::default());
+        }
+        for (l, ls) in s.levels.iter_mut().enumerate() {
+            ls.runs = self.levels.get(l).map_or(0, |r| r.len() as u64);
+            ls.bytes = self.level_bytes(l) as u64;
+            ls.target_bytes = if l == 0 {
+                0
+            } else {
+                self.level_target(l) as u64
+            };
+        }
+        s.compaction_debt_bytes = self.compaction_debt();
         s.keys_per_level = self
             .levels
             .iter()

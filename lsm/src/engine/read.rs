@@ -581,7 +581,7 @@ impl Inner {
         if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.latest(key)) {
             return Some(s);
         }
-        self.levels.iter().flatten().find_map(|run| run.get(key))
+        levels::runs_for_key(&self.levels, key).find_map(|run| run.get(key))
     }
 
     /// Reads values under the write lock (recovery and garbage collection).

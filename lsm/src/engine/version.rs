@@ -39,10 +39,11 @@ use crate::error::{EngineError, Result};
 use crate::io::Poller;
 use crate::keytable::{KeyTable, Slot};
 use crate::memtable::MemTable;
-use crate::merge::{run_source, Merge, Source};
+use crate::merge::{run_source, LevelCursor, Merge, Source};
 use crate::read::ReadWindow;
 use crate::vlog_format::ValuePtr;
 
+use super::levels::{self, Level};
 use super::read::ReadPlan;
 use super::{corrupt, Inner};
 
@@ -62,7 +63,7 @@ pub(super) struct Version {
     /// Memtables, newest first: the active one (the writer inserts into it) first.
     pub(super) mems: Vec<Arc<MemTable>>,
     /// Keytable runs per level; L0 newest first.
-    pub(super) levels: Vec<Vec<Arc<KeyTable>>>,
+    pub(super) levels: Vec<Level>,
     /// Per run id, its page index (only with the keytable-caching ablation).
     pub(super) run_pages: HashMap<u64, Arc<RunPages>>,
 }
@@ -169,7 +170,7 @@ impl ReadSide {
                 return Some(s);
             }
         }
-        let mut runs = view.version.levels.iter().flatten();
+        let mut runs = levels::runs_for_key(&view.version.levels, key);
         if self.uncached_keytables {
             return runs.find_map(|run| self.lookup_on_device(view, run, key));
         }
@@ -186,9 +187,15 @@ impl ReadView {
             .iter()
             .map(|m| Box::new(m.cursor_from(start, self.seq)) as Source<'_>)
             .collect();
-        for run in self.version.levels.iter().flatten() {
+        let mut levels = self.version.levels.iter();
+        // L0's runs may overlap: one source each. A deeper level's do not: one source for
+        // the whole level.
+        for run in levels.next().into_iter().flatten() {
             let i = run.seek(start);
             sources.push(run_source(run, i));
+        }
+        for level in levels {
+            sources.push(Box::new(LevelCursor::new(level, start)));
         }
         Merge::new(sources)
     }
