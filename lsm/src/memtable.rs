@@ -14,7 +14,7 @@
 //!   (batches take their sequence numbers in the order they are applied), so a reader sees a
 //!   batch all or nothing, and two reads with the same `s` see the same memtable state;
 //! - garbage accounting stays exact: the writer learns the version an insert shadows from
-//!   [`MemTable::latest`] before inserting (no other writer can slip in between).
+//!   the entry that follows the new one (no other writer can slip in between).
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -125,20 +125,30 @@ impl MemTable {
     /// Adds version `seq` of `key` (newer than every version already in the table) and
     /// returns the version it shadows. Callers are serialised by the engine's write lock;
     /// readers may run concurrently.
+    #[cfg(test)]
     pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
-        let shadowed = self.latest(key);
+        self.insert_owned(key.into(), seq, slot)
+    }
+
+    /// As [`MemTable::insert`], taking the key's allocation (the write path hands over the
+    /// copy it made when the batch was laid out: one allocation per key, not two).
+    ///
+    /// One skip-list search: versions are ordered newest first within a key and `seq` is
+    /// newer than every version in the table, so the entry right after the new one is the
+    /// version it shadows, if it is of the same key (no other writer inserts in between, and
+    /// nothing is ever removed).
+    pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
+        let len = key.len();
+        let e = self.map.insert(VersionKey { key, seq }, slot);
+        let shadowed = e
+            .next()
+            .filter(|n| n.key().user_key() == e.key().user_key())
+            .map(|n| *n.value());
         if shadowed.is_none() {
             self.keys.fetch_add(1, AtomicOrdering::Relaxed);
         }
         self.bytes
-            .fetch_add(key.len() + ENTRY_OVERHEAD, AtomicOrdering::Relaxed);
-        self.map.insert(
-            VersionKey {
-                key: key.into(),
-                seq,
-            },
-            slot,
-        );
+            .fetch_add(len + ENTRY_OVERHEAD, AtomicOrdering::Relaxed);
         shadowed
     }
 
@@ -260,13 +270,25 @@ mod tests {
     #[test]
     fn reads_see_the_newest_version_at_their_sequence_number() {
         let m = MemTable::new();
-        m.insert(b"a", 1, v(1));
-        m.insert(b"b", 2, v(2));
-        m.insert(b"a", 3, v(3));
-        m.insert(b"ab", 4, Slot::Tombstone);
+        assert_eq!(m.insert(b"a", 1, v(1)), None);
+        assert_eq!(m.insert(b"b", 2, v(2)), None);
+        assert_eq!(
+            m.insert(b"a", 3, v(3)),
+            Some(v(1)),
+            "the version it shadows"
+        );
+        assert_eq!(
+            m.insert(b"ab", 4, Slot::Tombstone),
+            None,
+            "a longer key is another key"
+        );
+        assert_eq!(m.insert(b"a", 5, Slot::Tombstone), Some(v(3)));
+        assert_eq!(m.insert(b"a", 6, v(6)), Some(Slot::Tombstone));
         assert_eq!(m.get(b"a", 1), Some(v(1)));
         assert_eq!(m.get(b"a", 2), Some(v(1)));
-        assert_eq!(m.get(b"a", LATEST), Some(v(3)));
+        assert_eq!(m.get(b"a", 3), Some(v(3)));
+        assert_eq!(m.get(b"a", 5), Some(Slot::Tombstone));
+        assert_eq!(m.get(b"a", LATEST), Some(v(6)));
         assert_eq!(m.get(b"a", 0), None);
         assert_eq!(m.get(b"b", 1), None);
         assert_eq!(m.get(b"c", LATEST), None);
@@ -274,7 +296,7 @@ mod tests {
         assert_eq!(
             keys_at(&m, b"", LATEST),
             vec![
-                (b"a".to_vec(), v(3)),
+                (b"a".to_vec(), v(6)),
                 (b"ab".to_vec(), Slot::Tombstone),
                 (b"b".to_vec(), v(2))
             ]

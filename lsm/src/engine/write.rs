@@ -38,7 +38,7 @@ pub(super) enum PendingState {
 /// A pipelined batch between submission and application.
 pub(super) struct InFlight {
     /// Keys with their sequence numbers and new slots.
-    updates: Vec<(Vec<u8>, u64, Slot)>,
+    updates: Vec<(Box<[u8]>, u64, Slot)>,
     user_bytes: u64,
     pages: u64,
     /// Set when all its pages completed (or one failed).
@@ -496,7 +496,7 @@ impl Inner {
             InFlight {
                 updates: updates
                     .into_iter()
-                    .map(|(k, seq, s)| (k.to_vec(), seq, s))
+                    .map(|(k, seq, s)| (Box::from(k), seq, s))
                     .collect(),
                 user_bytes: Self::user_bytes(ops),
                 pages: bound,
@@ -523,7 +523,7 @@ impl Inner {
                 Some(Ok(())) if t >= self.poisoned_below => {
                     self.stats.user_bytes_written += b.user_bytes;
                     for (k, seq, slot) in b.updates {
-                        self.apply(&k, seq, slot);
+                        self.apply_owned(k, seq, slot);
                     }
                     // The whole batch is in: reads may see it.
                     self.publish_seq();
@@ -703,9 +703,15 @@ impl Inner {
 
     /// Puts a slot into the memtable, counting the value it replaces as garbage.
     pub(super) fn apply(&mut self, key: &[u8], seq: u64, slot: Slot) {
+        self.apply_owned(key.into(), seq, slot);
+    }
+
+    /// As [`Inner::apply`], handing the key's allocation to the memtable.
+    pub(super) fn apply_owned(&mut self, key: Box<[u8]>, seq: u64, slot: Slot) {
         self.applied_seq = self.applied_seq.max(seq);
-        if let Some(Slot::Value(old)) = self.mem.insert(key, seq, slot) {
-            self.mark_dead(&[(key.len(), old)]);
+        let len = key.len();
+        if let Some(Slot::Value(old)) = self.mem.insert_owned(key, seq, slot) {
+            self.mark_dead(&[(len, old)]);
         }
     }
 
