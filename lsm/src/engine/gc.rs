@@ -121,6 +121,15 @@ impl Inner {
                 );
                 self.gc_refused.insert(c.log_seg);
                 self.stats.gc_steps_refused += 1;
+                self.gc_cursor = None;
+                self.gc_pending.clear();
+                self.gc_pending_bytes = 0;
+                if let Some(ahead) = self.gc_read_ahead.take() {
+                    ahead.reads.wait();
+                }
+                // Not a maintenance failure: writers waiting for free segments are not failed
+                // for it, and the next step takes another victim.
+                return Ok(GcStep::Progress);
             }
             // Moves read in earlier steps may be lost with the error, and the cursor is past
             // their pages: the victim starts again from its first page (liveness is judged

@@ -5,8 +5,9 @@ use super::*;
 
 use super::write::PIPELINE_PAGES;
 
-/// Reads of a value-log tail page before its read error or bad checksum is believed.
-pub(super) const READ_ATTEMPTS: u32 = 3;
+/// Reads of a value-log page (recovery's tail, garbage collection's victims) before its
+/// read error or bad checksum is believed (a device's read-retry levels are of this order).
+pub(super) const READ_ATTEMPTS: u32 = 10;
 
 /// Most batches that can be on the device at once: the write pipeline holds at most
 /// [`PIPELINE_PAGES`] pages and a batch takes at least two of them; a synchronous batch
