@@ -406,7 +406,11 @@ fn gc_refuses_a_victim_it_cannot_read(fault: VictimFault) {
             break;
         }
         n += 1;
-        assert!(n < 200_000, "garbage collection never ran: {:?}", db.stats());
+        assert!(
+            n < 200_000,
+            "garbage collection never ran: {:?}",
+            db.stats()
+        );
     }
     // Garbage collection goes on with other victims (none is left here) without failing.
     for i in 0..20 {

@@ -337,9 +337,7 @@ fn tail_lba(dev: &dyn AppendDevice, page_after_checkpoint: u32) -> (u32, u32, u3
         .find(|m| m.log_seg == log_seg)
         .expect("the checkpoint's log segment");
     assert!(page < dev.geometry().pages_per_segment());
-    let lba = dev
-        .geometry()
-        .lba(hwftl_sim::SegmentId(meta.segment), page);
+    let lba = dev.geometry().lba(hwftl_sim::SegmentId(meta.segment), page);
     (log_seg, meta.segment, page, lba)
 }
 
@@ -429,7 +427,11 @@ fn a_bit_flip_mid_tail_stops_the_open_and_trims_nothing() {
             .unwrap()
             .into_iter()
             .collect();
-        assert_eq!(all.len(), model.len() - 1, "only the damaged batch is missing");
+        assert_eq!(
+            all.len(),
+            model.len() - 1,
+            "only the damaged batch is missing"
+        );
         assert!(all.iter().all(|(k, v)| model.get(k) == Some(v)));
         assert_eq!(db.stats().recovery_damage, 1);
         assert!(matches!(
@@ -456,7 +458,8 @@ fn a_transient_read_error_in_the_tail_is_read_again() {
     let model = write_then_cut(&backend, cfg, &ecfg, 50, 100);
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
     let (_, _, _, lba) = tail_lba(ftl.as_ref(), 2);
-    ftl.faults().fail_next_read(hwftl_sim::FaultTarget::Lba(lba));
+    ftl.faults()
+        .fail_next_read(hwftl_sim::FaultTarget::Lba(lba));
     let db = Engine::open(ftl.clone(), ecfg).unwrap();
     assert!(db.stats().recovery_read_retries >= 1);
     assert_all_there(&db, &model);
@@ -517,7 +520,10 @@ fn a_torn_last_batch_still_opens_and_drops_only_that_batch() {
     let lba = last_raw_page_of(ftl.as_ref(), b"last");
     ftl.corrupt_page(lba, 100).unwrap();
     let db = Engine::open(ftl.clone(), ecfg).unwrap();
-    assert!(db.get(b"last").unwrap().is_none(), "the torn batch was applied");
+    assert!(
+        db.get(b"last").unwrap().is_none(),
+        "the torn batch was applied"
+    );
     model.remove(b"last".as_slice());
     assert_all_there(&db, &model);
     db.close().unwrap();

@@ -452,11 +452,8 @@ impl Inner {
         let key = match head.long_key {
             None => head.key,
             Some(lk) => {
-                let kp = self.read_log_pages(
-                    head_seg,
-                    seg,
-                    lk.first_page..lk.first_page + lk.pages(),
-                )?;
+                let kp =
+                    self.read_log_pages(head_seg, seg, lk.first_page..lk.first_page + lk.pages())?;
                 let parts: Option<Vec<&[u8]>> =
                     kp.iter().map(|p| p.as_ref().map(|b| &b[..])).collect();
                 parts.and_then(|p| lk.assemble(p)).ok_or_else(|| {

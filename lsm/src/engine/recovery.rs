@@ -328,7 +328,9 @@ impl Inner {
                     }
                     // Never written: the end of what reached the device (a batch laid out
                     // and never written, or pages lost in the cut).
-                    TailRead::Unwritten if page >= wp => return Ok(SpanEnd::End(Some(batch_start))),
+                    TailRead::Unwritten if page >= wp => {
+                        return Ok(SpanEnd::End(Some(batch_start)))
+                    }
                     TailRead::Unwritten => {
                         return Ok(fault(
                             FaultKind::Hole,
@@ -441,22 +443,24 @@ impl Inner {
                                     break;
                                 }
                             } else {
-                                let last = first
-                                    .checked_add(raw_pages(u64::from(r.value_len)) as u32)
-                                    .unwrap_or(u32::MAX);
+                                let last =
+                                    first.saturating_add(raw_pages(u64::from(r.value_len)) as u32);
                                 if last > end || last > wp {
                                     return Ok(SpanEnd::End(Some(batch_start)));
                                 }
                                 let len = r.value_len as usize;
                                 let check = |pages: &[PageBuf]| {
-                                    let mut v: Vec<u8> = Vec::with_capacity(pages.len() * PAGE_SIZE);
+                                    let mut v: Vec<u8> =
+                                        Vec::with_capacity(pages.len() * PAGE_SIZE);
                                     for p in pages {
                                         v.extend_from_slice(p);
                                     }
                                     v.truncate(len);
                                     crc32c::crc32c(&v) == crc
                                 };
-                                if let Err(f) = self.read_raw(seg, first..last, check, "a raw value")? {
+                                if let Err(f) =
+                                    self.read_raw(seg, first..last, check, "a raw value")?
+                                {
                                     bad = Some(f);
                                     break;
                                 }
@@ -535,7 +539,9 @@ impl Inner {
                 Err(e) => return Err(EngineError::Device(e)),
             }
         }
-        Ok(TailRead::Failed(format!("{why} ({READ_ATTEMPTS} attempts)")))
+        Ok(TailRead::Failed(format!(
+            "{why} ({READ_ATTEMPTS} attempts)"
+        )))
     }
 
     /// Reads raw pages `range` (below the write pointer) of a tail segment, again while
@@ -619,10 +625,7 @@ impl Inner {
                 _ => None,
             },
             FaultKind::Hole => {
-                let t = f
-                    .torn_batch
-                    .or(last_complete.map(|c| c + 1))
-                    .unwrap_or(lo);
+                let t = f.torn_batch.or(last_complete.map(|c| c + 1)).unwrap_or(lo);
                 (hi > t + MAX_IN_FLIGHT_BATCHES).then(|| {
                     format!(
                         "batch {hi} follows it in the log, more than {MAX_IN_FLIGHT_BATCHES} \
