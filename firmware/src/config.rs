@@ -81,6 +81,12 @@ pub struct Args {
     /// `metadata-compaction` (compaction rewrites the values it keeps).
     #[arg(long)]
     pub ablate: Option<String>,
+    /// Open a device whose value log is damaged (the drive refused to start with "the value
+    /// log is damaged") read-only: damaged batches are skipped, nothing on the device is
+    /// written or trimmed, and every write is refused with a READONLY error, so the data
+    /// can be copied off.
+    #[arg(long)]
+    pub recover_read_only: bool,
 }
 
 /// The settings file: the same keys as the flags, in kebab or snake case.
@@ -104,6 +110,8 @@ struct FileConfig {
     #[serde(alias = "cluster_node_id")]
     cluster_node_id: Option<String>,
     ablate: Option<String>,
+    #[serde(alias = "recover_read_only")]
+    recover_read_only: Option<bool>,
 }
 
 /// Design features turned off for the ablation benchmark (all `false` in normal operation).
@@ -185,6 +193,8 @@ pub struct DriveConfig {
     pub cluster_node_id: Option<String>,
     /// Features turned off for the ablation benchmark.
     pub ablations: Ablations,
+    /// Open the device read-only to copy data off a damaged value log.
+    pub recover_read_only: bool,
 }
 
 impl DriveConfig {
@@ -244,6 +254,7 @@ impl DriveConfig {
             cluster_config: args.cluster_config.or(file.cluster_config),
             cluster_node_id: args.cluster_node_id.or(file.cluster_node_id),
             ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
+            recover_read_only: args.recover_read_only || file.recover_read_only.unwrap_or(false),
         })
     }
 }

@@ -208,7 +208,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              compaction_invalidated:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
-             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\ncompaction_debt_bytes:{}\r\n",
+             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
+             gc_steps_refused:{}\r\nrecovery_read_retries:{}\r\nrecovery_damage:{}\r\ncompaction_debt_bytes:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -235,6 +236,9 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.write_stalls.capacity,
             e.write_stalls.stalled_micros,
             e.maintenance_errors,
+            e.gc_steps_refused,
+            e.recovery_read_retries,
+            e.recovery_damage,
             e.compaction_debt_bytes,
         );
         // One line per keytable level, in the spirit of RocksDB's compaction stats.

@@ -207,6 +207,7 @@ fn main() -> anyhow::Result<()> {
             flush_writes: cfg.durability == Durability::Sync,
             compaction_moves_values: cfg.ablations.value_compaction,
             uncached_keytables: cfg.ablations.uncached_keytables,
+            read_only_recovery: cfg.recover_read_only,
             ..EngineConfig::default()
         },
     )

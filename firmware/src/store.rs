@@ -56,9 +56,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The error reply's text (without the leading `-`).
+    /// The error reply's text (without the leading `-`). A write to a drive opened
+    /// read-only gets Redis's `READONLY` code, which clients know.
     pub fn reply_text(&self) -> String {
-        self.to_string()
+        match self {
+            StoreError::Engine(EngineError::ReadOnly) => {
+                "READONLY the drive was opened read-only to recover a damaged device \
+                 (--recover-read-only): writes are refused"
+                    .into()
+            }
+            other => other.to_string(),
+        }
     }
 }
 

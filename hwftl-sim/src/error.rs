@@ -151,6 +151,15 @@ pub enum DeviceError {
     /// The superblock or both copies of the mapping/status tables fail their checksum.
     #[error("device tables are corrupt: {0}")]
     TableCorrupt(String),
+    /// Another open device (another process, or another open of the same file in this
+    /// one) holds the device file's owner lock: one drive per device.
+    #[error("device {path} is in use by another process ({holder}); stop it first")]
+    InUse {
+        /// The device file or block device.
+        path: String,
+        /// Who holds it, as far as `/proc/locks` tells (a pid), or "holder unknown".
+        holder: String,
+    },
     /// An operating-system I/O error from the backend.
     #[error("{context}: {source}")]
     Io {

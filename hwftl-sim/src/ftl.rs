@@ -542,6 +542,7 @@ impl Ftl {
         if let Err(e) = self.media.quiesce() {
             tracing::error!("power cut: could not wait for the operations in flight: {e}");
         }
+        self.media.release_owner();
     }
 
     /// Waits for every command in flight (their completions are dropped), then records the
@@ -1725,6 +1726,32 @@ mod tests {
         drop(dev);
         let dev = Ftl::open(&backend, cfg()).unwrap();
         assert!(dev.segment_info(SegmentId(0)).unwrap().write_pointer <= 8);
+    }
+
+    #[test]
+    fn a_device_file_has_one_owner_until_it_closes_or_loses_power() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("device.img");
+        let backend = Backend::File(path.clone());
+        let dev = Ftl::format(&backend, cfg()).unwrap();
+        // A second open (a separate open file description, as another process's would be)
+        // fails at once, and so does a second format (before it could truncate anything).
+        for second in [Ftl::open(&backend, cfg()), Ftl::format(&backend, cfg())] {
+            match second {
+                Err(DeviceError::InUse { path: p, holder }) => {
+                    assert_eq!(p, path.display().to_string());
+                    assert!(holder.contains("this process"), "{holder}");
+                }
+                Err(e) => panic!("a second open failed otherwise: {e}"),
+                Ok(_) => panic!("a second open of a device in use succeeded"),
+            }
+        }
+        dev.close().unwrap();
+        let dev = Ftl::open(&backend, cfg()).unwrap();
+        dev.power_cut();
+        // The cut process is gone: its lock with it.
+        drop(Ftl::open(&backend, cfg()).unwrap());
+        drop(dev);
     }
 
     #[test]

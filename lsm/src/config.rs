@@ -78,6 +78,11 @@ pub struct EngineConfig {
     /// that may hold the key from the device (after the bloom filter, with a sparse page
     /// index in DRAM) instead of searching the cached keytable (`false`, the default).
     pub uncached_keytables: bool,
+    /// Open the store read-only, for copying data off a damaged device: recovery skips a
+    /// damaged write batch (see [`crate::EngineError::LogDamaged`]) and replays the batches
+    /// after it, nothing on the device is written or trimmed, no maintenance runs, and
+    /// writes, flushes and compactions fail with [`crate::EngineError::ReadOnly`].
+    pub read_only_recovery: bool,
 }
 
 impl Default for EngineConfig {
@@ -97,6 +102,7 @@ impl Default for EngineConfig {
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
             compaction_moves_values: false,
             uncached_keytables: false,
+            read_only_recovery: false,
         }
     }
 }

@@ -56,6 +56,43 @@ pub enum EngineError {
     /// not applied (it may or may not be found after a restart; it was never acknowledged).
     #[error("write not applied: an earlier write batch failed on the device")]
     BatchAborted,
+    /// The value log is damaged where a cut could not have torn it: acknowledged writes
+    /// follow the damaged page, so recovery refused to end the log there and trimmed
+    /// nothing. Open with [`crate::EngineConfig::read_only_recovery`] to copy the data off.
+    #[error(
+        "the value log is damaged at log segment {log_seg} (device segment {segment}, page \
+         {page}): {reason}; nothing was trimmed: open the store read-only to copy its data off"
+    )]
+    LogDamaged {
+        /// The log segment.
+        log_seg: u32,
+        /// The device segment holding it.
+        segment: u32,
+        /// The page within the segment.
+        page: u32,
+        /// What is wrong, and why it is not a torn last write.
+        reason: String,
+    },
+    /// Garbage collection found a page of its victim that cannot be read or fails its
+    /// checksum: the step failed, the victim stays in place (not reclaimed) and is not
+    /// picked again (see `EngineStats::gc_steps_refused`).
+    #[error(
+        "garbage collection refused log segment {log_seg} (device segment {segment}): page \
+         {page}: {reason}"
+    )]
+    GcRefused {
+        /// The victim's log segment.
+        log_seg: u32,
+        /// The device segment holding it.
+        segment: u32,
+        /// The page within the segment.
+        page: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The store was opened read-only ([`crate::EngineConfig::read_only_recovery`]).
+    #[error("the store is open read-only (recovery mode): writes are refused")]
+    ReadOnly,
     /// The engine was closed or hit a fatal device error; open it again.
     #[error("the engine is closed")]
     Closed,

@@ -20,6 +20,8 @@ use lsm::{Engine, EngineConfig, WriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+
 fn geometry() -> Geometry {
     Geometry {
         channels: 2,
@@ -274,4 +276,255 @@ fn writes_acknowledged_after_a_failed_batch_survive_a_power_cut() {
         }
         assert_eq!(db.get(b"doomed").unwrap(), None);
     }
+}
+
+/// A device large enough that a few hundred one-page batches stay under the replay budget,
+/// and an engine whose memtable holds them all: only explicit flushes move the checkpoint.
+fn tail_setup() -> (Backend, DeviceConfig, EngineConfig) {
+    let backend = Backend::Ram(RamStore::new());
+    let cfg = DeviceConfig::new(Geometry {
+        blocks_per_chip: 160,
+        pages_per_block: 16,
+        ..geometry()
+    });
+    drop(Ftl::format(&backend, cfg).unwrap());
+    let ecfg = EngineConfig {
+        memtable_bytes: 4 << 20,
+        ..EngineConfig::default()
+    };
+    (backend, cfg, ecfg)
+}
+
+fn small_value(i: u32) -> Vec<u8> {
+    (0..100 + i % 50).map(|j| (i ^ j) as u8).collect()
+}
+
+/// Writes `flushed` keys and flushes, then `tail` more one-page batches (acknowledged, in
+/// the unflushed tail), and cuts the power. Returns the model of acknowledged writes.
+fn write_then_cut(
+    backend: &Backend,
+    cfg: DeviceConfig,
+    ecfg: &EngineConfig,
+    flushed: u32,
+    tail: u32,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let ftl = Arc::new(Ftl::open(backend, cfg).unwrap());
+    let db = Engine::open(ftl.clone(), ecfg.clone()).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..flushed + tail {
+        if i == flushed {
+            db.flush().unwrap();
+        }
+        let k = format!("key{i:05}").into_bytes();
+        db.put(&k, &small_value(i)).unwrap();
+        model.insert(k, small_value(i));
+    }
+    assert_eq!(db.stats().flushes, 1, "the tail must not have been flushed");
+    ftl.power_cut();
+    drop(db);
+    model
+}
+
+/// The device LBA of page `page_after_checkpoint` pages after the replay checkpoint.
+fn tail_lba(dev: &dyn AppendDevice, page_after_checkpoint: u32) -> (u32, u32, u32, hwftl_sim::Lba) {
+    let (_, snap) = ManifestStore::load(dev).unwrap();
+    let snap = snap.unwrap();
+    let (log_seg, page) = snap.checkpoint;
+    let page = page + page_after_checkpoint;
+    let meta = snap
+        .log_segs
+        .iter()
+        .find(|m| m.log_seg == log_seg)
+        .expect("the checkpoint's log segment");
+    assert!(page < dev.geometry().pages_per_segment());
+    let lba = dev.geometry().lba(hwftl_sim::SegmentId(meta.segment), page);
+    (log_seg, meta.segment, page, lba)
+}
+
+/// The LBA of the last raw page of the value `key` was written with, found by reading the
+/// value-log segments the manifest lists.
+fn last_raw_page_of(dev: &dyn AppendDevice, key: &[u8]) -> hwftl_sim::Lba {
+    use lsm::vlog_format::{check_page, parse_records};
+    let (_, snap) = ManifestStore::load(dev).unwrap();
+    let g = dev.geometry();
+    for m in snap.unwrap().log_segs {
+        let seg = hwftl_sim::SegmentId(m.segment);
+        let wp = dev.segment_info(seg).unwrap().write_pointer;
+        for page in 0..wp {
+            let Ok(c) = dev.execute(Command::Read {
+                lba: g.lba(seg, page),
+                buf: hwftl_sim::PageBuf::for_read(),
+            }) else {
+                continue;
+            };
+            let Ok(Some(buf)) = c.into_buf() else {
+                continue;
+            };
+            let Ok(info) = check_page(&buf, m.log_seg, page) else {
+                continue;
+            };
+            let recs = parse_records(&buf, &info).unwrap();
+            if recs.iter().any(|r| r.key == key) {
+                assert!(info.raw_after > 0);
+                return g.lba(seg, page + info.raw_after);
+            }
+        }
+    }
+    panic!("no record of the key")
+}
+
+fn assert_all_there(db: &Engine, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let all: BTreeMap<Vec<u8>, Vec<u8>> = db
+        .range(b"", None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let missing = model.keys().filter(|k| !all.contains_key(*k)).count();
+    assert_eq!(missing, 0, "{missing} acknowledged keys are missing");
+    assert_eq!(&all, model);
+}
+
+/// One flipped bit in an early page of the unflushed tail, with hundreds of acknowledged
+/// batches after it: not a torn write. The open must fail naming the page and trim nothing,
+/// a read-only open must show everything but the damaged batch, and once the bit is
+/// restored every acknowledged write must be there.
+#[test]
+fn a_bit_flip_mid_tail_stops_the_open_and_trims_nothing() {
+    let (backend, cfg, ecfg) = tail_setup();
+    let model = write_then_cut(&backend, cfg, &ecfg, 100, 300);
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    let (log_seg, segment, page, lba) = tail_lba(ftl.as_ref(), 3);
+    let free_before = ftl.stats().free_segments;
+    ftl.corrupt_page(lba, 100).unwrap();
+    match Engine::open(ftl.clone(), ecfg.clone()) {
+        Err(lsm::EngineError::LogDamaged {
+            log_seg: l,
+            segment: s,
+            page: p,
+            reason,
+        }) => {
+            assert_eq!((l, s, p), (log_seg, segment, page), "{reason}");
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        Err(e) => panic!("the open failed with another error: {e}"),
+        Ok(_) => panic!("a damaged tail was opened as if torn"),
+    }
+    assert_eq!(
+        ftl.stats().free_segments,
+        free_before,
+        "the failed open trimmed segments"
+    );
+
+    // Read-only: everything but the damaged batch (one key) can be copied off.
+    {
+        let ro = EngineConfig {
+            read_only_recovery: true,
+            ..ecfg.clone()
+        };
+        let db = Engine::open(ftl.clone(), ro).unwrap();
+        let all: BTreeMap<Vec<u8>, Vec<u8>> = db
+            .range(b"", None, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(
+            all.len(),
+            model.len() - 1,
+            "only the damaged batch is missing"
+        );
+        assert!(all.iter().all(|(k, v)| model.get(k) == Some(v)));
+        assert_eq!(db.stats().recovery_damage, 1);
+        assert!(matches!(
+            db.put(b"x", b"y"),
+            Err(lsm::EngineError::ReadOnly)
+        ));
+        assert!(matches!(db.flush(), Err(lsm::EngineError::ReadOnly)));
+        db.settle().unwrap();
+        db.close().unwrap();
+    }
+    assert_eq!(ftl.stats().free_segments, free_before);
+
+    // The bit restored: nothing was lost.
+    ftl.corrupt_page(lba, 100).unwrap();
+    let db = Engine::open(ftl.clone(), ecfg).unwrap();
+    assert_all_there(&db, &model);
+    db.close().unwrap();
+}
+
+/// A read error that goes away when read again is not the end of the log.
+#[test]
+fn a_transient_read_error_in_the_tail_is_read_again() {
+    let (backend, cfg, ecfg) = tail_setup();
+    let model = write_then_cut(&backend, cfg, &ecfg, 50, 100);
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    let (_, _, _, lba) = tail_lba(ftl.as_ref(), 2);
+    ftl.faults()
+        .fail_next_read(hwftl_sim::FaultTarget::Lba(lba));
+    let db = Engine::open(ftl.clone(), ecfg).unwrap();
+    assert!(db.stats().recovery_read_retries >= 1);
+    assert_all_there(&db, &model);
+    db.close().unwrap();
+}
+
+/// A cut in the middle of the last batch (its raw pages never written) and a garbled last
+/// page of the last batch are torn writes: the open succeeds and drops only that batch.
+#[test]
+fn a_torn_last_batch_still_opens_and_drops_only_that_batch() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    // 1. Cut before the second page of the last batch reaches the device.
+    let (backend, cfg, ecfg) = tail_setup();
+    let model = write_then_cut(&backend, cfg, &ecfg, 20, 60);
+    {
+        let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+        let writes = Arc::new(AtomicI64::new(i64::MAX));
+        let countdown = writes.clone();
+        let dev = Arc::new(common::CutDevice::new(
+            ftl.clone(),
+            Box::new(move |cmd| {
+                matches!(cmd, Command::Write { .. })
+                    && countdown.fetch_sub(1, Ordering::SeqCst) == 1
+            }),
+        ));
+        let db = Engine::open(dev, ecfg.clone()).unwrap();
+        assert_all_there(&db, &model);
+        writes.store(2, Ordering::SeqCst);
+        let big = vec![9u8; 20_000];
+        let r = db.write(&[
+            WriteOp::Put(b"torn-a", &big),
+            WriteOp::Put(b"torn-b", b"small"),
+        ]);
+        assert!(r.is_err(), "the cut must fail the batch");
+        ftl.power_cut();
+    }
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    let db = Engine::open(ftl.clone(), ecfg.clone()).unwrap();
+    assert_all_there(&db, &model);
+    db.close().unwrap();
+
+    // 2. A garbled last page (the last raw page of the last batch, as a torn program on a
+    //    real disk leaves it).
+    let (backend, cfg, ecfg) = tail_setup();
+    let mut model = write_then_cut(&backend, cfg, &ecfg, 20, 60);
+    let last_batch_pages = {
+        let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+        let db = Engine::open(ftl.clone(), ecfg.clone()).unwrap();
+        let before = ftl.stats().writes;
+        db.put(b"last", &vec![5u8; 20_000]).unwrap();
+        let pages = ftl.stats().writes - before;
+        ftl.power_cut();
+        pages
+    };
+    assert!(last_batch_pages >= 2, "{last_batch_pages}");
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    // The last raw page of the last batch.
+    let lba = last_raw_page_of(ftl.as_ref(), b"last");
+    ftl.corrupt_page(lba, 100).unwrap();
+    let db = Engine::open(ftl.clone(), ecfg).unwrap();
+    assert!(
+        db.get(b"last").unwrap().is_none(),
+        "the torn batch was applied"
+    );
+    model.remove(b"last".as_slice());
+    assert_all_there(&db, &model);
+    db.close().unwrap();
 }

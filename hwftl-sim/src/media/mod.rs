@@ -67,6 +67,9 @@ pub(crate) trait Media: Send + Sync {
     fn quiesce(&self) -> Result<()> {
         Ok(())
     }
+    /// Gives up the ownership of the device (the file backend's owner lock), as a process
+    /// that lost power would: after a power cut the device may be opened again.
+    fn release_owner(&self) {}
     /// Operations started and not yet collected by [`Media::poll`] or [`Media::quiesce`].
     #[cfg(test)]
     fn pending(&self) -> usize {

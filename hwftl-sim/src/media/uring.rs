@@ -84,6 +84,9 @@ struct IoSlot {
 pub(crate) struct FileMedia {
     path: PathBuf,
     file: File,
+    /// A second open of the file holding an exclusive `flock`: one owner per device. The
+    /// kernel drops it when the process ends, however it ends; a power cut drops it too.
+    owner: Mutex<Option<File>>,
     block_device: bool,
     ring: IoUring,
     /// Serialises use of the submission queue.
@@ -96,6 +99,57 @@ pub(crate) struct FileMedia {
     /// first (in ring order). Lock order: `sq_lock` or `cq_lock` before this.
     unsubmitted: Mutex<VecDeque<Queued>>,
     data_offset: u64,
+}
+
+/// Opens `path` once more and takes an exclusive, non-blocking `flock` on it: the owner
+/// lock of the device. Locks of separate opens conflict even within one process.
+///
+/// # Errors
+/// `InUse` when another open holds the lock; `Io` when the file cannot be opened or locked.
+pub(crate) fn lock_owner(path: &Path) -> Result<File> {
+    let f = File::open(path)
+        .map_err(|e| DeviceError::io(format!("opening {} to lock it", path.display()), e))?;
+    // SAFETY: `f` owns a valid open file descriptor for the duration of the call; flock
+    // takes no pointers.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(f);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(DeviceError::InUse {
+            path: path.display().to_string(),
+            holder: lock_holder(&f).unwrap_or_else(|| "holder unknown".into()),
+        });
+    }
+    Err(DeviceError::io(format!("locking {}", path.display()), e))
+}
+
+/// The pid holding a `flock` on the file `f` is open on, from `/proc/locks` (Linux).
+fn lock_holder(f: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata().ok()?;
+    let dev = m.dev();
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(dev),
+        libc::minor(dev),
+        m.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let me = std::process::id().to_string();
+    locks.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        let (kind, pid, id) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
+        (*kind == "FLOCK" && *id == want).then(|| {
+            if *pid == me {
+                format!("pid {pid}: this process")
+            } else {
+                format!("pid {pid}")
+            }
+        })
+    })
 }
 
 impl FileMedia {
@@ -115,6 +169,7 @@ impl FileMedia {
                 };
                 DeviceError::io(format!("opening {}{hint}", path.display()), e)
             })?;
+        let owner = lock_owner(path)?;
         let block_device = file
             .metadata()
             .map_err(|e| DeviceError::io(format!("stat {}", path.display()), e))?
@@ -129,6 +184,7 @@ impl FileMedia {
         Ok(FileMedia {
             path: path.to_path_buf(),
             file,
+            owner: Mutex::new(Some(owner)),
             block_device,
             ring,
             sq_lock: Mutex::new(()),
@@ -372,6 +428,10 @@ impl FileMedia {
 }
 
 impl Media for FileMedia {
+    fn release_owner(&self) {
+        self.owner.lock().take();
+    }
+
     fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()> {
         self.data_offset = layout.meta_bytes;
         let expected = layout.total_bytes();

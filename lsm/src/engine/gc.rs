@@ -1,7 +1,18 @@
 //! Value-log garbage collection: picking victims, reading them a window at a time, moving
 //! live values to the head, and releasing reclaimed segments.
 
+use super::recovery::READ_ATTEMPTS;
 use super::*;
+
+/// The error of a garbage-collection step that found a victim page it cannot use.
+fn gc_refused(log_seg: u32, segment: u32, page: u32, reason: impl Into<String>) -> EngineError {
+    EngineError::GcRefused {
+        log_seg,
+        segment,
+        page,
+        reason: reason.into(),
+    }
+}
 
 /// Free segments garbage collection's moves leave: room for a flush's keytables.
 pub(super) const GC_MOVE_RESERVE: usize = 1;
@@ -30,6 +41,10 @@ pub(super) struct GcCursor {
     next_page: u32,
     /// Value bytes moved so far.
     moved: u64,
+    /// `next_page` is where a packed page must be (the page before it ended a group, or it
+    /// is the first): not right after a page that was never written, whose raw pages (if
+    /// any were written) cannot be told from a packed page.
+    in_sync: bool,
 }
 
 /// A live value garbage collection read, waiting to be rewritten at the head.
@@ -74,6 +89,7 @@ impl Inner {
         self.log_segs
             .values()
             .filter(|m| m.sealed_end.is_some() && m.log_seg < self.checkpoint.0)
+            .filter(|m| !self.gc_refused.contains(&m.log_seg))
             .filter(|m| self.head.is_none_or(|h| h.log_seg != m.log_seg))
             .map(|m| GcCandidate {
                 log_seg: m.log_seg,
@@ -92,7 +108,29 @@ impl Inner {
     /// lock, so no write can slip in between; between steps the lock is free for readers.
     pub(super) fn gc_step(&mut self) -> Result<GcStep> {
         let r = self.gc_step_inner();
-        if r.is_err() {
+        if let Err(e) = &r {
+            if let (Some(c), EngineError::GcRefused { .. } | EngineError::Corrupt(_)) =
+                (self.gc_cursor, e)
+            {
+                // A page of the victim cannot be read or fails its checksum: what it holds
+                // is not known, so the victim is not reclaimed (nothing is guessed empty).
+                // It stays in the log, and garbage collection takes other victims.
+                tracing::error!(
+                    log_seg = c.log_seg,
+                    "garbage collection refused a victim and will not pick it again: {e}"
+                );
+                self.gc_refused.insert(c.log_seg);
+                self.stats.gc_steps_refused += 1;
+                self.gc_cursor = None;
+                self.gc_pending.clear();
+                self.gc_pending_bytes = 0;
+                if let Some(ahead) = self.gc_read_ahead.take() {
+                    ahead.reads.wait();
+                }
+                // Not a maintenance failure: writers waiting for free segments are not failed
+                // for it, and the next step takes another victim.
+                return Ok(GcStep::Progress);
+            }
             // Moves read in earlier steps may be lost with the error, and the cursor is past
             // their pages: the victim starts again from its first page (liveness is judged
             // afresh, so nothing is moved twice or missed).
@@ -137,9 +175,12 @@ impl Inner {
                     log_seg,
                     next_page: 0,
                     moved: 0,
+                    in_sync: true,
                 }
             }
         };
+        // Known to `gc_step` if this step fails.
+        self.gc_cursor = Some(cursor);
         let log_seg = cursor.log_seg;
         let Some(meta) = self.log_segs.get(&log_seg).cloned() else {
             self.gc_cursor = None;
@@ -151,27 +192,40 @@ impl Inner {
         let mut last = first
             .saturating_add(self.cfg.gc_window_pages.max(1))
             .min(end);
-        // Unreadable pages (never written, lost in a cut) hold nothing live.
+        // Pages never written (claimed by a batch that failed, see `forget_layout`) hold
+        // nothing live; a page that cannot be read fails the step (`read_log_pages`).
         let mut pages = match self.take_read_ahead(log_seg, first..last) {
             Some(mut p) => {
                 let rest = first + p.len() as u32..last;
                 if !rest.is_empty() {
-                    p.extend(self.read_log_pages(seg, rest)?);
+                    p.extend(self.read_log_pages(log_seg, seg, rest)?);
                 }
                 p
             }
-            None => self.read_log_pages(seg, first..last)?,
+            None => self.read_log_pages(log_seg, seg, first..last)?,
         };
         let mut page = first;
+        let mut in_sync = cursor.in_sync;
         while page < last {
             let Some(buf) = pages[(page - first) as usize].as_ref() else {
                 page += 1;
+                in_sync = false;
                 continue;
             };
-            let Ok(info) = check_page(buf, log_seg, page) else {
-                page += 1;
-                continue;
+            let info = match check_page(buf, log_seg, page) {
+                Ok(info) => info,
+                // Where a packed page must be, a page that fails its checks is damage: its
+                // live values (if any) cannot be known.
+                Err(e) if in_sync => {
+                    return Err(gc_refused(log_seg, meta.segment, page, e));
+                }
+                // After a page never written: a raw page of that failed batch.
+                Err(_) => {
+                    page += 1;
+                    continue;
+                }
             };
+            in_sync = true;
             let group_end = page.saturating_add(1 + info.raw_after).min(end);
             if group_end > last {
                 if page > first {
@@ -179,7 +233,7 @@ impl Inner {
                     break;
                 }
                 // One value larger than the window: read up to its end.
-                let more = self.read_log_pages(seg, last..group_end)?;
+                let more = self.read_log_pages(log_seg, seg, last..group_end)?;
                 pages.extend(more);
                 last = group_end;
             }
@@ -187,7 +241,8 @@ impl Inner {
                 page += 1;
                 continue;
             };
-            let records = parse_records(buf, &info).unwrap_or_default();
+            let records = parse_records(buf, &info)
+                .map_err(|e| gc_refused(log_seg, meta.segment, page, e))?;
             for mut r in records {
                 if r.kind == RecordKind::Continued {
                     // Part of a value spanning segments: moved whole, if live.
@@ -299,6 +354,7 @@ impl Inner {
             log_seg,
             next_page: page,
             moved: cursor.moved + moved,
+            in_sync,
         };
         if page < end {
             self.gc_cursor = Some(cursor);
@@ -376,14 +432,15 @@ impl Inner {
             return Ok(None);
         };
         let seg = SegmentId(meta.segment);
-        let mut pages = self.read_log_pages(seg, head_page..head_page + 1)?;
+        let mut pages = self.read_log_pages(head_seg, seg, head_page..head_page + 1)?;
         let Some(buf) = pages.pop().flatten() else {
+            // Never written: the head's batch failed, and the value was never live.
             return Ok(None);
         };
-        let Ok(info) = check_page(&buf, head_seg, head_page) else {
-            return Ok(None);
-        };
-        let records = parse_records(&buf, &info).unwrap_or_default();
+        // The head page of a value that may be live must be readable.
+        let refuse = |e: String| gc_refused(head_seg, meta.segment, head_page, e);
+        let info = check_page(&buf, head_seg, head_page).map_err(refuse)?;
+        let records = parse_records(&buf, &info).map_err(refuse)?;
         let Some(head) = records.into_iter().find(|h| {
             h.seq == r.seq && matches!(h.kind, RecordKind::Indirect | RecordKind::LongPut)
         }) else {
@@ -395,7 +452,8 @@ impl Inner {
         let key = match head.long_key {
             None => head.key,
             Some(lk) => {
-                let kp = self.read_log_pages(seg, lk.first_page..lk.first_page + lk.pages())?;
+                let kp =
+                    self.read_log_pages(head_seg, seg, lk.first_page..lk.first_page + lk.pages())?;
                 let parts: Option<Vec<&[u8]>> =
                     kp.iter().map(|p| p.as_ref().map(|b| &b[..])).collect();
                 parts.and_then(|p| lk.assemble(p)).ok_or_else(|| {
@@ -496,17 +554,21 @@ impl Inner {
             .collect()
     }
 
-    /// Reads pages `range` of a value-log segment, all in flight at once; an unreadable
-    /// page is `None`: never written (claimed by a batch that failed before writing it, see
-    /// `forget_layout`, or lost in a cut), or failing twice in a row. A page whose read fails
-    /// is read once more on its own, so a transient error costs nothing; one that fails again
-    /// is logged and holds nothing live for garbage collection (its values could not be read
-    /// by anyone, and the victim must still be reclaimable).
+    /// Reads pages `range` of value-log segment `log_seg` (device segment `seg`), all in
+    /// flight at once; a page never written is `None` (claimed by a batch that failed before
+    /// writing it, see `forget_layout`). A page whose read fails is read again on its own,
+    /// up to [`READ_ATTEMPTS`] reads, so a transient error costs nothing.
+    ///
+    /// # Errors
+    /// `GcRefused` for a page that fails every read: it may hold live values, so the
+    /// victim must not be reclaimed. Device errors (out of tags, powered off, ...).
     pub(super) fn read_log_pages(
         &self,
+        log_seg: u32,
         seg: SegmentId,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Option<PageBuf>>> {
+        let first = range.start;
         let lbas: Vec<Lba> = range.map(|p| self.g.lba(seg, p)).collect();
         let cmds = lbas
             .iter()
@@ -517,35 +579,33 @@ impl Inner {
             .collect();
         let results = self.poller.run(cmds, IO_WINDOW);
         let mut pages = Vec::with_capacity(results.len());
-        for (r, lba) in results.into_iter().zip(lbas) {
+        for (i, (r, lba)) in results.into_iter().zip(lbas).enumerate() {
             let read =
                 |r: std::result::Result<Completion, DeviceError>| r.and_then(Completion::into_buf);
-            let page = match read(r) {
+            let mut result = read(r);
+            let mut attempts = 1;
+            while matches!(result, Err(DeviceError::ReadFailed { .. })) && attempts < READ_ATTEMPTS
+            {
+                attempts += 1;
+                let again = crate::io::execute_patiently(
+                    self.dev.as_ref(),
+                    Command::Read {
+                        lba,
+                        buf: PageBuf::for_read(),
+                    },
+                );
+                result = read(again.map_err(|r| r.error));
+            }
+            let page = match result {
                 Ok(buf) => buf,
                 Err(DeviceError::Unwritten { .. }) => None,
-                Err(first) if matches!(first, DeviceError::ReadFailed { .. }) => {
-                    let again = crate::io::execute_patiently(
-                        self.dev.as_ref(),
-                        Command::Read {
-                            lba,
-                            buf: PageBuf::for_read(),
-                        },
-                    );
-                    match read(again.map_err(|r| r.error)) {
-                        Ok(buf) => buf,
-                        Err(
-                            e @ (DeviceError::ReadFailed { .. } | DeviceError::Unwritten { .. }),
-                        ) => {
-                            tracing::error!(
-                                lba = lba.0,
-                                "a value-log page garbage collection reads failed twice \
-                                 ({first}; then {e}); its values are lost"
-                            );
-                            None
-                        }
-                        // Out of tags, powered off, ...: the page may well hold live values.
-                        Err(e) => return Err(EngineError::Device(e)),
-                    }
+                Err(e @ DeviceError::ReadFailed { .. }) => {
+                    return Err(gc_refused(
+                        log_seg,
+                        seg.0,
+                        first + i as u32,
+                        format!("{e} ({attempts} attempts)"),
+                    ))
                 }
                 Err(e) => return Err(EngineError::Device(e)),
             };

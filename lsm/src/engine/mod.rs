@@ -151,6 +151,14 @@ pub struct EngineStats {
     /// Keytable bytes compaction still owes: L0's bytes once it reaches its trigger, and
     /// each deeper level's bytes over its target.
     pub compaction_debt_bytes: u64,
+    /// Value-log pages recovery read again after a read error or a bad checksum.
+    pub recovery_read_retries: u64,
+    /// Damaged write batches a read-only recovery skipped (see
+    /// [`EngineConfig::read_only_recovery`]).
+    pub recovery_damage: u64,
+    /// Garbage-collection steps refused because a victim page could not be read or failed
+    /// its checksum: the victim stays in place and is not picked again until the next open.
+    pub gc_steps_refused: u64,
 }
 
 /// One keytable level: its shape now, and what flushes and compactions did to it since open
@@ -301,6 +309,10 @@ struct Inner {
     /// The victim's next window, read while the current window's moves are written.
     gc_read_ahead: Option<GcReadAhead>,
     closed: bool,
+    /// Opened with [`EngineConfig::read_only_recovery`]: nothing is written.
+    read_only: bool,
+    /// Victims garbage collection refused (a page unreadable or corrupt): never picked again.
+    gc_refused: BTreeSet<u32>,
     /// Delivers completions of the commands the engine does not wait for in place.
     poller: Arc<Poller>,
     /// Client batches on the device, not yet applied, by ticket (applied in ticket order).
@@ -382,7 +394,7 @@ impl Engine {
         let mut inner = Inner {
             dev,
             g,
-            cfg,
+            cfg: cfg.clone(),
             manifest: if fresh {
                 ManifestStore::fresh()
             } else {
@@ -421,6 +433,8 @@ impl Engine {
             gc_reclaimed: Vec::new(),
             gc_read_ahead: None,
             closed: false,
+            read_only: cfg.read_only_recovery,
+            gc_refused: BTreeSet::new(),
             poller,
             pipeline: BTreeMap::new(),
             pipeline_pages: 0,
@@ -438,9 +452,11 @@ impl Engine {
         inner.load_runs(&snap.runs)?;
         inner.rebuild_free_list()?;
         let released = inner.replay()?;
-        // The manifest drops the log segments recovery released before they are trimmed.
-        inner.persist()?;
-        inner.release_log_segments(&released)?;
+        if !inner.read_only {
+            // The manifest drops the log segments recovery released before they are trimmed.
+            inner.persist()?;
+            inner.release_log_segments(&released)?;
+        }
         inner.publish_segs();
         inner.publish_version();
         inner.publish_seq();
@@ -450,19 +466,23 @@ impl Engine {
             work: Condvar::new(),
             maint: Mutex::new(()),
         });
-        let maintainer = {
+        let read_only = cfg.read_only_recovery;
+        let maintainer = if read_only {
+            None
+        } else {
             let core = core.clone();
-            std::thread::Builder::new()
+            let maintainer = std::thread::Builder::new()
                 .name("lsm-maint".into())
                 .spawn(move || core.maintenance_loop())
                 .map_err(|e| {
                     EngineError::Unrecoverable(format!("cannot start the maintenance thread: {e}"))
-                })?
+                })?;
+            Some(maintainer)
         };
         Ok(Engine {
             core,
             side,
-            maintainer: Some(maintainer),
+            maintainer,
         })
     }
 
@@ -470,12 +490,12 @@ impl Engine {
     /// so the next open replays nothing written before this call.
     ///
     /// # Errors
-    /// `DeviceFull`, device errors.
+    /// `DeviceFull`, device errors; `ReadOnly` on a read-only engine.
     pub fn flush(&self) -> Result<()> {
         let _m = self.core.maint.lock();
         let mut inner = self.core.inner.lock();
         self.core.quiesce(&mut inner);
-        inner.check_open()?;
+        inner.check_writable()?;
         let r = inner.flush();
         self.core.applied.notify_all();
         r
@@ -489,7 +509,7 @@ impl Engine {
         let _m = self.core.maint.lock();
         let mut inner = self.core.inner.lock();
         self.core.quiesce(&mut inner);
-        inner.check_open()?;
+        inner.check_writable()?;
         let r = inner.flush().and_then(|()| inner.compact_all());
         self.core.applied.notify_all();
         r
@@ -502,6 +522,10 @@ impl Engine {
     /// # Errors
     /// `MaintenanceFailed` when a maintenance task fails meanwhile; `Closed`.
     pub fn settle(&self) -> Result<()> {
+        if self.core.inner.lock().read_only {
+            // No maintenance runs on a read-only engine.
+            return Ok(());
+        }
         self.core.settle()
     }
 
@@ -529,7 +553,11 @@ impl Engine {
         if let Some(ahead) = inner.gc_read_ahead.take() {
             ahead.reads.wait();
         }
-        let flushed = inner.flush();
+        let flushed = if inner.read_only {
+            Ok(())
+        } else {
+            inner.flush()
+        };
         inner.closed = true;
         self.side.closed.store(true, Ordering::Release);
         self.core.applied.notify_all();
@@ -563,6 +591,15 @@ impl Inner {
     fn check_open(&self) -> Result<()> {
         if self.closed {
             return Err(EngineError::Closed);
+        }
+        Ok(())
+    }
+
+    /// As [`Inner::check_open`], and refuses writes on a read-only engine.
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Err(EngineError::ReadOnly);
         }
         Ok(())
     }

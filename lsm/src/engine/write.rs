@@ -72,10 +72,11 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::put`]; `CapacityFull` at the user capacity; `MaintenanceFailed` when
-    /// the maintenance it waited for failed. Nothing of a failed batch is applied.
+    /// the maintenance it waited for failed; `ReadOnly` on a read-only engine
+    /// ([`EngineConfig::read_only_recovery`]). Nothing of a failed batch is applied.
     pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
         let mut g = self.core.inner.lock();
-        g.check_open()?;
+        g.check_writable()?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -156,7 +157,7 @@ impl Engine {
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
         let mut g = self.core.inner.lock();
-        g.check_open()?;
+        g.check_writable()?;
         if ops.is_empty() {
             return Ok(Some(PendingWrite {
                 state: PendingState::Done(Ok(())),
