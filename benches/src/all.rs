@@ -224,6 +224,33 @@ pub struct Results {
     pub drive_capacity: String,
     /// The extras (latency breakdown, ablation, sustained overwrite), unless skipped.
     pub extras: Option<Extras>,
+    /// The commit the run measured (see [`commit_id`]).
+    pub commit: String,
+}
+
+/// The checked-out commit (`git rev-parse`), marked `-dirty` when tracked files differ from
+/// it, or `unknown` outside a git checkout: every report says what it measured.
+pub fn commit_id() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(id) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{id}-dirty")
+            } else {
+                id
+            }
+        }
+        None => "unknown".into(),
+    }
 }
 
 /// Removes the scratch directory of the run when dropped.
@@ -414,6 +441,7 @@ impl AllBench {
             seconds: started.elapsed().as_secs_f64(),
             drive_capacity: self.drive_capacity(),
             extras,
+            commit: commit_id(),
         })
     }
 

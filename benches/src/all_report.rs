@@ -262,11 +262,12 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
     let _ = writeln!(m, "# LightStore benchmark: every system side by side\n");
     let _ = writeln!(
         m,
-        "`cargo xtask bench all{}`: one run on one machine ({} cores, {}), {:.0} s. \
+        "`cargo xtask bench all{}` at commit `{}`: one run on one machine ({} cores, {}), {:.0} s. \
          Data set per value size: {} MiB{}; keys loaded: {}. Device ceiling (io_uring O_DIRECT \
          file on the scratch file system, 8 KiB, depth {QD}): {:.0} sequential writes/s \
          ({:.0} MB/s), {:.0} random reads/s.{}\n",
         if res.quick { " --quick" } else { "" },
+        res.commit,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         mem_total(),
         res.seconds,
