@@ -45,8 +45,14 @@ pub const SLICES: u64 = 20;
 pub const QUICK_OVERWRITE_DEVICE_MIB: u64 = 64;
 /// The sustained run's device in full runs, MiB.
 pub const FULL_OVERWRITE_DEVICE_MIB: u64 = 1024;
-/// Systems of the sustained overwrite.
-pub const OVERWRITE_SYSTEMS: [&str; 2] = ["lightstore-local", "rocksdb-blobdb/no-wal"];
+/// Systems of the sustained overwrite: LightStore durable (a device flush before each
+/// acknowledgement), LightStore in plp mode (acknowledged at device completion: the pair of
+/// BlobDB without a WAL, neither flushing per write), and BlobDB without a WAL.
+pub const OVERWRITE_SYSTEMS: [&str; 3] = [
+    "lightstore-local",
+    "lightstore-local/plp",
+    "rocksdb-blobdb/no-wal",
+];
 
 /// A mean and a median, µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -395,14 +401,17 @@ impl Overwrite {
             ..OverwriteRun::default()
         };
         match self.system.as_str() {
-            "lightstore-local" => {
+            sys @ ("lightstore-local" | "lightstore-local/plp") => {
                 std::fs::create_dir_all(&self.dir)?;
                 let dev = Arc::new(Ftl::format(
                     &Backend::File(self.dir.join("overwrite.img")),
                     DeviceConfig::new(g),
                 )?);
-                let engine =
-                    lsm::Engine::open(dev as Arc<dyn AppendDevice>, lsm::EngineConfig::default())?;
+                let cfg = lsm::EngineConfig {
+                    flush_writes: sys == "lightstore-local",
+                    ..lsm::EngineConfig::default()
+                };
+                let engine = lsm::Engine::open(dev as Arc<dyn AppendDevice>, cfg)?;
                 anyhow::ensure!(
                     engine.stats().user_capacity_bytes == user_capacity,
                     "the file device's user capacity differs from the sizing device's"
