@@ -1243,11 +1243,15 @@ impl Shape {
     }
 }
 
+/// Waits part of `d` (the caller checks the clock again): sleeps through long waits, and
+/// through a short one yields the core rather than spin, so that on a small machine the
+/// simulated device's waiting does not take CPU from the threads it is timing (the engine's
+/// maintenance thread and its clients share the cores with it).
 fn pause(d: Duration) {
     if d > Duration::from_micros(200) {
         std::thread::sleep(d - Duration::from_micros(100));
     } else {
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }
 
