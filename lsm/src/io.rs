@@ -443,8 +443,36 @@ struct GateState {
     finished: u64,
     /// A flush is running.
     running: bool,
-    /// Recent flushes that failed: epoch and error text (the last 64).
-    failed: VecDeque<(u64, String)>,
+    /// Recent flushes that failed: epoch and error (the last 64).
+    failed: VecDeque<(u64, SharedFlushError)>,
+}
+
+/// A failed flush's error as every caller it covered gets it: a power loss stays
+/// `PoweredOff` (so each caller knows the device is gone, not that some I/O failed), any
+/// other error is passed on as its text.
+#[derive(Debug)]
+enum SharedFlushError {
+    PoweredOff,
+    Other(String),
+}
+
+impl SharedFlushError {
+    fn of(e: &DeviceError) -> Self {
+        match e {
+            DeviceError::PoweredOff => SharedFlushError::PoweredOff,
+            other => SharedFlushError::Other(other.to_string()),
+        }
+    }
+
+    fn to_error(&self) -> DeviceError {
+        match self {
+            SharedFlushError::PoweredOff => DeviceError::PoweredOff,
+            SharedFlushError::Other(text) => DeviceError::Io {
+                context: "the device flush covering this write failed".into(),
+                source: std::io::Error::other(text.clone()),
+            },
+        }
+    }
 }
 
 impl FlushGate {
@@ -462,10 +490,7 @@ impl FlushGate {
         loop {
             if s.finished >= need {
                 return match s.failed.iter().find(|(e, _)| *e == need) {
-                    Some((_, text)) => Err(DeviceError::Io {
-                        context: "the device flush covering this write failed".into(),
-                        source: std::io::Error::other(text.clone()),
-                    }),
+                    Some((_, e)) => Err(e.to_error()),
                     None => Ok(()),
                 };
             }
@@ -479,7 +504,7 @@ impl FlushGate {
                 s.running = false;
                 s.finished = epoch;
                 if let Err(e) = &r {
-                    s.failed.push_back((epoch, e.to_string()));
+                    s.failed.push_back((epoch, SharedFlushError::of(e)));
                 }
                 while s.failed.len() > 64 {
                     s.failed.pop_front();
