@@ -209,7 +209,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
              write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
-             gc_steps_refused:{}\r\nrecovery_read_retries:{}\r\nrecovery_damage:{}\r\ncompaction_debt_bytes:{}\r\n",
+             gc_steps_refused:{}\r\nrecovery_read_retries:{}\r\nrecovery_damage:{}\r\n\
+             read_checksum_failures:{}\r\nread_unreadable_pages:{}\r\ncompaction_debt_bytes:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -239,6 +240,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.gc_steps_refused,
             e.recovery_read_retries,
             e.recovery_damage,
+            e.read_checksum_failures,
+            e.read_unreadable_pages,
             e.compaction_debt_bytes,
         );
         // One line per keytable level, in the spirit of RocksDB's compaction stats.

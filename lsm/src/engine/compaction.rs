@@ -396,7 +396,7 @@ impl Inner {
                 .collect();
             let plan = self.plan_reads(&ptrs)?;
             let pages = plan.fetch(self.dev.as_ref());
-            let values = plan.assemble(&pages, &AtomicU64::new(0))?;
+            let values = plan.assemble(&pages, &AtomicU64::new(0), &self.side.read_faults)?;
             let keys: Vec<Vec<u8>> = (i..end).map(|j| t.key(j).to_vec()).collect();
             let ops: Vec<WriteOp<'_>> = keys
                 .iter()

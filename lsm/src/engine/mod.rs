@@ -30,7 +30,7 @@ pub use write::PendingWrite;
 use gc::{GcCursor, GcMove, GcReadAhead};
 use layout::Head;
 use maintain::{Frozen, MaintenanceShared};
-use version::{ReadSide, SegMap, Version};
+use version::{ReadFaults, ReadSide, SegMap, Version};
 use write::InFlight;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -156,6 +156,12 @@ pub struct EngineStats {
     /// Damaged write batches a read-only recovery skipped (see
     /// [`EngineConfig::read_only_recovery`]).
     pub recovery_damage: u64,
+    /// Value pages reads (GET, MGET, ranges; also compaction's and garbage collection's
+    /// value reads) could not read from the device: the read failed with an error.
+    pub read_unreadable_pages: u64,
+    /// Values or value pages reads found failing their checksums: the read failed with a
+    /// `Corrupt` error (never wrong data).
+    pub read_checksum_failures: u64,
     /// Garbage-collection steps refused because a victim page could not be read or failed
     /// its checksum: the victim stays in place and is not picked again until the next open.
     pub gc_steps_refused: u64,
@@ -387,6 +393,7 @@ impl Engine {
             epochs: Arc::new(ReadEpochs::default()),
             window: Arc::new(ReadWindow::default()),
             read_copied: Arc::new(AtomicU64::new(0)),
+            read_faults: Arc::default(),
             poller: poller.clone(),
             closed: AtomicBool::new(false),
             uncached_keytables: cfg.uncached_keytables,
@@ -691,6 +698,16 @@ impl Inner {
             };
         }
         s.compaction_debt_bytes = self.compaction_debt();
+        s.read_unreadable_pages = self
+            .side
+            .read_faults
+            .unreadable_pages
+            .load(Ordering::Relaxed);
+        s.read_checksum_failures = self
+            .side
+            .read_faults
+            .checksum_failures
+            .load(Ordering::Relaxed);
         s.keys_per_level = self
             .levels
             .iter()

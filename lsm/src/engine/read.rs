@@ -60,6 +60,7 @@ pub(super) fn page_done(
     acc: Arc<Mutex<AsyncRead>>,
     window: Arc<ReadWindow>,
     copied: Arc<AtomicU64>,
+    faults: Arc<ReadFaults>,
 ) -> crate::io::OnDone {
     Box::new(move |r: std::result::Result<Completion, DeviceError>| {
         let page = r
@@ -69,7 +70,7 @@ pub(super) fn page_done(
                 b.map(page_bytes)
                     .ok_or_else(|| corrupt("a read returned no buffer"))
             });
-        finish_page(i, &acc, &window, &copied, page);
+        finish_page(i, &acc, &window, (&copied, &faults), page);
     })
 }
 
@@ -78,7 +79,7 @@ pub(super) fn finish_page(
     i: usize,
     acc: &Mutex<AsyncRead>,
     window: &ReadWindow,
-    copied: &AtomicU64,
+    (copied, faults): (&AtomicU64, &ReadFaults),
     page: Result<Bytes>,
 ) {
     window.release_page();
@@ -99,7 +100,7 @@ pub(super) fn finish_page(
         (a.plan.take(), a.done.take(), pages, a.pin.take())
     };
     let result = match plan {
-        Some(plan) => plan.assemble(&pages, copied),
+        Some(plan) => plan.assemble(&pages, copied, faults),
         None => Err(corrupt("read plan missing")),
     };
     // The values are slices of pages already read: the segments may go.
@@ -180,11 +181,15 @@ impl ReadPlan {
         &self,
         pages: &[Result<Bytes>],
         copied: &AtomicU64,
+        faults: &ReadFaults,
     ) -> Result<Vec<Option<Bytes>>> {
         let page = |i: usize| -> Result<&Bytes> {
             match pages.get(i) {
                 Some(Ok(p)) => Ok(p),
-                Some(Err(e)) => Err(corrupt(format!("value page unreadable: {e}"))),
+                Some(Err(e)) => {
+                    faults.unreadable_pages.fetch_add(1, Ordering::Relaxed);
+                    Err(corrupt(format!("value page unreadable: {e}")))
+                }
                 None => Err(corrupt("value page missing")),
             }
         };
@@ -199,6 +204,7 @@ impl ReadPlan {
                 ValueLoc::Inline { page: pg, offset } => {
                     let buf = page(*at)?;
                     check_page(buf, p.log_seg, pg).map_err(|e| {
+                        faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
                         corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
                     })?;
                     let start = usize::from(offset);
@@ -224,6 +230,7 @@ impl ReadPlan {
                         v.freeze()
                     };
                     if crc32c::crc32c(&v) != crc {
+                        faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
                         return Err(corrupt(format!(
                             "value at page {pg} of log segment {} fails its checksum",
                             p.log_seg
@@ -264,7 +271,7 @@ impl Engine {
             .collect();
         let plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
-        let values = plan.assemble(&pages, &side.read_copied)?;
+        let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);
         Ok(values
             .into_iter()
@@ -376,7 +383,7 @@ impl Engine {
         let n = plan.lbas.len();
         if n == 0 {
             drop(pin);
-            return done(plan.assemble(&[], &side.read_copied));
+            return done(plan.assemble(&[], &side.read_copied, &side.read_faults));
         }
         let lbas = plan.lbas.clone();
         let acc = Arc::new(Mutex::new(AsyncRead {
@@ -392,6 +399,7 @@ impl Engine {
                 acc.clone(),
                 side.window.clone(),
                 side.read_copied.clone(),
+                side.read_faults.clone(),
             )
         };
         let mut cmds: Vec<Command> = lbas
@@ -440,7 +448,7 @@ impl Engine {
                                 i,
                                 &acc,
                                 &side.window,
-                                &side.read_copied,
+                                (&side.read_copied, &side.read_faults),
                                 Err(r.error.into()),
                             );
                             break;
@@ -492,7 +500,7 @@ impl Engine {
         drop(merge);
         let plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
-        let values = plan.assemble(&pages, &side.read_copied)?;
+        let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);
         Ok(keys
             .into_iter()
@@ -589,7 +597,7 @@ impl Inner {
         let plan = self.plan_reads(ptrs)?;
         let pages = self.read_pages(&plan.lbas)?;
         let pages: Vec<Result<Bytes>> = pages.into_iter().map(|p| Ok(page_bytes(p))).collect();
-        plan.assemble(&pages, &AtomicU64::new(0))
+        plan.assemble(&pages, &AtomicU64::new(0), &self.side.read_faults)
     }
 
     /// Which pages hold these values.

@@ -68,6 +68,16 @@ pub(super) struct Version {
     pub(super) run_pages: HashMap<u64, Arc<RunPages>>,
 }
 
+/// Reads of values that failed: counted for INFO (see [`super::EngineStats`]); the read
+/// returns an error, never the data.
+#[derive(Debug, Default)]
+pub(super) struct ReadFaults {
+    /// Value pages the device could not read.
+    pub(super) unreadable_pages: AtomicU64,
+    /// Values or packed pages that failed their checksums.
+    pub(super) checksum_failures: AtomicU64,
+}
+
 /// Log segment number -> device segment, for every log segment a pointer may lead into.
 pub(super) type SegMap = HashMap<u32, u32>;
 
@@ -84,6 +94,8 @@ pub(super) struct ReadSide {
     pub(super) window: Arc<ReadWindow>,
     /// Value bytes copied on the read path.
     pub(super) read_copied: Arc<AtomicU64>,
+    /// Value pages reads found unreadable or failing their checksums.
+    pub(super) read_faults: Arc<ReadFaults>,
     pub(super) poller: Arc<Poller>,
     pub(super) closed: AtomicBool,
     /// The keytable-caching ablation (see `EngineConfig::uncached_keytables`).
