@@ -32,6 +32,7 @@ pub struct CutDevice {
     inner: Arc<Ftl>,
     cut_before: CutBefore,
     refuse_write: AtomicBool,
+    fail_flush: AtomicBool,
 }
 
 impl CutDevice {
@@ -41,7 +42,15 @@ impl CutDevice {
             inner,
             cut_before,
             refuse_write: AtomicBool::new(false),
+            fail_flush: AtomicBool::new(false),
         }
+    }
+
+    /// The next `Flush` command fails with an I/O error, as a disk's FLUSH CACHE may; the
+    /// pages written before it stay as they are (on this device, durable once completed
+    /// unless it models a volatile write cache).
+    pub fn fail_next_flush(&self) {
+        self.fail_flush.store(true, Ordering::SeqCst);
     }
 
     /// The next `Write` command is refused with `ProgramFailed` (the device is unchanged):
@@ -53,6 +62,13 @@ impl CutDevice {
     fn check(&self, cmd: &Command) -> Result<(), Rejected> {
         if (self.cut_before)(cmd) {
             self.inner.power_cut();
+        }
+        if matches!(cmd, Command::Flush) && self.fail_flush.swap(false, Ordering::SeqCst) {
+            let error = DeviceError::Io {
+                context: "FLUSH".into(),
+                source: std::io::Error::other("injected flush failure"),
+            };
+            return Err(Rejected { error, buf: None });
         }
         if let Command::Write { lba, .. } = cmd {
             if self.refuse_write.swap(false, Ordering::SeqCst) {
