@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry};
 use lsm::manifest::{ManifestStore, MANIFEST_SEGMENTS};
 use lsm::vlog_format::stored_record_bytes;
 use lsm::{Engine, EngineConfig, WriteOp};

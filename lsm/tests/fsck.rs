@@ -141,7 +141,8 @@ fn record_page(dev: &dyn AppendDevice, key: &[u8]) -> (Lba, Option<Lba>) {
     let g = dev.geometry();
     for m in snap.unwrap().log_segs {
         let seg = hwftl_sim::SegmentId(m.segment);
-        for page in 0..m.sealed_end.unwrap_or(0) {
+        let wp = dev.segment_info(seg).unwrap().write_pointer;
+        for page in 0..wp {
             let Ok(c) = dev.execute(Command::Read {
                 lba: g.lba(seg, page),
                 buf: hwftl_sim::PageBuf::for_read(),
