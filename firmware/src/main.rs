@@ -198,8 +198,7 @@ fn run_fsck(args: &FsckArgs, top: &Args) -> anyhow::Result<bool> {
     let path = device_path(&device, &data_dir)?;
     anyhow::ensure!(path.exists(), "no device at {}", path.display());
     let backend = Backend::File(path.clone());
-    let geometry =
-        Ftl::probe(&backend).with_context(|| format!("opening {}", path.display()))?;
+    let geometry = Ftl::probe(&backend).with_context(|| format!("opening {}", path.display()))?;
     let dev = Ftl::open_read_only(&backend, DeviceConfig::new(geometry))
         .with_context(|| format!("opening the device at {} read-only", path.display()))?;
     let dev = Arc::new(dev);

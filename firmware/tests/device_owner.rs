@@ -78,17 +78,37 @@ fn a_second_drive_on_the_same_device_exits_at_once() {
 fn fsck_refuses_a_device_a_running_drive_holds() {
     let dir = tempfile::tempdir().unwrap();
     let d = Drive::start(dir.path(), &[]);
-    redis::cmd("SET").arg("k").arg("v").exec(&mut d.conn()).unwrap();
+    redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .exec(&mut d.conn())
+        .unwrap();
     let f = common::fsck(dir.path(), &[]);
-    assert_eq!(f.code, Some(2), "stdout: {}\nstderr: {}", f.stdout, f.stderr);
+    assert_eq!(
+        f.code,
+        Some(2),
+        "stdout: {}\nstderr: {}",
+        f.stdout,
+        f.stderr
+    );
     assert!(f.stderr.contains("in use"), "stderr: {}", f.stderr);
-    assert!(f.stderr.contains(&d.pid().to_string()), "stderr: {}", f.stderr);
+    assert!(
+        f.stderr.contains(&d.pid().to_string()),
+        "stderr: {}",
+        f.stderr
+    );
     // The drive is untouched, and once it is stopped the check runs and finds it clean.
     let v: String = redis::cmd("GET").arg("k").query(&mut d.conn()).unwrap();
     assert_eq!(v, "v");
     assert!(d.shutdown());
     let f = common::fsck(dir.path(), &[]);
-    assert_eq!(f.code, Some(0), "stdout: {}\nstderr: {}", f.stdout, f.stderr);
+    assert_eq!(
+        f.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        f.stdout,
+        f.stderr
+    );
     assert!(f.stdout.contains("keys: 1 live"), "{}", f.stdout);
 }
 

@@ -64,7 +64,8 @@ pub enum EngineError {
     /// replay checkpoint past it (the next write or flush does) may find it whole and apply
     /// it. Read the keys back before retrying a write that is not idempotent.
     #[error(
-        "write outcome unknown ({reason}): it is not visible now, but it may or may not be          durable and may reappear after a restart; read the keys back before retrying"
+        "write outcome unknown ({reason}): it is not visible now, but it may or may not be \
+         durable and may reappear after a restart; read the keys back before retrying"
     )]
     OutcomeUnknown {
         /// What failed.

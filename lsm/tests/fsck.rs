@@ -50,7 +50,10 @@ fn fsck(backend: &Backend, cfg: DeviceConfig) -> FsckReport {
     let stats = ftl.stats();
     assert_eq!(stats.writes, 0, "fsck wrote pages");
     assert_eq!(stats.trims, 0, "fsck trimmed");
-    assert_eq!(stats.table_writes, 0, "the read-only device wrote its tables");
+    assert_eq!(
+        stats.table_writes, 0,
+        "the read-only device wrote its tables"
+    );
     report
 }
 
@@ -110,7 +113,10 @@ fn fsck_is_clean_after_a_mixed_load_closed_and_cut() {
     // And the check left the device as the next open needs it.
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
     let db = Engine::open(ftl, engine_config()).unwrap();
-    assert_eq!(db.range(b"", None, usize::MAX).unwrap().len() as u64, report.live_keys);
+    assert_eq!(
+        db.range(b"", None, usize::MAX).unwrap().len() as u64,
+        report.live_keys
+    );
     db.close().unwrap();
 }
 
@@ -198,7 +204,10 @@ fn fsck_reports_a_flipped_bit_in_a_packed_value_page() {
     // Once as a page of the log, once as the page live values point into.
     assert!(report.count(FindingKind::Checksum) >= 2, "{report}");
     assert!(
-        report.findings.iter().any(|f| f.what.contains("live values")),
+        report
+            .findings
+            .iter()
+            .any(|f| f.what.contains("live values")),
         "{report}"
     );
 }
@@ -250,7 +259,9 @@ fn fsck_reports_damage_in_the_tail_and_changes_nothing() {
     let snap = snap.unwrap();
     let (log_seg, page) = snap.checkpoint;
     let meta = snap.log_segs.iter().find(|m| m.log_seg == log_seg).unwrap();
-    let lba = ftl.geometry().lba(hwftl_sim::SegmentId(meta.segment), page + 3);
+    let lba = ftl
+        .geometry()
+        .lba(hwftl_sim::SegmentId(meta.segment), page + 3);
     ftl.corrupt_page(lba, 100).unwrap();
     ftl.power_cut();
     drop(ftl);

@@ -43,7 +43,11 @@ fn a_failed_flush_reports_the_outcome_unknown_and_the_write_may_reappear() {
         "a write whose flush failed reported as {err:?}"
     );
     assert!(err.to_string().contains("outcome unknown"), "{err}");
-    assert_eq!(db.get(b"key").unwrap(), None, "not visible before it is known durable");
+    assert_eq!(
+        db.get(b"key").unwrap(),
+        None,
+        "not visible before it is known durable"
+    );
     ftl.power_cut();
     drop(db);
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
@@ -79,6 +83,10 @@ fn a_failed_page_reports_not_applied_and_the_write_never_appears() {
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
     let db = Engine::open(ftl, sync_writes()).unwrap();
     assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
-    assert_eq!(db.get(b"key").unwrap(), None, "a write reported not applied came back");
+    assert_eq!(
+        db.get(b"key").unwrap(),
+        None,
+        "a write reported not applied came back"
+    );
     db.close().unwrap();
 }

@@ -222,6 +222,9 @@ impl fmt::Display for FsckReport {
     }
 }
 
+/// A live inline value to find in its packed page: key, offset in the page, length.
+type InlineValue = (Vec<u8>, u16, u32);
+
 /// A page as the check read it.
 enum PageRead {
     Page(PageBuf),
@@ -281,10 +284,7 @@ impl Inner {
         let pending = self.fsck_memtable_shadowed();
         let metas: Vec<LogSegMeta> = self.log_segs.values().cloned().collect();
         for m in &metas {
-            let wp = self
-                .dev
-                .segment_info(SegmentId(m.segment))?
-                .write_pointer;
+            let wp = self.dev.segment_info(SegmentId(m.segment))?.write_pointer;
             self.fsck_log_segment(m, wp, &mut r)?;
         }
         self.fsck_counts(&live, &pending, &mut r);
@@ -466,7 +466,7 @@ impl Inner {
     fn fsck_values(&self, batch: &mut Vec<(Vec<u8>, ValuePtr)>, r: &mut FsckReport) -> Result<()> {
         let pps = self.g.pages_per_segment();
         // Inline values by their page, so each packed page is read once.
-        let mut inline: BTreeMap<(u32, u32), Vec<(Vec<u8>, u16, u32)>> = BTreeMap::new();
+        let mut inline: BTreeMap<(u32, u32), Vec<InlineValue>> = BTreeMap::new();
         for (key, p) in batch.drain(..) {
             let mut dangling = None;
             for run in p.runs(pps) {
@@ -552,8 +552,8 @@ impl Inner {
                     continue;
                 }
             };
-            let records = check_page(&buf, log_seg, page)
-                .and_then(|info| parse_records(&buf, &info));
+            let records =
+                check_page(&buf, log_seg, page).and_then(|info| parse_records(&buf, &info));
             let records = match records {
                 Ok(recs) => recs,
                 Err(e) => {
@@ -619,7 +619,9 @@ impl Inner {
                 Err(e) => return Err(EngineError::Device(e)),
             }
         }
-        Ok(PageRead::Failed(format!("{why} ({READ_ATTEMPTS} attempts)")))
+        Ok(PageRead::Failed(format!(
+            "{why} ({READ_ATTEMPTS} attempts)"
+        )))
     }
 
     /// Checks every packed page of log segment `m` (device write pointer `wp`), as garbage
