@@ -8,7 +8,7 @@
 //! What recovery finds wrong is recorded instead of failing the open, then the walk checks:
 //!
 //! - **segments**: no device segment has two owners (manifest, a log segment, keytables);
-//!   every log segment's device segment holds pages; every run's pages lie in a keytable
+//!   every run's pages lie in a keytable
 //!   segment below its write pointer and no two runs share a page; segments the free list
 //!   has are referenced by nothing; segments neither free nor referenced are listed (a
 //!   writable open trims them);
@@ -146,6 +146,10 @@ pub struct FsckReport {
     pub raw_pages: u64,
     /// Value-log pages never written (claimed by a batch that failed).
     pub unwritten_pages: u64,
+    /// Log segments none of whose pages were written (all claimed by batches that failed):
+    /// free on the device, kept in the log until garbage collection takes them. Not a
+    /// problem.
+    pub unwritten_log_segments: Vec<u32>,
     /// Live values read back and verified.
     pub values_checked: u64,
     /// Their bytes.
@@ -191,9 +195,11 @@ impl fmt::Display for FsckReport {
         )?;
         writeln!(
             f,
-            "segments: {} log, {} keytable, {} free, {} unreferenced {:?} (an open trims them), \
-             {} the replay releases {:?}",
+            "segments: {} log ({} never written: {:?}), {} keytable, {} free, {} unreferenced \
+             {:?} (an open trims them), {} the replay releases {:?}",
             self.log_segments,
+            self.unwritten_log_segments.len(),
+            self.unwritten_log_segments,
             self.keytable_segments,
             self.free_segments,
             self.unreferenced_segments.len(),
@@ -360,15 +366,10 @@ impl Inner {
         for m in self.log_segs.values() {
             let info = self.dev.segment_info(SegmentId(m.segment))?;
             if info.state == SegmentState::Free {
-                r.findings.push(Finding::new(
-                    FindingKind::Structure,
-                    format!(
-                        "log segment {} (device segment {}, {} pages) is free on the device",
-                        m.log_seg,
-                        m.segment,
-                        m.sealed_end.unwrap_or(0)
-                    ),
-                ));
+                // Every page of it was claimed by batches that failed before writing (a live
+                // pointer into it is reported by the pointer check); garbage collection reads
+                // it as holding nothing and trims it.
+                r.unwritten_log_segments.push(m.log_seg);
             }
             if m.log_seg >= self.next_log_seg {
                 r.findings.push(Finding::new(
@@ -629,14 +630,9 @@ impl Inner {
     fn fsck_log_segment(&self, m: &LogSegMeta, wp: u32, r: &mut FsckReport) -> Result<()> {
         let mut end = Self::fsck_end(m);
         if end > wp {
-            r.findings.push(Finding::new(
-                FindingKind::Structure,
-                format!(
-                    "log segment {} (device segment {}) ends at page {end}, but the device \
-                     holds only {wp} pages",
-                    m.log_seg, m.segment
-                ),
-            ));
+            // Pages a failed batch claimed at the end of the segment and never wrote (a live
+            // pointer past the write pointer is reported by the pointer check).
+            r.unwritten_pages += u64::from(end - wp);
             end = wp;
         }
         let seg = SegmentId(m.segment);
