@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hwftl_sim::{
-    AppendDevice, Command, Completion, DeviceError, DeviceStats, Ftl, Geometry, Rejected,
-    SegmentId, SegmentInfo, Tag, Wait,
+    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceError, DeviceStats, Ftl,
+    Geometry, Rejected, SegmentId, SegmentInfo, Tag, Wait,
 };
 
 /// 2 x 2 chips of 64 blocks of 16 pages (2 spares per chip): 62 segments of 64 pages
@@ -20,6 +20,20 @@ pub fn small_geometry() -> Geometry {
         pages_per_block: 16,
         spare_blocks_per_chip: 2,
     }
+}
+
+/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it)
+/// and asserts it is clean and wrote nothing.
+pub fn assert_fsck_clean(backend: &Backend, cfg: DeviceConfig, ecfg: lsm::EngineConfig) {
+    let ro = Arc::new(Ftl::open_read_only(backend, cfg).unwrap());
+    let report = lsm::Engine::fsck(ro.clone(), ecfg).unwrap();
+    assert!(report.is_clean(), "fsck:\n{report}");
+    let s = ro.stats();
+    assert_eq!(
+        s.writes + s.trims + s.table_writes,
+        0,
+        "fsck changed the device"
+    );
 }
 
 /// Decides, before each command reaches the device, whether the power goes first.
