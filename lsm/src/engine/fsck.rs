@@ -323,20 +323,29 @@ impl Inner {
             for &(first, n) in &meta.extents {
                 let last = first + u64::from(n);
                 extents.push((first, last, meta.id));
-                let place = self.g.locate(Lba(first));
-                let bad = match place {
-                    Ok((seg, off)) if kt.contains(&seg.0) => {
-                        let wp = self.dev.segment_info(seg)?.write_pointer;
-                        (u64::from(off) + u64::from(n) > u64::from(wp)).then(|| {
-                            format!("past the write pointer {wp} of device segment {}", seg.0)
-                        })
+                // An extent may run on into the next device segment: each page is checked.
+                let mut bad = None;
+                for lba in first..last {
+                    bad = match self.g.locate(Lba(lba)) {
+                        Ok((seg, off)) if kt.contains(&seg.0) => {
+                            let wp = self.dev.segment_info(seg)?.write_pointer;
+                            (off >= wp).then(|| {
+                                format!(
+                                    "past the write pointer {wp} of device segment {} (LBA {lba})",
+                                    seg.0
+                                )
+                            })
+                        }
+                        Ok((seg, _)) => Some(format!(
+                            "in device segment {}, which is not a keytable segment (LBA {lba})",
+                            seg.0
+                        )),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if bad.is_some() {
+                        break;
                     }
-                    Ok((seg, _)) => Some(format!(
-                        "in device segment {}, which is not a keytable segment",
-                        seg.0
-                    )),
-                    Err(e) => Some(e.to_string()),
-                };
+                }
                 if let Some(why) = bad {
                     r.findings.push(Finding::new(
                         FindingKind::Structure,
