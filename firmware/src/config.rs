@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 /// Address the drive listens on by default (loopback only).
@@ -87,6 +87,30 @@ pub struct Args {
     /// can be copied off.
     #[arg(long)]
     pub recover_read_only: bool,
+    /// Something else than running the drive (none: run the drive).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands of the drive binary.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Check a device offline (no drive may hold it): the manifest, every keytable page and
+    /// pointer, every value-log page and checksum, the garbage counts. Nothing is written.
+    /// Exits 0 when clean, 1 with the problems found, 2 when the check cannot run (the
+    /// device is in use, missing, or not a LightStore device).
+    Fsck(FsckArgs),
+}
+
+/// Flags of `lightstore fsck` (the device is found as the drive finds it).
+#[derive(clap::Args, Debug, Default)]
+pub struct FsckArgs {
+    /// Directory holding the simulated device.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// `sim` (a device file in the data directory) or `file:PATH` (a file or raw block device).
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 /// The settings file: the same keys as the flags, in kebab or snake case.

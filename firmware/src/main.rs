@@ -22,7 +22,7 @@ mod queue;
 mod store;
 
 use std::net::ToSocketAddrs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, TimingModel}
 use kvproto::Limits;
 use lsm::{Engine, EngineConfig};
 
-use crate::config::{Args, DriveConfig, Durability};
+use crate::config::{Args, DriveConfig, Durability, FsckArgs};
 use crate::exec::ReplySink;
 use crate::info::Metrics;
 use crate::net::{Net, NetConfig, WAKER};
@@ -63,19 +63,24 @@ fn drive_geometry(capacity: u64) -> anyhow::Result<Geometry> {
     Ok(Geometry::with_capacity(8, 8, pages_per_block, capacity)?)
 }
 
-fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
-    let timing: TimingModel = cfg.timing.parse().map_err(anyhow::Error::msg)?;
-    let path = match cfg.device.as_str() {
-        "sim" => {
-            std::fs::create_dir_all(&cfg.data_dir)
-                .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
-            cfg.data_dir.join(SIM_DEVICE_FILE)
-        }
+/// The device file a `--device` spec names (`sim`: the one in the data directory).
+fn device_path(device: &str, data_dir: &Path) -> anyhow::Result<PathBuf> {
+    Ok(match device {
+        "sim" => data_dir.join(SIM_DEVICE_FILE),
         d => PathBuf::from(
             d.strip_prefix("file:")
                 .with_context(|| format!("--device `{d}`: use sim or file:PATH"))?,
         ),
-    };
+    })
+}
+
+fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
+    let timing: TimingModel = cfg.timing.parse().map_err(anyhow::Error::msg)?;
+    if cfg.device == "sim" {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+    }
+    let path = device_path(&cfg.device, &cfg.data_dir)?;
     let backend = Backend::File(path.clone());
     let geometry = match Ftl::probe(&backend) {
         Ok(g) => g,
@@ -177,6 +182,39 @@ fn spawn<F: FnOnce() + Send + 'static>(
         .with_context(|| format!("starting thread {name}"))
 }
 
+/// `lightstore fsck`: opens the device read-only (its owner lock taken, so a running drive
+/// makes it fail at once), checks the store, prints the report. `Ok(true)` when clean.
+fn run_fsck(args: &FsckArgs, top: &Args) -> anyhow::Result<bool> {
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or_else(|| top.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
+    let device = args
+        .device
+        .clone()
+        .or_else(|| top.device.clone())
+        .unwrap_or_else(|| "sim".into());
+    let path = device_path(&device, &data_dir)?;
+    anyhow::ensure!(path.exists(), "no device at {}", path.display());
+    let backend = Backend::File(path.clone());
+    let geometry = Ftl::probe(&backend).with_context(|| format!("opening {}", path.display()))?;
+    let dev = Ftl::open_read_only(&backend, DeviceConfig::new(geometry))
+        .with_context(|| format!("opening the device at {} read-only", path.display()))?;
+    let dev = Arc::new(dev);
+    println!("lightstore fsck {} ({geometry})", path.display());
+    let report = Engine::fsck(
+        dev.clone() as Arc<dyn AppendDevice>,
+        EngineConfig::default(),
+    )
+    .context("checking the store")?;
+    println!("{report}");
+    if let Ok(dev) = Arc::try_unwrap(dev) {
+        dev.close().context("closing the device")?;
+    }
+    Ok(report.is_clean())
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -187,7 +225,19 @@ fn main() -> anyhow::Result<()> {
         // Colour codes only on a terminal: a log file stays plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cfg = DriveConfig::resolve(Args::parse())?;
+    let mut args = Args::parse();
+    if let Some(config::Command::Fsck(f)) = args.command.take() {
+        let code = match run_fsck(&f, &args) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                eprintln!("lightstore fsck: {e:#}");
+                2
+            }
+        };
+        std::process::exit(code);
+    }
+    let cfg = DriveConfig::resolve(args)?;
     let addr = (cfg.bind.as_str(), cfg.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}:{}", cfg.bind, cfg.port))?

@@ -58,6 +58,13 @@ pub enum StoreError {
 impl StoreError {
     /// The error reply's text (without the leading `-`). A write to a drive opened
     /// read-only gets Redis's `READONLY` code, which clients know.
+    ///
+    /// A failed write says which outcome it had (docs/ARCHITECTURE.md, *Write outcomes*):
+    /// "not applied" (it never will be: safe to retry), or "outcome unknown" (it may or may
+    /// not be durable and may reappear after a restart: read back before retrying). Every
+    /// other write error is refused before anything reached the device (not applied). The
+    /// engine's messages say so themselves (`EngineError::WriteNotApplied`,
+    /// `EngineError::OutcomeUnknown`).
     pub fn reply_text(&self) -> String {
         match self {
             StoreError::Engine(EngineError::ReadOnly) => {
@@ -65,6 +72,7 @@ impl StoreError {
                  (--recover-read-only): writes are refused"
                     .into()
             }
+
             other => other.to_string(),
         }
     }
@@ -1192,6 +1200,22 @@ mod tests {
 
     use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
     use lsm::EngineConfig;
+
+    #[test]
+    fn failed_writes_say_which_outcome_they_had() {
+        let not_applied = StoreError::Engine(EngineError::WriteNotApplied(
+            hwftl_sim::DeviceError::PoweredOff,
+        ));
+        let text = not_applied.reply_text();
+        assert!(text.starts_with("ERR write not applied"), "{text}");
+        assert!(text.contains("safe to retry"), "{text}");
+        let unknown = StoreError::Engine(EngineError::OutcomeUnknown {
+            reason: "the device flush after its pages failed".into(),
+        });
+        let text = unknown.reply_text();
+        assert!(text.starts_with("ERR write outcome unknown"), "{text}");
+        assert!(text.contains("may or may not be durable"), "{text}");
+    }
 
     fn store() -> Store {
         let g = Geometry {

@@ -1,7 +1,8 @@
 //! Crash test: the drive under pipelined SET load from several clients is killed with SIGKILL
 //! at a random moment and restarted on the same data; every SET whose OK reached a client
 //! reads back with its exact bytes, and a SET that was not acknowledged is either absent or
-//! whole. Several rounds on the simulated device and on a `file:` device.
+//! whole. Several rounds on the simulated device and on a `file:` device; after every kill
+//! `lightstore fsck` must find the device clean.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -115,6 +116,16 @@ fn run_rounds(extra: &[&str], data: &std::path::Path, seed: u64) {
         for c in clients {
             c.join().unwrap();
         }
+        // The device as the kill left it passes the offline check (which changes nothing).
+        let f = common::fsck(data, extra);
+        assert_eq!(
+            f.code,
+            Some(0),
+            "round {round}: fsck after SIGKILL:\n{}\n{}",
+            f.stdout,
+            f.stderr
+        );
+        assert!(f.stdout.contains("fsck: clean"), "{}", f.stdout);
         assert!(
             !ledger.lock().unwrap().acked.is_empty(),
             "no SET was acknowledged in round {round}"

@@ -1,7 +1,7 @@
 //! One drive per device: a second `lightstore` on the same data directory exits at once with
 //! a clear message while the first keeps serving, and the lock dies with the process that
 //! held it (SIGKILL included). `--recover-read-only` serves reads and refuses writes with
-//! Redis's READONLY error.
+//! Redis's READONLY error. `lightstore fsck` refuses a device a drive holds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -72,6 +72,44 @@ fn a_second_drive_on_the_same_device_exits_at_once() {
     let v: String = redis::cmd("GET").arg("k").query(&mut again.conn()).unwrap();
     assert_eq!(v, "v2");
     assert!(again.shutdown());
+}
+
+#[test]
+fn fsck_refuses_a_device_a_running_drive_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Drive::start(dir.path(), &[]);
+    redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .exec(&mut d.conn())
+        .unwrap();
+    let f = common::fsck(dir.path(), &[]);
+    assert_eq!(
+        f.code,
+        Some(2),
+        "stdout: {}\nstderr: {}",
+        f.stdout,
+        f.stderr
+    );
+    assert!(f.stderr.contains("in use"), "stderr: {}", f.stderr);
+    assert!(
+        f.stderr.contains(&d.pid().to_string()),
+        "stderr: {}",
+        f.stderr
+    );
+    // The drive is untouched, and once it is stopped the check runs and finds it clean.
+    let v: String = redis::cmd("GET").arg("k").query(&mut d.conn()).unwrap();
+    assert_eq!(v, "v");
+    assert!(d.shutdown());
+    let f = common::fsck(dir.path(), &[]);
+    assert_eq!(
+        f.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        f.stdout,
+        f.stderr
+    );
+    assert!(f.stdout.contains("keys: 1 live"), "{}", f.stdout);
 }
 
 #[test]

@@ -160,6 +160,13 @@ pub enum DeviceError {
         /// Who holds it, as far as `/proc/locks` tells (a pid), or "holder unknown".
         holder: String,
     },
+    /// A write, append or trim on a device opened with [`crate::Ftl::open_read_only`]
+    /// (an offline check): refused at submission, the device is unchanged.
+    #[error("the device is open read-only: {command} refused")]
+    ReadOnlyDevice {
+        /// The command refused.
+        command: &'static str,
+    },
     /// An operating-system I/O error from the backend.
     #[error("{context}: {source}")]
     Io {

@@ -185,6 +185,9 @@ pub struct Ftl {
     /// Whether the volatile write cache is modelled (the option is on and the media can undo
     /// a completed program).
     cache: bool,
+    /// Opened with [`Ftl::open_read_only`]: writes, appends and trims are refused and the
+    /// tables are never written (not at open, not at close).
+    read_only: bool,
 }
 
 fn layout(g: &Geometry) -> MediaLayout {
@@ -254,6 +257,23 @@ impl Ftl {
     /// `NotFormatted`, `GeometryMismatch`, `WrongSize`, `TableCorrupt` (superblock or both
     /// table copies bad), or the backend's I/O error.
     pub fn open(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
+        Self::open_inner(backend, config, false)
+    }
+
+    /// Opens an existing device without changing it, for an offline check (`lightstore
+    /// fsck`): the owner lock is taken as by [`Ftl::open`] (so a running drive and the check
+    /// exclude each other), write pointers after an unclean stop are recovered in memory
+    /// only, the tables are never written (the next [`Ftl::open`] recovers as if this open
+    /// never happened), and `Write`, `Append` and `Trim` are refused with
+    /// [`DeviceError::ReadOnlyDevice`]. Reads and `Flush` work.
+    ///
+    /// # Errors
+    /// As [`Ftl::open`] (`InUse` when a drive holds the device).
+    pub fn open_read_only(backend: &Backend, config: DeviceConfig) -> Result<Ftl> {
+        Self::open_inner(backend, config, true)
+    }
+
+    fn open_inner(backend: &Backend, config: DeviceConfig, read_only: bool) -> Result<Ftl> {
         Self::check_queue_depth(config.queue_depth)?;
         let mut media = media_for(backend, false, config.queue_depth)?;
         let stored = decode_superblock(&media.read_meta(0, SUPERBLOCK_BYTES)?)?;
@@ -293,7 +313,7 @@ impl Ftl {
             let scan_full = config.volatile_cache && media.simulates_write_cache();
             Self::recover_write_pointers(media.as_ref(), &mut tables, scan_full)?
         };
-        let ftl = Self::start(media, config, tables)?;
+        let ftl = Self::start_mode(media, config, tables, read_only)?;
         ftl.state.lock().holes = holes;
         Ok(ftl)
     }
@@ -398,13 +418,24 @@ impl Ftl {
         Ok(holes)
     }
 
-    fn start(media: Box<dyn Media>, config: DeviceConfig, mut tables: Tables) -> Result<Ftl> {
+    fn start(media: Box<dyn Media>, config: DeviceConfig, tables: Tables) -> Result<Ftl> {
+        Self::start_mode(media, config, tables, false)
+    }
+
+    fn start_mode(
+        media: Box<dyn Media>,
+        config: DeviceConfig,
+        mut tables: Tables,
+        read_only: bool,
+    ) -> Result<Ftl> {
         let g = tables.geometry;
         let cache = config.volatile_cache && media.simulates_write_cache();
-        // Mark the tables in use: a stop without `close` is then recognised as unclean.
-        tables.clean = false;
-        tables.generation += 1;
-        media.write_meta(slot_offset(&g, tables.generation), &tables.encode())?;
+        if !read_only {
+            // Mark the tables in use: a stop without `close` is then recognised as unclean.
+            tables.clean = false;
+            tables.generation += 1;
+            media.write_meta(slot_offset(&g, tables.generation), &tables.encode())?;
+        }
         let depth = config.queue_depth;
         let wp = tables.seg_wp.clone();
         let state = State {
@@ -419,7 +450,7 @@ impl Ftl {
             vnow: 0,
             seq: 0,
             counters: Counters {
-                table_writes: 1,
+                table_writes: u64::from(!read_only),
                 ..Counters::default()
             },
             powered: true,
@@ -437,6 +468,7 @@ impl Ftl {
             faults: FaultInjector::default(),
             epoch: Instant::now(),
             cache,
+            read_only,
         })
     }
 
@@ -574,6 +606,11 @@ impl Ftl {
             sink.clear();
         }
         let mut st = self.state.lock();
+        if self.read_only {
+            // Nothing was written: the tables on the media stay as they were.
+            st.powered = false;
+            return Ok(());
+        }
         // An orderly stop flushes the write cache.
         st.unflushed.clear();
         st.tables.seg_wp = st.wp.clone();
@@ -687,6 +724,18 @@ impl Ftl {
         let mut media_op = None;
         let mut spare_buf = None;
         let outcome: Result<()> = (|| {
+            if self.read_only {
+                let refused = match &cmd {
+                    Command::Write { .. } => Some("WRITE"),
+                    Command::Append { .. } => Some("APPEND"),
+                    Command::Trim { .. } => Some("TRIM"),
+                    Command::Read { .. } | Command::Flush => None,
+                };
+                if let Some(command) = refused {
+                    spare_buf = buf_of(cmd);
+                    return Err(DeviceError::ReadOnlyDevice { command });
+                }
+            }
             match cmd {
                 Command::Read { lba, buf } => {
                     inflight.kind = CommandKind::Read;

@@ -344,3 +344,66 @@ fn formatting_an_existing_device_file_erases_it_in_place() {
     assert_eq!(dev.segment_info(SegmentId(0)).unwrap().write_pointer, 1);
     assert!(matches!(read(&dev, 1), Err(DeviceError::Unwritten { .. })));
 }
+
+/// `Ftl::open_read_only` (for `lightstore fsck`): after an unclean stop it recovers the write
+/// pointers in memory, serves reads, refuses writes, appends and trims, holds the owner lock
+/// like a drive, and leaves the file byte for byte as it was.
+#[test]
+fn a_read_only_open_changes_nothing_and_holds_the_owner_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    for i in 0..5 {
+        write(&dev, i, page(i)).unwrap();
+    }
+    dev.power_cut();
+    drop(dev);
+    let Backend::File(path) = &backend else {
+        unreachable!()
+    };
+    let before = std::fs::read(path).unwrap();
+
+    let ro = Ftl::open_read_only(&backend, cfg()).unwrap();
+    assert_eq!(ro.segment_info(SegmentId(0)).unwrap().write_pointer, 5);
+    assert_eq!(&read(&ro, 3).unwrap()[..], &page(3)[..]);
+    let refused = |cmd: Command| match ro.execute(cmd) {
+        Err(r) => r.error,
+        Ok(c) => c.result.err().unwrap(),
+    };
+    assert!(matches!(
+        refused(Command::Write {
+            lba: Lba(5),
+            buf: page(5)
+        }),
+        DeviceError::ReadOnlyDevice { .. }
+    ));
+    assert!(matches!(
+        refused(Command::Append {
+            segment: SegmentId(1),
+            buf: page(6)
+        }),
+        DeviceError::ReadOnlyDevice { .. }
+    ));
+    assert!(matches!(
+        refused(Command::Trim {
+            segment: SegmentId(0)
+        }),
+        DeviceError::ReadOnlyDevice { .. }
+    ));
+    assert!(matches!(
+        Ftl::open(&backend, cfg()),
+        Err(DeviceError::InUse { .. })
+    ));
+    assert_eq!(ro.stats().table_writes, 0);
+    ro.close().unwrap();
+    assert!(
+        std::fs::read(path).unwrap() == before,
+        "the read-only open changed the file"
+    );
+
+    // A writable open afterwards recovers as if the read-only one never happened.
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    assert_eq!(dev.segment_info(SegmentId(0)).unwrap().write_pointer, 5);
+    write(&dev, 5, page(5)).unwrap();
+    dev.close().unwrap();
+}

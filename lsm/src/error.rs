@@ -52,10 +52,25 @@ pub enum EngineError {
     /// A device command failed.
     #[error("device error: {0}")]
     Device(#[from] DeviceError),
-    /// The batch reached the device behind an earlier batch that failed there, so it was
-    /// not applied (it may or may not be found after a restart; it was never acknowledged).
-    #[error("write not applied: an earlier write batch failed on the device")]
-    BatchAborted,
+    /// A write batch failed on the device before it was whole there (a page of it was
+    /// refused or failed to program): it is not applied, not visible, and never will be
+    /// (recovery only applies batches whose every page is on the device). Safe to retry.
+    #[error("write not applied (a page of the batch failed on the device: {0}); safe to retry")]
+    WriteNotApplied(DeviceError),
+    /// A write batch's outcome is unknown: its pages reached the device, but the flush that
+    /// was to make them durable failed (with a volatile write cache the pages may or may not
+    /// survive a power cut), or an earlier batch failed while this one was on the device. It
+    /// was not applied and is not visible now, but a restart before the engine moves its
+    /// replay checkpoint past it (the next write or flush does) may find it whole and apply
+    /// it. Read the keys back before retrying a write that is not idempotent.
+    #[error(
+        "write outcome unknown ({reason}): it is not visible now, but it may or may not be \
+         durable and may reappear after a restart; read the keys back before retrying"
+    )]
+    OutcomeUnknown {
+        /// What failed.
+        reason: String,
+    },
     /// The value log is damaged where a cut could not have torn it: acknowledged writes
     /// follow the damaged page, so recovery refused to end the log there and trimmed
     /// nothing. Open with [`crate::EngineConfig::read_only_recovery`] to copy the data off.

@@ -45,7 +45,10 @@ pub use config::{
     DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO, DEFAULT_MAX_KEY, DEFAULT_MAX_VALUE,
     DEFAULT_MEMTABLE_BYTES, DEFAULT_OVERPROVISION_PERCENT,
 };
-pub use engine::{Engine, EngineStats, KeyFilter, LevelStats, PendingWrite, RangeRead, WriteOp};
+pub use engine::{
+    Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats, PendingWrite,
+    RangeRead, WriteOp,
+};
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
 pub use read::{OnProbedValues, OnRange, OnValues, ASYNC_READ_WINDOW};

@@ -5,7 +5,8 @@
 //! there whole or not at all. Run in both durability modes: `sync` (a device flush before each
 //! acknowledgement) on devices with and without a volatile write cache, and `plp`
 //! (acknowledged at device completion) on a device whose completed writes survive the cut
-//! (its premise: a power-protected cache).
+//! (its premise: a power-protected cache). Before each recovery the offline check
+//! (`Engine::fsck`) must find the device clean.
 //!
 //! `CRASH_MT_ITERATIONS` overrides the cuts per mode, `CRASH_MT_SEED` the seed.
 
@@ -75,12 +76,15 @@ struct Ledger {
     cut: Option<Batch>,
 }
 
-/// A failure the power cut explains: the device is off, or the batch was aborted because one
-/// before it in the pipeline failed.
+/// A failure the power cut explains: the device is off (the batch was not applied), or the
+/// outcome is unknown (its flush failed, or a batch before it in the pipeline failed).
+/// Either way the batch is checked as "whole or not at all" after recovery.
 fn caused_by_cut(e: &EngineError) -> bool {
     matches!(
         e.root(),
-        EngineError::Device(DeviceError::PoweredOff) | EngineError::BatchAborted
+        EngineError::Device(DeviceError::PoweredOff)
+            | EngineError::WriteNotApplied(DeviceError::PoweredOff)
+            | EngineError::OutcomeUnknown { .. }
     )
 }
 
@@ -196,6 +200,8 @@ fn run(volatile_cache: bool, flush_writes: bool, seed: u64) {
     let mut ledgers: Vec<Ledger> = vec![Ledger::default(); WRITERS as usize];
     let (mut cuts, mut gc_segments, mut compactions) = (0u32, 0u64, 0u64);
     for round in 0..iterations {
+        // The offline check first: the device as the cut left it is consistent.
+        common::assert_fsck_clean(&backend, cfg, config(flush_writes));
         let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
         let remaining = Arc::new(AtomicI64::new(i64::MAX));
         let armed = remaining.clone();

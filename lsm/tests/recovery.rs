@@ -203,6 +203,8 @@ fn log_segments_lost_from_the_write_cache_are_released_at_recovery() {
         db.put(b"lost", &[7u8; 3000]).unwrap();
         ftl.power_cut();
         drop(db);
+        drop(ftl);
+        common::assert_fsck_clean(&backend, cfg, ecfg.clone());
     }
 
     // A segment whose pages did reach the device is kept, with its value.
@@ -240,8 +242,8 @@ fn writes_acknowledged_after_a_failed_batch_survive_a_power_cut() {
         ftl.faults().fail_next_program(hwftl_sim::FaultTarget::Any);
         let failed = db.put(b"doomed", &value(999));
         assert!(
-            failed.is_err(),
-            "the injected program failure must reach the caller"
+            matches!(failed, Err(lsm::EngineError::WriteNotApplied(_))),
+            "the injected program failure must reach the caller as not applied: {failed:?}"
         );
         for i in 0..20u32 {
             let k = format!("after{i}");
@@ -259,6 +261,7 @@ fn writes_acknowledged_after_a_failed_batch_survive_a_power_cut() {
         ftl.power_cut();
         drop(db);
         drop(ftl);
+        common::assert_fsck_clean(&backend, cfg, EngineConfig::default());
         let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
         let db = Engine::open(ftl, EngineConfig::default()).unwrap();
         for i in 0..20u32 {

@@ -168,3 +168,49 @@ pub fn have_tool(bin: &str) -> bool {
     }
     ok
 }
+
+/// What `lightstore fsck` did: its exit code, stdout and stderr.
+pub struct FsckRun {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `lightstore fsck --data-dir DATA_DIR EXTRA...` to its end (at most two minutes).
+pub fn fsck(data_dir: &Path, extra: &[&str]) -> FsckRun {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lightstore"))
+        .arg("fsck")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting lightstore fsck");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let mut stderr = String::new();
+    let _ = err.read_to_string(&mut stderr);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("lightstore fsck did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    FsckRun {
+        code: status.code(),
+        stdout: reader.join().unwrap(),
+        stderr,
+    }
+}

@@ -11,9 +11,11 @@
 //! | `gc` | value-log garbage collection: victims, moves, release of reclaimed segments |
 //! | `space` | free segments, garbage counts, user capacity |
 //! | `recovery` | the manifest snapshot, opening: runs, free list, replay of the tail |
+//! | `fsck` | the offline check: every checksum, pointer and garbage count of a store |
 
 mod compaction;
 mod flush;
+mod fsck;
 mod gc;
 mod layout;
 mod levels;
@@ -24,6 +26,7 @@ mod space;
 mod version;
 mod write;
 
+pub use fsck::{Finding, FindingKind, FsckReport};
 pub use read::{KeyFilter, RangeRead};
 pub use write::PendingWrite;
 
@@ -319,6 +322,12 @@ struct Inner {
     read_only: bool,
     /// Victims garbage collection refused (a page unreadable or corrupt): never picked again.
     gc_refused: BTreeSet<u32>,
+    /// Opened by [`Engine::fsck`]: what recovery found wrong is recorded here (and the open
+    /// goes on) instead of failing the open.
+    fsck: Option<Vec<Finding>>,
+    /// Read-only: device segments of log segments a writable open would release (empty
+    /// after the tail, or after where it ends); they stay as they are.
+    released_read_only: Vec<u32>,
     /// Delivers completions of the commands the engine does not wait for in place.
     poller: Arc<Poller>,
     /// Client batches on the device, not yet applied, by ticket (applied in ticket order).
@@ -357,6 +366,12 @@ impl Engine {
     /// `Unrecoverable` for an unusable geometry or metadata, `Corrupt` for a damaged
     /// keytable, device errors.
     pub fn open(dev: Arc<dyn AppendDevice>, cfg: EngineConfig) -> Result<Engine> {
+        Self::open_mode(dev, cfg, false)
+    }
+
+    /// [`Engine::open`]; with `fsck` (read-only), what recovery finds wrong is recorded in
+    /// `Inner::fsck` instead of failing the open.
+    fn open_mode(dev: Arc<dyn AppendDevice>, cfg: EngineConfig, fsck: bool) -> Result<Engine> {
         let g = dev.geometry();
         if g.pages_per_segment() > MAX_INLINE_PAGE + 1 {
             return Err(EngineError::Unrecoverable(format!(
@@ -442,6 +457,8 @@ impl Engine {
             closed: false,
             read_only: cfg.read_only_recovery,
             gc_refused: BTreeSet::new(),
+            fsck: fsck.then(Vec::new),
+            released_read_only: Vec::new(),
             poller,
             pipeline: BTreeMap::new(),
             pipeline_pages: 0,

@@ -1,6 +1,7 @@
 //! What is durable and how it is found again: manifest snapshots, loading runs, the free
 //! list, and the replay of the value-log tail.
 
+use super::fsck::{Finding, FindingKind};
 use super::levels;
 use super::*;
 
@@ -122,10 +123,20 @@ impl Inner {
                 .iter()
                 .flat_map(|(first, n)| (0..u64::from(*n)).map(move |i| Lba(first + i)))
                 .collect();
-            let pages = self.read_pages(&lbas)?;
-            let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
-            let t = KeyTable::decode_pages(meta.id, &refs, self.cfg.bloom_fp_rate)
-                .map_err(EngineError::Corrupt)?;
+            let decoded = self.read_pages(&lbas).and_then(|pages| {
+                let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+                KeyTable::decode_pages(meta.id, &refs, self.cfg.bloom_fp_rate)
+                    .map_err(EngineError::Corrupt)
+            });
+            let t = match (decoded, self.fsck.as_mut()) {
+                (Ok(t), _) => t,
+                (Err(e), Some(findings)) => {
+                    // fsck: reported, and the run left out so the rest can be checked.
+                    findings.push(Finding::keytable(meta, e));
+                    continue;
+                }
+                (Err(e), None) => return Err(e),
+            };
             let level = usize::from(meta.level);
             if level > 0 && t.is_empty() {
                 // An empty run below L0 (an older version wrote them): left out, so the
@@ -150,8 +161,13 @@ impl Inner {
         // manifest whose runs overlap (a lookup would miss keys).
         for (l, level) in self.levels.iter_mut().enumerate().skip(1) {
             level.sort_by(|a, b| a.range().map(|r| r.0).cmp(&b.range().map(|r| r.0)));
-            levels::check_partitioned(level)
-                .map_err(|e| corrupt(format!("keytable level {l}: {e}")))?;
+            if let Err(e) = levels::check_partitioned(level) {
+                let e = format!("keytable level {l}: {e}");
+                match self.fsck.as_mut() {
+                    Some(findings) => findings.push(Finding::new(FindingKind::Structure, e)),
+                    None => return Err(corrupt(e)),
+                }
+            }
         }
         Ok(())
     }
@@ -167,9 +183,10 @@ impl Inner {
             }
             if self.dev.segment_info(SegmentId(s))?.state == SegmentState::Free {
                 self.free.insert(s);
-            } else {
+            } else if !self.read_only {
                 self.trim_to_free(s)?;
             }
+            // Read-only: left as it is, off the free list (the next writable open trims it).
         }
         Ok(())
     }
@@ -228,6 +245,9 @@ impl Inner {
                     }
                     tracing::error!("{err}; read-only: the damaged batch is skipped");
                     self.stats.recovery_damage += 1;
+                    if let Some(findings) = self.fsck.as_mut() {
+                        findings.push(Finding::new(FindingKind::LogDamage, err.to_string()));
+                    }
                     // Skip what is left of the damaged batch and go on after it. A bad first
                     // page is taken for the batch after the last one applied (numbers go up
                     // by one, bar a layout that failed before writing).
@@ -239,12 +259,10 @@ impl Inner {
         self.next_seq = self.next_seq.max(acc.max_seq + 1);
         self.next_batch = self.next_batch.max(acc.max_batch + 1);
         self.stats.replayed_records = acc.replayed;
-        if self.read_only {
-            // Nothing is sealed or dropped: the device stays as it is.
-            return Ok(Vec::new());
-        }
         // Seal where the log ends; drop log segments after the end (they hold only
-        // unacknowledged data). New writes go to a fresh log segment.
+        // unacknowledged data). New writes go to a fresh log segment. Read-only, this
+        // happens in memory only (the state a writable open would reach, which fsck checks);
+        // nothing is trimmed.
         let mut to_trim = Vec::new();
         for (m, &wp) in metas.iter().zip(&wps) {
             let Some(meta) = self.log_segs.get_mut(&m.log_seg) else {
@@ -283,6 +301,11 @@ impl Inner {
                 self.tail_dead.remove(&log_seg);
                 released.push(meta.segment);
             }
+        }
+        if self.read_only {
+            // The device stays as it is.
+            self.released_read_only = released;
+            return Ok(Vec::new());
         }
         Ok(released)
     }

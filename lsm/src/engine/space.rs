@@ -98,6 +98,12 @@ impl Inner {
             if let Some(m) = self.log_segs.get_mut(&log_seg) {
                 m.dead += bytes;
                 self.maint.gc_idle = false;
+            } else if let Some(m) = self.gc_reclaimed.iter_mut().find(|m| m.log_seg == log_seg) {
+                // A reclaimed victim is still listed by every manifest written until it is
+                // released, and a cut before then brings it back into the log with the
+                // count written: the flush that shadows its moved values counts them here
+                // (before this, such a victim came back counting them live; fsck found it).
+                m.dead += bytes;
             }
         }
     }

@@ -42,7 +42,42 @@ pub(super) struct InFlight {
     user_bytes: u64,
     pages: u64,
     /// Set when all its pages completed (or one failed).
-    io: Option<std::result::Result<(), DeviceError>>,
+    io: Option<std::result::Result<(), BatchFailure>>,
+}
+
+/// How a batch failed on the device, which decides what its writer is told (see
+/// [`Inner::write_outcome`]).
+#[derive(Debug)]
+pub(super) enum BatchFailure {
+    /// A page of it was refused or failed: the device never holds it whole.
+    Page(DeviceError),
+    /// Its pages completed, but the flush that was to make them durable failed.
+    Flush(DeviceError),
+}
+
+impl Inner {
+    /// What the writer of a batch that was not applied is told. Contract (also in
+    /// docs/ARCHITECTURE.md, *Write outcomes*): `Ok` only once durable and applied;
+    /// [`EngineError::WriteNotApplied`] only when the batch can never be applied (a page of
+    /// it is missing on the device, so no replay finds it whole); otherwise
+    /// [`EngineError::OutcomeUnknown`]: its pages may be on the device (a failed flush does
+    /// not say they are not), and a restart before the checkpoint moves past them replays
+    /// them. `aborted`: the batch was failed because an earlier one failed.
+    pub(super) fn write_outcome(failure: Option<BatchFailure>, aborted: bool) -> EngineError {
+        match failure {
+            Some(BatchFailure::Page(e)) => EngineError::WriteNotApplied(e),
+            Some(BatchFailure::Flush(e)) => EngineError::OutcomeUnknown {
+                reason: format!("the device flush after its pages failed: {e}"),
+            },
+            None if aborted => EngineError::OutcomeUnknown {
+                reason: "an earlier write batch failed on the device while this one was on it"
+                    .into(),
+            },
+            None => EngineError::OutcomeUnknown {
+                reason: "its pages were never confirmed".into(),
+            },
+        }
+    }
 }
 
 impl Engine {
@@ -196,10 +231,12 @@ impl Engine {
         };
         // Wait outside the lock (woken once, by the last page): other batches are laid out
         // and submitted meanwhile.
-        let mut io = pages.wait();
+        let mut io = pages.wait().map_err(BatchFailure::Page);
         if let (true, Some(gate)) = (io.is_ok(), flush) {
             // Durable before acknowledged: the pages may still be in the write cache.
-            io = gate.flush(|| device_flush(dev.as_ref()));
+            io = gate
+                .flush(|| device_flush(dev.as_ref()))
+                .map_err(BatchFailure::Flush);
         }
         let mut g = self.core.inner.lock();
         if let Some(b) = g.pipeline.get_mut(&ticket) {
@@ -501,7 +538,7 @@ impl Inner {
                     .collect(),
                 user_bytes: Self::user_bytes(ops),
                 pages: bound,
-                io: refused.map(Err),
+                io: refused.map(|e| Err(BatchFailure::Page(e))),
             },
         );
         Ok((ticket, group))
@@ -540,8 +577,8 @@ impl Inner {
                     self.abandon_head_after_failure();
                     self.poisoned_below = self.poisoned_below.max(self.next_ticket);
                     Err(match other {
-                        Some(Err(e)) => EngineError::Device(e),
-                        _ => EngineError::BatchAborted,
+                        Some(Err(f)) => Self::write_outcome(Some(f), false),
+                        _ => Self::write_outcome(None, true),
                     })
                 }
             };
@@ -671,11 +708,17 @@ impl Inner {
         };
         let (pages, updates) = self.build_batch(ops, reserve)?;
         let n = pages.len() as u64;
-        let mut written = self.write_pages(pages);
+        let mut written = self.write_pages(pages).map_err(|e| match e {
+            EngineError::Device(d) => EngineError::WriteNotApplied(d),
+            other => other,
+        });
         // A client batch is acknowledged only once the device's write cache holds none of
         // it (garbage collection's moves are made durable by the manifest write after them).
         if written.is_ok() && !self.in_gc && self.cfg.flush_writes {
-            written = self.sync_device();
+            written = self.sync_device().map_err(|e| match e {
+                EngineError::Device(d) => Self::write_outcome(Some(BatchFailure::Flush(d)), false),
+                other => other,
+            });
         }
         if let Err(e) = written {
             // Its records are garbage, as a failed pipelined batch's (`apply_ready`).

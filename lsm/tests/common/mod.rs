@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hwftl_sim::{
-    AppendDevice, Command, Completion, DeviceError, DeviceStats, Ftl, Geometry, Rejected,
-    SegmentId, SegmentInfo, Tag, Wait,
+    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceError, DeviceStats, Ftl,
+    Geometry, Rejected, SegmentId, SegmentInfo, Tag, Wait,
 };
 
 /// 2 x 2 chips of 64 blocks of 16 pages (2 spares per chip): 62 segments of 64 pages
@@ -22,6 +22,20 @@ pub fn small_geometry() -> Geometry {
     }
 }
 
+/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it)
+/// and asserts it is clean and wrote nothing.
+pub fn assert_fsck_clean(backend: &Backend, cfg: DeviceConfig, ecfg: lsm::EngineConfig) {
+    let ro = Arc::new(Ftl::open_read_only(backend, cfg).unwrap());
+    let report = lsm::Engine::fsck(ro.clone(), ecfg).unwrap();
+    assert!(report.is_clean(), "fsck:\n{report}");
+    let s = ro.stats();
+    assert_eq!(
+        s.writes + s.trims + s.table_writes,
+        0,
+        "fsck changed the device"
+    );
+}
+
 /// Decides, before each command reaches the device, whether the power goes first.
 pub type CutBefore = Box<dyn Fn(&Command) -> bool + Send + Sync>;
 
@@ -32,6 +46,7 @@ pub struct CutDevice {
     inner: Arc<Ftl>,
     cut_before: CutBefore,
     refuse_write: AtomicBool,
+    fail_flush: AtomicBool,
 }
 
 impl CutDevice {
@@ -41,7 +56,15 @@ impl CutDevice {
             inner,
             cut_before,
             refuse_write: AtomicBool::new(false),
+            fail_flush: AtomicBool::new(false),
         }
+    }
+
+    /// The next `Flush` command fails with an I/O error, as a disk's FLUSH CACHE may; the
+    /// pages written before it stay as they are (on this device, durable once completed
+    /// unless it models a volatile write cache).
+    pub fn fail_next_flush(&self) {
+        self.fail_flush.store(true, Ordering::SeqCst);
     }
 
     /// The next `Write` command is refused with `ProgramFailed` (the device is unchanged):
@@ -53,6 +76,13 @@ impl CutDevice {
     fn check(&self, cmd: &Command) -> Result<(), Rejected> {
         if (self.cut_before)(cmd) {
             self.inner.power_cut();
+        }
+        if matches!(cmd, Command::Flush) && self.fail_flush.swap(false, Ordering::SeqCst) {
+            let error = DeviceError::Io {
+                context: "FLUSH".into(),
+                source: std::io::Error::other("injected flush failure"),
+            };
+            return Err(Rejected { error, buf: None });
         }
         if let Command::Write { lba, .. } = cmd {
             if self.refuse_write.swap(false, Ordering::SeqCst) {
