@@ -69,6 +69,17 @@ struct ReplayAcc {
     last_complete: Option<u64>,
 }
 
+/// Value-log tail pages read ahead during replay (see [`Inner::read_tail_page_ahead`]).
+#[derive(Default)]
+struct TailAhead {
+    /// The device segment of the window, if any.
+    seg: Option<u32>,
+    /// Its first page.
+    first: u32,
+    /// What each read returned, taken when used.
+    pages: Vec<Option<std::result::Result<Option<PageBuf>, DeviceError>>>,
+}
+
 impl Inner {
     pub(super) fn snapshot(&self) -> Snapshot {
         let mut runs: Vec<RunMeta> = self.runs.values().cloned().collect();
@@ -332,6 +343,7 @@ impl Inner {
         let mut batch_start: (u32, u32) = metas
             .get(from.0)
             .map_or(self.checkpoint, |m| (m.log_seg, from.1));
+        let mut ahead = TailAhead::default();
         for (mi, m) in metas.iter().enumerate().skip(from.0) {
             let seg = SegmentId(m.segment);
             let wp = wps[mi];
@@ -348,7 +360,7 @@ impl Inner {
                         torn_batch,
                     })
                 };
-                let read = self.read_tail_page(self.g.lba(seg, page), |b| {
+                let read = self.read_tail_page_ahead(&mut ahead, seg, page, end, |b| {
                     check_page(b, m.log_seg, page)
                         .and_then(|info| parse_records(b, &info).map(|_| ()))
                         .map_err(|e| e.to_string())
@@ -537,6 +549,54 @@ impl Inner {
         }
         // The log ended inside a batch, or at a batch's end.
         Ok(SpanEnd::End(pending_batch.map(|_| batch_start)))
+    }
+
+    /// Page `page` of tail segment `seg` (which ends at `end`), from the window read ahead
+    /// when it came back usable; otherwise (or when the window is elsewhere: a new window of
+    /// up to [`IO_WINDOW`] pages is read first, all in flight at once) as
+    /// [`Inner::read_tail_page`] reads it, again and again. Replaying one page per device
+    /// round trip made crash recovery of small single-write batches slow (1338 one-page
+    /// batches took ~180 ms); the judgement of each page is unchanged.
+    fn read_tail_page_ahead(
+        &mut self,
+        ahead: &mut TailAhead,
+        seg: SegmentId,
+        page: u32,
+        end: u32,
+        check: impl Fn(&[u8]) -> std::result::Result<(), String>,
+    ) -> Result<TailRead> {
+        let covered = ahead.seg == Some(seg.0)
+            && page >= ahead.first
+            && page - ahead.first < ahead.pages.len() as u32;
+        if !covered {
+            let last = end.min(page.saturating_add(IO_WINDOW as u32)).max(page + 1);
+            let cmds = (page..last)
+                .map(|p| Command::Read {
+                    lba: self.g.lba(seg, p),
+                    buf: PageBuf::for_read(),
+                })
+                .collect();
+            ahead.pages = self
+                .poller
+                .run(cmds, IO_WINDOW)
+                .into_iter()
+                .map(|r| Some(r.and_then(Completion::into_buf)))
+                .collect();
+            ahead.seg = Some(seg.0);
+            ahead.first = page;
+        }
+        let slot = ahead
+            .pages
+            .get_mut((page - ahead.first) as usize)
+            .and_then(Option::take);
+        match slot {
+            Some(Ok(Some(buf))) if check(&buf).is_ok() => return Ok(TailRead::Page(buf)),
+            Some(Err(DeviceError::Unwritten { .. })) => return Ok(TailRead::Unwritten),
+            // Failed or refused: read again on its own, and that is a retry.
+            Some(_) => self.stats.recovery_read_retries += 1,
+            None => {}
+        }
+        self.read_tail_page(self.g.lba(seg, page), check)
     }
 
     /// Reads one page of the value-log tail, again up to [`READ_ATTEMPTS`] times while the
