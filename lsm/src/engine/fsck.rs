@@ -32,7 +32,7 @@
 use std::fmt;
 
 use super::levels;
-use super::recovery::READ_ATTEMPTS;
+use super::recovery::{read_page_patiently, TailRead};
 use super::*;
 use crate::merge::{run_source, LevelCursor, Merge, Source};
 
@@ -232,11 +232,8 @@ impl fmt::Display for FsckReport {
 type InlineValue = (Vec<u8>, u16, u32);
 
 /// A page as the check read it.
-enum PageRead {
-    Page(PageBuf),
-    Unwritten,
-    Failed(String),
-}
+/// A page as fsck read it (the tail replay's patient read, without a check).
+type PageRead = TailRead;
 
 /// A key for a message: printable, and short.
 fn show(key: &[u8]) -> String {
@@ -604,34 +601,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads one page, again up to [`READ_ATTEMPTS`] times while it fails.
+    /// Reads one page, again up to [`super::recovery::READ_ATTEMPTS`] times while it fails.
     fn fsck_read(&self, lba: Lba) -> Result<PageRead> {
-        let mut why = String::new();
-        for _ in 0..READ_ATTEMPTS {
-            let read = self
-                .poller
-                .run(
-                    vec![Command::Read {
-                        lba,
-                        buf: PageBuf::for_read(),
-                    }],
-                    1,
-                )
-                .pop()
-                .ok_or_else(|| corrupt("a read returned no completion"))?;
-            match read.and_then(Completion::into_buf) {
-                Ok(Some(buf)) => return Ok(PageRead::Page(buf)),
-                Ok(None) => why = "a read returned no buffer".into(),
-                Err(DeviceError::Unwritten { .. }) => return Ok(PageRead::Unwritten),
-                Err(e @ (DeviceError::ReadFailed { .. } | DeviceError::Io { .. })) => {
-                    why = format!("read error: {e}")
-                }
-                Err(e) => return Err(EngineError::Device(e)),
-            }
-        }
-        Ok(PageRead::Failed(format!(
-            "{why} ({READ_ATTEMPTS} attempts)"
-        )))
+        let mut retries = 0;
+        read_page_patiently(&self.poller, lba, |_| Ok(()), &mut retries)
     }
 
     /// Checks every packed page of log segment `m` (device write pointer `wp`), as garbage

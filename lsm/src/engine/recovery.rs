@@ -18,7 +18,7 @@ pub(super) const READ_ATTEMPTS: u32 = 10;
 pub(super) const MAX_IN_FLIGHT_BATCHES: u64 = PIPELINE_PAGES / 2 + 1;
 
 /// A value-log tail page as recovery read it.
-enum TailRead {
+pub(super) enum TailRead {
     /// Read, and it passed the caller's check.
     Page(PageBuf),
     /// Never written (or lost in a cut), as the device reports.
@@ -67,6 +67,51 @@ struct ReplayAcc {
     replayed: u64,
     /// The last batch applied whole.
     last_complete: Option<u64>,
+}
+
+/// Reads page `lba`, again up to [`READ_ATTEMPTS`] times while the read fails or `check`
+/// refuses what came back; counts the attempts after the first in `retries`. A page the
+/// device reports never written is `Unwritten` at once.
+///
+/// # Errors
+/// Device errors other than a failed read (out of tags, powered off, ...).
+pub(super) fn read_page_patiently(
+    poller: &Poller,
+    lba: Lba,
+    check: impl Fn(&[u8]) -> std::result::Result<(), String>,
+    retries: &mut u64,
+) -> Result<TailRead> {
+    let mut why = String::new();
+    for attempt in 0..READ_ATTEMPTS {
+        if attempt > 0 {
+            *retries += 1;
+        }
+        let read = poller
+            .run(
+                vec![Command::Read {
+                    lba,
+                    buf: PageBuf::for_read(),
+                }],
+                1,
+            )
+            .pop()
+            .ok_or_else(|| corrupt("a read returned no completion"))?;
+        match read.and_then(Completion::into_buf) {
+            Ok(Some(buf)) => match check(&buf) {
+                Ok(()) => return Ok(TailRead::Page(buf)),
+                Err(e) => why = e,
+            },
+            Ok(None) => why = "a read returned no buffer".into(),
+            Err(DeviceError::Unwritten { .. }) => return Ok(TailRead::Unwritten),
+            Err(e @ (DeviceError::ReadFailed { .. } | DeviceError::Io { .. })) => {
+                why = format!("read error: {e}")
+            }
+            Err(e) => return Err(EngineError::Device(e)),
+        }
+    }
+    Ok(TailRead::Failed(format!(
+        "{why} ({READ_ATTEMPTS} attempts)"
+    )))
 }
 
 /// Value-log tail pages read ahead during replay (see [`Inner::read_tail_page_ahead`]).
@@ -606,38 +651,10 @@ impl Inner {
         lba: Lba,
         check: impl Fn(&[u8]) -> std::result::Result<(), String>,
     ) -> Result<TailRead> {
-        let mut why = String::new();
-        for attempt in 0..READ_ATTEMPTS {
-            if attempt > 0 {
-                self.stats.recovery_read_retries += 1;
-            }
-            let read = self
-                .poller
-                .run(
-                    vec![Command::Read {
-                        lba,
-                        buf: PageBuf::for_read(),
-                    }],
-                    1,
-                )
-                .pop()
-                .ok_or_else(|| corrupt("a read returned no completion"))?;
-            match read.and_then(Completion::into_buf) {
-                Ok(Some(buf)) => match check(&buf) {
-                    Ok(()) => return Ok(TailRead::Page(buf)),
-                    Err(e) => why = e,
-                },
-                Ok(None) => why = "a read returned no buffer".into(),
-                Err(DeviceError::Unwritten { .. }) => return Ok(TailRead::Unwritten),
-                Err(e @ (DeviceError::ReadFailed { .. } | DeviceError::Io { .. })) => {
-                    why = format!("read error: {e}")
-                }
-                Err(e) => return Err(EngineError::Device(e)),
-            }
-        }
-        Ok(TailRead::Failed(format!(
-            "{why} ({READ_ATTEMPTS} attempts)"
-        )))
+        let mut retries = 0;
+        let r = read_page_patiently(&self.poller, lba, check, &mut retries);
+        self.stats.recovery_read_retries += retries;
+        r
     }
 
     /// Reads raw pages `range` (below the write pointer) of a tail segment, again while
