@@ -109,21 +109,33 @@ pub(crate) struct FileMedia {
 pub(crate) fn lock_owner(path: &Path) -> Result<File> {
     let f = File::open(path)
         .map_err(|e| DeviceError::io(format!("opening {} to lock it", path.display()), e))?;
-    // SAFETY: `f` owns a valid open file descriptor for the duration of the call; flock
-    // takes no pointers.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(f);
+    // A lock just released can stay held a moment longer: a child this process forks
+    // (any thread spawning a program) shares the lock's open file until it execs, so a
+    // refused lock is tried again for a short while before the device counts as in use.
+    let deadline = std::time::Instant::now() + OWNER_LOCK_PATIENCE;
+    loop {
+        // SAFETY: `f` owns a valid open file descriptor for the duration of the call; flock
+        // takes no pointers.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(f);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(DeviceError::io(format!("locking {}", path.display()), e));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(DeviceError::InUse {
+                path: path.display().to_string(),
+                holder: lock_holder(&f).unwrap_or_else(|| "holder unknown".into()),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(DeviceError::InUse {
-            path: path.display().to_string(),
-            holder: lock_holder(&f).unwrap_or_else(|| "holder unknown".into()),
-        });
-    }
-    Err(DeviceError::io(format!("locking {}", path.display()), e))
 }
+
+/// How long a refused owner lock is tried again before the device counts as in use.
+const OWNER_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The pid holding a `flock` on the file `f` is open on, from `/proc/locks` (Linux).
 fn lock_holder(f: &File) -> Option<String> {
