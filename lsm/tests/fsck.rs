@@ -4,12 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hwftl_sim::{AppendDevice, Backend, Command, DeviceConfig, Ftl, Geometry, Lba, RamStore};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, Lba, RamStore};
 use lsm::manifest::ManifestStore;
-use lsm::vlog_format::{check_page, parse_records, RecordKind};
+use lsm::vlog_format::RecordKind;
 use lsm::{Engine, EngineConfig, FindingKind, FsckReport};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -143,33 +145,15 @@ fn keytable_lba(dev: &dyn AppendDevice) -> Lba {
 
 /// The packed page holding the record of `key`, and the first raw page after it (if any).
 fn record_page(dev: &dyn AppendDevice, key: &[u8]) -> (Lba, Option<Lba>) {
-    let (_, snap) = ManifestStore::load(dev).unwrap();
+    let at = common::record_of(dev, key);
     let g = dev.geometry();
-    for m in snap.unwrap().log_segs {
-        let seg = hwftl_sim::SegmentId(m.segment);
-        let wp = dev.segment_info(seg).unwrap().write_pointer;
-        for page in 0..wp {
-            let Ok(c) = dev.execute(Command::Read {
-                lba: g.lba(seg, page),
-                buf: hwftl_sim::PageBuf::for_read(),
-            }) else {
-                continue;
-            };
-            let Ok(Some(buf)) = c.into_buf() else {
-                continue;
-            };
-            let Ok(info) = check_page(&buf, m.log_seg, page) else {
-                continue;
-            };
-            let recs = parse_records(&buf, &info).unwrap();
-            if let Some(r) = recs.iter().find(|r| r.key == key) {
-                let raw = (r.kind == RecordKind::Indirect)
-                    .then(|| g.lba(seg, r.raw.map_or(page + 1, |(first, _)| first)));
-                return (g.lba(seg, page), raw);
-            }
-        }
-    }
-    panic!("no record of the key")
+    let raw = (at.record.kind == RecordKind::Indirect).then(|| {
+        g.lba(
+            at.segment,
+            at.record.raw.map_or(at.page + 1, |(first, _)| first),
+        )
+    });
+    (g.lba(at.segment, at.page), raw)
 }
 
 #[test]

@@ -326,35 +326,8 @@ fn failed_reads_of_victim_pages_are_retried_and_lose_nothing() {
 /// The LBA of the packed page holding `key`'s record, found by reading the value-log
 /// segments the manifest lists.
 fn record_page_of(dev: &dyn AppendDevice, key: &[u8]) -> hwftl_sim::Lba {
-    use lsm::vlog_format::{check_page, parse_records};
-    let (_, snap) = lsm::manifest::ManifestStore::load(dev).unwrap();
-    let g = dev.geometry();
-    for m in snap.unwrap().log_segs {
-        let seg = hwftl_sim::SegmentId(m.segment);
-        let wp = dev.segment_info(seg).unwrap().write_pointer;
-        for page in 0..wp {
-            let Ok(c) = dev.execute(hwftl_sim::Command::Read {
-                lba: g.lba(seg, page),
-                buf: hwftl_sim::PageBuf::for_read(),
-            }) else {
-                continue;
-            };
-            let Ok(Some(buf)) = c.into_buf() else {
-                continue;
-            };
-            let Ok(info) = check_page(&buf, m.log_seg, page) else {
-                continue;
-            };
-            if parse_records(&buf, &info)
-                .unwrap()
-                .iter()
-                .any(|r| r.key == key)
-            {
-                return g.lba(seg, page);
-            }
-        }
-    }
-    panic!("no record of the key")
+    let at = common::record_of(dev, key);
+    dev.geometry().lba(at.segment, at.page)
 }
 
 /// How a victim page is made unusable.

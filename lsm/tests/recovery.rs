@@ -347,33 +347,9 @@ fn tail_lba(dev: &dyn AppendDevice, page_after_checkpoint: u32) -> (u32, u32, u3
 /// The LBA of the last raw page of the value `key` was written with, found by reading the
 /// value-log segments the manifest lists.
 fn last_raw_page_of(dev: &dyn AppendDevice, key: &[u8]) -> hwftl_sim::Lba {
-    use lsm::vlog_format::{check_page, parse_records};
-    let (_, snap) = ManifestStore::load(dev).unwrap();
-    let g = dev.geometry();
-    for m in snap.unwrap().log_segs {
-        let seg = hwftl_sim::SegmentId(m.segment);
-        let wp = dev.segment_info(seg).unwrap().write_pointer;
-        for page in 0..wp {
-            let Ok(c) = dev.execute(Command::Read {
-                lba: g.lba(seg, page),
-                buf: hwftl_sim::PageBuf::for_read(),
-            }) else {
-                continue;
-            };
-            let Ok(Some(buf)) = c.into_buf() else {
-                continue;
-            };
-            let Ok(info) = check_page(&buf, m.log_seg, page) else {
-                continue;
-            };
-            let recs = parse_records(&buf, &info).unwrap();
-            if recs.iter().any(|r| r.key == key) {
-                assert!(info.raw_after > 0);
-                return g.lba(seg, page + info.raw_after);
-            }
-        }
-    }
-    panic!("no record of the key")
+    let at = common::record_of(dev, key);
+    assert!(at.raw_after > 0);
+    dev.geometry().lba(at.segment, at.page + at.raw_after)
 }
 
 fn assert_all_there(db: &Engine, model: &BTreeMap<Vec<u8>, Vec<u8>>) {

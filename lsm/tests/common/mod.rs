@@ -139,3 +139,50 @@ impl AppendDevice for CutDevice {
         self.inner.in_flight()
     }
 }
+
+/// Where a key's record is in the value log: the packed page holding it, as the manifest's
+/// log segments and their pages say (the first record of `key` found).
+pub struct RecordAt {
+    /// The device segment and the page within it.
+    pub segment: SegmentId,
+    pub page: u32,
+    /// Raw pages that follow the packed page.
+    pub raw_after: u32,
+    /// The record.
+    pub record: lsm::vlog_format::Record,
+}
+
+/// Finds `key`'s record by reading the value-log segments the manifest lists, page by page.
+/// Panics when there is none.
+pub fn record_of(dev: &dyn AppendDevice, key: &[u8]) -> RecordAt {
+    use lsm::vlog_format::{check_page, parse_records};
+    let (_, snap) = lsm::manifest::ManifestStore::load(dev).unwrap();
+    for m in snap.unwrap().log_segs {
+        let segment = SegmentId(m.segment);
+        let wp = dev.segment_info(segment).unwrap().write_pointer;
+        for page in 0..wp {
+            let Ok(c) = dev.execute(Command::Read {
+                lba: dev.geometry().lba(segment, page),
+                buf: hwftl_sim::PageBuf::for_read(),
+            }) else {
+                continue;
+            };
+            let Ok(Some(buf)) = c.into_buf() else {
+                continue;
+            };
+            let Ok(info) = check_page(&buf, m.log_seg, page) else {
+                continue;
+            };
+            let recs = parse_records(&buf, &info).unwrap();
+            if let Some(record) = recs.into_iter().find(|r| r.key == key) {
+                return RecordAt {
+                    segment,
+                    page,
+                    raw_after: info.raw_after,
+                    record,
+                };
+            }
+        }
+    }
+    panic!("no record of the key")
+}
