@@ -19,6 +19,9 @@ pub const DEFAULT_CAPACITY: &str = "8GiB";
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
 /// Largest query buffer a client may hold before it is disconnected (Redis's default).
 pub const DEFAULT_QUERY_BUFFER_LIMIT: usize = 1 << 30;
+/// DRAM for the value cache by default: 64 MiB, about two thirds of the 100 MiB the drive
+/// budgets for everything but its keytables (DESIGN.md, section 8).
+pub const DEFAULT_VALUE_CACHE_SIZE: &str = "64MiB";
 /// Largest reply backlog a client that does not read may hold before it is disconnected.
 pub const DEFAULT_OUTPUT_BUFFER_LIMIT: usize = 1 << 30;
 
@@ -87,6 +90,10 @@ pub struct Args {
     /// can be copied off.
     #[arg(long)]
     pub recover_read_only: bool,
+    /// DRAM for the value cache (hot value pages served without a device read), e.g.
+    /// 64MiB; 0 turns it off.
+    #[arg(long)]
+    pub value_cache_size: Option<String>,
     /// Something else than running the drive (none: run the drive).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -136,6 +143,8 @@ struct FileConfig {
     ablate: Option<String>,
     #[serde(alias = "recover_read_only")]
     recover_read_only: Option<bool>,
+    #[serde(alias = "value_cache_size")]
+    value_cache_size: Option<String>,
 }
 
 /// Design features turned off for the ablation benchmark (all `false` in normal operation).
@@ -219,6 +228,8 @@ pub struct DriveConfig {
     pub ablations: Ablations,
     /// Open the device read-only to copy data off a damaged value log.
     pub recover_read_only: bool,
+    /// Value cache size in bytes (0: off).
+    pub value_cache_bytes: u64,
 }
 
 impl DriveConfig {
@@ -256,6 +267,10 @@ impl DriveConfig {
             .or(file.maxclients)
             .unwrap_or(DEFAULT_MAX_CLIENTS);
         anyhow::ensure!(maxclients > 0, "maxclients must be at least 1");
+        let value_cache = args
+            .value_cache_size
+            .or(file.value_cache_size)
+            .unwrap_or_else(|| DEFAULT_VALUE_CACHE_SIZE.into());
         Ok(DriveConfig {
             bind: args
                 .bind
@@ -279,6 +294,7 @@ impl DriveConfig {
             cluster_node_id: args.cluster_node_id.or(file.cluster_node_id),
             ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
             recover_read_only: args.recover_read_only || file.recover_read_only.unwrap_or(false),
+            value_cache_bytes: parse_size(&value_cache)?,
         })
     }
 }

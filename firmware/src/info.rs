@@ -263,6 +263,22 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
         }
         s.push_str("\r\n");
     }
+    if wants(sections, "valuecache") {
+        let c = store.engine().value_cache_stats().unwrap_or_default();
+        let lookups = c.hits + c.misses;
+        let rate = if lookups > 0 {
+            c.hits as f64 / lookups as f64
+        } else {
+            0.0
+        };
+        let _ = write!(
+            s,
+            "# Valuecache\r\nvalue_cache_capacity_bytes:{}\r\nvalue_cache_used_bytes:{}\r\n\
+             value_cache_hits:{}\r\nvalue_cache_misses:{}\r\nvalue_cache_hit_rate:{rate:.3}\r\n\
+             value_cache_inserts:{}\r\nvalue_cache_evictions:{}\r\n\r\n",
+            c.capacity_bytes, c.used_bytes, c.hits, c.misses, c.inserts, c.evictions,
+        );
+    }
     if wants(sections, "ftl") {
         let d = store.engine().device_stats();
         let _ = write!(

@@ -260,6 +260,7 @@ fn main() -> anyhow::Result<()> {
             compaction_moves_values: cfg.ablations.value_compaction,
             uncached_keytables: cfg.ablations.uncached_keytables,
             read_only_recovery: cfg.recover_read_only,
+            value_cache_bytes: cfg.value_cache_bytes,
             ..EngineConfig::default()
         },
     )

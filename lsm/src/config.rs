@@ -83,6 +83,10 @@ pub struct EngineConfig {
     /// after it, nothing on the device is written or trimmed, no maintenance runs, and
     /// writes, flushes and compactions fail with [`crate::EngineError::ReadOnly`].
     pub read_only_recovery: bool,
+    /// DRAM for the value cache ([`crate::cache`]): verified value-log pages that client
+    /// reads find there instead of on the device. 0 turns it off (the default: the engine
+    /// alone does not know the host's DRAM budget; the drive sets it).
+    pub value_cache_bytes: u64,
 }
 
 impl Default for EngineConfig {
@@ -103,6 +107,7 @@ impl Default for EngineConfig {
             compaction_moves_values: false,
             uncached_keytables: false,
             read_only_recovery: false,
+            value_cache_bytes: 0,
         }
     }
 }

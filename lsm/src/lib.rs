@@ -13,6 +13,8 @@
 //! - **Durability**: a write batch returns once its pages are on the device; recovery
 //!   replays complete batches after the last flush ([`Engine::open`]); the
 //!   [`manifest`] records the durable state.
+//! - **Value cache** ([`cache`]): verified value-log pages in DRAM under S3-FIFO, keyed by
+//!   their log address, which never names two different pages.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -27,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cache;
 mod config;
 mod engine;
 mod epoch;
@@ -40,6 +43,7 @@ pub mod merge;
 mod read;
 pub mod vlog_format;
 
+pub use cache::ValueCacheStats;
 pub use config::{
     EngineConfig, DEFAULT_GC_WINDOW_PAGES, DEFAULT_KEYTABLE_BYTES, DEFAULT_L0_RUNS,
     DEFAULT_L1_BYTES, DEFAULT_LEVEL_RATIO, DEFAULT_MAX_KEY, DEFAULT_MAX_VALUE,

@@ -394,7 +394,7 @@ impl Inner {
                     Slot::Tombstone => None,
                 })
                 .collect();
-            let plan = self.plan_reads(&ptrs)?;
+            let mut plan = self.plan_reads(&ptrs)?;
             let pages = plan.fetch(self.dev.as_ref());
             let values = plan.assemble(&pages, &AtomicU64::new(0), &self.side.read_faults)?;
             let keys: Vec<Vec<u8>> = (i..end).map(|j| t.key(j).to_vec()).collect();

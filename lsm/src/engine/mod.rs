@@ -49,6 +49,7 @@ use hwftl_sim::{
 };
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crate::cache::{PageAddr, ValueCache, ValueCacheStats};
 use crate::config::EngineConfig;
 use crate::epoch::ReadEpochs;
 use crate::error::{EngineError, Result};
@@ -412,6 +413,7 @@ impl Engine {
             poller: poller.clone(),
             closed: AtomicBool::new(false),
             uncached_keytables: cfg.uncached_keytables,
+            cache: ValueCache::new(cfg.value_cache_bytes).map(Arc::new),
         });
         let mut inner = Inner {
             dev,
@@ -556,6 +558,11 @@ impl Engine {
     /// The device's own counters (segments, wear, I/O).
     pub fn device_stats(&self) -> hwftl_sim::DeviceStats {
         self.side.dev.stats()
+    }
+
+    /// The value cache's counters (`None`: configured off); takes no lock.
+    pub fn value_cache_stats(&self) -> Option<ValueCacheStats> {
+        self.side.cache.as_ref().map(|c| c.stats())
     }
 
     /// Counters and sizes.

@@ -33,6 +33,13 @@ pub(super) type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) 
 pub(super) struct ReadPlan {
     ptrs: Vec<Option<ValuePtr>>,
     lbas: Vec<Lba>,
+    /// The log address of each of `lbas` (the value cache's key).
+    addrs: Vec<PageAddr>,
+    /// A client read's value cache: pages are looked up in it before they go to the device,
+    /// and pages read from the device enter it once verified (`fill`).
+    cache: Option<Arc<ValueCache>>,
+    /// Per page: read from the device for this plan, so it enters the cache once verified.
+    fill: Vec<bool>,
     /// Per pointer: first index into `lbas` and page count (pointers into one packed page
     /// may share its index).
     spans: Vec<Option<(usize, u32)>>,
@@ -122,6 +129,9 @@ impl ReadPlan {
         let mut plan = ReadPlan {
             ptrs: ptrs.to_vec(),
             lbas: Vec::new(),
+            addrs: Vec::new(),
+            cache: None,
+            fill: Vec::new(),
             spans: Vec::with_capacity(ptrs.len()),
         };
         // Small values read in key order (ranges, sequential multi-gets) often share a packed
@@ -144,34 +154,76 @@ impl ReadPlan {
             let at = plan.lbas.len();
             for run in p.runs(g.pages_per_segment()) {
                 let seg = SegmentId(segment_of(run.log_seg)?);
-                plan.lbas
-                    .extend((run.first..run.first + run.count).map(|pg| g.lba(seg, pg)));
+                for pg in run.first..run.first + run.count {
+                    plan.lbas.push(g.lba(seg, pg));
+                    plan.addrs.push(PageAddr {
+                        log_seg: run.log_seg,
+                        page: pg,
+                    });
+                }
             }
             plan.spans.push(Some((at, (plan.lbas.len() - at) as u32)));
         }
         Ok(plan)
     }
 
-    /// Reads the pages straight from the device, concurrently with other callers (no engine
-    /// lock held).
-    pub(super) fn fetch(&self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
+    /// Serves the plan to a client read through `cache`: from now on the plan looks its
+    /// pages up there and fills it with the pages it reads.
+    pub(super) fn with_cache(mut self, cache: Option<Arc<ValueCache>>) -> ReadPlan {
+        self.cache = cache;
+        self
+    }
+
+    /// The pages the value cache holds (`None` for the others, which are then marked to
+    /// enter it once read and verified). Without a cache every page is `None`.
+    fn cached_pages(&mut self) -> Vec<Option<Bytes>> {
+        let Some(cache) = &self.cache else {
+            return vec![None; self.lbas.len()];
+        };
+        let hits: Vec<Option<Bytes>> = self.addrs.iter().map(|&a| cache.get(a)).collect();
+        self.fill = hits.iter().map(Option::is_none).collect();
+        hits
+    }
+
+    /// Reads the pages (those the value cache does not hold) straight from the device,
+    /// concurrently with other callers (no engine lock held).
+    pub(super) fn fetch(&mut self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
+        let cached = self.cached_pages();
         let cmds = self
             .lbas
             .iter()
-            .map(|&lba| Command::Read {
+            .zip(&cached)
+            .filter(|(_, hit)| hit.is_none())
+            .map(|(&lba, _)| Command::Read {
                 lba,
                 buf: PageBuf::for_read(),
             })
             .collect();
-        dev.execute_many(cmds)
+        let mut read = dev.execute_many(cmds).into_iter().map(|r| {
+            r.map_err(EngineError::from)?
+                .into_buf()?
+                .map(page_bytes)
+                .ok_or_else(|| corrupt("a read returned no buffer"))
+        });
+        cached
             .into_iter()
-            .map(|r| {
-                r.map_err(EngineError::from)?
-                    .into_buf()?
-                    .map(page_bytes)
-                    .ok_or_else(|| corrupt("a read returned no buffer"))
+            .map(|hit| match hit {
+                Some(page) => Ok(page),
+                None => read
+                    .next()
+                    .unwrap_or_else(|| Err(corrupt("a page read went missing"))),
             })
             .collect()
+    }
+
+    /// Puts page `i`, just verified, into the value cache if this plan read it from the
+    /// device (once: `done` remembers the pages already put).
+    fn fill_verified(&self, i: usize, page: &Bytes, done: &mut [bool]) {
+        let Some(cache) = &self.cache else { return };
+        if self.fill.get(i) == Some(&true) && done.get(i) == Some(&false) {
+            done[i] = true;
+            cache.insert(self.addrs[i], page.clone());
+        }
     }
 
     /// Checks the pages and cuts the values out of them: a value within one page is a slice
@@ -193,6 +245,7 @@ impl ReadPlan {
                 None => Err(corrupt("value page missing")),
             }
         };
+        let mut filled = vec![false; if self.cache.is_some() { pages.len() } else { 0 }];
         let mut out = Vec::with_capacity(self.ptrs.len());
         for (p, span) in self.ptrs.iter().zip(&self.spans) {
             let (Some(p), Some((at, n))) = (p, span) else {
@@ -207,6 +260,7 @@ impl ReadPlan {
                         faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
                         corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
                     })?;
+                    self.fill_verified(*at, buf, &mut filled);
                     let start = usize::from(offset);
                     if start + len > buf.len() {
                         return Err(corrupt("value runs past its page"));
@@ -235,6 +289,9 @@ impl ReadPlan {
                             "value at page {pg} of log segment {} fails its checksum",
                             p.log_seg
                         )));
+                    }
+                    for i in *at..*at + *n as usize {
+                        self.fill_verified(i, page(i)?, &mut filled);
                     }
                     v
                 }
@@ -269,7 +326,7 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let plan = side.plan_reads(&ptrs)?;
+        let mut plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
         let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);
@@ -376,26 +433,30 @@ impl Engine {
             Ok((plan, view.into_pin()))
         });
         let done: OnValues = Box::new(move |r| done(r, extra));
-        let (plan, pin) = match resolved {
+        let (mut plan, pin) = match resolved {
             Ok(r) => r,
             Err(e) => return done(Err(e)),
         };
-        let n = plan.lbas.len();
-        if n == 0 {
+        let cached = plan.cached_pages();
+        // The pages to read: those the value cache does not hold.
+        let misses: Vec<usize> = (0..cached.len()).filter(|&i| cached[i].is_none()).collect();
+        if misses.is_empty() {
             drop(pin);
-            return done(plan.assemble(&[], &side.read_copied, &side.read_faults));
+            let pages: Vec<Result<Bytes>> = cached.into_iter().flatten().map(Ok).collect();
+            return done(plan.assemble(&pages, &side.read_copied, &side.read_faults));
         }
-        let lbas = plan.lbas.clone();
+        let lbas: Vec<Lba> = misses.iter().map(|&i| plan.lbas[i]).collect();
+        let n = lbas.len();
         let acc = Arc::new(Mutex::new(AsyncRead {
-            pages: (0..n).map(|_| None).collect(),
             remaining: n,
+            pages: cached.into_iter().map(|c| c.map(Ok)).collect(),
             plan: Some(plan),
             done: Some(done),
             pin: Some(pin),
         }));
-        let page_cb = |i: usize| {
+        let page_cb = |j: usize| {
             page_done(
-                i,
+                misses[j],
                 acc.clone(),
                 side.window.clone(),
                 side.read_copied.clone(),
@@ -445,7 +506,7 @@ impl Engine {
                         }
                         Err(r) => {
                             finish_page(
-                                i,
+                                misses[i],
                                 &acc,
                                 &side.window,
                                 (&side.read_copied, &side.read_faults),
@@ -498,7 +559,7 @@ impl Engine {
             }
         }
         drop(merge);
-        let plan = side.plan_reads(&ptrs)?;
+        let mut plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
         let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);

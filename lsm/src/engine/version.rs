@@ -34,6 +34,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use hwftl_sim::{AppendDevice, Geometry, Lba};
 
+use crate::cache::ValueCache;
 use crate::epoch::{ReadEpochs, ReadPin};
 use crate::error::{EngineError, Result};
 use crate::io::Poller;
@@ -100,6 +101,8 @@ pub(super) struct ReadSide {
     pub(super) closed: AtomicBool,
     /// The keytable-caching ablation (see `EngineConfig::uncached_keytables`).
     pub(super) uncached_keytables: bool,
+    /// Verified value pages in DRAM (see [`crate::cache`]); `None` when configured off.
+    pub(super) cache: Option<Arc<ValueCache>>,
 }
 
 /// A pinned, consistent view for one read (see the module docs).
@@ -125,13 +128,14 @@ impl ReadSide {
     /// pointers were resolved).
     pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
         let segs = self.segs.load();
-        ReadPlan::new(ptrs, self.g, |log_seg| {
+        let plan = ReadPlan::new(ptrs, self.g, |log_seg| {
             segs.get(&log_seg).copied().ok_or_else(|| {
                 corrupt(format!(
                     "value in log segment {log_seg}, which no longer exists"
                 ))
             })
-        })
+        })?;
+        Ok(plan.with_cache(self.cache.clone()))
     }
 
     /// The ablation of keytable caching: after the run's bloom filter, the page that may hold

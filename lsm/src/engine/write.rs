@@ -43,6 +43,8 @@ pub(super) struct InFlight {
     pages: u64,
     /// Set when all its pages completed (or one failed).
     io: Option<std::result::Result<(), BatchFailure>>,
+    /// Its pages for the value cache, put in once it is applied.
+    cache_fill: Vec<(PageAddr, Bytes)>,
 }
 
 /// How a batch failed on the device, which decides what its writer is told (see
@@ -468,6 +470,7 @@ impl Inner {
         let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
         let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
         let (pages, updates) = self.build_batch(ops, reserve)?;
+        let cache_fill = self.cache_copies(&pages);
         let n = pages.len();
         let group = GroupDone::new(n);
         // All pages with one doorbell; from the first refusal on (a full queue: the later
@@ -539,6 +542,7 @@ impl Inner {
                 user_bytes: Self::user_bytes(ops),
                 pages: bound,
                 io: refused.map(|e| Err(BatchFailure::Page(e))),
+                cache_fill,
             },
         );
         Ok((ticket, group))
@@ -565,6 +569,7 @@ impl Inner {
                     }
                     // The whole batch is in: reads may see it.
                     self.publish_seq();
+                    self.fill_cache(b.cache_fill);
                     Ok(())
                 }
                 other => {
@@ -707,6 +712,11 @@ impl Inner {
             0
         };
         let (pages, updates) = self.build_batch(ops, reserve)?;
+        let cache_fill = if self.in_gc {
+            Vec::new()
+        } else {
+            self.cache_copies(&pages)
+        };
         let n = pages.len() as u64;
         let mut written = self.write_pages(pages).map_err(|e| match e {
             EngineError::Device(d) => EngineError::WriteNotApplied(d),
@@ -732,7 +742,48 @@ impl Inner {
         }
         self.pages_since_checkpoint += n;
         self.commit_updates(Self::user_bytes(ops), updates);
+        self.fill_cache(cache_fill);
         Ok(())
+    }
+
+    /// Copies of a client batch's pages for the value cache, by log address (none without
+    /// a cache). Writes fill the cache so a value read soon after it was written costs no
+    /// device read; the copies go in only once the batch is durable and applied
+    /// ([`Inner::fill_cache`]), so a failed batch's pages never do.
+    fn cache_copies(&self, pages: &[(Lba, PageBuf)]) -> Vec<(PageAddr, Bytes)> {
+        if self.side.cache.is_none() {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(pages.len());
+        // A batch's pages lie in the newest log segments: search those first.
+        let mut last: Option<(u32, u32)> = None;
+        for (lba, buf) in pages {
+            let Ok((seg, page)) = self.g.locate(*lba) else {
+                continue;
+            };
+            let log_seg = match last {
+                Some((s, l)) if s == seg.0 => Some(l),
+                _ => self
+                    .log_segs
+                    .values()
+                    .rev()
+                    .find(|m| m.segment == seg.0)
+                    .map(|m| m.log_seg),
+            };
+            let Some(log_seg) = log_seg else { continue };
+            last = Some((seg.0, log_seg));
+            out.push((PageAddr { log_seg, page }, Bytes::copy_from_slice(buf)));
+        }
+        out
+    }
+
+    /// Puts an applied client batch's pages into the value cache.
+    fn fill_cache(&self, pages: Vec<(PageAddr, Bytes)>) {
+        if let Some(cache) = &self.side.cache {
+            for (addr, page) in pages {
+                cache.insert(addr, page);
+            }
+        }
     }
 
     /// Value-log pages after the checkpoint that trigger a flush: bounded for recovery time,

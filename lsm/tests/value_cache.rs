@@ -1,0 +1,211 @@
+//! The value cache (`EngineConfig::value_cache_bytes`): writes fill it, reads served from it
+//! touch no device page, a corrupt page never enters it, and it stays coherent while
+//! garbage collection moves values and segments are trimmed and reused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore, SegmentId};
+use lsm::manifest::ManifestStore;
+use lsm::{Engine, EngineConfig, EngineError};
+use rand::{Rng, SeedableRng};
+
+use common::small_geometry;
+
+const MIB: u64 = 1 << 20;
+
+fn cached(bytes: u64) -> EngineConfig {
+    EngineConfig {
+        value_cache_bytes: bytes,
+        ..EngineConfig::default()
+    }
+}
+
+fn device() -> Arc<Ftl> {
+    Arc::new(
+        Ftl::format(
+            &Backend::Ram(RamStore::new()),
+            DeviceConfig::new(small_geometry()),
+        )
+        .unwrap(),
+    )
+}
+
+#[test]
+fn written_values_read_back_from_dram() {
+    let ftl = device();
+    let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(4 * MIB)).unwrap();
+    for i in 0..200u32 {
+        db.put(
+            format!("k{i}").as_bytes(),
+            &vec![i as u8; 100 + i as usize * 40],
+        )
+        .unwrap();
+    }
+    let reads_before = ftl.stats().reads;
+    for i in 0..200u32 {
+        let v = db.get(format!("k{i}").as_bytes()).unwrap().unwrap();
+        assert_eq!(v, vec![i as u8; 100 + i as usize * 40]);
+    }
+    assert_eq!(
+        ftl.stats().reads,
+        reads_before,
+        "values just written were read from the device"
+    );
+    let c = db.value_cache_stats().unwrap();
+    assert!(c.hits >= 200 && c.misses == 0, "{c:?}");
+
+    // Without a cache the same reads go to the device.
+    drop(db);
+    let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(0)).unwrap();
+    assert!(db.value_cache_stats().is_none());
+    let reads_before = ftl.stats().reads;
+    assert!(db.get(b"k7").unwrap().is_some());
+    assert!(ftl.stats().reads > reads_before);
+}
+
+#[test]
+fn reads_fill_the_cache_and_the_second_read_is_free() {
+    let ftl = device();
+    {
+        let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(0)).unwrap();
+        db.put(b"small", b"tiny value").unwrap();
+        db.put(b"big", &vec![0xab; 20_000]).unwrap();
+        db.close().unwrap();
+    }
+    let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(4 * MIB)).unwrap();
+    let keys: [&[u8]; 2] = [b"small", b"big"];
+    let first = db.multi_get(&keys).unwrap();
+    let reads = ftl.stats().reads;
+    let second = db.multi_get(&keys).unwrap();
+    assert_eq!(first, second);
+    assert_eq!(second[1].as_deref(), Some(&vec![0xab; 20_000][..]));
+    assert_eq!(
+        ftl.stats().reads,
+        reads,
+        "the second read went to the device"
+    );
+
+    // The asynchronous path uses the same cache.
+    let (tx, rx) = std::sync::mpsc::channel();
+    db.multi_get_async(
+        &keys,
+        Box::new(move |r| {
+            tx.send(r.map(|v| {
+                v.into_iter()
+                    .map(|b| b.map(|b| b.to_vec()))
+                    .collect::<Vec<_>>()
+            }))
+            .unwrap();
+        }),
+    );
+    assert_eq!(rx.recv().unwrap().unwrap(), second);
+    assert_eq!(ftl.stats().reads, reads);
+}
+
+#[test]
+fn a_corrupt_page_never_enters_the_cache() {
+    let ftl = device();
+    {
+        let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(0)).unwrap();
+        db.put(b"small", &[7u8; 100]).unwrap();
+        db.put(b"big", &vec![0x5a; 8192]).unwrap();
+        db.close().unwrap();
+    }
+    let (_, snap) = ManifestStore::load(ftl.as_ref()).unwrap();
+    let first = snap
+        .unwrap()
+        .log_segs
+        .iter()
+        .map(|m| (m.log_seg, m.segment))
+        .min()
+        .unwrap();
+    let lba = |page| ftl.geometry().lba(SegmentId(first.1), page);
+    // The packed page of "small" and the raw page of "big" (see read_faults.rs).
+    ftl.corrupt_page(lba(0), 200).unwrap();
+    ftl.corrupt_page(lba(2), 4000).unwrap();
+    let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(4 * MIB)).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(db.get(b"small"), Err(EngineError::Corrupt(_))));
+        assert!(matches!(db.get(b"big"), Err(EngineError::Corrupt(_))));
+    }
+    let c = db.value_cache_stats().unwrap();
+    assert_eq!(
+        c.inserts, 0,
+        "a page that failed its check was cached: {c:?}"
+    );
+    assert_eq!(db.stats().read_checksum_failures, 6);
+}
+
+#[test]
+fn the_cache_stays_coherent_while_gc_moves_values_and_reuses_segments() {
+    let ftl = device();
+    // A cache larger than every page this test writes: nothing is ever evicted, so the
+    // pages of reclaimed and reused segments stay cached, and a stale one would be found
+    // if the addressing argument (see `lsm::cache`) were wrong.
+    let db = Engine::open(
+        ftl.clone() as Arc<dyn AppendDevice>,
+        EngineConfig {
+            memtable_bytes: 16 << 10,
+            ..cached(320 * MIB)
+        },
+    )
+    .unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20_261_125);
+    let capacity = db.stats().user_capacity_bytes;
+    let keys = 64u32;
+    // Cold keys, written once among the hot ones (so most segments hold one): garbage
+    // collection moves them into reused segments, where a cache keyed by device address
+    // would still hold the segment's earlier pages.
+    let cold_all: Vec<(Vec<u8>, Vec<u8>)> = (0..400u32)
+        .map(|i| (format!("cold{i:03}").into_bytes(), vec![i as u8; 700]))
+        .collect();
+    let mut cold = 0;
+    // Overwrite a small keyspace many times over the device's size, reading as we go.
+    let mut written = 0u64;
+    let mut round = 0u32;
+    while written < capacity * 2 {
+        round += 1;
+        if round % 8 == 0 && cold < cold_all.len() {
+            let (k, v) = &cold_all[cold];
+            db.put(k, v).unwrap();
+            cold += 1;
+        }
+        if round % 64 == 0 {
+            for (k, v) in &cold_all[..cold] {
+                assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "round {round}");
+            }
+        }
+        let k = format!("key{:03}", rng.gen_range(0..keys)).into_bytes();
+        if rng.gen_bool(0.1) {
+            db.delete(&k).unwrap();
+            model.remove(&k);
+        } else {
+            let len = rng.gen_range(16..3000);
+            let v: Vec<u8> = (0..len).map(|i| (round as usize + i) as u8).collect();
+            db.put(&k, &v).unwrap();
+            written += v.len() as u64;
+            model.insert(k, v);
+        }
+        let probe = format!("key{:03}", rng.gen_range(0..keys)).into_bytes();
+        assert_eq!(
+            db.get(&probe).unwrap(),
+            model.get(&probe).cloned(),
+            "round {round}"
+        );
+    }
+    db.settle().unwrap();
+    for i in 0..keys {
+        let k = format!("key{i:03}").into_bytes();
+        assert_eq!(db.get(&k).unwrap(), model.get(&k).cloned(), "key {i}");
+    }
+    let s = db.stats();
+    assert!(s.gc_segments > 0, "garbage collection never ran: {s:?}");
+    let c = db.value_cache_stats().unwrap();
+    assert!(c.hits > 1000 && c.evictions == 0, "{c:?}");
+}
