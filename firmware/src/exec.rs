@@ -1,12 +1,16 @@
 //! The engine thread and the writer thread: each drains its lock-free queue in batches and
 //! answers through the reply queue.
 //!
-//! - **engine** (`ls-engine`): reads. The GETs and MGETs of a drained batch become one
-//!   asynchronous multi-get: the engine thread resolves the keys and submits the page reads,
-//!   and the engine's poller thread sends the replies when the pages are in, so the next
-//!   batch is resolved while this one is on the device. Other reads run here, in order.
-//!   Replies may thus leave out of order; each carries its request's sequence number and
-//!   the network thread restores each connection's order.
+//! - **engine** (`ls-engine`): reads, none of which waits for the device here. The GETs and
+//!   MGETs of a drained batch become one asynchronous multi-get; every other command that
+//!   reads values (HGET, HMGET, HGETALL, HLEN, ZCARD, ZSCORE, GETRANGE, LS.RANGE) becomes
+//!   one asynchronous lookup of its key (type and records as of one instant). The engine
+//!   thread resolves the keys from DRAM and submits the page reads (those the value cache
+//!   does not hold), and the engine's poller thread sends the replies when the pages are in,
+//!   so many clients' commands are on the device at once, up to the engine's read window.
+//!   Commands answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, SCAN,
+//!   DBSIZE, INFO) run here. Replies may thus leave out of order; each carries its
+//!   request's sequence number and the network thread restores each connection's order.
 //! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
 //!   [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
 //!   up to four groups are on the device while the next is gathered, and each group's
@@ -26,8 +30,10 @@ use bytes::Bytes;
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
-use crate::keyspace::{HASH, ZSET};
-use crate::store::{self, now_ms, PendingCommit, SetOptions, Store, StoreError, WriteGroup};
+use crate::keyspace::{self as ks, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER};
+use crate::store::{
+    self, now_ms, KeyFound, KeyRead, PendingCommit, SetOptions, Store, StoreError, WriteGroup,
+};
 
 /// Most jobs taken off a queue per batch.
 const MAX_BATCH: usize = 512;
@@ -159,6 +165,10 @@ pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, 
         for j in ranges {
             start_range(store, metrics, j, sink, &outstanding);
         }
+        let others: Vec<Job> = others
+            .into_iter()
+            .filter_map(|j| start_key_read(store, metrics, j, sink, &outstanding))
+            .collect();
         let replies: Vec<Done> = others
             .into_iter()
             .map(|j| {
@@ -278,6 +288,131 @@ fn start_range(
     );
 }
 
+/// Builds a key read's reply from what was found (the key exists and has the command's
+/// type, or does not exist: then every value is `None` and there are no pairs).
+type FinishKeyRead = Box<dyn FnOnce(KeyFound) -> Reply + Send>;
+
+/// Starts a reading command on one key whose records may be on the device (HGET, HMGET,
+/// HGETALL, HLEN, ZCARD, ZSCORE, GETRANGE): the engine thread resolves its keys and submits
+/// the page reads, and the engine's poller thread sends the reply once they are in, so other
+/// clients' commands go on meanwhile (the command runs at the device's queue depth, not
+/// one at a time). Returns the job unstarted when it is not such a command.
+fn start_key_read(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    job: Job,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) -> Option<Job> {
+    let one = |c: &Bytes| vec![c.clone()];
+    let (key, names, what, tag, finish): (&Bytes, Vec<Bytes>, _, u8, FinishKeyRead) = match &job.cmd
+    {
+        Command::HGet { key, field } => (
+            key,
+            one(field),
+            Read::Subs(HASH_FIELD),
+            HASH,
+            Box::new(|f| bulk_or_null(f.values.into_iter().next().flatten())),
+        ),
+        Command::HMGet { key, fields } => (
+            key,
+            fields.clone(),
+            Read::Subs(HASH_FIELD),
+            HASH,
+            Box::new(|f| Reply::Array(f.values.into_iter().map(bulk_or_null).collect())),
+        ),
+        Command::HGetAll(key) => (
+            key,
+            Vec::new(),
+            Read::All(HASH_FIELD),
+            HASH,
+            Box::new(|f| {
+                Reply::Map(
+                    f.pairs
+                        .into_iter()
+                        .map(|(k, v)| (Reply::Bulk(k), Reply::Bulk(v)))
+                        .collect(),
+                )
+            }),
+        ),
+        Command::HLen(key) | Command::ZCard(key) => {
+            let tag = if matches!(job.cmd, Command::HLen(_)) {
+                HASH
+            } else {
+                ZSET
+            };
+            (
+                key,
+                Vec::new(),
+                Read::Record(tag),
+                tag,
+                Box::new(|f| {
+                    let n = f.values.first().and_then(Option::as_deref);
+                    Reply::Integer(n.map_or(0, |v| ks::decode_count(v) as i64))
+                }),
+            )
+        }
+        Command::ZScore { key, member } => (
+            key,
+            one(member),
+            Read::Subs(ZSET_MEMBER),
+            ZSET,
+            Box::new(|f| {
+                let v = f.values.first().and_then(Option::as_deref);
+                v.and_then(ks::decode_score)
+                    .map_or(Reply::Null, Reply::Double)
+            }),
+        ),
+        Command::GetRange { key, start, end } => {
+            let (start, end) = (*start, *end);
+            (
+                key,
+                Vec::new(),
+                Read::Record(STRING),
+                STRING,
+                Box::new(move |f| {
+                    let v = f.values.into_iter().next().flatten();
+                    Reply::Bulk(get_range(v.unwrap_or_default(), start, end))
+                }),
+            )
+        }
+        _ => return Some(job),
+    };
+    let what = match what {
+        Read::Record(tag) => KeyRead::Record { tag },
+        Read::Subs(sub_tag) => KeyRead::Subs {
+            sub_tag,
+            names: &names,
+        },
+        Read::All(sub_tag) => KeyRead::AllSubs { sub_tag },
+    };
+    let (conn, seq) = (job.conn, job.seq);
+    let (metrics, sink2, outstanding2) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.read_key_async(
+        key,
+        &what,
+        Box::new(move |r| {
+            let reply = match r {
+                Ok(f) if f.kind.is_none() || f.kind == Some(tag) => finish(f),
+                Ok(_) => err(&StoreError::WrongType),
+                Err(e) => err(&e),
+            };
+            count_reply_copy(&metrics, &reply);
+            sink2.send_all(vec![Done { conn, seq, reply }]);
+            outstanding2.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+    None
+}
+
+/// The shape of a key read, before its names are borrowed.
+enum Read {
+    Record(u8),
+    Subs(u8),
+    All(u8),
+}
+
 /// Builds the replies of a batch of GETs and MGETs from the values read.
 fn answer_gets(
     shapes: Vec<(u64, u64, GetShape)>,
@@ -323,39 +458,9 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
                 Reply::Integer(store.exists(&refs)?)
             }
-            Command::GetRange { key, start, end } => {
-                let v = store.get_strings(&[key], true)?.pop().unwrap_or(Ok(None))?;
-                Reply::Bulk(get_range(v.unwrap_or_default(), *start, *end))
-            }
-            Command::HGet { key, field } => {
-                bulk_or_null(store.hash_get(key, &[field])?.pop().flatten())
-            }
-            Command::HMGet { key, fields } => {
-                let refs: Vec<&[u8]> = fields.iter().map(|f| &f[..]).collect();
-                Reply::Array(
-                    store
-                        .hash_get(key, &refs)?
-                        .into_iter()
-                        .map(bulk_or_null)
-                        .collect(),
-                )
-            }
-            Command::HGetAll(key) => Reply::Map(
-                store
-                    .hash_get_all(key)?
-                    .into_iter()
-                    .map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v)))
-                    .collect(),
-            ),
-            Command::HLen(key) => Reply::Integer(store.count(HASH, key)?),
             Command::HExists { key, field } => {
                 Reply::Integer(i64::from(store.hash_exists(key, field)?))
             }
-            Command::ZScore { key, member } => match store.zscore(key, member)? {
-                Some(s) => Reply::Double(s),
-                None => Reply::Null,
-            },
-            Command::ZCard(key) => Reply::Integer(store.count(ZSET, key)?),
             Command::ZRangeByScore {
                 key,
                 min,

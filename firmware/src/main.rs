@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, TimingModel};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, Release, TimingModel};
 use kvproto::Limits;
 use lsm::{Engine, EngineConfig};
 
@@ -90,6 +90,11 @@ fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
     };
     let mut config = DeviceConfig::new(geometry);
     config.timing = timing;
+    // A timing model delays completions on the wall clock, as the card it models would: the
+    // drive then serves at that card's speed (the virtual clock is for deterministic tests).
+    if timing.nand().is_some() {
+        config.release = Release::WallClock;
+    }
     let dev = Ftl::open_or_format(&backend, config)
         .with_context(|| format!("opening the device at {}", path.display()))?;
     tracing::info!(

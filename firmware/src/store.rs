@@ -138,6 +138,44 @@ impl KeyspaceCounters {
 /// expired), and for each key named in `typed` whether it holds another type.
 pub type OnStrings = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
 
+/// What one key's read asks for (see [`Store::read_key_async`]).
+#[derive(Debug, Clone, Copy)]
+pub enum KeyRead<'a> {
+    /// The key's own record under `tag`: a string's value, a hash's or sorted set's count.
+    Record {
+        /// [`STRING`], [`HASH`] or [`ZSET`].
+        tag: u8,
+    },
+    /// Records under the key by name: hash fields ([`HASH_FIELD`]) or sorted-set members'
+    /// scores ([`ZSET_MEMBER`]).
+    Subs {
+        /// The records' tag.
+        sub_tag: u8,
+        /// Field or member names.
+        names: &'a [Bytes],
+    },
+    /// Every record under the key with `sub_tag`, in name order (HGETALL).
+    AllSubs {
+        /// The records' tag.
+        sub_tag: u8,
+    },
+}
+
+/// What [`Store::read_key_async`] found, as of one instant.
+#[derive(Debug, Default, PartialEq)]
+pub struct KeyFound {
+    /// The key's type ([`STRING`], [`HASH`], [`ZSET`]); `None`: no such key (or expired).
+    pub kind: Option<u8>,
+    /// [`KeyRead::Record`] and [`KeyRead::Subs`]: the values in order (all `None` when the
+    /// key does not exist).
+    pub values: Vec<Option<Bytes>>,
+    /// [`KeyRead::AllSubs`]: (name, value) pairs in name order.
+    pub pairs: Vec<(Bytes, Bytes)>,
+}
+
+/// Receives the result of [`Store::read_key_async`].
+pub type OnKey = Box<dyn FnOnce(Result<KeyFound>) + Send>;
+
 /// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
 pub type ScanPage = (u64, Vec<Bytes>);
 
@@ -217,10 +255,6 @@ impl Store {
         Ok(None)
     }
 
-    fn count_hit(&self, hit: bool) {
-        self.counters.count_hit(hit);
-    }
-
     /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
     /// has a deadline).
     fn expired_mask(&self, keys: &[&[u8]], now: u64) -> Vec<bool> {
@@ -272,30 +306,98 @@ impl Store {
         );
     }
 
-    /// String values of many keys, with all their device reads in flight at once. A key of
-    /// another type gives `WrongType` when `strict` (GET), `None` otherwise (MGET).
-    ///
-    /// # Errors
-    /// Engine errors fail the whole call.
-    pub fn get_strings(&self, keys: &[&[u8]], strict: bool) -> Result<Vec<Result<Option<Bytes>>>> {
-        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let values = self.db.multi_get(&refs)?;
-        let now = now_ms();
-        let mut out = Vec::with_capacity(keys.len());
-        for (key, v) in keys.iter().zip(values) {
-            let v = match v {
-                Some(_) if self.expired(key, now) => None,
-                v => v,
-            };
-            self.count_hit(v.is_some());
-            match v {
-                Some(v) => out.push(Ok(Some(Bytes::from(v)))),
-                None if strict && self.kind(key)?.is_some() => out.push(Err(StoreError::WrongType)),
-                None => out.push(Ok(None)),
+    /// One key's read without waiting (the reading commands other than GET, MGET and the
+    /// DRAM-only ones): the key's type is judged from DRAM and its records are read, all as
+    /// of one instant, so the reply is consistent (a type check and a value read never
+    /// straddle a write). The value pages go to the device and `done` runs on the engine's
+    /// poller thread once they are in (or here when nothing needs reading). A string past
+    /// its deadline counts as missing. `done` must be short and must not call into the
+    /// store.
+    pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
+        let expired = self.expired(key, now_ms());
+        let probe_keys = [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)];
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut prefix = Vec::new();
+        let mut end = None;
+        match what {
+            KeyRead::Record { tag } => keys.push(ks::top(*tag, key)),
+            KeyRead::Subs { sub_tag, names } => {
+                keys.extend(names.iter().map(|n| ks::sub(*sub_tag, key, n)));
+            }
+            KeyRead::AllSubs { sub_tag } => {
+                prefix = ks::sub_prefix(*sub_tag, key);
+                end = ks::prefix_end(&prefix);
             }
         }
-        Ok(out)
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let range = RangeRead {
+            start: &prefix,
+            end: end.as_deref(),
+            limit: usize::MAX,
+            max_bytes: u64::MAX,
+            skip: None,
+        };
+        let range = matches!(what, KeyRead::AllSubs { .. }).then_some(&range);
+        let (n, skip) = (refs.len(), prefix.len());
+        let counters = self.counters.clone();
+        self.db.lookup_async(
+            &refs,
+            &probes,
+            range,
+            Box::new(move |r| {
+                let found = r.map_err(StoreError::from).map(|found| {
+                    let p = &found.present;
+                    let kind = if p.first() == Some(&true) && !expired {
+                        Some(STRING)
+                    } else if p.get(1) == Some(&true) {
+                        Some(HASH)
+                    } else if p.get(2) == Some(&true) {
+                        Some(ZSET)
+                    } else {
+                        None
+                    };
+                    counters.count_hit(kind.is_some());
+                    if kind.is_none() {
+                        // Leftovers of no live key (an expired string) are not shown.
+                        return KeyFound {
+                            kind,
+                            values: vec![None; n],
+                            pairs: Vec::new(),
+                        };
+                    }
+                    KeyFound {
+                        kind,
+                        values: found.values,
+                        pairs: found
+                            .pairs
+                            .into_iter()
+                            .map(|(k, v)| (Bytes::from(k).slice(skip..), v))
+                            .collect(),
+                    }
+                });
+                done(found);
+            }),
+        );
+    }
+
+    /// [`Store::read_key_async`], waiting for the result.
+    ///
+    /// # Errors
+    /// Engine errors.
+    #[cfg(test)]
+    pub fn read_key(&self, key: &[u8], what: &KeyRead<'_>) -> Result<KeyFound> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.read_key_async(
+            key,
+            what,
+            Box::new(move |r| {
+                // The caller is waiting on the other end.
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv()
+            .map_err(|_| StoreError::Engine(EngineError::Closed))?
     }
 
     /// STRLEN, from DRAM only.
@@ -327,67 +429,6 @@ impl Store {
         Ok(n)
     }
 
-    /// Hash field values; `None` for a missing field or hash.
-    ///
-    /// # Errors
-    /// `WrongType`, engine errors.
-    pub fn hash_get(&self, key: &[u8], fields: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        match self.kind(key)? {
-            None => return Ok(vec![None; fields.len()]),
-            Some(HASH) => {}
-            Some(_) => return Err(StoreError::WrongType),
-        }
-        let engine_keys: Vec<Vec<u8>> =
-            fields.iter().map(|f| ks::sub(HASH_FIELD, key, f)).collect();
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        Ok(self
-            .db
-            .multi_get(&refs)?
-            .into_iter()
-            .map(|v| v.map(Bytes::from))
-            .collect())
-    }
-
-    /// Every (field, value) of a hash, in field order.
-    ///
-    /// # Errors
-    /// `WrongType`, engine errors.
-    pub fn hash_get_all(&self, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
-        match self.kind(key)? {
-            None => return Ok(Vec::new()),
-            Some(HASH) => {}
-            Some(_) => return Err(StoreError::WrongType),
-        }
-        let prefix = ks::sub_prefix(HASH_FIELD, key);
-        let end = ks::prefix_end(&prefix);
-        Ok(self
-            .db
-            .range(&prefix, end.as_deref(), usize::MAX)?
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    Bytes::copy_from_slice(k.get(prefix.len()..).unwrap_or_default()),
-                    Bytes::from(v),
-                )
-            })
-            .collect())
-    }
-
-    /// HLEN / ZCARD: the stored count of a hash or sorted set (`tag` HASH or ZSET).
-    ///
-    /// # Errors
-    /// `WrongType`, engine errors.
-    pub fn count(&self, tag: u8, key: &[u8]) -> Result<i64> {
-        match self.kind(key)? {
-            None => Ok(0),
-            Some(t) if t == tag => {
-                let v = self.db.get(&ks::top(tag, key))?;
-                Ok(v.map_or(0, |v| ks::decode_count(&v) as i64))
-            }
-            Some(_) => Err(StoreError::WrongType),
-        }
-    }
-
     /// HEXISTS, from DRAM only.
     ///
     /// # Errors
@@ -399,21 +440,6 @@ impl Store {
                 let k = ks::sub(HASH_FIELD, key, field);
                 Ok(self.db.value_lens(&[&k])?[0].is_some())
             }
-            Some(_) => Err(StoreError::WrongType),
-        }
-    }
-
-    /// ZSCORE.
-    ///
-    /// # Errors
-    /// `WrongType`, engine errors.
-    pub fn zscore(&self, key: &[u8], member: &[u8]) -> Result<Option<f64>> {
-        match self.kind(key)? {
-            None => Ok(None),
-            Some(ZSET) => Ok(self
-                .db
-                .get(&ks::sub(ZSET_MEMBER, key, member))?
-                .and_then(|v| ks::decode_score(&v))),
             Some(_) => Err(StoreError::WrongType),
         }
     }
@@ -1242,16 +1268,36 @@ mod tests {
             .unwrap();
         assert!(matches!(g.incr_by(b"h", 1), Err(StoreError::WrongType)));
         g.commit().unwrap();
-        assert!(matches!(
-            s.get_strings(&[b"h"], true).unwrap()[0],
-            Err(StoreError::WrongType)
-        ));
-        assert_eq!(s.count(HASH, b"h").unwrap(), 2);
+        let as_string = s.read_key(b"h", &KeyRead::Record { tag: STRING }).unwrap();
+        assert_eq!(
+            (as_string.kind, &as_string.values[..]),
+            (Some(HASH), &[None][..])
+        );
+        let h = s.read_key(b"h", &KeyRead::Record { tag: HASH }).unwrap();
+        assert_eq!(h.kind, Some(HASH));
+        assert_eq!(h.values[0].as_deref().map(ks::decode_count), Some(2));
+        let all = s
+            .read_key(
+                b"h",
+                &KeyRead::AllSubs {
+                    sub_tag: HASH_FIELD,
+                },
+            )
+            .unwrap();
+        assert_eq!(all.pairs, vec![(b("f1"), b("v1")), (b("f2"), b("v2"))]);
         let mut g = WriteGroup::new(&s);
         g.set(b"h", b("str"), SetOptions::default()).unwrap();
         g.commit().unwrap();
         assert_eq!(s.kind(b"h").unwrap(), Some(STRING));
-        assert!(s.hash_get_all(b"h").is_err());
+        let now = s
+            .read_key(
+                b"h",
+                &KeyRead::AllSubs {
+                    sub_tag: HASH_FIELD,
+                },
+            )
+            .unwrap();
+        assert_eq!((now.kind, now.pairs.len()), (Some(STRING), 0));
         assert_eq!(
             s.engine()
                 .count_keys(&[HASH_FIELD], Some(&[HASH_FIELD + 1]))
@@ -1284,12 +1330,37 @@ mod tests {
             .zrange_by_score(b"z", (-2.0, false), (5.0, true), 1, Some(5))
             .unwrap();
         assert_eq!(some.len(), 1);
-        assert_eq!(s.count(ZSET, b"z").unwrap(), 3);
+        let z = s.read_key(b"z", &KeyRead::Record { tag: ZSET }).unwrap();
+        assert_eq!(z.values[0].as_deref().map(ks::decode_count), Some(3));
         let mut g = WriteGroup::new(&s);
         assert_eq!(g.zrem(b"z", &[b("a"), b("nope")]).unwrap(), 1);
         g.commit().unwrap();
-        assert_eq!(s.zscore(b"z", b"a").unwrap(), None);
-        assert_eq!(s.zscore(b"z", b"c").unwrap(), Some(3.0));
+        let names = [b("a"), b("c")];
+        let scores = s
+            .read_key(
+                b"z",
+                &KeyRead::Subs {
+                    sub_tag: ZSET_MEMBER,
+                    names: &names,
+                },
+            )
+            .unwrap();
+        let scores: Vec<Option<f64>> = scores
+            .values
+            .iter()
+            .map(|v| v.as_deref().and_then(ks::decode_score))
+            .collect();
+        assert_eq!(scores, vec![None, Some(3.0)]);
+        // No such key: nothing, and no type.
+        let none = s.read_key(b"nope", &KeyRead::Record { tag: ZSET }).unwrap();
+        assert_eq!(
+            none,
+            KeyFound {
+                kind: None,
+                values: vec![None],
+                pairs: vec![]
+            }
+        );
     }
 
     #[test]

@@ -22,6 +22,20 @@ pub type OnValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
 /// Receives the pairs of [`crate::Engine::range_async`].
 pub type OnRange = Box<dyn FnOnce(Result<Vec<(Vec<u8>, Bytes)>>) + Send>;
 
+/// What [`crate::Engine::lookup_async`] found, all as of one instant.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    /// The value of each key asked for, in order (`None`: no such key).
+    pub values: Vec<Option<Bytes>>,
+    /// Whether each probe exists (from DRAM only).
+    pub present: Vec<bool>,
+    /// The live pairs of the range asked for, in key order.
+    pub pairs: Vec<(Vec<u8>, Bytes)>,
+}
+
+/// Receives the result of [`crate::Engine::lookup_async`].
+pub type OnLookup = Box<dyn FnOnce(Result<Lookup>) + Send>;
+
 /// Receives the values of [`crate::Engine::multi_get_async_probed`] and one presence flag
 /// per probe.
 pub type OnProbedValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;

@@ -4,6 +4,7 @@
 use super::version::ReadView;
 use super::*;
 use crate::epoch::ReadPin;
+use crate::read::{Lookup, OnLookup};
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
 /// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
@@ -358,23 +359,14 @@ impl Engine {
     /// point in time (e.g. a GET telling "no such key" from "the key holds another type").
     /// `done` gets the values and one flag per probe.
     pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
-        let side = &self.side;
-        self.read_async(
-            |view| {
-                let present: Vec<bool> = probes
-                    .iter()
-                    .map(|k| matches!(side.lookup(view, k), Some(Slot::Value(_))))
-                    .collect();
-                let ptrs = keys
-                    .iter()
-                    .map(|k| match side.lookup(view, k) {
-                        Some(Slot::Value(p)) => Some(p),
-                        _ => None,
-                    })
-                    .collect();
-                Ok((ptrs, present))
-            },
-            done,
+        self.lookup_async(
+            keys,
+            probes,
+            None,
+            Box::new(move |r| match r {
+                Ok(found) => done(Ok(found.values), found.present),
+                Err(e) => done(Err(e), Vec::new()),
+            }),
         );
     }
 
@@ -383,36 +375,80 @@ impl Engine {
     /// [`Engine::multi_get_async`], and `done` runs on the engine's poller thread with the
     /// pairs. See [`RangeRead`] for the bounds.
     pub fn range_async(&self, range: &RangeRead<'_>, done: OnRange) {
+        self.lookup_async(
+            &[],
+            &[],
+            Some(range),
+            Box::new(move |r| done(r.map(|f| f.pairs))),
+        );
+    }
+
+    /// The general asynchronous read, everything as of one instant: the values of `keys`,
+    /// whether each of `probes` exists (DRAM only), and the live pairs of `range`. The value
+    /// pages go to the device (those the value cache does not hold) and `done` runs on the
+    /// engine's poller thread once they are in, as in [`Engine::multi_get_async`]. A caller
+    /// composes one command's whole read from it (a hash field with its key's type, or a
+    /// hash's fields with its type), so the reply is consistent.
+    pub fn lookup_async(
+        &self,
+        keys: &[&[u8]],
+        probes: &[&[u8]],
+        range: Option<&RangeRead<'_>>,
+        done: OnLookup,
+    ) {
+        let side = &self.side;
         self.read_async(
             |view| {
-                let mut keys = Vec::new();
-                let mut ptrs = Vec::new();
-                let mut bytes = 0u64;
-                let mut merge = view.merge_from(range.start);
-                while keys.len() < range.limit && (keys.is_empty() || bytes < range.max_bytes) {
-                    let Some((k, slot)) = merge.next() else { break };
-                    if range.end.is_some_and(|e| k >= e) {
-                        break;
-                    }
-                    if let Slot::Value(p) = slot {
-                        if range.skip.is_some_and(|skip| skip(k)) {
-                            continue;
+                let present: Vec<bool> = probes
+                    .iter()
+                    .map(|k| matches!(side.lookup(view, k), Some(Slot::Value(_))))
+                    .collect();
+                let mut ptrs: Vec<Option<ValuePtr>> = keys
+                    .iter()
+                    .map(|k| match side.lookup(view, k) {
+                        Some(Slot::Value(p)) => Some(p),
+                        _ => None,
+                    })
+                    .collect();
+                let mut range_keys = Vec::new();
+                if let Some(range) = range {
+                    let mut bytes = 0u64;
+                    let mut merge = view.merge_from(range.start);
+                    while range_keys.len() < range.limit
+                        && (range_keys.is_empty() || bytes < range.max_bytes)
+                    {
+                        let Some((k, slot)) = merge.next() else { break };
+                        if range.end.is_some_and(|e| k >= e) {
+                            break;
                         }
-                        bytes += u64::from(p.len);
-                        keys.push(k.to_vec());
-                        ptrs.push(Some(p));
+                        if let Slot::Value(p) = slot {
+                            if range.skip.is_some_and(|skip| skip(k)) {
+                                continue;
+                            }
+                            bytes += u64::from(p.len);
+                            range_keys.push(k.to_vec());
+                            ptrs.push(Some(p));
+                        }
                     }
                 }
-                Ok((ptrs, keys))
+                Ok((ptrs, (keys.len(), present, range_keys)))
             },
-            Box::new(move |r, keys: Vec<Vec<u8>>| {
-                done(r.map(|values| {
-                    keys.into_iter()
-                        .zip(values)
-                        .filter_map(|(k, v)| v.map(|v| (k, v)))
-                        .collect()
-                }));
-            }),
+            Box::new(
+                move |r, (n, present, range_keys): (usize, Vec<bool>, Vec<Vec<u8>>)| {
+                    done(r.map(|mut values| {
+                        let in_range = values.split_off(n.min(values.len()));
+                        Lookup {
+                            values,
+                            present,
+                            pairs: range_keys
+                                .into_iter()
+                                .zip(in_range)
+                                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                                .collect(),
+                        }
+                    }));
+                },
+            ),
         );
     }
 

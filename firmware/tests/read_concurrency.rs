@@ -1,0 +1,92 @@
+//! Reading commands run at the device's queue depth: a command whose page is held at the
+//! device does not hold up other clients. The drive runs on a timing model whose page reads
+//! take 400 ms on the wall clock; one client's HGETALL waits on such a read while another
+//! client's PING and its GET of a value in the value cache come back at once (before the
+//! change that made every reading command asynchronous, the HGETALL held the engine
+//! thread and the GET waited behind it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::Drive;
+use redis::Commands;
+
+/// Page reads of 400 ms; programs, erases and transfers of microseconds.
+const SLOW_READS: &str = "custom:400000000,20000,20000,1000,1000";
+const READ: Duration = Duration::from_millis(400);
+
+fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO has no {field}: {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_read_held_at_the_device_does_not_stall_other_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let fields: Vec<(String, String)> = (0..10)
+        .map(|i| (format!("field{i}"), format!("value-{i}-{}", "x".repeat(90))))
+        .collect();
+    {
+        let d = Drive::start(&data, &[]);
+        let mut c = d.conn();
+        let _: () = c.hset_multiple("user:1", &fields).unwrap();
+        let _: () = c.set("hot", "cached value").unwrap();
+        assert!(d.shutdown());
+    }
+    // Restarted on slow reads: the value cache starts empty.
+    let d = Drive::start(&data, &["--timing", SLOW_READS]);
+    let mut a = d.conn();
+    let mut b = d.conn();
+    // The first GET reads the page from the device and caches it.
+    assert_eq!(b.get::<_, String>("hot").unwrap(), "cached value");
+    let reads_before = info_field(&mut b, "ftl", "page_reads");
+
+    // Client a's HGETALL goes to the device (400 ms) ...
+    let slow = std::thread::spawn(move || {
+        let t = Instant::now();
+        let all: HashMap<String, String> = a.hgetall("user:1").unwrap();
+        (all, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    // ... while client b is answered at once.
+    let t = Instant::now();
+    let pong: String = redis::cmd("PING").query(&mut b).unwrap();
+    let ping_took = t.elapsed();
+    let t = Instant::now();
+    let hot: String = b.get("hot").unwrap();
+    let get_took = t.elapsed();
+    let slow_still_waiting = !slow.is_finished();
+    let (all, hgetall_took) = slow.join().unwrap();
+
+    assert_eq!(pong, "PONG");
+    assert_eq!(hot, "cached value");
+    let want: HashMap<String, String> = fields.into_iter().collect();
+    assert_eq!(all, want);
+    assert!(
+        hgetall_took >= READ - Duration::from_millis(50),
+        "the HGETALL did not wait on the device ({hgetall_took:?}): the test proves nothing"
+    );
+    assert!(
+        info_field(&mut b, "ftl", "page_reads") > reads_before,
+        "the HGETALL read nothing from the device"
+    );
+    assert!(
+        slow_still_waiting,
+        "the HGETALL finished before the other client's commands ({hgetall_took:?})"
+    );
+    assert!(
+        ping_took < READ / 2 && get_took < READ / 2,
+        "another client waited behind a device read: PING {ping_took:?}, GET {get_took:?}"
+    );
+    assert!(info_field(&mut b, "valuecache", "value_cache_hits") >= 1);
+}
