@@ -25,8 +25,10 @@ use anyhow::{bail, Context};
 
 /// YCSB's core workloads.
 const WORKLOADS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
-/// The binding class YCSB loads.
+/// The LightStore binding's class (MGET/MSET of per-field keys, LS.RANGE scans).
 const BINDING_CLASS: &str = "site.ycsb.db.lightstore.LightStoreClient";
+/// The class that sends what YCSB's stock redis binding sends (hashes and a scan index).
+const REDIS_BINDING_CLASS: &str = "site.ycsb.db.lightstore.RedisHashClient";
 /// Logical capacity of each scratch drive (the YCSB data is tens of MB).
 const DRIVE_CAPACITY: &str = "1GiB";
 /// Hash slots in a Redis Cluster.
@@ -52,6 +54,43 @@ pub struct YcsbArgs {
     /// YCSB client threads (each has one connection per drive).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
+    /// `lightstore` (our binding) or `redis` (the stock redis binding's commands: HMSET,
+    /// HGETALL/HMGET, and a sorted-set index for scans; runs against redis-server too).
+    #[arg(long, default_value = "lightstore")]
+    pub binding: String,
+    /// `drive`, `redis-server` (in memory, no persistence) or `both` (each workload on a
+    /// fresh drive, then on a fresh redis-server, and a table of the ratios). redis-server
+    /// needs `--binding redis` and one drive.
+    #[arg(long, default_value = "drive")]
+    pub against: String,
+    /// The drives' durability: `sync` (acknowledged once on the device, out of its write
+    /// cache) or `plp` (acknowledged when the device completes the write, as on a card with
+    /// power-loss protection).
+    #[arg(long, default_value = "sync")]
+    pub durability: String,
+}
+
+/// Which YCSB binding runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BindingKind {
+    LightStore,
+    Redis,
+}
+
+/// What the binding runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Drive,
+    RedisServer,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Drive => "drive",
+            Target::RedisServer => "redis-server",
+        }
+    }
 }
 
 /// Parses `a`, `a,c,e`, `a..f`, `all` (case-insensitive, `workloada` accepted).
@@ -265,7 +304,13 @@ struct Drives {
 
 impl Drives {
     /// Starts `n` drives (cluster mode when `n > 1`), logs in `log_dir/<tag>-drive<i>.log`.
-    fn start(bin: &Path, n: usize, log_dir: &Path, tag: &str) -> anyhow::Result<Drives> {
+    fn start(
+        bin: &Path,
+        n: usize,
+        durability: &str,
+        log_dir: &Path,
+        tag: &str,
+    ) -> anyhow::Result<Drives> {
         if n == 0 {
             bail!("--drives must be at least 1");
         }
@@ -294,7 +339,8 @@ impl Drives {
             let mut cmd = Command::new(bin);
             cmd.arg("--data-dir")
                 .arg(&data)
-                .args(["--capacity", DRIVE_CAPACITY]);
+                .args(["--capacity", DRIVE_CAPACITY])
+                .args(["--durability", durability]);
             match (&planned, &map) {
                 (Some(addrs), Some(map)) => {
                     // Each drive its own copy: a drive rewrites its file when a map is pushed.
@@ -315,6 +361,72 @@ impl Drives {
             drives.drives.push(drive);
         }
         Ok(drives)
+    }
+
+    /// A fresh in-memory redis-server (no RDB, no AOF) on a free loopback port, as the
+    /// baseline of `--against`: stopped like a drive (SHUTDOWN, which saves nothing here).
+    fn start_redis_server(log_dir: &Path, tag: &str) -> anyhow::Result<Drives> {
+        if !have("redis-server") {
+            bail!(
+                "--against redis-server needs redis-server (Debian: apt-get install redis-server)"
+            );
+        }
+        std::fs::create_dir_all(log_dir)
+            .with_context(|| format!("creating {}", log_dir.display()))?;
+        remove_stale_scratch(log_dir);
+        let scratch = log_dir.join(format!("scratch-{}-redis", std::process::id()));
+        std::fs::create_dir_all(&scratch)
+            .with_context(|| format!("creating {}", scratch.display()))?;
+        let addr = free_addrs(1)?
+            .pop()
+            .context("no free loopback port for redis-server")?;
+        let log = log_dir.join(format!("{tag}-redis-server.log"));
+        let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut child = Command::new("redis-server")
+            .args(["--bind", &addr.ip().to_string()])
+            .args(["--port", &addr.port().to_string()])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&scratch)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawning redis-server")?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 7];
+                if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+                    && s.read_exact(&mut buf).is_ok()
+                    && &buf == b"+PONG\r\n"
+                {
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("redis-server exited ({status}):\n{}", log_tail(&log));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("redis-server did not answer PING:\n{}", log_tail(&log));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Drives {
+            drives: vec![Drive { child, addr, log }],
+            scratch,
+        })
+    }
+
+    /// The first server's address (the redis binding talks to one).
+    fn first_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.drives
+            .first()
+            .map(|d| d.addr)
+            .context("no server was started")
     }
 
     /// `host:port,host:port,...` for `lightstore.hosts`.
@@ -565,6 +677,9 @@ struct RunSpec {
     records: u64,
     operations: u64,
     threads: usize,
+    binding: BindingKind,
+    target: Target,
+    durability: String,
 }
 
 /// Runs one YCSB phase against `drives`, saving its output in `out_dir`.
@@ -591,12 +706,27 @@ fn ycsb_phase(
             Phase::Load => "-load",
             Phase::Run => "-t",
         })
-        .args(["-db", BINDING_CLASS])
+        .args([
+            "-db",
+            match spec.binding {
+                BindingKind::LightStore => BINDING_CLASS,
+                BindingKind::Redis => REDIS_BINDING_CLASS,
+            },
+        ])
         .arg("-P")
-        .arg(&workload_file)
-        .args(["-p", &format!("lightstore.hosts={}", drives.hosts())])
-        .args(["-p", &format!("lightstore.cluster={}", drives.cluster())])
-        .args(["-p", &format!("recordcount={}", spec.records)])
+        .arg(&workload_file);
+    match spec.binding {
+        BindingKind::LightStore => {
+            cmd.args(["-p", &format!("lightstore.hosts={}", drives.hosts())])
+                .args(["-p", &format!("lightstore.cluster={}", drives.cluster())]);
+        }
+        BindingKind::Redis => {
+            let first = drives.first_addr()?;
+            cmd.args(["-p", &format!("redis.host={}", first.ip())])
+                .args(["-p", &format!("redis.port={}", first.port())]);
+        }
+    }
+    cmd.args(["-p", &format!("recordcount={}", spec.records)])
         .args(["-p", &format!("operationcount={}", spec.operations)])
         // Values derived from key and field, checked on every read ([VERIFY] lines).
         .args(["-p", "dataintegrity=true"])
@@ -627,9 +757,10 @@ fn ycsb_phase(
     let _ = forward.join();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let file = out_dir.join(format!(
-        "workload{}-{}drive-{}.txt",
+        "workload{}-{}-{}-{}.txt",
         spec.workload,
-        spec.drives,
+        spec.target.name(),
+        binding_name(spec.binding),
         phase.name()
     ));
     std::fs::write(&file, &stdout).with_context(|| format!("writing {}", file.display()))?;
@@ -657,15 +788,18 @@ fn run_workload(
 ) -> anyhow::Result<WorkloadResult> {
     let out_dir = target_dir(root).join("ycsb");
     let tag = format!("workload{}-{}drive", spec.workload, spec.drives);
-    let drives = Drives::start(bin, spec.drives, &out_dir, &tag)?;
+    let drives = match spec.target {
+        Target::Drive => Drives::start(bin, spec.drives, &spec.durability, &out_dir, &tag)?,
+        Target::RedisServer => Drives::start_redis_server(&out_dir, &tag)?,
+    };
     println!(
-        "== YCSB workload {}: {} drive{} ({}), {} records, {} operations, {} threads",
+        "== YCSB workload {} ({} binding): {} ({}), {} records, {} operations, {} threads",
         spec.workload.to_ascii_uppercase(),
-        spec.drives,
-        if spec.drives == 1 {
-            ""
-        } else {
-            "s, cluster mode"
+        binding_name(spec.binding),
+        match (spec.target, spec.drives) {
+            (Target::RedisServer, _) => "redis-server".to_string(),
+            (Target::Drive, 1) => "1 drive".to_string(),
+            (Target::Drive, n) => format!("{n} drives, cluster mode"),
         },
         drives.hosts(),
         spec.records,
@@ -746,31 +880,120 @@ fn print_table(results: &[WorkloadResult], drives: usize) {
     }
 }
 
+fn binding_name(b: BindingKind) -> &'static str {
+    match b {
+        BindingKind::LightStore => "lightstore",
+        BindingKind::Redis => "redis",
+    }
+}
+
+/// The 99th-percentile latency (us) of an operation in a run.
+fn p99(s: &Summary, op: &str) -> Option<f64> {
+    s.get(op, "99thPercentileLatency(us)")
+}
+
+/// The drive against redis-server, workload by workload (`--against both`).
+fn print_comparison(pairs: &[(WorkloadResult, WorkloadResult)], binding: BindingKind) {
+    println!(
+        "\n== YCSB, {} binding: the drive against in-memory redis-server, same client and threads",
+        binding_name(binding)
+    );
+    println!(
+        "{:<9} {:>11} {:>11} {:>7} {:>13} {:>13} {:>13} {:>13}",
+        "workload",
+        "drive ops/s",
+        "redis ops/s",
+        "ratio",
+        "drive p99 rd",
+        "redis p99 rd",
+        "drive p99 wr",
+        "redis p99 wr"
+    );
+    for (d, r) in pairs {
+        let ratio = match (d.run.throughput(), r.run.throughput()) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        // Reads: READ (or SCAN for E); writes: UPDATE (or INSERT for D and E).
+        let rd = |s: &Summary| p99(s, "READ").or_else(|| p99(s, "SCAN"));
+        let wr = |s: &Summary| p99(s, "UPDATE").or_else(|| p99(s, "INSERT"));
+        println!(
+            "{:<9} {:>11} {:>11} {:>7} {:>13} {:>13} {:>13} {:>13}{}",
+            d.workload.to_ascii_uppercase(),
+            fmt_opt(d.run.throughput(), 0),
+            fmt_opt(r.run.throughput(), 0),
+            fmt_opt(ratio, 2),
+            fmt_opt(rd(&d.run), 0),
+            fmt_opt(rd(&r.run), 0),
+            fmt_opt(wr(&d.run), 0),
+            fmt_opt(wr(&r.run), 0),
+            if d.problems.is_empty() && r.problems.is_empty() {
+                ""
+            } else {
+                "  (errors)"
+            }
+        );
+    }
+}
+
 /// `cargo xtask ycsb`.
 pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
     let workloads = parse_workloads(&args.workload)?;
     if args.drives == 0 || args.threads == 0 || args.records == 0 {
         bail!("--drives, --threads and --records must be at least 1");
     }
+    let binding = match args.binding.as_str() {
+        "lightstore" => BindingKind::LightStore,
+        "redis" => BindingKind::Redis,
+        other => bail!("--binding `{other}`: use lightstore or redis"),
+    };
+    let targets = match args.against.as_str() {
+        "drive" => vec![Target::Drive],
+        "redis-server" => vec![Target::RedisServer],
+        "both" => vec![Target::Drive, Target::RedisServer],
+        other => bail!("--against `{other}`: use drive, redis-server or both"),
+    };
+    if !matches!(args.durability.as_str(), "sync" | "plp") {
+        bail!("--durability `{}`: use sync or plp", args.durability);
+    }
+    if binding == BindingKind::Redis && args.drives > 1 {
+        bail!("--binding redis talks to one server: use --drives 1");
+    }
+    if targets.contains(&Target::RedisServer) && binding != BindingKind::Redis {
+        bail!("redis-server has no LS.RANGE: use --binding redis to run against it");
+    }
     let root = repo_root();
     let bin = build_drive(&root)?;
-    let binding = build_binding(&root)?;
+    let classes = build_binding(&root)?;
     let mut results = Vec::new();
+    let mut pairs = Vec::new();
     for &w in &workloads {
-        let spec = RunSpec {
-            workload: w,
-            drives: args.drives,
-            records: args.records,
-            operations: args.operations.unwrap_or_else(|| default_operations(w)),
-            threads: args.threads,
-        };
-        let r = run_workload(&root, &bin, &binding, &spec)?;
-        for p in &r.problems {
-            eprintln!("xtask: {p}");
+        let mut per_target = Vec::new();
+        for &target in &targets {
+            let spec = RunSpec {
+                workload: w,
+                drives: args.drives,
+                records: args.records,
+                operations: args.operations.unwrap_or_else(|| default_operations(w)),
+                threads: args.threads,
+                binding,
+                target,
+                durability: args.durability.clone(),
+            };
+            let r = run_workload(&root, &bin, &classes, &spec)?;
+            for p in &r.problems {
+                eprintln!("xtask: {p}");
+            }
+            per_target.push(r);
         }
-        results.push(r);
+        if let [d, r] = &per_target[..] {
+            pairs.push((d.clone(), r.clone()));
+        }
+        results.extend(per_target);
     }
-    if results.len() > 1 {
+    if !pairs.is_empty() {
+        print_comparison(&pairs, binding);
+    } else if results.len() > 1 {
         print_table(&results, args.drives);
     }
     let problems: Vec<&String> = results.iter().flat_map(|r| &r.problems).collect();
