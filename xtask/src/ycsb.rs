@@ -1092,7 +1092,7 @@ mod tests {
         for drives in [1, 3] {
             {
                 let tag = format!("javatest-{drives}drive");
-                let d = Drives::start(&bin, drives, &out_dir, &tag).unwrap();
+                let d = Drives::start(&bin, drives, "sync", &out_dir, &tag).unwrap();
                 java_tests_against(&root, &d.hosts()).unwrap();
             }
             let mut results = Vec::new();
@@ -1103,6 +1103,9 @@ mod tests {
                     records: 1_000,
                     operations: 1_000,
                     threads: 4,
+                    binding: BindingKind::LightStore,
+                    target: Target::Drive,
+                    durability: "sync".into(),
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let mut check = |ok: bool, what: String| {
@@ -1140,6 +1143,34 @@ mod tests {
                 results.push(r);
             }
             print_table(&results, drives);
+        }
+        // The stock redis binding's commands, against the drive and against redis-server:
+        // every operation OK and every read verified on both.
+        for target in [Target::Drive, Target::RedisServer] {
+            for w in ['a', 'e', 'f'] {
+                let spec = RunSpec {
+                    workload: w,
+                    drives: 1,
+                    records: 1_000,
+                    operations: 1_000,
+                    threads: 4,
+                    binding: BindingKind::Redis,
+                    target,
+                    durability: "sync".into(),
+                };
+                let r = run_workload(&root, &bin, &binding, &spec).unwrap();
+                let who = format!("redis binding on {}, workload {w}", target.name());
+                problems.extend(r.problems.iter().map(|p| format!("{who}: {p}")));
+                let verified = r.run.get("VERIFY", "Return=OK").unwrap_or(0.0);
+                let reads = r.run.get("READ", "Return=OK").unwrap_or(0.0)
+                    + r.run.get("SCAN", "Return=OK").unwrap_or(0.0);
+                if r.run.operations_ok() != 1_000 || (w != 'e' && verified != reads) {
+                    problems.push(format!(
+                        "{who}: {} operations done, {verified} of {reads} reads verified",
+                        r.run.operations_ok()
+                    ));
+                }
+            }
         }
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
