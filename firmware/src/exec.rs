@@ -292,21 +292,48 @@ fn start_range(
 /// type, or does not exist: then every value is `None` and there are no pairs).
 type FinishKeyRead = Box<dyn FnOnce(KeyFound) -> Reply + Send>;
 
-/// Starts a reading command on one key whose records may be on the device (HGET, HMGET,
-/// HGETALL, HLEN, ZCARD, ZSCORE, GETRANGE): the engine thread resolves its keys and submits
-/// the page reads, and the engine's poller thread sends the reply once they are in, so other
-/// clients' commands go on meanwhile (the command runs at the device's queue depth, not
-/// one at a time). Returns the job unstarted when it is not such a command.
-fn start_key_read(
-    store: &Store,
-    metrics: &Arc<Metrics>,
-    job: Job,
-    sink: &ReplySink,
-    outstanding: &Arc<AtomicUsize>,
-) -> Option<Job> {
+/// One reading command on one key, ready to run: what to read and how to reply.
+struct KeyReadPlan<'c> {
+    key: &'c Bytes,
+    names: Vec<Bytes>,
+    read: Read,
+    /// The type the command works on (another type answers WRONGTYPE).
+    tag: u8,
+    finish: FinishKeyRead,
+}
+
+impl KeyReadPlan<'_> {
+    /// What the store reads for a plan of shape `read` on `names`.
+    fn what(read: Read, names: &[Bytes]) -> KeyRead<'_> {
+        match read {
+            Read::Record(tag) => KeyRead::Record { tag },
+            Read::Subs(sub_tag) => KeyRead::Subs { sub_tag, names },
+            Read::All(sub_tag) => KeyRead::AllSubs { sub_tag },
+        }
+    }
+
+    /// The reply from what was found.
+    fn reply(finish: FinishKeyRead, tag: u8, found: store::Result<KeyFound>) -> Reply {
+        match found {
+            Ok(f) if f.kind.is_none() || f.kind == Some(tag) => finish(f),
+            Ok(_) => err(&StoreError::WrongType),
+            Err(e) => err(&e),
+        }
+    }
+}
+
+/// The plan of a reading command on one key whose records may be on the device (GET, HGET,
+/// HMGET, HGETALL, HLEN, ZCARD, ZSCORE, GETRANGE); `None` for any other command.
+fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
     let one = |c: &Bytes| vec![c.clone()];
-    let (key, names, what, tag, finish): (&Bytes, Vec<Bytes>, _, u8, FinishKeyRead) = match &job.cmd
-    {
+    let (key, names, read, tag, finish): (&Bytes, Vec<Bytes>, Read, u8, FinishKeyRead) = match cmd {
+        Command::Get(key) => (
+            key,
+            Vec::new(),
+            Read::Record(STRING),
+            STRING,
+            Box::new(|f| bulk_or_null(f.values.into_iter().next().flatten())),
+        ),
         Command::HGet { key, field } => (
             key,
             one(field),
@@ -336,7 +363,7 @@ fn start_key_read(
             }),
         ),
         Command::HLen(key) | Command::ZCard(key) => {
-            let tag = if matches!(job.cmd, Command::HLen(_)) {
+            let tag = if matches!(cmd, Command::HLen(_)) {
                 HASH
             } else {
                 ZSET
@@ -376,16 +403,70 @@ fn start_key_read(
                 }),
             )
         }
-        _ => return Some(job),
+        _ => return None,
     };
-    let what = match what {
-        Read::Record(tag) => KeyRead::Record { tag },
-        Read::Subs(sub_tag) => KeyRead::Subs {
-            sub_tag,
-            names: &names,
-        },
-        Read::All(sub_tag) => KeyRead::AllSubs { sub_tag },
+    Some(KeyReadPlan {
+        key,
+        names,
+        read,
+        tag,
+        finish,
+    })
+}
+
+/// Answers a reading command at once when DRAM holds all it needs (its keys' records in the
+/// keytables and memtables, its value pages in the value cache), and the short commands
+/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE): the network thread
+/// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
+/// another thread, as in redis-server. `None`: the command goes to the engine thread (a page
+/// must come from the device, or it is another command: MGET, SCAN, DBSIZE, INFO, LS.RANGE).
+pub fn try_read_now(
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Option<Reply> {
+    if matches!(
+        cmd,
+        Command::Strlen(_)
+            | Command::Exists(_)
+            | Command::HExists { .. }
+            | Command::ZRangeByScore { .. }
+    ) {
+        let reply = read_one(store, metrics, cmd, proto);
+        count_reply_copy(metrics, &reply);
+        return Some(reply);
+    }
+    let plan = key_read_plan(cmd)?;
+    let found = store.read_key_now(plan.key, &KeyReadPlan::what(plan.read, &plan.names))?;
+    let reply = KeyReadPlan::reply(plan.finish, plan.tag, Ok(found));
+    count_reply_copy(metrics, &reply);
+    Some(reply)
+}
+
+/// Starts a reading command on one key whose records may be on the device (see
+/// [`key_read_plan`]): the engine thread resolves its keys and submits the page reads, and
+/// the engine's poller thread sends the reply once they are in, so other clients' commands
+/// go on meanwhile (the command runs at the device's queue depth, not one at a time).
+/// Returns the job unstarted when it is not such a command.
+fn start_key_read(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    job: Job,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) -> Option<Job> {
+    let Some(KeyReadPlan {
+        key,
+        names,
+        read,
+        tag,
+        finish,
+    }) = key_read_plan(&job.cmd)
+    else {
+        return Some(job);
     };
+    let what = KeyReadPlan::what(read, &names);
     let (conn, seq) = (job.conn, job.seq);
     let (metrics, sink2, outstanding2) = (metrics.clone(), sink.clone(), outstanding.clone());
     outstanding.fetch_add(1, Ordering::AcqRel);
@@ -393,11 +474,7 @@ fn start_key_read(
         key,
         &what,
         Box::new(move |r| {
-            let reply = match r {
-                Ok(f) if f.kind.is_none() || f.kind == Some(tag) => finish(f),
-                Ok(_) => err(&StoreError::WrongType),
-                Err(e) => err(&e),
-            };
+            let reply = KeyReadPlan::reply(finish, tag, r);
             count_reply_copy(&metrics, &reply);
             sink2.send_all(vec![Done { conn, seq, reply }]);
             outstanding2.fetch_sub(1, Ordering::AcqRel);
@@ -407,6 +484,7 @@ fn start_key_read(
 }
 
 /// The shape of a key read, before its names are borrowed.
+#[derive(Clone, Copy)]
 enum Read {
     Record(u8),
     Subs(u8),

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub buffer_limit_disconnects: AtomicU64,
     /// Protocol errors.
     pub protocol_errors: AtomicU64,
+    /// Reads answered on the network thread from DRAM alone (no hand-off to the engine).
+    pub reads_answered_inline: AtomicU64,
     /// The engine's count of value bytes its read path copied (shared with the engine).
     pub engine_read_copies: Arc<AtomicU64>,
     /// `engine_read_copies` at the last CONFIG RESETSTAT.
@@ -60,6 +62,7 @@ impl Metrics {
             value_bytes_moved: AtomicU64::new(0),
             buffer_limit_disconnects: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
+            reads_answered_inline: AtomicU64::new(0),
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
             engine_read_copies,
             cluster_enabled: AtomicBool::new(false),
@@ -150,7 +153,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
              expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
              value_bytes_copied:{}\r\nvalue_bytes_moved:{}\r\nclient_buffer_limit_disconnections:{}\r\n\
-             total_error_replies_protocol:{}\r\n\r\n",
+             total_error_replies_protocol:{}\r\nreads_answered_inline:{}\r\n\r\n",
             load(&m.total_connections),
             load(&m.commands_processed),
             load(&m.net_input_bytes),
@@ -164,6 +167,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.value_bytes_moved),
             load(&m.buffer_limit_disconnects),
             load(&m.protocol_errors),
+            load(&m.reads_answered_inline),
         );
     }
     if wants(sections, "cluster") {

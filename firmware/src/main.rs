@@ -333,6 +333,7 @@ fn main() -> anyhow::Result<()> {
         engine_tx,
         writer_tx,
         reply_rx,
+        store.clone(),
         metrics.clone(),
         shutdown.clone(),
         net_cfg,

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::exec;
 use crate::queue::{Receiver, Sender};
+use crate::store::Store;
 use bytes::{Buf, Bytes, BytesMut};
 use kvproto::command::COMMANDS;
 use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
@@ -210,6 +212,8 @@ pub struct Net {
     engine_tx: Sender<Job>,
     writer_tx: Sender<Job>,
     replies: Receiver<Done>,
+    /// Reads DRAM answers whole are served here (see [`exec::try_read_now`]).
+    store: Arc<Store>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
     cfg: NetConfig,
@@ -232,6 +236,7 @@ impl Net {
         engine_tx: Sender<Job>,
         writer_tx: Sender<Job>,
         replies: Receiver<Done>,
+        store: Arc<Store>,
         metrics: Arc<Metrics>,
         shutdown: Arc<AtomicBool>,
         cfg: NetConfig,
@@ -246,6 +251,7 @@ impl Net {
             engine_tx,
             writer_tx,
             replies,
+            store,
             metrics,
             shutdown,
             cluster: cfg.cluster.clone().map(Gate::new),
@@ -569,6 +575,20 @@ impl Net {
                     return;
                 }
                 continue;
+            }
+            // A read DRAM answers whole is served here when it overtakes nothing (the
+            // connection has no request in flight): no hand-off to the engine thread.
+            if route == Route::Engine && c.in_flight == 0 && !self.cfg.copy_values {
+                if let Some(r) = exec::try_read_now(&self.store, &self.metrics, &cmd, c.proto) {
+                    self.metrics
+                        .value_bytes_moved
+                        .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+                    self.metrics
+                        .reads_answered_inline
+                        .fetch_add(1, Ordering::Relaxed);
+                    c.out.push(&r, c.proto);
+                    continue;
+                }
             }
             if let Command::Set { value, .. } = &cmd {
                 self.metrics

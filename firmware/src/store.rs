@@ -179,6 +179,111 @@ pub type OnKey = Box<dyn FnOnce(Result<KeyFound>) + Send>;
 /// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
 pub type ScanPage = (u64, Vec<Bytes>);
 
+/// The engine keys of one key's read (see [`Store::read_key_async`]).
+struct KeyRequest {
+    /// Records read by name (or the key's own record).
+    keys: Vec<Vec<u8>>,
+    /// The key's three type records: string, hash, sorted set.
+    probes: [Vec<u8>; 3],
+    /// `AllSubs`: the records' prefix and its end.
+    range: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The key is a string past its deadline.
+    expired: bool,
+}
+
+/// Turns what the engine found into a [`KeyFound`].
+struct KeyFinish {
+    expired: bool,
+    names: usize,
+    prefix_len: usize,
+}
+
+impl KeyRequest {
+    fn new(key: &[u8], what: &KeyRead<'_>, expired: bool) -> KeyRequest {
+        let mut keys = Vec::new();
+        let mut range = None;
+        match what {
+            KeyRead::Record { tag } => keys.push(ks::top(*tag, key)),
+            KeyRead::Subs { sub_tag, names } => {
+                keys.extend(names.iter().map(|n| ks::sub(*sub_tag, key, n)));
+            }
+            KeyRead::AllSubs { sub_tag } => {
+                let prefix = ks::sub_prefix(*sub_tag, key);
+                let end = ks::prefix_end(&prefix);
+                range = Some((prefix, end));
+            }
+        }
+        KeyRequest {
+            keys,
+            probes: [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)],
+            range,
+            expired,
+        }
+    }
+
+    fn key_refs(&self) -> Vec<&[u8]> {
+        self.keys.iter().map(Vec::as_slice).collect()
+    }
+
+    fn probe_refs(&self) -> Vec<&[u8]> {
+        self.probes.iter().map(Vec::as_slice).collect()
+    }
+
+    fn range(&self) -> Option<RangeRead<'_>> {
+        self.range.as_ref().map(|(prefix, end)| RangeRead {
+            start: prefix,
+            end: end.as_deref(),
+            limit: usize::MAX,
+            max_bytes: u64::MAX,
+            skip: None,
+        })
+    }
+
+    fn finisher(&self) -> KeyFinish {
+        KeyFinish {
+            expired: self.expired,
+            names: self.keys.len(),
+            prefix_len: self.range.as_ref().map_or(0, |(p, _)| p.len()),
+        }
+    }
+}
+
+impl KeyFinish {
+    /// The key's type from its probes (a string past its deadline counts as missing), and
+    /// its records; a missing key shows none.
+    fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
+        let p = &found.present;
+        let kind = if p.first() == Some(&true) && !self.expired {
+            Some(STRING)
+        } else if p.get(1) == Some(&true) {
+            Some(HASH)
+        } else if p.get(2) == Some(&true) {
+            Some(ZSET)
+        } else {
+            None
+        };
+        counters.count_hit(kind.is_some());
+        if kind.is_none() {
+            // Leftovers of no live key (an expired string) are not shown.
+            return KeyFound {
+                kind,
+                values: vec![None; self.names],
+                pairs: Vec::new(),
+            };
+        }
+        let skip = self.prefix_len;
+        KeyFound {
+            kind,
+            values: found.values,
+            pairs: found
+                .pairs
+                .into_iter()
+                .map(|(k, v)| (Bytes::from(k).slice(skip..), v))
+                .collect(),
+        }
+    }
+}
+
 impl Store {
     /// Wraps an open engine, loading the expiry index.
     ///
@@ -314,71 +419,37 @@ impl Store {
     /// its deadline counts as missing. `done` must be short and must not call into the
     /// store.
     pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
-        let expired = self.expired(key, now_ms());
-        let probe_keys = [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)];
-        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut prefix = Vec::new();
-        let mut end = None;
-        match what {
-            KeyRead::Record { tag } => keys.push(ks::top(*tag, key)),
-            KeyRead::Subs { sub_tag, names } => {
-                keys.extend(names.iter().map(|n| ks::sub(*sub_tag, key, n)));
-            }
-            KeyRead::AllSubs { sub_tag } => {
-                prefix = ks::sub_prefix(*sub_tag, key);
-                end = ks::prefix_end(&prefix);
-            }
-        }
-        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let range = RangeRead {
-            start: &prefix,
-            end: end.as_deref(),
-            limit: usize::MAX,
-            max_bytes: u64::MAX,
-            skip: None,
-        };
-        let range = matches!(what, KeyRead::AllSubs { .. }).then_some(&range);
-        let (n, skip) = (refs.len(), prefix.len());
+        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let (keys, probes) = (req.key_refs(), req.probe_refs());
+        let range = req.range();
         let counters = self.counters.clone();
+        let finish = req.finisher();
         self.db.lookup_async(
-            &refs,
+            &keys,
             &probes,
-            range,
+            range.as_ref(),
             Box::new(move |r| {
-                let found = r.map_err(StoreError::from).map(|found| {
-                    let p = &found.present;
-                    let kind = if p.first() == Some(&true) && !expired {
-                        Some(STRING)
-                    } else if p.get(1) == Some(&true) {
-                        Some(HASH)
-                    } else if p.get(2) == Some(&true) {
-                        Some(ZSET)
-                    } else {
-                        None
-                    };
-                    counters.count_hit(kind.is_some());
-                    if kind.is_none() {
-                        // Leftovers of no live key (an expired string) are not shown.
-                        return KeyFound {
-                            kind,
-                            values: vec![None; n],
-                            pairs: Vec::new(),
-                        };
-                    }
-                    KeyFound {
-                        kind,
-                        values: found.values,
-                        pairs: found
-                            .pairs
-                            .into_iter()
-                            .map(|(k, v)| (Bytes::from(k).slice(skip..), v))
-                            .collect(),
-                    }
-                });
-                done(found);
+                done(
+                    r.map_err(StoreError::from)
+                        .map(|l| finish.finish(l, &counters)),
+                )
             }),
         );
+    }
+
+    /// [`Store::read_key_async`] answered at once when DRAM holds everything it needs (the
+    /// value pages in the value cache); `None` when a page would have to come from the
+    /// device, or the engine failed (the asynchronous read then reports it).
+    pub fn read_key_now(&self, key: &[u8], what: &KeyRead<'_>) -> Option<KeyFound> {
+        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let (keys, probes) = (req.key_refs(), req.probe_refs());
+        let range = req.range();
+        let found = self
+            .db
+            .lookup_cached(&keys, &probes, range.as_ref())
+            .ok()
+            .flatten()?;
+        Some(req.finisher().finish(found, &self.counters))
     }
 
     /// [`Store::read_key_async`], waiting for the result.

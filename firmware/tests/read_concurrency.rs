@@ -90,3 +90,50 @@ fn a_read_held_at_the_device_does_not_stall_other_clients() {
     );
     assert!(info_field(&mut b, "valuecache", "value_cache_hits") >= 1);
 }
+
+/// Reads DRAM answers whole (value pages in the value cache) are served on the network thread,
+/// and never overtake the same connection's earlier writes.
+#[test]
+fn hot_reads_are_answered_inline_and_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Drive::start(&dir.path().join("data"), &[]);
+    let mut c = d.conn();
+    let _: () = c.set("k", "v1").unwrap();
+    let before = info_field(&mut c, "stats", "reads_answered_inline");
+    for _ in 0..10 {
+        assert_eq!(c.get::<_, String>("k").unwrap(), "v1");
+    }
+    let inline = info_field(&mut c, "stats", "reads_answered_inline") - before;
+    assert!(
+        inline >= 10,
+        "only {inline} of 10 hot GETs were answered inline"
+    );
+
+    // A pipeline mixing writes and reads of the same keys: each read sees the writes before
+    // it (a read waits while the connection has a write in flight).
+    let mut p = redis::pipe();
+    for i in 0..50 {
+        p.set("k", format!("v{i}"))
+            .get("k")
+            .hset("h", "f", i)
+            .hget("h", "f")
+            .hgetall("h")
+            .del("h")
+            .hget("h", "f")
+            .exists("h");
+    }
+    let replies: Vec<redis::Value> = p.query(&mut c).unwrap();
+    for (i, r) in replies.chunks(8).enumerate() {
+        let s = |v: &redis::Value| redis::from_redis_value::<Option<String>>(v).unwrap();
+        assert_eq!(s(&r[1]), Some(format!("v{i}")), "GET after SET, round {i}");
+        assert_eq!(s(&r[3]), Some(i.to_string()), "HGET after HSET, round {i}");
+        let all: HashMap<String, String> = redis::from_redis_value(&r[4]).unwrap();
+        assert_eq!(all.get("f"), Some(&i.to_string()));
+        assert_eq!(s(&r[6]), None, "HGET after DEL, round {i}");
+        assert_eq!(redis::from_redis_value::<i64>(&r[7]).unwrap(), 0);
+    }
+    // Wrong types answer the same inline as from the engine thread.
+    let e: redis::RedisResult<String> = redis::cmd("HGET").arg("k").arg("f").query(&mut c);
+    assert!(e.unwrap_err().to_string().contains("WRONGTYPE"));
+    assert_eq!(c.get::<_, Option<String>>("nope").unwrap(), None);
+}

@@ -125,6 +125,17 @@ impl ValueCache {
         page
     }
 
+    /// The page at `addr`, if cached, without counting a hit or a miss (see
+    /// [`ValueCache::count_hits`]).
+    pub fn get_uncounted(&self, addr: PageAddr) -> Option<Bytes> {
+        self.pages.get(&addr)
+    }
+
+    /// Counts `n` hits of [`ValueCache::get_uncounted`] lookups that were used.
+    pub fn count_hits(&self, n: u64) {
+        self.hits.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Puts a verified page in (replacing any copy: the same bytes, by the module's
     /// argument).
     pub fn insert(&self, addr: PageAddr, page: Bytes) {

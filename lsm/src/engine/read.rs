@@ -186,6 +186,23 @@ impl ReadPlan {
         hits
     }
 
+    /// Every page of the plan from the value cache, or `None` when one is not there (or
+    /// there is no cache and something must be read). Counted as hits only when all are
+    /// there: a miss here is counted by the device read that follows.
+    fn all_cached(&mut self) -> Option<Vec<Result<Bytes>>> {
+        if self.lbas.is_empty() {
+            return Some(Vec::new());
+        }
+        let cache = self.cache.as_ref()?;
+        let mut pages = Vec::with_capacity(self.addrs.len());
+        for &a in &self.addrs {
+            pages.push(Ok(cache.get_uncounted(a)?));
+        }
+        cache.count_hits(pages.len() as u64);
+        self.fill = vec![false; pages.len()];
+        Some(pages)
+    }
+
     /// Reads the pages (those the value cache does not hold) straight from the device,
     /// concurrently with other callers (no engine lock held).
     pub(super) fn fetch(&mut self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
@@ -217,19 +234,22 @@ impl ReadPlan {
             .collect()
     }
 
-    /// Puts page `i`, just verified, into the value cache if this plan read it from the
-    /// device (once: `done` remembers the pages already put).
-    fn fill_verified(&self, i: usize, page: &Bytes, done: &mut [bool]) {
-        let Some(cache) = &self.cache else { return };
-        if self.fill.get(i) == Some(&true) && done.get(i) == Some(&false) {
-            done[i] = true;
+    /// Records that page `i` passed its check, and puts it into the value cache if this plan
+    /// read it from the device.
+    fn verified(&self, i: usize, page: &Bytes, verified: &mut [bool]) {
+        if let Some(v) = verified.get_mut(i) {
+            *v = true;
+        }
+        if let (Some(cache), Some(true)) = (&self.cache, self.fill.get(i)) {
             cache.insert(self.addrs[i], page.clone());
         }
     }
 
     /// Checks the pages and cuts the values out of them: a value within one page is a slice
     /// of that page (no copy); a value spanning pages is joined into one buffer, and the
-    /// bytes joined are added to `copied`.
+    /// bytes joined are added to `copied`. Each page is checked once per plan (a packed
+    /// page's values share its check), and a page the value cache served is not checked
+    /// again: it entered the cache verified, and DRAM is trusted as the keytables are.
     pub(super) fn assemble(
         &self,
         pages: &[Result<Bytes>],
@@ -246,7 +266,10 @@ impl ReadPlan {
                 None => Err(corrupt("value page missing")),
             }
         };
-        let mut filled = vec![false; if self.cache.is_some() { pages.len() } else { 0 }];
+        // Pages known good: those the cache served (`fill` false), then those checked here.
+        let mut verified: Vec<bool> = (0..pages.len())
+            .map(|i| self.cache.is_some() && self.fill.get(i) == Some(&false))
+            .collect();
         let mut out = Vec::with_capacity(self.ptrs.len());
         for (p, span) in self.ptrs.iter().zip(&self.spans) {
             let (Some(p), Some((at, n))) = (p, span) else {
@@ -257,11 +280,13 @@ impl ReadPlan {
             let value = match p.loc {
                 ValueLoc::Inline { page: pg, offset } => {
                     let buf = page(*at)?;
-                    check_page(buf, p.log_seg, pg).map_err(|e| {
-                        faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
-                        corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
-                    })?;
-                    self.fill_verified(*at, buf, &mut filled);
+                    if verified.get(*at) != Some(&true) {
+                        check_page(buf, p.log_seg, pg).map_err(|e| {
+                            faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
+                            corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
+                        })?;
+                        self.verified(*at, buf, &mut verified);
+                    }
                     let start = usize::from(offset);
                     if start + len > buf.len() {
                         return Err(corrupt("value runs past its page"));
@@ -284,15 +309,18 @@ impl ReadPlan {
                         copied.fetch_add(len as u64, Ordering::Relaxed);
                         v.freeze()
                     };
-                    if crc32c::crc32c(&v) != crc {
-                        faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
-                        return Err(corrupt(format!(
-                            "value at page {pg} of log segment {} fails its checksum",
-                            p.log_seg
-                        )));
-                    }
-                    for i in *at..*at + *n as usize {
-                        self.fill_verified(i, page(i)?, &mut filled);
+                    let span = *at..*at + *n as usize;
+                    if !span.clone().all(|i| verified.get(i) == Some(&true)) {
+                        if crc32c::crc32c(&v) != crc {
+                            faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
+                            return Err(corrupt(format!(
+                                "value at page {pg} of log segment {} fails its checksum",
+                                p.log_seg
+                            )));
+                        }
+                        for i in span {
+                            self.verified(i, page(i)?, &mut verified);
+                        }
                     }
                     v
                 }
@@ -300,6 +328,83 @@ impl ReadPlan {
             out.push(Some(value));
         }
         Ok(out)
+    }
+}
+
+/// What a lookup resolved besides its value pointers: how many were asked for by key, the
+/// probes' answers and the range's keys (their pointers follow the keys' in the plan).
+#[derive(Default)]
+pub(super) struct LookupShape {
+    keys: usize,
+    present: Vec<bool>,
+    range_keys: Vec<Vec<u8>>,
+}
+
+impl LookupShape {
+    /// The lookup's result from the values read, in pointer order.
+    fn finish(self, mut values: Vec<Option<Bytes>>) -> Lookup {
+        let in_range = values.split_off(self.keys.min(values.len()));
+        Lookup {
+            values,
+            present: self.present,
+            pairs: self
+                .range_keys
+                .into_iter()
+                .zip(in_range)
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect(),
+        }
+    }
+}
+
+impl ReadSide {
+    /// Resolves a lookup in `view` (DRAM only): the pointers of `keys`, then of the range's
+    /// live pairs, and the probes' answers.
+    fn resolve_lookup(
+        &self,
+        view: &ReadView,
+        keys: &[&[u8]],
+        probes: &[&[u8]],
+        range: Option<&RangeRead<'_>>,
+    ) -> (Vec<Option<ValuePtr>>, LookupShape) {
+        let present: Vec<bool> = probes
+            .iter()
+            .map(|k| matches!(self.lookup(view, k), Some(Slot::Value(_))))
+            .collect();
+        let mut ptrs: Vec<Option<ValuePtr>> = keys
+            .iter()
+            .map(|k| match self.lookup(view, k) {
+                Some(Slot::Value(p)) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let mut range_keys = Vec::new();
+        if let Some(range) = range {
+            let mut bytes = 0u64;
+            let mut merge = view.merge_from(range.start);
+            while range_keys.len() < range.limit
+                && (range_keys.is_empty() || bytes < range.max_bytes)
+            {
+                let Some((k, slot)) = merge.next() else { break };
+                if range.end.is_some_and(|e| k >= e) {
+                    break;
+                }
+                if let Slot::Value(p) = slot {
+                    if range.skip.is_some_and(|skip| skip(k)) {
+                        continue;
+                    }
+                    bytes += u64::from(p.len);
+                    range_keys.push(k.to_vec());
+                    ptrs.push(Some(p));
+                }
+            }
+        }
+        let shape = LookupShape {
+            keys: keys.len(),
+            present,
+            range_keys,
+        };
+        (ptrs, shape)
     }
 }
 
@@ -396,60 +501,36 @@ impl Engine {
         range: Option<&RangeRead<'_>>,
         done: OnLookup,
     ) {
-        let side = &self.side;
         self.read_async(
-            |view| {
-                let present: Vec<bool> = probes
-                    .iter()
-                    .map(|k| matches!(side.lookup(view, k), Some(Slot::Value(_))))
-                    .collect();
-                let mut ptrs: Vec<Option<ValuePtr>> = keys
-                    .iter()
-                    .map(|k| match side.lookup(view, k) {
-                        Some(Slot::Value(p)) => Some(p),
-                        _ => None,
-                    })
-                    .collect();
-                let mut range_keys = Vec::new();
-                if let Some(range) = range {
-                    let mut bytes = 0u64;
-                    let mut merge = view.merge_from(range.start);
-                    while range_keys.len() < range.limit
-                        && (range_keys.is_empty() || bytes < range.max_bytes)
-                    {
-                        let Some((k, slot)) = merge.next() else { break };
-                        if range.end.is_some_and(|e| k >= e) {
-                            break;
-                        }
-                        if let Slot::Value(p) = slot {
-                            if range.skip.is_some_and(|skip| skip(k)) {
-                                continue;
-                            }
-                            bytes += u64::from(p.len);
-                            range_keys.push(k.to_vec());
-                            ptrs.push(Some(p));
-                        }
-                    }
-                }
-                Ok((ptrs, (keys.len(), present, range_keys)))
-            },
-            Box::new(
-                move |r, (n, present, range_keys): (usize, Vec<bool>, Vec<Vec<u8>>)| {
-                    done(r.map(|mut values| {
-                        let in_range = values.split_off(n.min(values.len()));
-                        Lookup {
-                            values,
-                            present,
-                            pairs: range_keys
-                                .into_iter()
-                                .zip(in_range)
-                                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                                .collect(),
-                        }
-                    }));
-                },
-            ),
+            |view| Ok(self.side.resolve_lookup(view, keys, probes, range)),
+            Box::new(move |r, shape: LookupShape| done(r.map(|values| shape.finish(values)))),
         );
+    }
+
+    /// [`Engine::lookup_async`] answered at once when DRAM holds all of it (the keytables and
+    /// memtables always do; every value page must be in the value cache): `Ok(None)` when a
+    /// page would have to come from the device (nothing is read then; the caller goes the
+    /// asynchronous way). Lets a caller answer a hot read where it stands, without handing
+    /// it to another thread.
+    ///
+    /// # Errors
+    /// `Closed`; `Corrupt` as in [`Engine::get`].
+    pub fn lookup_cached(
+        &self,
+        keys: &[&[u8]],
+        probes: &[&[u8]],
+        range: Option<&RangeRead<'_>>,
+    ) -> Result<Option<Lookup>> {
+        let side = &self.side;
+        let view = side.view()?;
+        let (ptrs, shape) = side.resolve_lookup(&view, keys, probes, range);
+        let mut plan = side.plan_reads(&ptrs)?;
+        let Some(pages) = plan.all_cached() else {
+            return Ok(None);
+        };
+        let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
+        drop(view);
+        Ok(Some(shape.finish(values)))
     }
 
     /// Resolves value pointers (and something `done` needs, `T`) with `resolve` in a pinned
