@@ -418,8 +418,9 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
 /// keytables and memtables, its value pages in the value cache), and the short commands
 /// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE): the network thread
 /// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
-/// another thread, as in redis-server. `None`: the command goes to the engine thread (a page
-/// must come from the device, or it is another command: MGET, SCAN, DBSIZE, INFO, LS.RANGE).
+/// another thread, as in redis-server. MGET likewise when every value is cached. `None`: the
+/// command goes to the engine thread (a page must come from the device, or it is another
+/// command: SCAN, DBSIZE, INFO, LS.RANGE).
 pub fn try_read_now(
     store: &Store,
     metrics: &Metrics,
@@ -434,6 +435,13 @@ pub fn try_read_now(
             | Command::ZRangeByScore { .. }
     ) {
         let reply = read_one(store, metrics, cmd, proto);
+        count_reply_copy(metrics, &reply);
+        return Some(reply);
+    }
+    if let Command::MGet(keys) = cmd {
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let values = store.get_strings_now(&refs)?;
+        let reply = Reply::Array(values.into_iter().map(bulk_or_null).collect());
         count_reply_copy(metrics, &reply);
         return Some(reply);
     }

@@ -372,6 +372,28 @@ impl Store {
             .collect()
     }
 
+    /// MGET answered at once when DRAM holds all of it (the value pages in the value cache):
+    /// the string values of `keys` (`None`: missing, expired or of another type); `None`
+    /// when a page would have to come from the device, or the engine failed.
+    pub fn get_strings_now(&self, keys: &[&[u8]]) -> Option<Vec<Option<Bytes>>> {
+        let expired = self.expired_mask(keys, now_ms());
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let found = self.db.lookup_cached(&refs, &[], None).ok().flatten()?;
+        Some(
+            found
+                .values
+                .into_iter()
+                .zip(expired)
+                .map(|(v, exp)| {
+                    let v = if exp { None } else { v };
+                    self.counters.count_hit(v.is_some());
+                    v
+                })
+                .collect(),
+        )
+    }
+
     /// String values of many keys without waiting for the device: the reads are submitted
     /// and `done` runs on the engine's poller thread once they are all in (or here, when
     /// nothing needs reading). A value within one device page arrives as a slice of the

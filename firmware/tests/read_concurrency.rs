@@ -132,6 +132,15 @@ fn hot_reads_are_answered_inline_and_in_order() {
         assert_eq!(s(&r[6]), None, "HGET after DEL, round {i}");
         assert_eq!(redis::from_redis_value::<i64>(&r[7]).unwrap(), 0);
     }
+    let before = info_field(&mut c, "stats", "reads_answered_inline");
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("k")
+        .arg("nope")
+        .arg("h")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec![Some("v49".to_string()), None, None]);
+    assert!(info_field(&mut c, "stats", "reads_answered_inline") > before);
     // Wrong types answer the same inline as from the engine thread.
     let e: redis::RedisResult<String> = redis::cmd("HGET").arg("k").arg("f").query(&mut c);
     assert!(e.unwrap_err().to_string().contains("WRONGTYPE"));
