@@ -1041,15 +1041,24 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// `WrongType`, engine errors.
     pub fn hash_set(&mut self, key: &[u8], pairs: &[(Bytes, Bytes)]) -> Result<i64> {
-        let mut count = match self.kind(key)? {
+        let kind = self.kind(key)?;
+        let mut count = match kind {
             None => 0,
             Some(HASH) => ks::decode_count(&self.read(&ks::top(HASH, key))?.unwrap_or_default()),
             Some(_) => return Err(StoreError::WrongType),
         };
+        // A new hash has no fields in the engine (DEL removes them with the header): only
+        // this group's own writes can hold one, so the engine is not asked per field.
+        let new_hash = kind.is_none();
         let mut added = 0;
         for (field, value) in pairs {
             let fk = ks::sub(HASH_FIELD, key, field);
-            if !self.present(&fk)? {
+            let present = if new_hash {
+                self.overlay.get(&fk).is_some_and(Option::is_some)
+            } else {
+                self.present(&fk)?
+            };
+            if !present {
                 added += 1;
                 count += 1;
             }
