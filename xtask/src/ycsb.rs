@@ -68,6 +68,17 @@ pub struct YcsbArgs {
     /// power-loss protection).
     #[arg(long, default_value = "sync")]
     pub durability: String,
+    /// The drives' value cache (`--value-cache-size` of the drive, e.g. 64MiB; 0: off)
+    /// [default: the drive's].
+    #[arg(long)]
+    pub value_cache_size: Option<String>,
+    /// With `--against both`: also write the comparison as Markdown to `DIR/ycsb-<tag>.md`
+    /// (with the commit and the settings), e.g. under `bench/results/`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Names the report file (`ycsb-<tag>.md`) [default: the binding and durability].
+    #[arg(long)]
+    pub tag: Option<String>,
 }
 
 /// Which YCSB binding runs.
@@ -307,7 +318,7 @@ impl Drives {
     fn start(
         bin: &Path,
         n: usize,
-        durability: &str,
+        extra: &[String],
         log_dir: &Path,
         tag: &str,
     ) -> anyhow::Result<Drives> {
@@ -340,7 +351,7 @@ impl Drives {
             cmd.arg("--data-dir")
                 .arg(&data)
                 .args(["--capacity", DRIVE_CAPACITY])
-                .args(["--durability", durability]);
+                .args(extra);
             match (&planned, &map) {
                 (Some(addrs), Some(map)) => {
                     // Each drive its own copy: a drive rewrites its file when a map is pushed.
@@ -679,7 +690,8 @@ struct RunSpec {
     threads: usize,
     binding: BindingKind,
     target: Target,
-    durability: String,
+    /// Extra flags of the drives (durability, value cache).
+    drive_args: Vec<String>,
 }
 
 /// Runs one YCSB phase against `drives`, saving its output in `out_dir`.
@@ -789,7 +801,7 @@ fn run_workload(
     let out_dir = target_dir(root).join("ycsb");
     let tag = format!("workload{}-{}drive", spec.workload, spec.drives);
     let drives = match spec.target {
-        Target::Drive => Drives::start(bin, spec.drives, &spec.durability, &out_dir, &tag)?,
+        Target::Drive => Drives::start(bin, spec.drives, &spec.drive_args, &out_dir, &tag)?,
         Target::RedisServer => Drives::start_redis_server(&out_dir, &tag)?,
     };
     println!(
@@ -892,22 +904,13 @@ fn p99(s: &Summary, op: &str) -> Option<f64> {
     s.get(op, "99thPercentileLatency(us)")
 }
 
-/// The drive against redis-server, workload by workload (`--against both`).
-fn print_comparison(pairs: &[(WorkloadResult, WorkloadResult)], binding: BindingKind) {
-    println!(
-        "\n== YCSB, {} binding: the drive against in-memory redis-server, same client and threads",
-        binding_name(binding)
-    );
-    println!(
-        "{:<9} {:>11} {:>11} {:>7} {:>13} {:>13} {:>13} {:>13}",
-        "workload",
-        "drive ops/s",
-        "redis ops/s",
-        "ratio",
-        "drive p99 rd",
-        "redis p99 rd",
-        "drive p99 wr",
-        "redis p99 wr"
+/// The drive against redis-server, workload by workload (`--against both`), as a Markdown
+/// table.
+fn comparison(pairs: &[(WorkloadResult, WorkloadResult)]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| workload | drive ops/s | redis ops/s | ratio | drive p99 read us | redis p99 read us \
+         | drive p99 write us | redis p99 write us |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (d, r) in pairs {
         let ratio = match (d.run.throughput(), r.run.throughput()) {
@@ -917,9 +920,14 @@ fn print_comparison(pairs: &[(WorkloadResult, WorkloadResult)], binding: Binding
         // Reads: READ (or SCAN for E); writes: UPDATE (or INSERT for D and E).
         let rd = |s: &Summary| p99(s, "READ").or_else(|| p99(s, "SCAN"));
         let wr = |s: &Summary| p99(s, "UPDATE").or_else(|| p99(s, "INSERT"));
-        println!(
-            "{:<9} {:>11} {:>11} {:>7} {:>13} {:>13} {:>13} {:>13}{}",
+        out.push_str(&format!(
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} |\n",
             d.workload.to_ascii_uppercase(),
+            if d.problems.is_empty() && r.problems.is_empty() {
+                ""
+            } else {
+                " (errors)"
+            },
             fmt_opt(d.run.throughput(), 0),
             fmt_opt(r.run.throughput(), 0),
             fmt_opt(ratio, 2),
@@ -927,12 +935,32 @@ fn print_comparison(pairs: &[(WorkloadResult, WorkloadResult)], binding: Binding
             fmt_opt(rd(&r.run), 0),
             fmt_opt(wr(&d.run), 0),
             fmt_opt(wr(&r.run), 0),
-            if d.problems.is_empty() && r.problems.is_empty() {
-                ""
-            } else {
-                "  (errors)"
-            }
-        );
+        ));
+    }
+    out
+}
+
+/// The checked-out commit, `-dirty` when tracked files differ (the report says what it
+/// measured).
+fn commit_id(root: &Path) -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(id)
+            if git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty()) =>
+        {
+            format!("{id}-dirty")
+        }
+        Some(id) => id,
+        None => "unknown".into(),
     }
 }
 
@@ -956,6 +984,10 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
     if !matches!(args.durability.as_str(), "sync" | "plp") {
         bail!("--durability `{}`: use sync or plp", args.durability);
     }
+    let mut drive_args = vec!["--durability".to_string(), args.durability.clone()];
+    if let Some(size) = &args.value_cache_size {
+        drive_args.extend(["--value-cache-size".to_string(), size.clone()]);
+    }
     if binding == BindingKind::Redis && args.drives > 1 {
         bail!("--binding redis talks to one server: use --drives 1");
     }
@@ -978,7 +1010,7 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
                 threads: args.threads,
                 binding,
                 target,
-                durability: args.durability.clone(),
+                drive_args: drive_args.clone(),
             };
             let r = run_workload(&root, &bin, &classes, &spec)?;
             for p in &r.problems {
@@ -992,7 +1024,32 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
         results.extend(per_target);
     }
     if !pairs.is_empty() {
-        print_comparison(&pairs, binding);
+        let table = comparison(&pairs);
+        let header = format!(
+            "YCSB through the {} binding: the drive (durability {}, value cache {}) against \
+             in-memory redis-server (no RDB, no AOF), same client, {} threads, {} records, \
+             {} operations per workload (E: {}); commit {}.",
+            binding_name(binding),
+            args.durability,
+            args.value_cache_size.as_deref().unwrap_or("default 64MiB"),
+            args.threads,
+            args.records,
+            args.operations.unwrap_or(default_operations('a')),
+            args.operations.unwrap_or(default_operations('e')),
+            commit_id(&root),
+        );
+        println!("\n== {header}\n{table}");
+        if let Some(dir) = &args.out {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let tag = args
+                .tag
+                .clone()
+                .unwrap_or_else(|| format!("{}-{}", binding_name(binding), args.durability));
+            let file = dir.join(format!("ycsb-{tag}.md"));
+            std::fs::write(&file, format!("# YCSB: {tag}\n\n{header}\n\n{table}"))
+                .with_context(|| format!("writing {}", file.display()))?;
+            println!("written to {}", file.display());
+        }
     } else if results.len() > 1 {
         print_table(&results, args.drives);
     }
@@ -1092,7 +1149,7 @@ mod tests {
         for drives in [1, 3] {
             {
                 let tag = format!("javatest-{drives}drive");
-                let d = Drives::start(&bin, drives, "sync", &out_dir, &tag).unwrap();
+                let d = Drives::start(&bin, drives, &[], &out_dir, &tag).unwrap();
                 java_tests_against(&root, &d.hosts()).unwrap();
             }
             let mut results = Vec::new();
@@ -1105,7 +1162,7 @@ mod tests {
                     threads: 4,
                     binding: BindingKind::LightStore,
                     target: Target::Drive,
-                    durability: "sync".into(),
+                    drive_args: Vec::new(),
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let mut check = |ok: bool, what: String| {
@@ -1156,7 +1213,7 @@ mod tests {
                     threads: 4,
                     binding: BindingKind::Redis,
                     target,
-                    durability: "sync".into(),
+                    drive_args: Vec::new(),
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let who = format!("redis binding on {}, workload {w}", target.name());
