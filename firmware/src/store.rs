@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use lsm::{Engine, EngineError, RangeRead, WriteOp};
+use lsm::{Engine, EngineError, Probes, RangeRead, WriteOp};
 use parking_lot::{Mutex, RwLock};
 
 use crate::keyspace::{
@@ -183,41 +183,73 @@ pub type ScanPage = (u64, Vec<Bytes>);
 struct KeyRequest {
     /// Records read by name (or the key's own record).
     keys: Vec<Vec<u8>>,
-    /// The key's three type records: string, hash, sorted set.
-    probes: [Vec<u8>; 3],
+    /// Type records of the key, the command's own type first: at most one exists, so the
+    /// engine stops at the first it finds (and, for a read of the key's own record, asks
+    /// only when that record is missing).
+    probes: Vec<Vec<u8>>,
+    finish: KeyFinish,
     /// `AllSubs`: the records' prefix and its end.
     range: Option<(Vec<u8>, Option<Vec<u8>>)>,
-    /// The key is a string past its deadline.
-    expired: bool,
 }
 
 /// Turns what the engine found into a [`KeyFound`].
+#[derive(Clone)]
 struct KeyFinish {
+    /// The key is a string past its deadline.
     expired: bool,
     names: usize,
     prefix_len: usize,
+    /// `Record`: the type whose record was read (found means the key has that type).
+    record: Option<u8>,
+    /// The type of each probe, in order.
+    probe_tags: Vec<u8>,
+}
+
+/// The type a record tag belongs to: hash fields to hashes, members to sorted sets.
+fn owner_type(sub_tag: u8) -> u8 {
+    if sub_tag == ZSET_MEMBER || sub_tag == ZSET_ORDER {
+        ZSET
+    } else {
+        HASH
+    }
 }
 
 impl KeyRequest {
     fn new(key: &[u8], what: &KeyRead<'_>, expired: bool) -> KeyRequest {
         let mut keys = Vec::new();
         let mut range = None;
-        match what {
-            KeyRead::Record { tag } => keys.push(ks::top(*tag, key)),
+        let (own, record) = match what {
+            KeyRead::Record { tag } => {
+                keys.push(ks::top(*tag, key));
+                (*tag, Some(*tag))
+            }
             KeyRead::Subs { sub_tag, names } => {
                 keys.extend(names.iter().map(|n| ks::sub(*sub_tag, key, n)));
+                (owner_type(*sub_tag), None)
             }
             KeyRead::AllSubs { sub_tag } => {
                 let prefix = ks::sub_prefix(*sub_tag, key);
                 let end = ks::prefix_end(&prefix);
                 range = Some((prefix, end));
+                (owner_type(*sub_tag), None)
             }
-        }
+        };
+        // The own record is among the keys read by a `Record` read: not probed again.
+        let probe_tags: Vec<u8> = std::iter::once(own)
+            .filter(|_| record.is_none())
+            .chain(ks::TOP_LEVEL.into_iter().filter(|&t| t != own))
+            .collect();
         KeyRequest {
+            probes: probe_tags.iter().map(|&t| ks::top(t, key)).collect(),
+            finish: KeyFinish {
+                expired,
+                names: keys.len(),
+                prefix_len: range.as_ref().map_or(0, |(p, _): &(Vec<u8>, _)| p.len()),
+                record,
+                probe_tags,
+            },
             keys,
-            probes: [ks::top(STRING, key), ks::top(HASH, key), ks::top(ZSET, key)],
             range,
-            expired,
         }
     }
 
@@ -229,6 +261,15 @@ impl KeyRequest {
         self.probes.iter().map(Vec::as_slice).collect()
     }
 
+    /// How the engine answers the probes (see [`KeyRequest::probes`]).
+    fn probes<'a>(&self, refs: &'a [&'a [u8]]) -> Probes<'a> {
+        if self.finish.record.is_some() {
+            Probes::FirstOfUnlessFound(refs)
+        } else {
+            Probes::FirstOf(refs)
+        }
+    }
+
     fn range(&self) -> Option<RangeRead<'_>> {
         self.range.as_ref().map(|(prefix, end)| RangeRead {
             start: prefix,
@@ -238,30 +279,22 @@ impl KeyRequest {
             skip: None,
         })
     }
-
-    fn finisher(&self) -> KeyFinish {
-        KeyFinish {
-            expired: self.expired,
-            names: self.keys.len(),
-            prefix_len: self.range.as_ref().map_or(0, |(p, _)| p.len()),
-        }
-    }
 }
 
 impl KeyFinish {
-    /// The key's type from its probes (a string past its deadline counts as missing), and
-    /// its records; a missing key shows none.
+    /// The key's type (a string past its deadline counts as missing) and its records; a
+    /// missing key shows none.
     fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
-        let p = &found.present;
-        let kind = if p.first() == Some(&true) && !self.expired {
-            Some(STRING)
-        } else if p.get(1) == Some(&true) {
-            Some(HASH)
-        } else if p.get(2) == Some(&true) {
-            Some(ZSET)
-        } else {
-            None
+        let kind = match self.record {
+            Some(tag) if found.values.first().is_some_and(Option::is_some) => Some(tag),
+            _ => self
+                .probe_tags
+                .iter()
+                .zip(&found.present)
+                .find(|(_, &p)| p)
+                .map(|(&t, _)| t),
         };
+        let kind = kind.filter(|&t| !(t == STRING && self.expired));
         counters.count_hit(kind.is_some());
         if kind.is_none() {
             // Leftovers of no live key (an expired string) are not shown.
@@ -379,7 +412,11 @@ impl Store {
         let expired = self.expired_mask(keys, now_ms());
         let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let found = self.db.lookup_cached(&refs, &[], None).ok().flatten()?;
+        let found = self
+            .db
+            .lookup_cached(&refs, Probes::NONE, None)
+            .ok()
+            .flatten()?;
         Some(
             found
                 .values
@@ -442,13 +479,13 @@ impl Store {
     /// store.
     pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
         let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
-        let (keys, probes) = (req.key_refs(), req.probe_refs());
+        let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
         let range = req.range();
         let counters = self.counters.clone();
-        let finish = req.finisher();
+        let finish = req.finish.clone();
         self.db.lookup_async(
             &keys,
-            &probes,
+            req.probes(&probe_refs),
             range.as_ref(),
             Box::new(move |r| {
                 done(
@@ -464,14 +501,14 @@ impl Store {
     /// device, or the engine failed (the asynchronous read then reports it).
     pub fn read_key_now(&self, key: &[u8], what: &KeyRead<'_>) -> Option<KeyFound> {
         let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
-        let (keys, probes) = (req.key_refs(), req.probe_refs());
+        let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
         let range = req.range();
         let found = self
             .db
-            .lookup_cached(&keys, &probes, range.as_ref())
+            .lookup_cached(&keys, req.probes(&probe_refs), range.as_ref())
             .ok()
             .flatten()?;
-        Some(req.finisher().finish(found, &self.counters))
+        Some(req.finish.finish(found, &self.counters))
     }
 
     /// [`Store::read_key_async`], waiting for the result.

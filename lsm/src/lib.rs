@@ -55,4 +55,4 @@ pub use engine::{
 };
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
-pub use read::{Lookup, OnLookup, OnProbedValues, OnRange, OnValues, ASYNC_READ_WINDOW};
+pub use read::{Lookup, OnLookup, OnProbedValues, OnRange, OnValues, Probes, ASYNC_READ_WINDOW};

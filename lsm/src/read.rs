@@ -22,12 +22,30 @@ pub type OnValues = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>) + Send>;
 /// Receives the pairs of [`crate::Engine::range_async`].
 pub type OnRange = Box<dyn FnOnce(Result<Vec<(Vec<u8>, Bytes)>>) + Send>;
 
+/// Which keys a lookup checks for existence besides the values it reads (DRAM only).
+#[derive(Debug, Clone, Copy)]
+pub enum Probes<'a> {
+    /// Whether each exists.
+    Each(&'a [&'a [u8]]),
+    /// For keys of which at most one can exist (a key's type records): in order, up to the
+    /// first that exists; the ones after it answer `false` without a lookup.
+    FirstOf(&'a [&'a [u8]]),
+    /// As `FirstOf`, and only when a key read by value was not found (every probe answers
+    /// `false` when all were): a read of a key's own record asks no more when it is there.
+    FirstOfUnlessFound(&'a [&'a [u8]]),
+}
+
+impl Probes<'_> {
+    /// No probes.
+    pub const NONE: Probes<'static> = Probes::Each(&[]);
+}
+
 /// What [`crate::Engine::lookup_async`] found, all as of one instant.
 #[derive(Debug, Default)]
 pub struct Lookup {
     /// The value of each key asked for, in order (`None`: no such key).
     pub values: Vec<Option<Bytes>>,
-    /// Whether each probe exists (from DRAM only).
+    /// Whether each probe exists (from DRAM only; see [`Probes`] for which are looked up).
     pub present: Vec<bool>,
     /// The live pairs of the range asked for, in key order.
     pub pairs: Vec<(Vec<u8>, Bytes)>,

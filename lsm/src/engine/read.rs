@@ -4,7 +4,7 @@
 use super::version::ReadView;
 use super::*;
 use crate::epoch::ReadPin;
-use crate::read::{Lookup, OnLookup};
+use crate::read::{Lookup, OnLookup, Probes};
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
 /// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
@@ -364,13 +364,9 @@ impl ReadSide {
         &self,
         view: &ReadView,
         keys: &[&[u8]],
-        probes: &[&[u8]],
+        probes: Probes<'_>,
         range: Option<&RangeRead<'_>>,
     ) -> (Vec<Option<ValuePtr>>, LookupShape) {
-        let present: Vec<bool> = probes
-            .iter()
-            .map(|k| matches!(self.lookup(view, k), Some(Slot::Value(_))))
-            .collect();
         let mut ptrs: Vec<Option<ValuePtr>> = keys
             .iter()
             .map(|k| match self.lookup(view, k) {
@@ -378,6 +374,25 @@ impl ReadSide {
                 _ => None,
             })
             .collect();
+        let exists = |k: &[u8]| matches!(self.lookup(view, k), Some(Slot::Value(_)));
+        let present: Vec<bool> = match probes {
+            Probes::Each(ks) => ks.iter().map(|k| exists(k)).collect(),
+            Probes::FirstOfUnlessFound(ks) if ptrs.iter().all(Option::is_some) => {
+                vec![false; ks.len()]
+            }
+            Probes::FirstOf(ks) | Probes::FirstOfUnlessFound(ks) => {
+                let mut done = false;
+                ks.iter()
+                    .map(|k| {
+                        if done {
+                            return false;
+                        }
+                        done = exists(k);
+                        done
+                    })
+                    .collect()
+            }
+        };
         let mut range_keys = Vec::new();
         if let Some(range) = range {
             let mut bytes = 0u64;
@@ -466,7 +481,7 @@ impl Engine {
     pub fn multi_get_async_probed(&self, keys: &[&[u8]], probes: &[&[u8]], done: OnProbedValues) {
         self.lookup_async(
             keys,
-            probes,
+            Probes::Each(probes),
             None,
             Box::new(move |r| match r {
                 Ok(found) => done(Ok(found.values), found.present),
@@ -482,7 +497,7 @@ impl Engine {
     pub fn range_async(&self, range: &RangeRead<'_>, done: OnRange) {
         self.lookup_async(
             &[],
-            &[],
+            Probes::NONE,
             Some(range),
             Box::new(move |r| done(r.map(|f| f.pairs))),
         );
@@ -497,7 +512,7 @@ impl Engine {
     pub fn lookup_async(
         &self,
         keys: &[&[u8]],
-        probes: &[&[u8]],
+        probes: Probes<'_>,
         range: Option<&RangeRead<'_>>,
         done: OnLookup,
     ) {
@@ -518,7 +533,7 @@ impl Engine {
     pub fn lookup_cached(
         &self,
         keys: &[&[u8]],
-        probes: &[&[u8]],
+        probes: Probes<'_>,
         range: Option<&RangeRead<'_>>,
     ) -> Result<Option<Lookup>> {
         let side = &self.side;

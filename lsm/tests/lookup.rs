@@ -1,0 +1,104 @@
+//! `Engine::lookup_async` / `lookup_cached`: values, probes and a range as of one instant, and
+//! which probes each `Probes` mode looks up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore};
+use lsm::{Engine, EngineConfig, Lookup, Probes, RangeRead};
+
+fn engine(cache: u64) -> Engine {
+    let ftl = Ftl::format(
+        &Backend::Ram(RamStore::new()),
+        DeviceConfig::new(common::small_geometry()),
+    )
+    .unwrap();
+    Engine::open(
+        Arc::new(ftl) as Arc<dyn AppendDevice>,
+        EngineConfig {
+            value_cache_bytes: cache,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+fn wait(db: &Engine, keys: &[&[u8]], probes: Probes<'_>, range: Option<&RangeRead<'_>>) -> Lookup {
+    let (tx, rx) = std::sync::mpsc::channel();
+    db.lookup_async(
+        keys,
+        probes,
+        range,
+        Box::new(move |r| tx.send(r.unwrap()).unwrap()),
+    );
+    rx.recv().unwrap()
+}
+
+#[test]
+fn probe_modes_answer_as_documented() {
+    let db = engine(1 << 20);
+    for k in [&b"a"[..], b"b", b"r1", b"r2", b"s"] {
+        db.put(k, k).unwrap();
+    }
+    let (a, b, x): (&[u8], &[u8], &[u8]) = (b"a", b"b", b"x");
+    let each = wait(&db, &[], Probes::Each(&[x, b, a]), None);
+    assert_eq!(each.present, vec![false, true, true]);
+    // FirstOf stops at the first that exists.
+    let first = wait(&db, &[], Probes::FirstOf(&[x, b, a]), None);
+    assert_eq!(first.present, vec![false, true, false]);
+    // UnlessFound: nothing looked up when every key read was found ...
+    let found = wait(&db, &[a], Probes::FirstOfUnlessFound(&[b]), None);
+    assert_eq!(
+        (found.values[0].as_deref(), &found.present[..]),
+        (Some(a), &[false][..])
+    );
+    // ... and as FirstOf when one was not.
+    let missing = wait(&db, &[x], Probes::FirstOfUnlessFound(&[x, b]), None);
+    assert_eq!(
+        (missing.values[0].as_deref(), &missing.present[..]),
+        (None, &[false, true][..])
+    );
+
+    // A range with keys and probes in the same view.
+    let range = RangeRead {
+        start: b"r",
+        end: Some(b"s"),
+        limit: usize::MAX,
+        max_bytes: u64::MAX,
+        skip: None,
+    };
+    let all = wait(&db, &[b], Probes::Each(&[a]), Some(&range));
+    let pairs: Vec<(&[u8], &[u8])> = all.pairs.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    assert_eq!(pairs, vec![(&b"r1"[..], &b"r1"[..]), (b"r2", b"r2")]);
+    assert_eq!(
+        (all.values[0].as_deref(), &all.present[..]),
+        (Some(b), &[true][..])
+    );
+
+    // The same from DRAM alone: the values were written, so the cache holds their pages.
+    let cached = db
+        .lookup_cached(&[b], Probes::Each(&[a]), Some(&range))
+        .unwrap()
+        .expect("every page is cached");
+    assert_eq!(cached.pairs, all.pairs);
+}
+
+#[test]
+fn lookup_cached_declines_what_needs_the_device() {
+    let db = engine(0);
+    db.put(b"k", b"v").unwrap();
+    // No cache: the value must come from the device, so the DRAM-only lookup declines ...
+    assert!(db
+        .lookup_cached(&[b"k"], Probes::NONE, None)
+        .unwrap()
+        .is_none());
+    // ... but answers what needs no page: a missing key and probes.
+    let l = db
+        .lookup_cached(&[b"nope"], Probes::Each(&[b"k"]), None)
+        .unwrap()
+        .expect("nothing to read");
+    assert_eq!((l.values, l.present), (vec![None], vec![true]));
+}
