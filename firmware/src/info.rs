@@ -212,7 +212,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              compaction_invalidated:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
-             write_stalls_capacity:{}\r\nwrite_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
+             write_stalls_capacity:{}\r\nwrite_stalls_l0_runs:{}\r\nwrite_stalls_compaction_debt:{}\r\n\
+             write_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
              gc_steps_refused:{}\r\nrecovery_read_retries:{}\r\nrecovery_damage:{}\r\n\
              read_checksum_failures:{}\r\nread_unreadable_pages:{}\r\ncompaction_debt_bytes:{}\r\n",
             e.user_bytes_written,
@@ -239,6 +240,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.write_stalls.free_segments,
             e.write_stalls.hole,
             e.write_stalls.capacity,
+            e.write_stalls.l0_runs,
+            e.write_stalls.compaction_debt,
             e.write_stalls.stalled_micros,
             e.maintenance_errors,
             e.gc_steps_refused,

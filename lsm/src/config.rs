@@ -29,6 +29,14 @@ pub const DEFAULT_KEYTABLE_BYTES: usize = 4 << 20;
 /// bounds write amplification when the drive is nearly full (see [`EngineConfig::overprovision_percent`]).
 pub const DEFAULT_OVERPROVISION_PERCENT: u8 = 20;
 
+/// Default L0 runs at which client writes stop until a compaction takes L0 down (RocksDB's
+/// `level0_stop_writes_trigger`): three times the compaction trigger.
+pub const DEFAULT_L0_STOP_RUNS: usize = 3 * DEFAULT_L0_RUNS;
+
+/// Default keytable bytes of compaction debt at which client writes stop until compaction
+/// catches up (RocksDB's `hard_pending_compaction_bytes_limit`): four times L1's target.
+pub const DEFAULT_COMPACTION_DEBT_STOP_BYTES: u64 = 4 * DEFAULT_L1_BYTES as u64;
+
 /// Default value-log pages garbage collection handles per step (see
 /// [`EngineConfig::gc_window_pages`]).
 pub const DEFAULT_GC_WINDOW_PAGES: u32 = 64;
@@ -46,6 +54,13 @@ pub struct EngineConfig {
     pub memtable_bytes: usize,
     /// L0 runs that trigger a compaction.
     pub l0_runs: usize,
+    /// L0 runs at which client writes wait for a compaction (a write stall, counted in
+    /// `WriteStalls::l0_runs`).
+    pub l0_stop_runs: usize,
+    /// Compaction debt (keytable bytes over the levels' targets, see
+    /// `EngineStats::compaction_debt_bytes`) at which client writes wait for compaction (a
+    /// write stall, counted in `WriteStalls::compaction_debt`).
+    pub compaction_debt_stop_bytes: u64,
     /// Size ratio between levels.
     pub level_ratio: usize,
     /// Target size of L1.
@@ -97,6 +112,8 @@ impl Default for EngineConfig {
             max_value: DEFAULT_MAX_VALUE,
             memtable_bytes: DEFAULT_MEMTABLE_BYTES,
             l0_runs: DEFAULT_L0_RUNS,
+            l0_stop_runs: DEFAULT_L0_STOP_RUNS,
+            compaction_debt_stop_bytes: DEFAULT_COMPACTION_DEBT_STOP_BYTES,
             level_ratio: DEFAULT_LEVEL_RATIO,
             l1_bytes: DEFAULT_L1_BYTES,
             keytable_bytes: DEFAULT_KEYTABLE_BYTES,

@@ -29,10 +29,13 @@
 //! stall*, counted in [`super::WriteStalls`]) while the active memtable is full and the
 //! frozen one is not yet flushed, while free segments are at the garbage-collection
 //! low-water mark (garbage collection starts 1/[`GC_HEADROOM_DIVISOR`] of the segments
-//! earlier, so steady writes rarely reach it), while a hole a failed batch left is not yet closed, and, at the
-//! user capacity, until a flush has made the garbage count exact. L0 depth is bounded by
-//! ordering: a frozen memtable is flushed before a compaction is started unless L0 holds
-//! twice `l0_runs` runs, when the compaction goes first (writers then wait on the memtable).
+//! earlier, so steady writes rarely reach it), while a hole a failed batch left is not yet closed, at the
+//! user capacity until a flush has made the garbage count exact, while L0 holds
+//! `l0_stop_runs` runs (default 12, never below the `l0_runs` trigger, so a compaction is
+//! due), and while the compaction debt passes `compaction_debt_stop_bytes` (default
+//! 256 MiB of keytables; any debt means a compaction is due). The maintenance thread
+//! flushes a frozen memtable before it starts a compaction unless L0 holds twice `l0_runs`
+//! runs, when the compaction goes first (writers then wait on the memtable).
 
 use std::time::Duration;
 

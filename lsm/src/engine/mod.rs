@@ -219,6 +219,10 @@ pub struct WriteStalls {
     /// The batch would pass the user capacity by the current count: a flush made the
     /// garbage count exact first.
     pub capacity: u64,
+    /// L0 held `l0_stop_runs` runs: a compaction took it down first.
+    pub l0_runs: u64,
+    /// Compaction debt passed `compaction_debt_stop_bytes`: compaction caught up first.
+    pub compaction_debt: u64,
     /// Time client batches spent stalled, in microseconds.
     pub stalled_micros: u64,
 }
@@ -353,6 +357,9 @@ struct Inner {
     frozen: Option<Frozen>,
     /// What writers asked of maintenance, and what it reports back.
     maint: MaintenanceShared,
+    /// [`Inner::compaction_debt`] as of the last version published (levels change only
+    /// then), so admission reads it without summing the levels per batch.
+    debt: AtomicU64,
 }
 
 fn corrupt(msg: impl Into<String>) -> EngineError {
@@ -473,6 +480,7 @@ impl Engine {
             needs_checkpoint: false,
             frozen: None,
             maint: MaintenanceShared::default(),
+            debt: AtomicU64::new(0),
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;

@@ -226,6 +226,8 @@ impl ReadView {
 impl Inner {
     /// Swaps in a version of the current memtable and levels.
     pub(super) fn publish_version(&self) {
+        self.debt
+            .store(self.compaction_debt(), std::sync::atomic::Ordering::Relaxed);
         let run_pages = if self.cfg.uncached_keytables {
             self.kt_index
                 .iter()

@@ -277,6 +277,8 @@ pub(super) enum StallReason {
     FreeSegments,
     Hole,
     Capacity,
+    L0Runs,
+    CompactionDebt,
 }
 
 /// What admission decided for a batch.
@@ -332,6 +334,8 @@ impl Waits {
             StallReason::FreeSegments => s.free_segments += 1,
             StallReason::Hole => s.hole += 1,
             StallReason::Capacity => s.capacity += 1,
+            StallReason::L0Runs => s.l0_runs += 1,
+            StallReason::CompactionDebt => s.compaction_debt += 1,
         }
     }
 
@@ -385,6 +389,15 @@ impl Inner {
         }
         if self.hole_pending() {
             return Admission::Wait(Some(StallReason::Hole));
+        }
+        // Keytable watermarks: compaction must keep up (the maintenance thread compacts L0
+        // first once it holds twice its trigger, and whatever is due after a flush).
+        // (Never below the compaction trigger: a stall must leave a compaction due.)
+        if self.levels[0].len() >= self.cfg.l0_stop_runs.max(self.cfg.l0_runs).max(1) {
+            return Admission::Wait(Some(StallReason::L0Runs));
+        }
+        if self.debt.load(Ordering::Relaxed) > self.cfg.compaction_debt_stop_bytes {
+            return Admission::Wait(Some(StallReason::CompactionDebt));
         }
         if !self.fits_user_capacity(b.put_bytes) {
             // Garbage the memtables shadow in the runs is counted when they are flushed:
