@@ -14,12 +14,18 @@
 //!   (batches take their sequence numbers in the order they are applied), so a reader sees a
 //!   batch all or nothing, and two reads with the same `s` see the same memtable state;
 //! - garbage accounting stays exact: the writer learns the version an insert shadows from
-//!   the entry that follows the new one (no other writer can slip in between).
+//!   the entry that follows the new one (no other writer can slip in between);
+//! - a point lookup first asks the table's key bloom filter ([`KeyBloom`]), so a key the
+//!   table does not hold (most type probes, most keys of a large keyspace) costs a few bit
+//!   tests instead of a skip-list descent. The writer sets a key's bits *before* it inserts
+//!   the entry, and publishes the batch's sequence number (a release store) after; a reader
+//!   loads that number (acquire) before it looks, so every version it may see has its bits
+//!   visible to it. Bits are only ever set, never cleared.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
@@ -29,6 +35,59 @@ use crate::merge::Cursor;
 
 /// Rough DRAM cost of one entry beyond its key (skip-list node share, sequence and slot).
 const ENTRY_OVERHEAD: usize = 64;
+
+/// Bloom filter bits per expected key (with [`BLOOM_PROBES`]: about 1% false positives).
+const BLOOM_BITS_PER_KEY: usize = 10;
+/// Bits tested per key.
+const BLOOM_PROBES: u64 = 6;
+/// Key length assumed when sizing the filter from the memtable's byte budget.
+const BLOOM_ASSUMED_KEY_LEN: usize = 16;
+
+/// A bloom filter over the keys of one memtable, read without a lock while the writer adds
+/// keys (see the module docs for why a reader never misses a key it may see). Sized for the
+/// keys the table's byte budget holds; more keys only raise its false-positive rate.
+#[derive(Debug)]
+struct KeyBloom {
+    bits: Box<[AtomicU64]>,
+    /// Bit count minus one (a power of two).
+    mask: u64,
+}
+
+impl KeyBloom {
+    fn for_budget(bytes: usize) -> KeyBloom {
+        let keys = (bytes / (ENTRY_OVERHEAD + BLOOM_ASSUMED_KEY_LEN)).max(1024);
+        let bits = (keys * BLOOM_BITS_PER_KEY).next_power_of_two().max(64);
+        KeyBloom {
+            bits: (0..bits / 64).map(|_| AtomicU64::new(0)).collect(),
+            mask: bits as u64 - 1,
+        }
+    }
+
+    /// Two independent hashes of the key (hardware crc32c with two seeds), combined by
+    /// double hashing into the probe positions.
+    fn positions(&self, key: &[u8]) -> impl Iterator<Item = u64> + '_ {
+        let h1 = u64::from(crc32c::crc32c(key));
+        let h2 = u64::from(crc32c::crc32c_append(0x9e37_79b9, key));
+        let (base, step) = (h1 | (h2 << 32), h2 | 1);
+        (0..BLOOM_PROBES).map(move |i| base.wrapping_add(i.wrapping_mul(step)) & self.mask)
+    }
+
+    fn insert(&self, key: &[u8]) {
+        for bit in self.positions(key) {
+            if let Some(w) = self.bits.get((bit >> 6) as usize) {
+                w.fetch_or(1 << (bit & 63), AtomicOrdering::Relaxed);
+            }
+        }
+    }
+
+    fn may_contain(&self, key: &[u8]) -> bool {
+        self.positions(key).all(|bit| {
+            self.bits
+                .get((bit >> 6) as usize)
+                .is_some_and(|w| w.load(AtomicOrdering::Relaxed) & (1 << (bit & 63)) != 0)
+        })
+    }
+}
 
 /// Sequence number that sees every version (the writer's own view).
 pub const LATEST: u64 = u64::MAX;
@@ -108,18 +167,36 @@ impl<'a> Borrow<dyn KeyVersion + 'a> for VersionKey {
 }
 
 /// Recent writes, every version of each key until the table is flushed and dropped.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemTable {
     map: SkipMap<VersionKey, Slot>,
+    bloom: KeyBloom,
     bytes: AtomicUsize,
     /// Distinct keys (counted by the single writer).
     keys: AtomicUsize,
 }
 
+impl Default for MemTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MemTable {
-    /// An empty table.
+    /// An empty table sized for the default memtable budget.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_budget(crate::config::DEFAULT_MEMTABLE_BYTES)
+    }
+
+    /// An empty table whose key filter is sized for `bytes` of entries (the engine's
+    /// `memtable_bytes`).
+    pub fn with_budget(bytes: usize) -> Self {
+        MemTable {
+            map: SkipMap::new(),
+            bloom: KeyBloom::for_budget(bytes),
+            bytes: AtomicUsize::new(0),
+            keys: AtomicUsize::new(0),
+        }
     }
 
     /// Adds version `seq` of `key` (newer than every version already in the table) and
@@ -139,6 +216,8 @@ impl MemTable {
     /// nothing is ever removed).
     pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
         let len = key.len();
+        // Before the entry: see the module docs.
+        self.bloom.insert(&key);
         let e = self.map.insert(VersionKey { key, seq }, slot);
         let shadowed = e
             .next()
@@ -154,6 +233,9 @@ impl MemTable {
 
     /// The newest version of `key` at sequence number `seq` or before.
     pub fn get(&self, key: &[u8], seq: u64) -> Option<Slot> {
+        if !self.bloom.may_contain(key) {
+            return None;
+        }
         let probe: &dyn KeyVersion = &(key, seq);
         let e = self.map.lower_bound(Bound::Included(probe))?;
         (e.key().user_key() == key).then(|| *e.value())
@@ -307,6 +389,21 @@ mod tests {
         );
         assert_eq!(keys_at(&m, b"aa", 3), vec![(b"b".to_vec(), v(2))]);
         assert_eq!(keys_at(&m, b"a", 0), vec![]);
+    }
+
+    #[test]
+    fn the_key_filter_never_hides_a_key_and_rejects_most_others() {
+        let m = MemTable::with_budget(64 << 10);
+        for i in 0..1000u32 {
+            m.insert(format!("key{i}").as_bytes(), u64::from(i) + 1, v(i));
+        }
+        for i in 0..1000u32 {
+            assert_eq!(m.latest(format!("key{i}").as_bytes()), Some(v(i)));
+        }
+        let passed = (0..10_000u32)
+            .filter(|i| m.bloom.may_contain(format!("other{i}").as_bytes()))
+            .count();
+        assert!(passed < 300, "{passed} of 10,000 absent keys passed the filter");
     }
 
     #[test]

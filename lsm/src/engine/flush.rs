@@ -163,7 +163,10 @@ impl Inner {
     pub(super) fn rotate(&mut self) {
         debug_assert!(self.pipeline.is_empty(), "rotation with batches in flight");
         debug_assert!(self.frozen.is_none(), "rotation with a frozen memtable");
-        let mem = std::mem::replace(&mut self.mem, Arc::new(MemTable::new()));
+        let mem = std::mem::replace(
+            &mut self.mem,
+            Arc::new(MemTable::with_budget(self.cfg.memtable_bytes)),
+        );
         self.frozen = Some(Frozen {
             mem,
             end: self.head_position(),

@@ -433,7 +433,7 @@ impl Engine {
             },
             snap_seq: snap.seq,
             applied_seq: snap.next_seq.saturating_sub(1),
-            mem: Arc::new(MemTable::new()),
+            mem: Arc::new(MemTable::with_budget(cfg.memtable_bytes)),
             levels: vec![Vec::new()],
             runs: HashMap::new(),
             log_segs: snap
