@@ -390,10 +390,8 @@ fn run_case(case: Case, rounds: u32, seed: u64) -> Totals {
             "round {round}: a key nobody wrote"
         );
         let s = db.stats();
-        if s.user_capacity_bytes > 0 {
-            t.max_live_percent = t
-                .max_live_percent
-                .max(s.live_bytes * 100 / s.user_capacity_bytes);
+        if let Some(percent) = (s.live_bytes * 100).checked_div(s.user_capacity_bytes) {
+            t.max_live_percent = t.max_live_percent.max(percent);
         }
         t.flips += arm_faults(case, &ftl, &candidates, &mut rng, &mut flips);
 
