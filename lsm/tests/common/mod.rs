@@ -22,9 +22,13 @@ pub fn small_geometry() -> Geometry {
     }
 }
 
-/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it)
-/// and asserts it is clean and wrote nothing.
-pub fn assert_fsck_clean(backend: &Backend, cfg: DeviceConfig, ecfg: lsm::EngineConfig) {
+/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it),
+/// asserts it is clean and wrote nothing, and returns its report.
+pub fn assert_fsck_clean(
+    backend: &Backend,
+    cfg: DeviceConfig,
+    ecfg: lsm::EngineConfig,
+) -> lsm::FsckReport {
     let ro = Arc::new(Ftl::open_read_only(backend, cfg).unwrap());
     let report = lsm::Engine::fsck(ro.clone(), ecfg).unwrap();
     assert!(report.is_clean(), "fsck:\n{report}");
@@ -34,6 +38,7 @@ pub fn assert_fsck_clean(backend: &Backend, cfg: DeviceConfig, ecfg: lsm::Engine
         (0, 0, 0),
         "fsck changed the device (writes, trims, table writes)"
     );
+    report
 }
 
 /// Decides, before each command reaches the device, whether the power goes first.
