@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::fsck_record::LastFsck;
 use crate::store::Store;
 
 /// Counters shared by the network, engine and writer threads.
@@ -44,6 +45,9 @@ pub struct Metrics {
     pub engine_read_copies_base: AtomicU64,
     /// Cluster mode (`--cluster-config`): INFO `cluster_enabled`, `redis_mode`.
     pub cluster_enabled: AtomicBool,
+    /// The last `lightstore fsck` of the device, read when the drive started (INFO
+    /// `last_fsck`, `last_fsck_time`, `last_fsck_problems`).
+    pub last_fsck: LastFsck,
 }
 
 impl Metrics {
@@ -66,6 +70,7 @@ impl Metrics {
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
             engine_read_copies,
             cluster_enabled: AtomicBool::new(false),
+            last_fsck: LastFsck::Never,
         }
     }
 
@@ -214,8 +219,9 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
              write_stalls_capacity:{}\r\nwrite_stalls_l0_runs:{}\r\nwrite_stalls_compaction_debt:{}\r\n\
              write_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
-             gc_steps_refused:{}\r\nrecovery_read_retries:{}\r\nrecovery_damage:{}\r\n\
-             read_checksum_failures:{}\r\nread_unreadable_pages:{}\r\ncompaction_debt_bytes:{}\r\n",
+             gc_steps_refused:{}\r\nread_retries:{}\r\nrecovery_read_retries:{}\r\ngc_read_retries:{}\r\n\
+             recovery_damage:{}\r\nread_checksum_failures:{}\r\nread_unreadable_pages:{}\r\n\
+             last_fsck:{}\r\nlast_fsck_time:{}\r\nlast_fsck_problems:{}\r\ncompaction_debt_bytes:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -245,10 +251,15 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.write_stalls.stalled_micros,
             e.maintenance_errors,
             e.gc_steps_refused,
+            e.recovery_read_retries + e.gc_read_retries,
             e.recovery_read_retries,
+            e.gc_read_retries,
             e.recovery_damage,
             e.read_checksum_failures,
             e.read_unreadable_pages,
+            m.last_fsck.status(),
+            m.last_fsck.unix_secs(),
+            m.last_fsck.problems(),
             e.compaction_debt_bytes,
         );
         // One line per keytable level, in the spirit of RocksDB's compaction stats.

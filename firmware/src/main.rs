@@ -15,6 +15,7 @@
 mod cluster;
 mod config;
 mod exec;
+mod fsck_record;
 mod info;
 mod keyspace;
 mod net;
@@ -217,7 +218,37 @@ fn run_fsck(args: &FsckArgs, top: &Args) -> anyhow::Result<bool> {
     if let Ok(dev) = Arc::try_unwrap(dev) {
         dev.close().context("closing the device")?;
     }
+    // Recorded for the drive's INFO; the check's outcome stands if the record cannot be
+    // written.
+    let record = fsck_record::FsckRecord::now(&path, report.findings.len() as u64);
+    if data_dir.is_dir() {
+        if let Err(e) = record.save(&data_dir) {
+            eprintln!("lightstore fsck: the result is not recorded: {e}");
+        }
+    } else {
+        eprintln!(
+            "lightstore fsck: the result is not recorded: no data directory at {}",
+            data_dir.display()
+        );
+    }
     Ok(report.is_clean())
+}
+
+/// The last `lightstore fsck` of the drive's device (see `fsck_record`), logged.
+fn last_fsck(cfg: &DriveConfig) -> fsck_record::LastFsck {
+    let last = device_path(&cfg.device, &cfg.data_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|dev| fsck_record::load(&cfg.data_dir, &dev).map_err(|e| e.to_string()));
+    match last {
+        Ok(last) => {
+            tracing::info!(last_fsck = %last, "last offline check");
+            last
+        }
+        Err(e) => {
+            tracing::warn!("the last offline check is unknown: {e}");
+            fsck_record::LastFsck::Unknown
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -286,10 +317,9 @@ fn main() -> anyhow::Result<()> {
     ] {
         signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
-    let metrics = Arc::new(Metrics::new(
-        local.port(),
-        store.engine().read_copy_counter(),
-    ));
+    let mut metrics = Metrics::new(local.port(), store.engine().read_copy_counter());
+    metrics.last_fsck = last_fsck(&cfg);
+    let metrics = Arc::new(metrics);
     metrics
         .cluster_enabled
         .store(cluster.is_some(), std::sync::atomic::Ordering::Relaxed);

@@ -1171,6 +1171,11 @@ impl Ftl {
         {
             st.tables.seg_state[s] = SegmentState::Full;
             st.tables.seg_wp[s] = st.wp[s];
+            if self.read_only {
+                // In memory only: a read-only open never writes the tables (a read of a
+                // segment the scan found full after a cut ends up here).
+                return;
+            }
             if let Err(e) = self.persist(st) {
                 // The segment stays recorded as open; recovery will scan it.
                 tracing::error!("could not record segment {seg} as full: {e}");

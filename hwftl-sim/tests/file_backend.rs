@@ -407,3 +407,48 @@ fn a_read_only_open_changes_nothing_and_holds_the_owner_lock() {
     write(&dev, 5, page(5)).unwrap();
     dev.close().unwrap();
 }
+
+#[test]
+fn a_read_only_open_does_not_record_a_segment_full_when_it_reads_it() {
+    // A segment whose last page reached the file, but whose "full" mark the cut lost (the
+    // completion was never processed): the tables say open, the scan finds it full. Reads
+    // of it on a read-only open must not write the tables to record it full.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = device_file(&dir);
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    let pps = u64::from(dev.geometry().pages_per_segment());
+    for i in 0..pps - 1 {
+        write(&dev, i, page(i)).unwrap();
+    }
+    dev.submit(Command::Write {
+        lba: Lba(pps - 1),
+        buf: page(pps - 1),
+    })
+    .unwrap();
+    dev.power_cut();
+    drop(dev);
+    let Backend::File(path) = &backend else {
+        unreachable!()
+    };
+    let before = std::fs::read(path).unwrap();
+
+    let ro = Ftl::open_read_only(&backend, cfg()).unwrap();
+    assert_eq!(
+        ro.segment_info(SegmentId(0)).unwrap().write_pointer,
+        pps as u32,
+        "the last page did not reach the file before the cut"
+    );
+    for i in 0..pps {
+        assert_eq!(&read(&ro, i).unwrap()[..], &page(i)[..]);
+    }
+    assert_eq!(
+        ro.stats().table_writes,
+        0,
+        "a read-only open wrote the tables"
+    );
+    ro.close().unwrap();
+    assert!(
+        std::fs::read(path).unwrap() == before,
+        "the read-only open changed the file"
+    );
+}

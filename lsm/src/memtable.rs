@@ -403,7 +403,10 @@ mod tests {
         let passed = (0..10_000u32)
             .filter(|i| m.bloom.may_contain(format!("other{i}").as_bytes()))
             .count();
-        assert!(passed < 300, "{passed} of 10,000 absent keys passed the filter");
+        assert!(
+            passed < 300,
+            "{passed} of 10,000 absent keys passed the filter"
+        );
     }
 
     #[test]

@@ -214,3 +214,13 @@ pub fn fsck(data_dir: &Path, extra: &[&str]) -> FsckRun {
         stderr,
     }
 }
+
+/// The value of `field` in INFO's `section` (panics when it is missing).
+pub fn info_value(con: &mut redis::Connection, section: &str, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}: {text}"))
+        .trim()
+        .to_string()
+}

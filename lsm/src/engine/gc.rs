@@ -587,6 +587,10 @@ impl Inner {
             while matches!(result, Err(DeviceError::ReadFailed { .. })) && attempts < READ_ATTEMPTS
             {
                 attempts += 1;
+                self.side
+                    .read_faults
+                    .gc_read_retries
+                    .fetch_add(1, Ordering::Relaxed);
                 let again = crate::io::execute_patiently(
                     self.dev.as_ref(),
                     Command::Read {

@@ -169,6 +169,11 @@ pub struct EngineStats {
     /// Garbage-collection steps refused because a victim page could not be read or failed
     /// its checksum: the victim stays in place and is not picked again until the next open.
     pub gc_steps_refused: u64,
+    /// Value-log pages garbage collection read again after a read error (up to ten reads
+    /// of a page before its error is believed and the victim refused). Recovery's retries
+    /// are [`EngineStats::recovery_read_retries`]; client reads are not retried (a failed
+    /// read is reported, see [`EngineStats::read_unreadable_pages`]).
+    pub gc_read_retries: u64,
 }
 
 /// One keytable level: its shape now, and what flushes and compactions did to it since open
@@ -739,6 +744,11 @@ impl Inner {
             .side
             .read_faults
             .checksum_failures
+            .load(Ordering::Relaxed);
+        s.gc_read_retries = self
+            .side
+            .read_faults
+            .gc_read_retries
             .load(Ordering::Relaxed);
         s.keys_per_level = self
             .levels

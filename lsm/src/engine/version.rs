@@ -77,6 +77,8 @@ pub(super) struct ReadFaults {
     pub(super) unreadable_pages: AtomicU64,
     /// Values or packed pages that failed their checksums.
     pub(super) checksum_failures: AtomicU64,
+    /// Value-log pages garbage collection read again after a read error.
+    pub(super) gc_read_retries: AtomicU64,
 }
 
 /// Log segment number -> device segment, for every log segment a pointer may lead into.

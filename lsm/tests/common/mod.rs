@@ -22,18 +22,23 @@ pub fn small_geometry() -> Geometry {
     }
 }
 
-/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it)
-/// and asserts it is clean and wrote nothing.
-pub fn assert_fsck_clean(backend: &Backend, cfg: DeviceConfig, ecfg: lsm::EngineConfig) {
+/// Runs the offline check on the device as it is now (opened read-only; nothing may hold it),
+/// asserts it is clean and wrote nothing, and returns its report.
+pub fn assert_fsck_clean(
+    backend: &Backend,
+    cfg: DeviceConfig,
+    ecfg: lsm::EngineConfig,
+) -> lsm::FsckReport {
     let ro = Arc::new(Ftl::open_read_only(backend, cfg).unwrap());
     let report = lsm::Engine::fsck(ro.clone(), ecfg).unwrap();
     assert!(report.is_clean(), "fsck:\n{report}");
     let s = ro.stats();
     assert_eq!(
-        s.writes + s.trims + s.table_writes,
-        0,
-        "fsck changed the device"
+        (s.writes, s.trims, s.table_writes),
+        (0, 0, 0),
+        "fsck changed the device (writes, trims, table writes)"
     );
+    report
 }
 
 /// Decides, before each command reaches the device, whether the power goes first.
@@ -185,4 +190,31 @@ pub fn record_of(dev: &dyn AppendDevice, key: &[u8]) -> RecordAt {
         }
     }
     panic!("no record of the key")
+}
+
+/// Prints a note (a seed, how to rerun) when the test fails while it is alive: a panic in
+/// the test's thread, or one propagated from a joined worker, drops it while panicking.
+pub struct FailureNote {
+    note: String,
+    armed: bool,
+}
+
+impl FailureNote {
+    /// Arms the note.
+    pub fn new(note: String) -> Self {
+        FailureNote { note, armed: true }
+    }
+
+    /// The work it guarded succeeded: nothing to print.
+    pub fn passed(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for FailureNote {
+    fn drop(&mut self) {
+        if self.armed && std::thread::panicking() {
+            eprintln!("{}", self.note);
+        }
+    }
 }
