@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
-use kvproto::{Client, ClientError, Reply};
+use kvproto::{Client, ClientError, Credentials, Reply};
 use parking_lot::{Mutex, RwLock};
 
 /// The command a router sends first on every connection to a replica drive: it lets that
@@ -192,6 +192,8 @@ pub struct RouterConfig {
     pub down_for: Duration,
     /// How many times one operation rereads the map file after `-MOVED`.
     pub max_redirects: usize,
+    /// Sent with `AUTH` on every new connection (drives with `--requirepass`).
+    pub auth: Option<Credentials>,
 }
 
 impl Default for RouterConfig {
@@ -201,6 +203,7 @@ impl Default for RouterConfig {
             max_idle: 64,
             down_for: Duration::from_secs(1),
             max_redirects: 3,
+            auth: None,
         }
     }
 }
@@ -245,6 +248,22 @@ impl Pool {
             Ok(Err(source)) => return Err(RouteError::Connection { addr, source }),
             Ok(Ok(c)) => c,
         };
+        if let Some(creds) = &cfg.auth {
+            tokio::time::timeout(cfg.timeout, client.auth(creds))
+                .await
+                .map_err(|_| RouteError::Timeout {
+                    addr,
+                    timeout: cfg.timeout,
+                })?
+                .map_err(|source| match source {
+                    ClientError::Auth(message) => RouteError::Server {
+                        addr,
+                        command: "AUTH".into(),
+                        message,
+                    },
+                    source => RouteError::Connection { addr, source },
+                })?;
+        }
         if self.replica {
             let reply = tokio::time::timeout(cfg.timeout, client.call(&[REPLICA_COMMAND]))
                 .await

@@ -346,3 +346,41 @@ fn many_connections_write_sectors_of_the_same_blocks() {
         }
     }
 }
+
+/// A drive with a password: `lightstore-nbd` reads it from `--password-file` and sends AUTH
+/// on every connection; without it the adapter refuses to start (it pings the drive first).
+#[test]
+fn the_adapter_authenticates_with_a_password_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &["--requirepass", "blockpw"]);
+    let file = dir.path().join("password");
+    std::fs::write(&file, "blockpw\n").unwrap();
+    let nbd = Nbd::start(&[
+        "--drive".into(),
+        drive.addr.to_string(),
+        "--volume".into(),
+        "v:1MiB".into(),
+        "--password-file".into(),
+        file.display().to_string(),
+    ]);
+    let mut c = Conn::open(nbd.addr, "v");
+    let data = pattern(9, 8192);
+    assert_eq!(c.write(8192, &data), 0);
+    assert!(c.read(8192, 8192).unwrap() == data);
+
+    // Without the password the adapter stops at its first ping, naming the refusal.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lightstore-nbd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--drive",
+            &drive.addr.to_string(),
+        ])
+        .args(["--volume", "v:1MiB"])
+        .env_remove("LIGHTSTORE_PASSWORD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("NOAUTH"), "{err}");
+    assert!(!err.contains("blockpw"));
+}

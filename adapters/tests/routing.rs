@@ -86,6 +86,46 @@ fn router_on_one_drive() {
     });
 }
 
+/// A drive with a password: the router sends AUTH on every connection it opens; without
+/// the password (or with a wrong one) every call fails with the drive's error, named.
+#[test]
+fn router_authenticates_to_a_drive_with_a_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(dir.path(), &["--requirepass", "s3cret pw"]);
+    let with = |password: Option<&str>| RouterConfig {
+        auth: password.map(|p| kvproto::Credentials {
+            user: None,
+            password: p.into(),
+        }),
+        ..cfg()
+    };
+    rt().block_on(async {
+        let router = Router::single(drive.addr, with(Some("s3cret pw"))).unwrap();
+        let pairs: Vec<(Bytes, Bytes)> = (0..50).map(kv).collect();
+        router.mset(&pairs).await.unwrap();
+        assert_eq!(
+            router.get(&pairs[7].0).await.unwrap(),
+            Some(pairs[7].1.clone())
+        );
+
+        for wrong in [None, Some("wrong")] {
+            let router = Router::single(drive.addr, with(wrong)).unwrap();
+            let err = router.get(&pairs[7].0).await.expect_err("refused");
+            let text = err.to_string();
+            assert!(
+                text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("AUTH"),
+                "{wrong:?}: {text}"
+            );
+        }
+    });
+    // The password is never shown.
+    let creds = kvproto::Credentials {
+        user: Some("app".into()),
+        password: "s3cret pw".into(),
+    };
+    assert!(!format!("{creds:?}").contains("s3cret"));
+}
+
 /// Keys owned by primary `p` of `map` among the first `n` test keys.
 fn owned_by(map: &ClusterMap, p: usize, n: usize) -> Vec<(Bytes, Bytes)> {
     (0..n)

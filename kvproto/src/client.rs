@@ -26,6 +26,63 @@ pub enum ClientError {
     /// The server closed the connection.
     #[error("connection closed by the server")]
     Closed,
+    /// The server refused the credentials (its error reply).
+    #[error("authentication refused: {0}")]
+    Auth(String),
+}
+
+/// Environment variable an adapter reads its drive password from.
+pub const PASSWORD_ENV: &str = "LIGHTSTORE_PASSWORD";
+
+/// What a client sends with `AUTH`: an optional ACL user and the password. `Debug` never
+/// shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// ACL user name (`None`: `AUTH password`, the default user).
+    pub user: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The password from, in order: a file (its first line; for secrets mounted as files),
+    /// the [`PASSWORD_ENV`] environment variable, or a flag (visible in `ps`: the file or
+    /// the variable are better). `None` when none is given.
+    ///
+    /// # Errors
+    /// The file cannot be read, or is empty.
+    pub fn from_sources(
+        user: Option<String>,
+        file: Option<&std::path::Path>,
+        flag: Option<String>,
+    ) -> std::io::Result<Option<Credentials>> {
+        let password = if let Some(path) = file {
+            let text = std::fs::read_to_string(path)?;
+            let line = text.lines().next().unwrap_or_default().to_string();
+            if line.is_empty() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the password file {} is empty", path.display()),
+                ));
+            }
+            Some(line)
+        } else {
+            std::env::var(PASSWORD_ENV)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .or(flag)
+        };
+        Ok(password.map(|password| Credentials { user, password }))
+    }
 }
 
 /// One connection to a RESP server.
@@ -89,6 +146,23 @@ impl Client {
             wbuf: BytesMut::with_capacity(64 << 10),
             proto: Protocol::Resp2,
         })
+    }
+
+    /// Sends `AUTH [user] password`.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Auth`] with the server's reply when it refuses; as [`Client::call`].
+    pub async fn auth(&mut self, creds: &Credentials) -> Result<(), ClientError> {
+        match &creds.user {
+            Some(u) => self.send(&[&b"AUTH"[..], u.as_bytes(), creds.password.as_bytes()]),
+            None => self.send(&[&b"AUTH"[..], creds.password.as_bytes()]),
+        }
+        self.flush().await?;
+        match self.read_reply().await? {
+            Reply::Error(e) => Err(ClientError::Auth(String::from_utf8_lossy(&e).into_owned())),
+            _ => Ok(()),
+        }
     }
 
     /// Switches the connection to RESP3 with `HELLO 3` and returns the server's reply.

@@ -20,7 +20,7 @@ pub mod limits;
 pub mod reply;
 pub mod request;
 
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
 pub use command::{
     Command, CommandError, CommandSpec, Expire, ScoreBound, SetCondition, ZAddOptions,
 };

@@ -19,6 +19,7 @@ use std::time::Duration;
 use adapters::nbd::{BlockStore, NbdServer, Volume};
 use adapters::routing::{Router, RouterConfig};
 use clap::Parser;
+use kvproto::Credentials;
 
 /// NBD block adapter over LightStore drives.
 #[derive(Parser, Debug)]
@@ -48,6 +49,18 @@ struct Args {
     /// Seconds to wait for a drive before treating it as down.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
+    /// A file whose first line is the drives' password (sent with AUTH on every
+    /// connection). Without it the password comes from the LIGHTSTORE_PASSWORD environment
+    /// variable, then from --password.
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// The drives' password (visible to other users in `ps`: prefer --password-file or
+    /// LIGHTSTORE_PASSWORD).
+    #[arg(long)]
+    password: Option<String>,
+    /// ACL user to AUTH as (default: the default user).
+    #[arg(long)]
+    user: Option<String>,
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -56,8 +69,15 @@ async fn run(args: Args) -> Result<(), String> {
         volumes.push(Volume::parse(spec).map_err(|e| e.to_string())?);
     }
     Volume::check_unique(&volumes).map_err(|e| e.to_string())?;
+    let auth = Credentials::from_sources(
+        args.user.clone(),
+        args.password_file.as_deref(),
+        args.password.clone(),
+    )
+    .map_err(|e| format!("reading the password: {e}"))?;
     let cfg = RouterConfig {
         timeout: Duration::from_secs(args.timeout.max(1)),
+        auth,
         ..RouterConfig::default()
     };
     let router = match (&args.drive, &args.cluster_config) {

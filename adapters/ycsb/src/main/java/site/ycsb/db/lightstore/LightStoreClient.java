@@ -35,7 +35,9 @@ import site.ycsb.Status;
  * one address is a single drive, in cluster mode they are seeds for the slot map),
  * {@code lightstore.cluster} (true/false; default true when more than one host is listed),
  * {@code lightstore.connect.timeout.ms} (default 2000), {@code lightstore.timeout.ms} (reply
- * timeout, default 10000). One connection per YCSB thread per drive.
+ * timeout, default 10000), {@code lightstore.password} (sent with AUTH on every connection;
+ * default: the {@code LIGHTSTORE_PASSWORD} environment variable, else none). One connection per
+ * YCSB thread per drive.
  *
  * <p>Any failure (drive unreachable, timeout, error reply, reply of the wrong shape) is
  * {@link Status#ERROR} with the reason logged to stderr (the first 20 of each operation, then one
@@ -47,6 +49,9 @@ public class LightStoreClient extends DB {
   public static final String CLUSTER = "lightstore.cluster";
   public static final String CONNECT_TIMEOUT = "lightstore.connect.timeout.ms";
   public static final String TIMEOUT = "lightstore.timeout.ms";
+  public static final String PASSWORD = "lightstore.password";
+  /** The environment variable the password is read from when the property is not set. */
+  public static final String PASSWORD_ENV = "LIGHTSTORE_PASSWORD";
 
   private static final byte[] MGET = KeyLayout.utf8("MGET");
   private static final byte[] MSET = KeyLayout.utf8("MSET");
@@ -101,7 +106,8 @@ public class LightStoreClient extends DB {
     try {
       router = new Router(hosts, cluster,
           Integer.parseInt(p.getProperty(CONNECT_TIMEOUT, "2000")),
-          Integer.parseInt(p.getProperty(TIMEOUT, "10000")));
+          Integer.parseInt(p.getProperty(TIMEOUT, "10000")),
+          p.getProperty(PASSWORD, System.getenv(PASSWORD_ENV)));
       if (cluster) {
         router.refreshMap();
         router.primaries();

@@ -53,7 +53,6 @@ public class RedisHashClient extends DB {
   private static final byte[] ZREM = utf8("ZREM");
   private static final byte[] ZRANGEBYSCORE = utf8("ZRANGEBYSCORE");
   private static final byte[] DEL = utf8("DEL");
-  private static final byte[] AUTH = utf8("AUTH");
   private static final byte[] LIMIT = utf8("LIMIT");
   private static final byte[] PLUS_INF = utf8("+inf");
 
@@ -77,19 +76,8 @@ public class RedisHashClient extends DB {
     String host = p.getProperty(HOST, "127.0.0.1");
     int port = Integer.parseInt(p.getProperty(PORT, "6379"));
     int timeout = Integer.parseInt(p.getProperty(TIMEOUT, "10000"));
-    conn = new RespConnection(host, port, 2000, timeout);
-    String password = p.getProperty(PASSWORD);
-    try {
-      if (password != null && !password.isEmpty()) {
-        Object ok = conn.call(AUTH, utf8(password));
-        if (!"OK".equals(ok)) {
-          throw new DBException("AUTH answered " + ok);
-        }
-      }
-    } catch (IOException e) {
-      conn.close();
-      throw new DBException("redis binding: " + e.getMessage(), e);
-    }
+    // AUTH on every (re)connection, as the stock binding's Jedis does.
+    conn = new RespConnection(host, port, 2000, timeout, p.getProperty(PASSWORD));
   }
 
   @Override

@@ -58,15 +58,23 @@ final class RespConnection implements AutoCloseable {
   private final int port;
   private final int connectTimeoutMs;
   private final int readTimeoutMs;
+  /** Sent with AUTH on every (re)connection; null: none. */
+  private final String password;
   private Socket socket;
   private InputStream in;
   private OutputStream out;
 
   RespConnection(String host, int port, int connectTimeoutMs, int readTimeoutMs) {
+    this(host, port, connectTimeoutMs, readTimeoutMs, null);
+  }
+
+  RespConnection(String host, int port, int connectTimeoutMs, int readTimeoutMs,
+      String password) {
     this.host = host;
     this.port = port;
     this.connectTimeoutMs = connectTimeoutMs;
     this.readTimeoutMs = readTimeoutMs;
+    this.password = password == null || password.isEmpty() ? null : password;
   }
 
   /** Where this connection goes, as host:port. */
@@ -87,6 +95,17 @@ final class RespConnection implements AutoCloseable {
     socket = s;
     in = new BufferedInputStream(s.getInputStream(), 64 << 10);
     out = new BufferedOutputStream(s.getOutputStream(), 64 << 10);
+    if (password != null) {
+      writeCommand(out, List.of("AUTH".getBytes(java.nio.charset.StandardCharsets.UTF_8),
+          password.getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+      out.flush();
+      Object reply = readReply(in);
+      if (!"OK".equals(reply)) {
+        close();
+        // The reply names the refusal (WRONGPASS, ...); the password is never shown.
+        throw new IOException("AUTH to " + address() + " refused: " + reply);
+      }
+    }
   }
 
   /**

@@ -29,11 +29,18 @@ final class Router implements AutoCloseable {
   private final List<String> seeds;
   private final int connectTimeoutMs;
   private final int readTimeoutMs;
+  /** The drives' password (null: none), sent with AUTH on every connection. */
+  private final String password;
   private final Map<String, RespConnection> conns = new HashMap<>();
   /** Cluster mode: the address of each slot's primary (null = unknown). */
   private String[] owner = new String[Slots.COUNT];
 
   Router(List<String> hosts, boolean cluster, int connectTimeoutMs, int readTimeoutMs) {
+    this(hosts, cluster, connectTimeoutMs, readTimeoutMs, null);
+  }
+
+  Router(List<String> hosts, boolean cluster, int connectTimeoutMs, int readTimeoutMs,
+      String password) {
     if (hosts.isEmpty()) {
       throw new IllegalArgumentException("no drive address given");
     }
@@ -44,6 +51,7 @@ final class Router implements AutoCloseable {
     this.cluster = cluster;
     this.connectTimeoutMs = connectTimeoutMs;
     this.readTimeoutMs = readTimeoutMs;
+    this.password = password;
   }
 
   boolean isCluster() {
@@ -75,7 +83,8 @@ final class Router implements AutoCloseable {
   private RespConnection conn(String addr) {
     return conns.computeIfAbsent(addr, a -> {
       Object[] hp = splitAddress(a);
-      return new RespConnection((String) hp[0], (Integer) hp[1], connectTimeoutMs, readTimeoutMs);
+      return new RespConnection((String) hp[0], (Integer) hp[1], connectTimeoutMs, readTimeoutMs,
+          password);
     });
   }
 

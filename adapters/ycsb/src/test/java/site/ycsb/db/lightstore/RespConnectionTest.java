@@ -11,7 +11,12 @@ import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.ServerSocket;
+import java.net.Socket;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import org.junit.Test;
 
 public class RespConnectionTest {
@@ -54,5 +59,50 @@ public class RespConnectionTest {
     assertThrows(IOException.class, () -> parse(":x\r\n"));
     assertThrows(IOException.class, () -> parse("$-7\r\n"));
     assertThrows(IOException.class, () -> parse("+OK\rX"));
+  }
+
+  /**
+   * A one-connection fake server: reads two commands, answers the first (AUTH) with
+   * {@code authReply} and the second with +PONG; completes with the AUTH arguments it saw.
+   */
+  private static CompletableFuture<List<?>> fakeServer(ServerSocket ss, String authReply) {
+    return CompletableFuture.supplyAsync(() -> {
+      try (Socket s = ss.accept()) {
+        InputStream in = s.getInputStream();
+        OutputStream out = s.getOutputStream();
+        List<?> auth = (List<?>) RespConnection.readReply(in);
+        out.write(authReply.getBytes(StandardCharsets.ISO_8859_1));
+        out.flush();
+        if (authReply.startsWith("+")) {
+          RespConnection.readReply(in);
+          out.write("+PONG\r\n".getBytes(StandardCharsets.ISO_8859_1));
+          out.flush();
+        }
+        return auth;
+      } catch (IOException e) {
+        throw new IllegalStateException(e);
+      }
+    });
+  }
+
+  @Test
+  public void authenticatesOnConnectAndHidesThePassword() throws Exception {
+    try (ServerSocket ss = new ServerSocket(0)) {
+      CompletableFuture<List<?>> seen = fakeServer(ss, "+OK\r\n");
+      RespConnection c = new RespConnection("127.0.0.1", ss.getLocalPort(), 2000, 2000, "pw 1");
+      assertEquals("PONG", c.call("PING".getBytes(StandardCharsets.UTF_8)));
+      List<?> auth = seen.get();
+      assertArrayEquals("AUTH".getBytes(StandardCharsets.UTF_8), (byte[]) auth.get(0));
+      assertArrayEquals("pw 1".getBytes(StandardCharsets.UTF_8), (byte[]) auth.get(1));
+      c.close();
+    }
+    try (ServerSocket ss = new ServerSocket(0)) {
+      fakeServer(ss, "-WRONGPASS invalid username-password pair\r\n");
+      RespConnection c = new RespConnection("127.0.0.1", ss.getLocalPort(), 2000, 2000, "pw 1");
+      IOException e = assertThrows(IOException.class,
+          () -> c.call("PING".getBytes(StandardCharsets.UTF_8)));
+      assertTrue(e.getMessage(), e.getMessage().contains("WRONGPASS"));
+      assertTrue(!e.getMessage().contains("pw 1"));
+    }
   }
 }
