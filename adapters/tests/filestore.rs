@@ -161,8 +161,9 @@ impl Drop for Stack {
     }
 }
 
-/// Why this machine cannot run the test, if it cannot.
-fn missing_prerequisite() -> Option<String> {
+/// Why this machine cannot run the test, if it cannot: a missing tool (`tool`: `cargo xtask
+/// test` installs them) or what the machine cannot offer (`environment`).
+fn missing_prerequisite() -> Option<(&'static str, String)> {
     for (tool, pkg) in [
         ("nbdfuse", "nbdfuse"),
         ("fusermount3", "fuse3"),
@@ -176,18 +177,22 @@ fn missing_prerequisite() -> Option<String> {
             && !Path::new("/usr/sbin").join(tool).exists()
             && !Path::new("/sbin").join(tool).exists()
         {
-            return Some(format!("{tool} is not installed (Debian package {pkg})"));
+            return Some((
+                "tool",
+                format!("{tool} is not installed (Debian package {pkg})"),
+            ));
         }
     }
+    let env = |why: &str| Some(("environment", why.to_string()));
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not running as root (mounting and losetup need it)".into());
+        return env("not running as root (mounting and losetup need it)");
     }
     if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse does not exist (no FUSE in this kernel or container)".into());
+        return env("/dev/fuse does not exist (no FUSE in this kernel or container)");
     }
     if !Path::new("/dev/loop-control").exists() {
-        return Some("/dev/loop-control does not exist (no loop devices here)".into());
+        return env("/dev/loop-control does not exist (no loop devices here)");
     }
     None
 }
@@ -218,8 +223,8 @@ fn check_files(root: &Path, expect: &[(String, Vec<u8>)]) {
 
 #[test]
 fn ext4_on_a_volume_survives_remounts() {
-    if let Some(why) = missing_prerequisite() {
-        println!("SKIPPED ext4_on_a_volume_survives_remounts: {why}");
+    if let Some((kind, why)) = missing_prerequisite() {
+        common::record_skip(kind, "ext4_on_a_volume_survives_remounts", &why);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -232,7 +237,7 @@ fn ext4_on_a_volume_survives_remounts() {
         let file = match stack.fuse(&uri, &dir.path().join("nbdfuse.pid")) {
             Ok(f) => f,
             Err(why) => {
-                println!("SKIPPED ext4_on_a_volume_survives_remounts: {why}");
+                common::record_skip("environment", "ext4_on_a_volume_survives_remounts", &why);
                 return;
             }
         };
@@ -240,7 +245,7 @@ fn ext4_on_a_volume_survives_remounts() {
         let dev = match stack.attach(&file) {
             Ok(d) => d,
             Err(why) => {
-                println!("SKIPPED ext4_on_a_volume_survives_remounts: {why}");
+                common::record_skip("environment", "ext4_on_a_volume_survives_remounts", &why);
                 return;
             }
         };

@@ -137,7 +137,11 @@ fn owned_by(map: &ClusterMap, p: usize, n: usize) -> Vec<(Bytes, Bytes)> {
 #[test]
 fn router_on_a_cluster_replicates_and_fails_over() {
     if !drive_has_cluster_mode() {
-        println!("SKIPPED router_on_a_cluster_replicates_and_fails_over: this build of lightstore has no --cluster-config");
+        common::record_skip(
+            "tool",
+            "router_on_a_cluster_replicates_and_fails_over",
+            "this build of lightstore has no --cluster-config",
+        );
         return;
     }
     // Two primaries, one replica of the first.
@@ -232,7 +236,11 @@ fn router_on_a_cluster_replicates_and_fails_over() {
 #[test]
 fn moved_reloads_the_map_file_or_fails_clearly() {
     if !drive_has_cluster_mode() {
-        println!("SKIPPED moved_reloads_the_map_file_or_fails_clearly: this build of lightstore has no --cluster-config");
+        common::record_skip(
+            "tool",
+            "moved_reloads_the_map_file_or_fails_clearly",
+            "this build of lightstore has no --cluster-config",
+        );
         return;
     }
     let cluster = Cluster::start(2, 0);
@@ -282,7 +290,11 @@ fn moved_reloads_the_map_file_or_fails_clearly() {
 #[test]
 fn block_adapter_on_a_cluster_survives_a_primary_loss_for_reads() {
     if !drive_has_cluster_mode() {
-        println!("SKIPPED block_adapter_on_a_cluster_survives_a_primary_loss_for_reads: this build of lightstore has no --cluster-config");
+        common::record_skip(
+            "tool",
+            "block_adapter_on_a_cluster_survives_a_primary_loss_for_reads",
+            "this build of lightstore has no --cluster-config",
+        );
         return;
     }
     if !common::tools(

@@ -36,7 +36,50 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("qemu-io", "qemu-utils"),
     ("nbdfuse", "nbdfuse"),
     ("fusermount3", "fuse3"),
+    // The YCSB end-to-end test: the binding builds with Maven and runs on a JDK.
+    ("java", "default-jdk-headless"),
+    ("mvn", "maven"),
 ];
+
+/// Where the tests record what they skipped (see [`check_skips`]).
+const SKIP_LOG_ENV: &str = "LIGHTSTORE_SKIP_LOG";
+
+/// Records a skipped test in the skip log (`kind`: `tool` or `environment`), as the test
+/// crates' helpers do.
+#[cfg(test)]
+pub(crate) fn record_skip(kind: &str, what: &str, why: &str) {
+    eprintln!("SKIPPED ({kind}) {what}: {why}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
+        use std::io::Write as _;
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{kind}\txtask\t{what}\t{why}"));
+    }
+}
+
+/// Lists what the tests skipped (cargo hides a passing test's output, so a skip would
+/// otherwise look green) and fails when a test skipped for a missing tool: `cargo xtask
+/// test` installs every tool, so such a skip means a suite did not run. Skips for what the
+/// machine cannot offer (no FUSE, no loop devices) are listed and allowed.
+fn check_skips(log: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        eprintln!("xtask: no test skipped");
+        return Ok(());
+    }
+    eprintln!("xtask: {} test part(s) skipped:", lines.len());
+    for l in &lines {
+        eprintln!("  {}", l.replace('\t', " | "));
+    }
+    let tools = lines.iter().filter(|l| l.starts_with("tool\t")).count();
+    if tools > 0 {
+        bail!("{tools} test part(s) skipped for a missing tool: they did not run");
+    }
+    Ok(())
+}
 
 #[derive(Parser)]
 #[command(name = "xtask")]
@@ -134,10 +177,20 @@ fn nix_is_root() -> bool {
 }
 
 fn cargo(args: &[&str], extra: &[String]) -> anyhow::Result<()> {
+    cargo_env(args, extra, &[])
+}
+
+/// [`cargo`] with environment variables for it and the tests it runs.
+fn cargo_env(
+    args: &[&str],
+    extra: &[String],
+    env: &[(&str, &std::path::Path)],
+) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
         .args(args)
         .args(extra)
+        .envs(env.iter().copied())
         .status()
         .with_context(|| format!("running {cargo}"))?;
     if !status.success() {
@@ -202,7 +255,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.task {
         Task::Test { args } => {
             ensure_debian_tools();
-            cargo(&["test", "--workspace"], &args)?;
+            let log = std::env::current_dir()?
+                .join("target")
+                .join("test-skips.log");
+            let _ = std::fs::create_dir_all(log.parent().unwrap_or(std::path::Path::new(".")));
+            let _ = std::fs::remove_file(&log);
+            let tested = cargo_env(&["test", "--workspace"], &args, &[(SKIP_LOG_ENV, &log)]);
+            let skips = check_skips(&log);
+            tested?;
+            skips?;
             if args.is_empty() {
                 // The read-epoch protocol under shuttle's randomised scheduler (its atomics
                 // and locks are swapped for shuttle's by the feature, so it runs alone).

@@ -1137,7 +1137,7 @@ mod tests {
     #[test]
     fn ycsb_end_to_end() {
         if !have("java") || !have("mvn") {
-            eprintln!("skipping the YCSB end-to-end test: java or mvn is not installed");
+            crate::record_skip("tool", "ycsb_end_to_end", "java or mvn is not installed");
             return;
         }
         let root = repo_root();

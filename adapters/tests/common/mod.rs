@@ -190,11 +190,32 @@ pub fn tools(test: &str, needed: &[(&str, &str)]) -> bool {
     if missing.is_empty() {
         return true;
     }
-    println!(
-        "SKIPPED {test}: not installed: {}; `cargo xtask test` installs them",
-        missing.join(", ")
+    record_skip(
+        "tool",
+        test,
+        &format!(
+            "not installed: {}; `cargo xtask test` installs them",
+            missing.join(", ")
+        ),
     );
     false
+}
+
+/// Records a skipped test: printed, and appended to the file `LIGHTSTORE_SKIP_LOG` names
+/// (`cargo xtask test` sets it, lists every skip after the run, and fails the run on a
+/// `tool` skip). `kind`: `tool` (something installable is missing) or `environment` (the
+/// machine cannot offer it: no FUSE, no loop devices, not root).
+pub fn record_skip(kind: &str, test: &str, why: &str) {
+    eprintln!("SKIPPED ({kind}) {test}: {why}");
+    if let Some(path) = std::env::var_os("LIGHTSTORE_SKIP_LOG") {
+        use std::io::Write as _;
+        let line = format!("{kind}\tadapters\t{test}\t{why}\n");
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
 }
 
 /// Runs a command, panicking with its output unless it succeeds; returns stdout.

@@ -164,9 +164,26 @@ pub fn have_tool(bin: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIP: `{bin}` is not installed (cargo xtask test installs redis-tools)");
+        record_skip("tool", bin, "not installed (cargo xtask test installs it)");
     }
     ok
+}
+
+/// Records a skipped test part: printed, and appended to the file `LIGHTSTORE_SKIP_LOG`
+/// names (`cargo xtask test` sets it, lists every skip after the run, and fails the run on
+/// a `tool` skip: a tool it installs must not be missing). `kind`: `tool` (something
+/// installable is missing) or `environment` (the machine cannot offer it: no FUSE, no loop
+/// devices).
+pub fn record_skip(kind: &str, what: &str, why: &str) {
+    eprintln!("SKIPPED ({kind}) {what}: {why}");
+    if let Some(path) = std::env::var_os("LIGHTSTORE_SKIP_LOG") {
+        let line = format!("{kind}\tfirmware\t{what}\t{why}\n");
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
 }
 
 /// What `lightstore fsck` did: its exit code, stdout and stderr.
