@@ -231,6 +231,13 @@ fn targets(res: &Results) -> Vec<Target> {
         got,
         met: got.map(|g| g >= 1.0),
     });
+    let got = ratio(net(Workload::ZGet), redis(Workload::ZGet));
+    t.push(Target {
+        what: "LightStore-Net Z-GET (Zipfian 0.99) vs Redis (in-memory)".into(),
+        goal: ">= 1.0x".into(),
+        got,
+        met: got.map(|g| g >= 1.0),
+    });
     let got = ratio(net(Workload::RSet), redis(Workload::RSet));
     t.push(Target {
         what: "LightStore-Net R-SET vs Redis (in-memory)".into(),

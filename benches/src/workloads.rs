@@ -1,5 +1,6 @@
 //! The paper's Table 3 workloads — S-SET, S-GET, R-SET, R-GET, R-Mixed (9 reads : 1 write)
-//! — defined once for every system behind [`KvUnderTest`], with the closed-loop runner that
+//! — and Z-GET (random gets with YCSB's scrambled Zipfian key choice, theta 0.99: a hot set,
+//! as caches see), defined once for every system behind [`KvUnderTest`], with the closed-loop runner that
 //! measures them (client threads each issuing batches; throughput, latency percentiles and
 //! CDF, write amplification, CPU per operation, resident memory), and the device ceiling each
 //! workload is held to.
@@ -39,16 +40,75 @@ pub enum Workload {
     RGet,
     /// Nine random get batches for every random put batch.
     RMixed,
+    /// Random gets, keys drawn from a scrambled Zipfian distribution (theta
+    /// [`ZIPF_THETA`]): a few keys take most reads.
+    ZGet,
+}
+
+/// The Zipfian skew of Z-GET (YCSB's default).
+pub const ZIPF_THETA: f64 = 0.99;
+
+/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record synthetic
+/// databases"): rank `r` (0 = hottest) with probability proportional to `1 / (r + 1)^theta`,
+/// then scrambled by a hash over the key space so the hot keys are spread out (YCSB's
+/// `ScrambledZipfianGenerator`).
+#[derive(Debug, Clone, Copy)]
+pub struct Zipf {
+    n: u64,
+    theta: f64,
+    zetan: f64,
+    alpha: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    /// A generator over `0..n` (computes the zeta constant: O(n) once).
+    pub fn new(n: u64, theta: f64) -> Zipf {
+        let n = n.max(2);
+        let zeta = |m: u64| (1..=m).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let (zetan, zeta2) = (zeta(n), zeta(2));
+        Zipf {
+            n,
+            theta,
+            zetan,
+            alpha: 1.0 / (1.0 - theta),
+            eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
+        }
+    }
+
+    /// The next rank (0 = hottest).
+    pub fn rank(&self, rng: &mut SmallRng) -> u64 {
+        let u: f64 = rng.gen();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1;
+        }
+        ((self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n - 1)
+    }
+
+    /// The next key: a rank scrambled over `0..n` (FNV-1a of the rank).
+    pub fn key(&self, rng: &mut SmallRng) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.rank(rng).to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h % self.n
+    }
 }
 
 impl Workload {
     /// Every workload, in the order they run (S-SET first: it loads the keys).
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::SSet,
         Workload::SGet,
         Workload::RSet,
         Workload::RGet,
         Workload::RMixed,
+        Workload::ZGet,
     ];
 
     /// The paper's name.
@@ -59,6 +119,7 @@ impl Workload {
             Workload::RSet => "R-SET",
             Workload::RGet => "R-GET",
             Workload::RMixed => "R-Mixed",
+            Workload::ZGet => "Z-GET",
         }
     }
 
@@ -170,6 +231,11 @@ pub fn run(
     let random = |rng: &mut SmallRng, len: u64| -> Vec<Key> {
         (0..len).map(|_| key(rng.gen_range(0..n))).collect()
     };
+    let zipf = (w == Workload::ZGet).then(|| Zipf::new(n, ZIPF_THETA));
+    let skewed = |rng: &mut SmallRng, len: u64| -> Vec<Key> {
+        let z = zipf.as_ref();
+        (0..len).map(|_| key(z.map_or(0, |z| z.key(rng)))).collect()
+    };
     let in_order = |batch: u64, len: u64| -> Vec<Key> {
         (batch * len..(batch + 1) * len)
             .map(|i| key(i % n))
@@ -198,6 +264,7 @@ pub fn run(
                 // Nine read batches for every write batch of the same length.
                 Workload::RMixed if b % 10 == 9 => s.put(&random(rng, rb), value).map(|()| rb),
                 Workload::RMixed => s.get(&random(rng, rb)).map(|()| 0),
+                Workload::ZGet => s.get(&skewed(rng, rb)).map(|()| 0),
             }
         },
     )
@@ -343,13 +410,14 @@ pub struct Ceiling {
 impl Ceiling {
     /// Operations per second the device alone allows for workload `w` with values of
     /// `value_size` bytes: writes are bytes at the sequential write rate (the engine appends,
-    /// so R-SET has the same ceiling as S-SET), reads one page each, and the mix per ten
+    /// so R-SET has the same ceiling as S-SET), reads one page each (Z-GET too: the
+    /// device-bound figure, which a cache of the hot keys can pass), and the mix per ten
     /// operations nine page reads and one value written.
     pub fn ops(&self, w: Workload, value_size: usize) -> f64 {
         let pages_per_value = value_size as f64 / PAGE_SIZE as f64;
         match w {
             Workload::SSet | Workload::RSet => self.write_ops / pages_per_value,
-            Workload::SGet | Workload::RGet => self.read_ops,
+            Workload::SGet | Workload::RGet | Workload::ZGet => self.read_ops,
             Workload::RMixed => {
                 1.0 / (0.9 / self.read_ops + 0.1 * pages_per_value / self.write_ops)
             }
@@ -382,5 +450,26 @@ mod tests {
         let per_op = 0.9 / 100_000.0 + 0.1 / 50_000.0;
         assert!((c.ops(Workload::RMixed, 8192) - 1.0 / per_op).abs() < 1e-3);
         assert_eq!(Workload::from_name("R-Mixed"), Some(Workload::RMixed));
+    }
+
+    #[test]
+    fn zipf_draws_a_hot_set() {
+        let z = Zipf::new(100_000, ZIPF_THETA);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..200_000 {
+            let k = z.key(&mut rng);
+            assert!(k < 100_000);
+            *counts.entry(k).or_insert(0u32) += 1;
+        }
+        let mut c: Vec<u32> = counts.into_values().collect();
+        c.sort_unstable_by(|a, b| b.cmp(a));
+        let top: u32 = c.iter().take(1000).sum();
+        // Theta 0.99 over 100,000 keys: the hottest 1% of keys take about half the draws.
+        assert!(
+            top > 80_000 && top < 140_000,
+            "top 1,000 keys: {top} of 200,000"
+        );
+        assert!(c.len() > 10_000, "only {} distinct keys", c.len());
     }
 }
