@@ -49,6 +49,25 @@ const EXPIRY_SWEEP_KEYS: usize = 1024;
 /// How long the engine thread waits at shutdown for reads still on the device.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// One command queued inside MULTI.
+#[derive(Debug)]
+pub enum TxItem {
+    /// Runs at EXEC (on the writer thread, against the transaction's group).
+    Run(Command),
+    /// Answered as it was queued: a request that failed to parse (Redis reports those inside
+    /// EXEC's reply), or a connection command whose answer cannot change.
+    Answer(Reply),
+}
+
+/// A transaction handed to the writer thread by EXEC.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands, in order.
+    pub items: Vec<TxItem>,
+    /// The connection's WATCHed keys (released by the writer once checked).
+    pub watched: Vec<store::WatchedKey>,
+}
+
 /// A command for the engine or writer thread, from connection `conn`.
 pub struct Job {
     /// Connection id.
@@ -59,6 +78,8 @@ pub struct Job {
     pub cmd: Command,
     /// The request's number on its connection (replies are delivered in this order).
     pub seq: u64,
+    /// EXEC's transaction (`cmd` is then [`Command::Exec`]).
+    pub tx: Option<Box<Transaction>>,
 }
 
 /// A reply for connection `conn`.
@@ -433,6 +454,8 @@ pub fn try_read_now(
             | Command::Exists(_)
             | Command::HExists { .. }
             | Command::ZRangeByScore { .. }
+            | Command::Ttl { .. }
+            | Command::Type(_)
     ) {
         let reply = read_one(store, metrics, cmd, proto);
         count_reply_copy(metrics, &reply);
@@ -588,6 +611,11 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 ])
             }
             Command::DbSize => Reply::Integer(store.dbsize()?),
+            Command::Ttl { key, kind } => Reply::Integer(store.ttl(key, *kind)?),
+            Command::Type(key) => type_reply(store.kind(key)?),
+            Command::Keys(pattern) => {
+                Reply::Array(store.keys(pattern)?.into_iter().map(Reply::Bulk).collect())
+            }
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
             }
@@ -595,6 +623,149 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 "ERR internal: '{}' was routed to the engine thread",
                 other.name()
             )),
+        })
+    })();
+    r.unwrap_or_else(|e| err(&e))
+}
+
+/// TYPE's reply for a key of type `kind`.
+fn type_reply(kind: Option<u8>) -> Reply {
+    Reply::Simple(Bytes::from_static(
+        kind.map_or("none", ks::type_name).as_bytes(),
+    ))
+}
+
+/// A reading command inside EXEC: run on the writer thread against the transaction's group,
+/// so it sees the transaction's own earlier writes. Commands over the whole keyspace (SCAN,
+/// KEYS, DBSIZE, INFO) read the applied state, without the transaction's own writes.
+fn read_in_group(
+    g: &WriteGroup<'_>,
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        if let Some(plan) = key_read_plan(cmd) {
+            let kind = g.key_type(plan.key)?;
+            let mut found = KeyFound {
+                kind,
+                values: Vec::new(),
+                pairs: Vec::new(),
+            };
+            match plan.read {
+                Read::Record(tag) => found.values.push(match kind {
+                    Some(k) if k == tag => g.record(&ks::top(tag, plan.key))?,
+                    _ => None,
+                }),
+                Read::Subs(sub_tag) => {
+                    for n in &plan.names {
+                        found.values.push(match kind {
+                            Some(k) if k == plan.tag => g.record(&ks::sub(sub_tag, plan.key, n))?,
+                            _ => None,
+                        });
+                    }
+                }
+                Read::All(sub_tag) => {
+                    if kind == Some(plan.tag) {
+                        let prefix = ks::sub_prefix(sub_tag, plan.key);
+                        for (k, v) in g.records_under(&prefix)? {
+                            found
+                                .pairs
+                                .push((Bytes::copy_from_slice(&k[prefix.len()..]), v));
+                        }
+                    }
+                }
+            }
+            return Ok(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
+        }
+        let string = |k: &[u8]| -> store::Result<Option<Bytes>> {
+            Ok(match g.key_type(k)? {
+                Some(STRING) => g.record(&ks::top(STRING, k))?,
+                _ => None,
+            })
+        };
+        Ok(match cmd {
+            Command::MGet(keys) => {
+                let mut items = Vec::with_capacity(keys.len());
+                for k in keys {
+                    items.push(bulk_or_null(string(k)?));
+                }
+                Reply::Array(items)
+            }
+            Command::Strlen(k) => match g.key_type(k)? {
+                None => Reply::Integer(0),
+                Some(STRING) => Reply::Integer(string(k)?.map_or(0, |v| v.len() as i64)),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Exists(keys) => {
+                let mut n = 0;
+                for k in keys {
+                    n += i64::from(g.key_type(k)?.is_some());
+                }
+                Reply::Integer(n)
+            }
+            Command::HExists { key, field } => match g.key_type(key)? {
+                None => Reply::Integer(0),
+                Some(HASH) => Reply::Integer(i64::from(
+                    g.record(&ks::sub(HASH_FIELD, key, field))?.is_some(),
+                )),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Ttl { key, kind } => Reply::Integer(store::ttl_reply(
+                g.key_type(key)?,
+                g.deadline_of(key),
+                *kind,
+                now_ms(),
+            )),
+            Command::Type(key) => type_reply(g.key_type(key)?),
+            Command::ZRangeByScore {
+                key,
+                min,
+                max,
+                withscores,
+                limit,
+            } => {
+                match g.key_type(key)? {
+                    None => return Ok(Reply::Array(Vec::new())),
+                    Some(ZSET) => {}
+                    Some(_) => return Err(StoreError::WrongType),
+                }
+                let (offset, count) = match limit {
+                    Some((o, _)) if *o < 0 => return Ok(Reply::Array(Vec::new())),
+                    Some((o, c)) => (*o as usize, usize::try_from(*c).ok()),
+                    None => (0, None),
+                };
+                let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
+                let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
+                let mut items = Vec::new();
+                let mut taken = 0;
+                let in_range = g
+                    .engine_keys_under(&prefix)?
+                    .into_iter()
+                    .filter_map(|k| ks::parse_order(prefix.len(), &k))
+                    .filter(|(s, _)| {
+                        (*s > lo || (lo_in && *s == lo)) && (*s < hi || (hi_in && *s == hi))
+                    })
+                    .skip(offset);
+                for (s, m) in in_range {
+                    if count.is_some_and(|c| taken >= c) {
+                        break;
+                    }
+                    taken += 1;
+                    if *withscores && proto == Protocol::Resp3 {
+                        items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
+                    } else {
+                        items.push(Reply::Bulk(m));
+                        if *withscores {
+                            items.push(Reply::Double(s));
+                        }
+                    }
+                }
+                Reply::Array(items)
+            }
+            Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
+            other => read_one(store, metrics, other, proto),
         })
     })();
     r.unwrap_or_else(|e| err(&e))
@@ -686,6 +857,9 @@ impl InFlightGroups {
             return false;
         };
         let result = commit.finish(store);
+        // The group is applied (or failed): WATCHers of its keys must see a change before
+        // the writers are answered.
+        store.touch_watched(keys.keys().map(Vec::as_slice));
         sink.send_all(group_replies(metrics, result, replies));
         // Forget the group's keys (the map stays as small as what is in flight).
         for (k, plain) in keys {
@@ -738,10 +912,13 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         let mut group_keys: GroupKeys = HashMap::new();
         let mut next = Some(first);
         let mut taken = 0;
-        while let Some(job) = next.take() {
+        while let Some(mut job) = next.take() {
             taken += 1;
-            if matches!(job.cmd, Command::FlushAll) {
-                // FLUSHALL runs alone: everything before it is committed, then it deletes all.
+            if matches!(job.cmd, Command::FlushAll) || job.tx.is_some() {
+                // FLUSHALL and EXEC run after everything before them is applied: the
+                // groups in flight are finished and this group is committed first. So an
+                // EXEC's WATCH check sees every earlier write bumped, and its reads (on this
+                // thread, against its own group) see every earlier write.
                 in_flight.drain(store, metrics, sink);
                 let replies = commit(
                     store,
@@ -749,8 +926,22 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                     std::mem::replace(&mut group, WriteGroup::new(store)),
                     std::mem::take(&mut pending),
                 );
-                sink.send_all(replies);
+                store.touch_watched(group_keys.keys().map(Vec::as_slice));
                 group_keys.clear();
+                sink.send_all(replies);
+            }
+            if let Some(tx) = job.tx.take() {
+                // The transaction's writes join this (fresh) group: one atomic batch.
+                let reply = run_transaction(
+                    &mut group,
+                    &mut group_keys,
+                    store,
+                    metrics,
+                    &tx,
+                    job.proto,
+                );
+                pending.push((job.conn, job.seq, reply));
+            } else if matches!(job.cmd, Command::FlushAll) {
                 let reply = match store::flush_all(store) {
                     Ok(()) => Reply::ok(),
                     Err(e) => err(&e),
@@ -765,11 +956,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                     in_flight.drain(store, metrics, sink);
                 }
                 let reply = apply_write(&mut group, &job.cmd, job.proto);
-                let plain = is_plain_write(&job.cmd);
-                for k in job.cmd.keys() {
-                    let e = group_keys.entry(k.to_vec()).or_insert(true);
-                    *e = *e && plain;
-                }
+                note_keys(&mut group_keys, &job.cmd);
                 pending.push((job.conn, job.seq, reply));
             }
             if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
@@ -785,11 +972,14 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 Ok(None) => {
                     // The engine wants the device to itself (maintenance, a large group).
                     if !in_flight.finish_oldest(store, metrics, sink) {
-                        sink.send_all(commit(store, metrics, group, pending));
+                        let replies = commit(store, metrics, group, pending);
+                        store.touch_watched(group_keys.keys().map(Vec::as_slice));
+                        sink.send_all(replies);
                         break;
                     }
                 }
                 Err(e) => {
+                    store.touch_watched(group_keys.keys().map(Vec::as_slice));
                     sink.send_all(group_replies(metrics, Err(e), pending));
                     break;
                 }
@@ -800,6 +990,50 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         }
     }
     in_flight.drain(store, metrics, sink);
+}
+
+/// Records the user keys `cmd` writes in its group's key set (`true` while every write to
+/// the key was plain).
+fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
+    let plain = is_plain_write(cmd);
+    for k in cmd.keys() {
+        let e = group_keys.entry(k.to_vec()).or_insert(true);
+        *e = *e && plain;
+    }
+}
+
+/// EXEC: nil when a WATCHed key changed since it was watched; otherwise every queued command
+/// applied to `group` in order (writes join the group's atomic batch, reads see the
+/// transaction's earlier writes) and their replies as one array. Releases the watches.
+fn run_transaction(
+    group: &mut WriteGroup<'_>,
+    group_keys: &mut GroupKeys,
+    store: &Store,
+    metrics: &Metrics,
+    tx: &Transaction,
+    proto: Protocol,
+) -> Reply {
+    let broken = store.watch_broken(&tx.watched);
+    store.unwatch(&tx.watched);
+    if broken {
+        return Reply::NullArray;
+    }
+    let mut replies = Vec::with_capacity(tx.items.len());
+    for item in &tx.items {
+        replies.push(match item {
+            TxItem::Answer(r) => r.clone(),
+            TxItem::Run(Command::FlushAll) => {
+                Reply::error("ERR FLUSHALL and FLUSHDB are not allowed inside MULTI on this drive")
+            }
+            TxItem::Run(cmd) if cmd.is_write() => {
+                let r = apply_write(group, cmd, proto);
+                note_keys(group_keys, cmd);
+                r
+            }
+            TxItem::Run(cmd) => read_in_group(group, store, metrics, cmd, proto),
+        });
+    }
+    Reply::Array(replies)
 }
 
 /// Commits a group synchronously (nothing of the writer's may be in flight).
@@ -859,7 +1093,9 @@ fn sweep_expired(store: &Store) {
         return;
     }
     let mut g = WriteGroup::new(store);
-    match g.expire(&due).and_then(|n| g.commit().map(|_| n)) {
+    let r = g.expire(&due).and_then(|n| g.commit().map(|_| n));
+    store.touch_watched(due.iter().map(Vec::as_slice));
+    match r {
         Ok(n) => {
             store.counters.expired_keys.fetch_add(n, Ordering::Relaxed);
         }
@@ -940,6 +1176,38 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 }
             }
             Command::ZRem { key, members } => Reply::Integer(g.zrem(key, members)?),
+            Command::Expire {
+                key,
+                when,
+                absolute,
+                condition,
+                name,
+            } => Reply::Integer(i64::from(
+                g.expire_key(key, *when, *absolute, *condition, name)?,
+            )),
+            Command::Persist(key) => Reply::Integer(i64::from(g.persist(key)?)),
+            Command::GetEx {
+                key,
+                expire,
+                persist,
+            } => bulk_or_null(g.get_ex(key, expire.as_ref().map(deadline_of), *persist)?),
+            Command::SetNx { key, value } => {
+                let o = SetOptions {
+                    nx: true,
+                    ..SetOptions::default()
+                };
+                Reply::Integer(i64::from(g.set(key, value.clone(), o)?.applied))
+            }
+            Command::GetDel(key) => bulk_or_null(g.get_del(key)?),
+            Command::Append { key, value } => Reply::Integer(g.append(key, value)?),
+            Command::Rename { key, new_key, nx } => {
+                let done = g.rename(key, new_key, *nx)?;
+                if *nx {
+                    Reply::Integer(i64::from(done))
+                } else {
+                    Reply::ok()
+                }
+            }
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the writer thread",
                 other.name()
