@@ -636,8 +636,9 @@ fn type_reply(kind: Option<u8>) -> Reply {
 }
 
 /// A reading command inside EXEC: run on the writer thread against the transaction's group,
-/// so it sees the transaction's own earlier writes. Commands over the whole keyspace (SCAN,
-/// KEYS, DBSIZE, INFO) read the applied state, without the transaction's own writes.
+/// so it sees the transaction's own earlier writes (KEYS and DBSIZE too: the applied state
+/// corrected by the group's written keys). SCAN and INFO read the applied state, without the
+/// transaction's own writes.
 fn read_in_group(
     g: &WriteGroup<'_>,
     store: &Store,
@@ -765,6 +766,32 @@ fn read_in_group(
                 Reply::Array(items)
             }
             Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
+            // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote.
+            Command::Keys(pattern) => {
+                let mut keys: std::collections::BTreeSet<Bytes> =
+                    store.keys(pattern)?.into_iter().collect();
+                for k in g.written_top_keys() {
+                    if kvproto::glob::glob_match(pattern, &k) {
+                        let k = Bytes::from(k);
+                        if g.key_type(&k)?.is_some() {
+                            keys.insert(k);
+                        } else {
+                            keys.remove(&k);
+                        }
+                    }
+                }
+                Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+            }
+            Command::DbSize => {
+                let mut n = store.dbsize()?;
+                let mut seen = std::collections::HashSet::new();
+                for k in g.written_top_keys() {
+                    if seen.insert(k.clone()) {
+                        n += i64::from(g.key_type(&k)?.is_some()) - i64::from(store.kind(&k)?.is_some());
+                    }
+                }
+                Reply::Integer(n)
+            }
             other => read_one(store, metrics, other, proto),
         })
     })();
@@ -955,8 +982,11 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
                 }
+                let before = group.bytes();
                 let reply = apply_write(&mut group, &job.cmd, job.proto);
-                note_keys(&mut group_keys, &job.cmd);
+                if group.bytes() != before {
+                    note_keys(&mut group_keys, &job.cmd);
+                }
                 pending.push((job.conn, job.seq, reply));
             }
             if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
@@ -993,7 +1023,10 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
 }
 
 /// Records the user keys `cmd` writes in its group's key set (`true` while every write to
-/// the key was plain).
+/// the key was plain). Called only for a command that wrote something: one that changed
+/// nothing (DEL of a missing key, a WRONGTYPE error, EXPIRE NX refused) neither makes later
+/// commands wait for its group nor breaks a WATCH, as in Redis. A command over several keys
+/// that changed some of them counts for all of them (a WATCH may abort where Redis would not).
 fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
     let plain = is_plain_write(cmd);
     for k in cmd.keys() {
@@ -1026,8 +1059,11 @@ fn run_transaction(
                 Reply::error("ERR FLUSHALL and FLUSHDB are not allowed inside MULTI on this drive")
             }
             TxItem::Run(cmd) if cmd.is_write() => {
+                let before = group.bytes();
                 let r = apply_write(group, cmd, proto);
-                note_keys(group_keys, cmd);
+                if group.bytes() != before {
+                    note_keys(group_keys, cmd);
+                }
                 r
             }
             TxItem::Run(cmd) => read_in_group(group, store, metrics, cmd, proto),
@@ -1190,7 +1226,13 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 key,
                 expire,
                 persist,
-            } => bulk_or_null(g.get_ex(key, expire.as_ref().map(deadline_of), *persist)?),
+                expire_error,
+            } => bulk_or_null(g.get_ex(
+                key,
+                expire.as_ref().map(deadline_of),
+                *persist,
+                expire_error.as_ref(),
+            )?),
             Command::SetNx { key, value } => {
                 let o = SetOptions {
                     nx: true,

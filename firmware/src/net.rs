@@ -767,6 +767,16 @@ impl Net {
             r
         };
         if let Err(e) = kvproto::command::check_arity(args) {
+            if args.first().is_some_and(|n| n.eq_ignore_ascii_case(b"exec")) {
+                // A malformed EXEC discards the transaction at once, as Redis does.
+                c.multi = None;
+                c.multi_dirty = false;
+                self.store.unwatch(&std::mem::take(&mut c.watched));
+                let why = e.0.strip_prefix("ERR ").unwrap_or(&e.0);
+                return Reply::error(format!(
+                    "EXECABORT Transaction discarded because of: {why}"
+                ));
+            }
             return refuse(c, Reply::error(e.to_string()));
         }
         if !c.authed {

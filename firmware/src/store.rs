@@ -59,6 +59,9 @@ pub enum StoreError {
     /// EXPIRE and friends on a hash or sorted set: only strings carry deadlines so far.
     #[error("ERR this drive keeps expiry times for string keys only (hashes and sorted sets cannot expire yet)")]
     ExpiryUnsupported,
+    /// A command error Redis reports only after looking at the key (its full text).
+    #[error("{0}")]
+    Refused(String),
     /// The engine refused or failed.
     #[error("ERR {0}")]
     Engine(#[from] EngineError),
@@ -1416,6 +1419,16 @@ impl<'s> WriteGroup<'s> {
         self.keys_under(prefix)
     }
 
+    /// The user keys of the top-level records (strings, hashes, sorted sets) this group wrote
+    /// or deleted.
+    pub fn written_top_keys(&self) -> Vec<Vec<u8>> {
+        self.overlay
+            .keys()
+            .filter(|k| k.first().is_some_and(|t| ks::TOP_LEVEL.contains(t)))
+            .map(|k| k[1..].to_vec())
+            .collect()
+    }
+
     /// The deadline of string `key` as this group sees it.
     pub fn deadline_of(&self, key: &[u8]) -> Option<u64> {
         self.deadline(key)
@@ -1500,10 +1513,14 @@ impl<'s> WriteGroup<'s> {
         key: &[u8],
         deadline: Option<u64>,
         persist: bool,
+        expire_error: Option<&kvproto::CommandError>,
     ) -> Result<Option<Bytes>> {
         let Some(v) = self.string_value(key)? else {
             return Ok(None);
         };
+        if let Some(e) = expire_error {
+            return Err(StoreError::Refused(e.0.clone()));
+        }
         match deadline {
             Some(d) if d <= now_ms() => {
                 self.remove_any(key)?;

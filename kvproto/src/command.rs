@@ -259,6 +259,9 @@ pub enum Command {
         key: Bytes,
         expire: Option<Expire>,
         persist: bool,
+        /// An expiry amount that is not a valid time: Redis reports it only for a key that
+        /// exists and holds a string, so it is kept for the writer to answer.
+        expire_error: Option<CommandError>,
     },
     /// `SETNX key value` (replies 1 or 0).
     SetNx {
@@ -751,7 +754,7 @@ fn expire_amount(v: &[u8], seconds: bool, name: &str) -> Result<u64, CommandErro
 }
 
 fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
-    let (mut expire, mut persist) = (None, false);
+    let (mut expire, mut persist, mut expire_error) = (None, false, None);
     let mut i = 1;
     while i < a.len() {
         let opt = lower(&a[i]);
@@ -762,7 +765,13 @@ fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
                     return Err(err(SYNTAX));
                 };
                 let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
-                let n = expire_amount(v, seconds, "getex")?;
+                let n = match expire_amount(v, seconds, "getex") {
+                    Ok(n) => n,
+                    Err(e) => {
+                        expire_error = Some(e);
+                        1
+                    }
+                };
                 expire = Some(match opt.as_slice() {
                     b"ex" => Expire::Ex(n),
                     b"px" => Expire::Px(n),
@@ -779,6 +788,7 @@ fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
         key: a[0].clone(),
         expire,
         persist,
+        expire_error,
     })
 }
 
