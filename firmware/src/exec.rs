@@ -787,7 +787,8 @@ fn read_in_group(
                 let mut seen = std::collections::HashSet::new();
                 for k in g.written_top_keys() {
                     if seen.insert(k.clone()) {
-                        n += i64::from(g.key_type(&k)?.is_some()) - i64::from(store.kind(&k)?.is_some());
+                        n += i64::from(g.key_type(&k)?.is_some())
+                            - i64::from(store.kind(&k)?.is_some());
                     }
                 }
                 Reply::Integer(n)
@@ -959,14 +960,8 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
             }
             if let Some(tx) = job.tx.take() {
                 // The transaction's writes join this (fresh) group: one atomic batch.
-                let reply = run_transaction(
-                    &mut group,
-                    &mut group_keys,
-                    store,
-                    metrics,
-                    &tx,
-                    job.proto,
-                );
+                let reply =
+                    run_transaction(&mut group, &mut group_keys, store, metrics, &tx, job.proto);
                 pending.push((job.conn, job.seq, reply));
             } else if matches!(job.cmd, Command::FlushAll) {
                 let reply = match store::flush_all(store) {

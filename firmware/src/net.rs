@@ -27,8 +27,8 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::cluster::{self, Admin, ConnMode, Gate};
 use crate::exec::{Done, Job, Transaction, TxItem};
-use crate::store::WatchedKey;
 use crate::info::Metrics;
+use crate::store::WatchedKey;
 
 /// Token of the listening socket.
 const LISTENER: Token = Token(0);
@@ -767,15 +767,16 @@ impl Net {
             r
         };
         if let Err(e) = kvproto::command::check_arity(args) {
-            if args.first().is_some_and(|n| n.eq_ignore_ascii_case(b"exec")) {
+            if args
+                .first()
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"exec"))
+            {
                 // A malformed EXEC discards the transaction at once, as Redis does.
                 c.multi = None;
                 c.multi_dirty = false;
                 self.store.unwatch(&std::mem::take(&mut c.watched));
                 let why = e.0.strip_prefix("ERR ").unwrap_or(&e.0);
-                return Reply::error(format!(
-                    "EXECABORT Transaction discarded because of: {why}"
-                ));
+                return Reply::error(format!("EXECABORT Transaction discarded because of: {why}"));
             }
             return refuse(c, Reply::error(e.to_string()));
         }
@@ -1105,11 +1106,7 @@ const PROTOCOL_ERROR_MARK: &[u8] = b"\0protocol-error";
 fn is_transaction_control(parsed: &Result<Command, kvproto::CommandError>) -> bool {
     matches!(
         parsed,
-        Ok(Command::Multi
-            | Command::Exec
-            | Command::Discard
-            | Command::Watch(_)
-            | Command::Quit)
+        Ok(Command::Multi | Command::Exec | Command::Discard | Command::Watch(_) | Command::Quit)
     )
 }
 

@@ -909,7 +909,9 @@ pub fn ttl_reply(
         return -1;
     };
     let d = i64::try_from(d).unwrap_or(i64::MAX);
-    let left = d.saturating_sub(i64::try_from(now).unwrap_or(i64::MAX)).max(0);
+    let left = d
+        .saturating_sub(i64::try_from(now).unwrap_or(i64::MAX))
+        .max(0);
     match kind {
         TtlKind::Ttl => (left + MS / 2) / MS,
         TtlKind::Pttl => left,

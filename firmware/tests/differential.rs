@@ -179,7 +179,11 @@ fn reading_commands_answer_as_redis_server_does() {
 /// (PTTL, EXPIRETIME, PEXPIRETIME of a relative deadline) cut to whether there is one.
 fn strict(cmd: &[String], v: redis::RedisResult<Value>) -> String {
     match v {
-        Err(e) => format!("error {} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        Err(e) => format!(
+            "error {} {}",
+            e.code().unwrap_or("?"),
+            e.detail().unwrap_or("")
+        ),
         Ok(v) => strict_value(cmd, v),
     }
 }
@@ -200,7 +204,9 @@ fn strict_value(cmd: &[String], v: Value) -> String {
             items.sort_by_key(|i| format!("{i:?}"));
             format!("{items:?}")
         }
-        Value::Int(n) if n >= 0 && matches!(name.as_str(), "pttl" | "expiretime" | "pexpiretime") => {
+        Value::Int(n)
+            if n >= 0 && matches!(name.as_str(), "pttl" | "expiretime" | "pexpiretime") =>
+        {
             "a deadline".to_string()
         }
         // A TTL of a far absolute deadline depends on the millisecond it was asked in.
@@ -281,7 +287,9 @@ fn run_script(
             _ => {}
         }
         if want != got {
-            differ.push(format!("{line}:\n  redis-server: {want}\n  drive:        {got}"));
+            differ.push(format!(
+                "{line}:\n  redis-server: {want}\n  drive:        {got}"
+            ));
         }
         if name == "sleep" {
             std::thread::sleep(settle);
@@ -677,21 +685,51 @@ fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
     const COLLECTION: &[&str] = &["h1", "z1", "<binary>"];
     let any = |rng: &mut rand::rngs::SmallRng| {
         let i = rng.gen_range(0..STRING_ONLY.len() + COLLECTION.len());
-        STRING_ONLY.get(i).or_else(|| COLLECTION.get(i - STRING_ONLY.len())).copied().unwrap_or("k1").to_string()
+        STRING_ONLY
+            .get(i)
+            .or_else(|| COLLECTION.get(i - STRING_ONLY.len()))
+            .copied()
+            .unwrap_or("k1")
+            .to_string()
     };
     let k1 = any(rng);
     let k2 = any(rng);
     let s1 = STRING_ONLY[rng.gen_range(0..STRING_ONLY.len())].to_string();
     let c1 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
     let c2 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
-    let (rename_from, rename_to) = if rng.gen_bool(0.5) { (s1.clone(), k2.clone()) } else { (c1.clone(), c2.clone()) };
+    let (rename_from, rename_to) = if rng.gen_bool(0.5) {
+        (s1.clone(), k2.clone())
+    } else {
+        (c1.clone(), c2.clone())
+    };
     let v = format!("v{}", rng.gen_range(0..5));
     let n = rng.gen_range(-3..30).to_string();
     let far = format!("{}", 99_999_999_900_i64 + rng.gen_range(0..10_i64));
-    let pick = |rng: &mut rand::rngs::SmallRng, opts: &[&str]| opts[rng.gen_range(0..opts.len())].to_string();
+    let pick = |rng: &mut rand::rngs::SmallRng, opts: &[&str]| {
+        opts[rng.gen_range(0..opts.len())].to_string()
+    };
     let line = match rng.gen_range(0..44) {
         0 => format!("SET {k1} {v}"),
-        1 => format!("SET {k1} {v} {}", pick(rng, &["EX 100", "PX 200000", "EXAT 1", "KEEPTTL", "NX", "XX", "GET", "EX 0", "NX GET", "XX KEEPTTL", "EX 10 PX 10", "BOGUS"])),
+        1 => format!(
+            "SET {k1} {v} {}",
+            pick(
+                rng,
+                &[
+                    "EX 100",
+                    "PX 200000",
+                    "EXAT 1",
+                    "KEEPTTL",
+                    "NX",
+                    "XX",
+                    "GET",
+                    "EX 0",
+                    "NX GET",
+                    "XX KEEPTTL",
+                    "EX 10 PX 10",
+                    "BOGUS"
+                ]
+            )
+        ),
         2 | 3 => format!("GET {k1}"),
         4 => format!("SETNX {k1} {v}"),
         5 => format!("GETSET {k1} {v}"),
@@ -702,14 +740,54 @@ fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
         10 => format!("INCRBY {k1} {n}"),
         11 => format!("SETEX {k1} {} {v}", pick(rng, &["100", "0", "-1", "x"])),
         12 => format!("PSETEX {k1} {} {v}", pick(rng, &["100000", "0"])),
-        13 => format!("EXPIRE {s1} {}", pick(rng, &["100", "300", "-1", "0", "x", "100 NX", "100 XX", "100 GT LT", "100 BOGUS"])),
-        14 => format!("EXPIREAT {s1} {far} {}", pick(rng, &["", "NX", "XX", "GT", "LT"])).trim().to_string(),
-        15 => format!("PEXPIREAT {s1} {}", pick(rng, &["1", "99999999999000 GT", "99999999998000 LT"])),
+        13 => format!(
+            "EXPIRE {s1} {}",
+            pick(
+                rng,
+                &[
+                    "100",
+                    "300",
+                    "-1",
+                    "0",
+                    "x",
+                    "100 NX",
+                    "100 XX",
+                    "100 GT LT",
+                    "100 BOGUS"
+                ]
+            )
+        ),
+        14 => format!(
+            "EXPIREAT {s1} {far} {}",
+            pick(rng, &["", "NX", "XX", "GT", "LT"])
+        )
+        .trim()
+        .to_string(),
+        15 => format!(
+            "PEXPIREAT {s1} {}",
+            pick(rng, &["1", "99999999999000 GT", "99999999998000 LT"])
+        ),
         16 => format!("PEXPIRE {s1} {}", pick(rng, &["150000", "-5"])),
         17 | 18 => format!("TTL {k1}"),
         19 => format!("{} {k1}", pick(rng, &["PTTL", "EXPIRETIME", "PEXPIRETIME"])),
         20 => format!("PERSIST {k1}"),
-        21 => format!("GETEX {k1} {}", pick(rng, &["", "EX 100", "PERSIST", "PXAT 1", "EX 0", "PERSIST EX 1", "EXAT"])).trim().to_string(),
+        21 => format!(
+            "GETEX {k1} {}",
+            pick(
+                rng,
+                &[
+                    "",
+                    "EX 100",
+                    "PERSIST",
+                    "PXAT 1",
+                    "EX 0",
+                    "PERSIST EX 1",
+                    "EXAT"
+                ]
+            )
+        )
+        .trim()
+        .to_string(),
         22 => format!("TYPE {k1}"),
         23 => format!("EXISTS {k1} {k2} {k1}"),
         24 => format!("DEL {k1}"),
@@ -732,7 +810,20 @@ fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
         39 => format!("HLEN {k1}"),
         40 => format!("ZSCORE {k1} m{}", rng.gen_range(0..3)),
         41 => format!("GETRANGE {k1} 0 {n}"),
-        42 => format!("{}", pick(rng, &["GET", "SET k1", "EXPIRE k1", "NOSUCH k1", "TTL", "RENAME k1"])),
+        42 => format!(
+            "{}",
+            pick(
+                rng,
+                &[
+                    "GET",
+                    "SET k1",
+                    "EXPIRE k1",
+                    "NOSUCH k1",
+                    "TTL",
+                    "RENAME k1"
+                ]
+            )
+        ),
         _ => format!("HLEN {k1}"),
     };
     words(&line)
@@ -766,7 +857,10 @@ fn random_sequences_answer_as_redis_server_does() {
             in_multi = false;
             (0, words(if roll < 13 { "EXEC" } else { "DISCARD" }))
         } else if !in_multi && roll < 7 {
-            (0, words(&format!("WATCH {}", ["k1", "k2", "n"][rng.gen_range(0..3)])))
+            (
+                0,
+                words(&format!("WATCH {}", ["k1", "k2", "n"][rng.gen_range(0..3)])),
+            )
         } else if roll < 25 {
             (1, random_command(&mut rng))
         } else {
@@ -790,4 +884,77 @@ fn random_sequences_answer_as_redis_server_does() {
         sent += 1;
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// A transaction is one atomic batch: a concurrent MGET never sees half of one, and after a
+/// kill -9 every acknowledged transaction is there whole. WATCH-based optimistic increments
+/// from two clients lose no update.
+#[test]
+fn transactions_are_atomic_durable_and_watch_loses_no_update() {
+    const MOVES: i64 = 200;
+    const INCREMENTS: i64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let drive = Drive::start(&data, &[]);
+    let mut c = drive.conn();
+    let _: () = redis::cmd("MSET")
+        .arg("x")
+        .arg(1000)
+        .arg("y")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let client = drive.client();
+    let mover = std::thread::spawn(move || {
+        let mut c = client.get_connection().unwrap();
+        for _ in 0..MOVES {
+            let _: (i64, i64) = redis::pipe()
+                .atomic()
+                .cmd("DECRBY")
+                .arg("x")
+                .arg(1)
+                .cmd("INCRBY")
+                .arg("y")
+                .arg(1)
+                .query(&mut c)
+                .unwrap();
+        }
+    });
+    let mut incrementers = Vec::new();
+    for _ in 0..2 {
+        let client = drive.client();
+        incrementers.push(std::thread::spawn(move || {
+            let mut c = client.get_connection().unwrap();
+            let mut done = 0;
+            while done < INCREMENTS {
+                let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
+                let v: Option<i64> = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+                let r: Option<(String,)> = redis::pipe()
+                    .atomic()
+                    .cmd("SET")
+                    .arg("counter")
+                    .arg(v.unwrap_or(0) + 1)
+                    .query(&mut c)
+                    .unwrap();
+                if r.is_some() {
+                    done += 1;
+                }
+            }
+        }));
+    }
+    while !mover.is_finished() {
+        let (x, y): (i64, i64) = redis::cmd("MGET").arg("x").arg("y").query(&mut c).unwrap();
+        assert_eq!(x + y, 1000, "a transaction seen half-applied: x={x} y={y}");
+    }
+    mover.join().unwrap();
+    for t in incrementers {
+        t.join().unwrap();
+    }
+    let counter: i64 = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+    assert_eq!(counter, 2 * INCREMENTS);
+    drive.kill9();
+    let drive = Drive::start(&data, &[]);
+    let mut c = drive.conn();
+    let (x, y): (i64, i64) = redis::cmd("MGET").arg("x").arg("y").query(&mut c).unwrap();
+    assert_eq!((x, y), (1000 - MOVES, MOVES));
 }

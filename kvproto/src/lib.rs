@@ -22,7 +22,8 @@ pub mod request;
 
 pub use client::{Client, ClientError};
 pub use command::{
-    Command, CommandError, CommandSpec, Expire, ExpireCondition, ScoreBound, SetCondition, TtlKind, ZAddOptions,
+    Command, CommandError, CommandSpec, Expire, ExpireCondition, ScoreBound, SetCondition, TtlKind,
+    ZAddOptions,
 };
 pub use limits::Limits;
 pub use reply::{Protocol, Reply, VECTORED_MIN_PAYLOAD};
