@@ -11,8 +11,9 @@
 //!   Commands answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, SCAN,
 //!   DBSIZE, INFO) run here. Replies may thus leave out of order; each carries its
 //!   request's sequence number and the network thread restores each connection's order.
-//! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
-//!   [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
+//! - **writer** (`ls-writer`): every command that writes, and EXEC (`run_transaction`: the
+//!   queued commands applied in order to one group, reads against its overlay). A drained
+//!   batch is applied to one [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
 //!   up to four groups are on the device while the next is gathered, and each group's
 //!   replies go out once it is durable and applied, in order. A command touching a key of
 //!   a group still in flight waits for it (unless both are plain SETs), because groups are
@@ -437,7 +438,7 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
 
 /// Answers a reading command at once when DRAM holds all it needs (its keys' records in the
 /// keytables and memtables, its value pages in the value cache), and the short commands
-/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE): the network thread
+/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE): the network thread
 /// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
 /// another thread, as in redis-server. MGET likewise when every value is cached. `None`: the
 /// command goes to the engine thread (a page must come from the device, or it is another
