@@ -741,7 +741,6 @@ fn read_in_group(
                 let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
                 let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
                 let mut items = Vec::new();
-                let mut taken = 0;
                 let in_range = g
                     .engine_keys_under(&prefix)?
                     .into_iter()
@@ -749,12 +748,9 @@ fn read_in_group(
                     .filter(|(s, _)| {
                         (*s > lo || (lo_in && *s == lo)) && (*s < hi || (hi_in && *s == hi))
                     })
-                    .skip(offset);
+                    .skip(offset)
+                    .take(count.unwrap_or(usize::MAX));
                 for (s, m) in in_range {
-                    if count.is_some_and(|c| taken >= c) {
-                        break;
-                    }
-                    taken += 1;
                     if *withscores && proto == Protocol::Resp3 {
                         items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
                     } else {
