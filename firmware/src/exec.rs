@@ -974,11 +974,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
                 }
-                let before = group.bytes();
-                let reply = apply_write(&mut group, &job.cmd, job.proto);
-                if group.bytes() != before {
-                    note_keys(&mut group_keys, &job.cmd);
-                }
+                let reply = apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto);
                 pending.push((job.conn, job.seq, reply));
             }
             if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
@@ -1017,14 +1013,44 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
 /// Records the user keys `cmd` writes in its group's key set (`true` while every write to
 /// the key was plain). Called only for a command that wrote something: one that changed
 /// nothing (DEL of a missing key, a WRONGTYPE error, EXPIRE NX refused) neither makes later
-/// commands wait for its group nor breaks a WATCH, as in Redis. A command over several keys
-/// that changed some of them counts for all of them (a WATCH may abort where Redis would not).
+/// commands wait for its group nor breaks a WATCH, as in Redis. Other than DEL (see
+/// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
 fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
     let plain = is_plain_write(cmd);
     for k in cmd.keys() {
         let e = group_keys.entry(k.to_vec()).or_insert(true);
         *e = *e && plain;
     }
+}
+
+/// Applies a write and records the keys it changed in its group's key set (see
+/// [`note_keys`]). DEL and UNLINK are applied key by key, so only the keys they removed count.
+fn apply_noting_keys(
+    group: &mut WriteGroup<'_>,
+    group_keys: &mut GroupKeys,
+    cmd: &Command,
+    proto: Protocol,
+) -> Reply {
+    if let Command::Del(keys) = cmd {
+        let mut removed = 0;
+        for k in keys {
+            let before = group.bytes();
+            match group.delete(std::slice::from_ref(k)) {
+                Ok(n) => removed += n,
+                Err(e) => return err(&e),
+            }
+            if group.bytes() != before {
+                group_keys.insert(k.to_vec(), false);
+            }
+        }
+        return Reply::Integer(removed);
+    }
+    let before = group.bytes();
+    let reply = apply_write(group, cmd, proto);
+    if group.bytes() != before {
+        note_keys(group_keys, cmd);
+    }
+    reply
 }
 
 /// EXEC: nil when a WATCHed key changed since it was watched; otherwise every queued command
@@ -1050,14 +1076,7 @@ fn run_transaction(
             TxItem::Run(Command::FlushAll) => {
                 Reply::error("ERR FLUSHALL and FLUSHDB are not allowed inside MULTI on this drive")
             }
-            TxItem::Run(cmd) if cmd.is_write() => {
-                let before = group.bytes();
-                let r = apply_write(group, cmd, proto);
-                if group.bytes() != before {
-                    note_keys(group_keys, cmd);
-                }
-                r
-            }
+            TxItem::Run(cmd) if cmd.is_write() => apply_noting_keys(group, group_keys, cmd, proto),
             TxItem::Run(cmd) => read_in_group(group, store, metrics, cmd, proto),
         });
     }
