@@ -1928,6 +1928,43 @@ mod tests {
     }
 
     #[test]
+    fn watch_versions_track_only_watched_keys_and_break_on_applied_writes() {
+        let s = store();
+        let w = vec![s.watch(b"a"), s.watch(b"b")];
+        let again = s.watch(b"a");
+        assert!(!s.watch_broken(&w));
+        s.touch_watched([&b"c"[..]]);
+        assert!(
+            !s.watch_broken(&w),
+            "an unwatched key's write breaks nothing"
+        );
+        s.touch_watched([&b"b"[..]]);
+        assert!(s.watch_broken(&w));
+        assert!(!s.watch_broken(std::slice::from_ref(&again)));
+        s.unwatch(&w);
+        assert_eq!(s.watches.keys.lock().len(), 1, "a still watched by `again`");
+        s.unwatch(std::slice::from_ref(&again));
+        assert!(
+            s.watches.keys.lock().is_empty(),
+            "the table holds only watched keys"
+        );
+        let f = vec![s.watch(b"x")];
+        flush_all(&s).unwrap();
+        assert!(s.watch_broken(&f), "FLUSHALL breaks every watch");
+        s.unwatch(&f);
+        // A watched string whose deadline passes breaks the watch before any sweep.
+        let mut g = WriteGroup::new(&s);
+        g.set(b"e", b("v"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        let e = vec![s.watch(b"e")];
+        let mut g = WriteGroup::new(&s);
+        g.expire_key(b"e", 1, false, None, "pexpire").unwrap();
+        g.commit().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(s.watch_broken(&e));
+    }
+
+    #[test]
     fn integers_parse_strictly() {
         assert_eq!(parse_i64(b"-12"), Some(-12));
         assert_eq!(parse_i64(b"0"), Some(0));

@@ -2065,6 +2065,73 @@ mod tests {
     }
 
     #[test]
+    fn expiry_and_transaction_commands_parse_as_redis_does() {
+        assert_eq!(
+            err_text(&["expire", "k", "10", "nx", "xx"]),
+            "ERR NX and XX, GT or LT options at the same time are not compatible"
+        );
+        assert_eq!(
+            err_text(&["expire", "k", "10", "gt", "lt"]),
+            "ERR GT and LT options at the same time are not compatible"
+        );
+        // Options are checked before the time, as Redis does.
+        assert_eq!(
+            err_text(&["expire", "k", "x", "bogus"]),
+            "ERR Unsupported option bogus"
+        );
+        assert_eq!(err_text(&["expire", "k", "x"]), NOT_INTEGER);
+        assert_eq!(
+            err_text(&["expire", "k", "9223372036854775807"]),
+            "ERR invalid expire time in 'expire' command"
+        );
+        assert_eq!(
+            cmd(&["PEXPIREAT", "k", "5", "GT"]).ok(),
+            Some(Command::Expire {
+                key: Bytes::from("k"),
+                when: 5,
+                absolute: true,
+                condition: Some(ExpireCondition::Gt),
+                name: "pexpireat",
+            })
+        );
+        assert_eq!(
+            err_text(&["setex", "k", "0", "v"]),
+            "ERR invalid expire time in 'setex' command"
+        );
+        assert_eq!(
+            err_text(&["psetex", "k", "-1", "v"]),
+            "ERR invalid expire time in 'psetex' command"
+        );
+        assert_eq!(err_text(&["getex", "k", "ex", "1", "persist"]), SYNTAX);
+        // GETEX's bad time is kept: Redis reports it only for an existing string key.
+        assert!(matches!(
+            cmd(&["getex", "k", "ex", "0"]),
+            Ok(Command::GetEx {
+                expire_error: Some(_),
+                ..
+            })
+        ));
+        assert_eq!(
+            check_arity(&[Bytes::from("exec"), Bytes::from("x")]).map_err(|e| e.0),
+            Err("ERR wrong number of arguments for 'exec' command".to_owned())
+        );
+        // A syntax error passes the arity check: inside MULTI it is queued.
+        assert!(check_arity(&[
+            Bytes::from("set"),
+            Bytes::from("k"),
+            Bytes::from("v"),
+            Bytes::from("bogus")
+        ])
+        .is_ok());
+        assert_eq!(
+            cmd(&["rename", "a", "b"]).ok().map(|c| c.keys().len()),
+            Some(2)
+        );
+        assert!(cmd(&["multi"]).is_ok_and(|c| !c.is_write()));
+        assert!(cmd(&["getdel", "k"]).is_ok_and(|c| c.is_write()));
+    }
+
+    #[test]
     fn parses_options() {
         assert_eq!(
             cmd(&["SET", "k", "v", "PX", "100", "NX", "GET"]).ok(),
