@@ -406,13 +406,9 @@ fn parse_set(a: &[Bytes]) -> Result<Command, CommandError> {
                 let Some(v) = next else {
                     return Err(err(SYNTAX));
                 };
-                let n = int(v)?;
-                let bad = || err("ERR invalid expire time in 'set' command");
-                let n = u64::try_from(n).ok().filter(|&n| n > 0).ok_or_else(bad)?;
                 let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
-                if seconds && n > u64::MAX / 1000 {
-                    return Err(bad());
-                }
+                let relative = matches!(opt.as_slice(), b"ex" | b"px");
+                let n = expire_amount(v, seconds, relative, "set")?;
                 expire = Some(match opt.as_slice() {
                     b"ex" => Expire::Ex(n),
                     b"px" => Expire::Px(n),
@@ -745,11 +741,20 @@ pub const MS_PER_SECOND: i64 = 1000;
 
 /// An expiry amount of SET, SETEX, PSETEX and GETEX: positive, and in seconds small enough
 /// to be counted in milliseconds.
-fn expire_amount(v: &[u8], seconds: bool, name: &str) -> Result<u64, CommandError> {
+/// A relative amount (EX, PX) must also leave room for the current time to be added, as
+/// Redis checks (the deadline is a signed 64-bit count of milliseconds).
+fn expire_amount(v: &[u8], seconds: bool, relative: bool, name: &str) -> Result<u64, CommandError> {
     let n = int(v)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     u64::try_from(n)
         .ok()
         .filter(|&n| n > 0 && (!seconds || n <= i64::MAX as u64 / 1000))
+        .filter(|&n| {
+            let ms = if seconds { n * 1000 } else { n };
+            !relative || ms <= (i64::MAX as u64).saturating_sub(now)
+        })
         .ok_or_else(|| invalid_expire(name))
 }
 
@@ -765,7 +770,8 @@ fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
                     return Err(err(SYNTAX));
                 };
                 let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
-                let n = match expire_amount(v, seconds, "getex") {
+                let relative = matches!(opt.as_slice(), b"ex" | b"px");
+                let n = match expire_amount(v, seconds, relative, "getex") {
                     Ok(n) => n,
                     Err(e) => {
                         expire_error = Some(e);
@@ -941,7 +947,7 @@ impl Command {
             "getex" => parse_getex(a)?,
             "setex" | "psetex" => {
                 let seconds = spec.name == "setex";
-                let n = expire_amount(&a[1], seconds, spec.name)?;
+                let n = expire_amount(&a[1], seconds, true, spec.name)?;
                 Self::Set {
                     key: key(),
                     value: a[2].clone(),
