@@ -11,8 +11,9 @@
 //!   Commands answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, SCAN,
 //!   DBSIZE, INFO) run here. Replies may thus leave out of order; each carries its
 //!   request's sequence number and the network thread restores each connection's order.
-//! - **writer** (`ls-writer`): every command that writes. A drained batch is applied to one
-//!   [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
+//! - **writer** (`ls-writer`): every command that writes, and EXEC (`run_transaction`: the
+//!   queued commands applied in order to one group, reads against its overlay). A drained
+//!   batch is applied to one [`WriteGroup`] and started as one atomic engine batch (group commit) without waiting:
 //!   up to four groups are on the device while the next is gathered, and each group's
 //!   replies go out once it is durable and applied, in order. A command touching a key of
 //!   a group still in flight waits for it (unless both are plain SETs), because groups are
@@ -49,6 +50,25 @@ const EXPIRY_SWEEP_KEYS: usize = 1024;
 /// How long the engine thread waits at shutdown for reads still on the device.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// One command queued inside MULTI.
+#[derive(Debug)]
+pub enum TxItem {
+    /// Runs at EXEC (on the writer thread, against the transaction's group).
+    Run(Command),
+    /// Answered as it was queued: a request that failed to parse (Redis reports those inside
+    /// EXEC's reply), or a connection command whose answer cannot change.
+    Answer(Reply),
+}
+
+/// A transaction handed to the writer thread by EXEC.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands, in order.
+    pub items: Vec<TxItem>,
+    /// The connection's WATCHed keys (released by the writer once checked).
+    pub watched: Vec<store::WatchedKey>,
+}
+
 /// A command for the engine or writer thread, from connection `conn`.
 pub struct Job {
     /// Connection id.
@@ -59,6 +79,8 @@ pub struct Job {
     pub cmd: Command,
     /// The request's number on its connection (replies are delivered in this order).
     pub seq: u64,
+    /// EXEC's transaction (`cmd` is then [`Command::Exec`]).
+    pub tx: Option<Box<Transaction>>,
 }
 
 /// A reply for connection `conn`.
@@ -416,7 +438,7 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
 
 /// Answers a reading command at once when DRAM holds all it needs (its keys' records in the
 /// keytables and memtables, its value pages in the value cache), and the short commands
-/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE): the network thread
+/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE): the network thread
 /// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
 /// another thread, as in redis-server. MGET likewise when every value is cached. `None`: the
 /// command goes to the engine thread (a page must come from the device, or it is another
@@ -433,6 +455,8 @@ pub fn try_read_now(
             | Command::Exists(_)
             | Command::HExists { .. }
             | Command::ZRangeByScore { .. }
+            | Command::Ttl { .. }
+            | Command::Type(_)
     ) {
         let reply = read_one(store, metrics, cmd, proto);
         count_reply_copy(metrics, &reply);
@@ -588,6 +612,11 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 ])
             }
             Command::DbSize => Reply::Integer(store.dbsize()?),
+            Command::Ttl { key, kind } => Reply::Integer(store.ttl(key, *kind)?),
+            Command::Type(key) => type_reply(store.kind(key)?),
+            Command::Keys(pattern) => {
+                Reply::Array(store.keys(pattern)?.into_iter().map(Reply::Bulk).collect())
+            }
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
             }
@@ -595,6 +624,173 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 "ERR internal: '{}' was routed to the engine thread",
                 other.name()
             )),
+        })
+    })();
+    r.unwrap_or_else(|e| err(&e))
+}
+
+/// TYPE's reply for a key of type `kind`.
+fn type_reply(kind: Option<u8>) -> Reply {
+    Reply::Simple(Bytes::from_static(
+        kind.map_or("none", ks::type_name).as_bytes(),
+    ))
+}
+
+/// A reading command inside EXEC: run on the writer thread against the transaction's group,
+/// so it sees the transaction's own earlier writes (KEYS and DBSIZE too: the applied state
+/// corrected by the group's written keys). SCAN and INFO read the applied state, without the
+/// transaction's own writes.
+fn read_in_group(
+    g: &WriteGroup<'_>,
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        if let Some(plan) = key_read_plan(cmd) {
+            let kind = g.key_type(plan.key)?;
+            let mut found = KeyFound {
+                kind,
+                values: Vec::new(),
+                pairs: Vec::new(),
+            };
+            match plan.read {
+                Read::Record(tag) => found.values.push(match kind {
+                    Some(k) if k == tag => g.record(&ks::top(tag, plan.key))?,
+                    _ => None,
+                }),
+                Read::Subs(sub_tag) => {
+                    for n in &plan.names {
+                        found.values.push(match kind {
+                            Some(k) if k == plan.tag => g.record(&ks::sub(sub_tag, plan.key, n))?,
+                            _ => None,
+                        });
+                    }
+                }
+                Read::All(sub_tag) => {
+                    if kind == Some(plan.tag) {
+                        let prefix = ks::sub_prefix(sub_tag, plan.key);
+                        for (k, v) in g.records_under(&prefix)? {
+                            found
+                                .pairs
+                                .push((Bytes::copy_from_slice(&k[prefix.len()..]), v));
+                        }
+                    }
+                }
+            }
+            return Ok(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
+        }
+        let string = |k: &[u8]| -> store::Result<Option<Bytes>> {
+            Ok(match g.key_type(k)? {
+                Some(STRING) => g.record(&ks::top(STRING, k))?,
+                _ => None,
+            })
+        };
+        Ok(match cmd {
+            Command::MGet(keys) => {
+                let mut items = Vec::with_capacity(keys.len());
+                for k in keys {
+                    items.push(bulk_or_null(string(k)?));
+                }
+                Reply::Array(items)
+            }
+            Command::Strlen(k) => match g.key_type(k)? {
+                None => Reply::Integer(0),
+                Some(STRING) => Reply::Integer(string(k)?.map_or(0, |v| v.len() as i64)),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Exists(keys) => {
+                let mut n = 0;
+                for k in keys {
+                    n += i64::from(g.key_type(k)?.is_some());
+                }
+                Reply::Integer(n)
+            }
+            Command::HExists { key, field } => match g.key_type(key)? {
+                None => Reply::Integer(0),
+                Some(HASH) => Reply::Integer(i64::from(
+                    g.record(&ks::sub(HASH_FIELD, key, field))?.is_some(),
+                )),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Ttl { key, kind } => Reply::Integer(store::ttl_reply(
+                g.key_type(key)?,
+                g.deadline_of(key),
+                *kind,
+                now_ms(),
+            )),
+            Command::Type(key) => type_reply(g.key_type(key)?),
+            Command::ZRangeByScore {
+                key,
+                min,
+                max,
+                withscores,
+                limit,
+            } => {
+                match g.key_type(key)? {
+                    None => return Ok(Reply::Array(Vec::new())),
+                    Some(ZSET) => {}
+                    Some(_) => return Err(StoreError::WrongType),
+                }
+                let (offset, count) = match limit {
+                    Some((o, _)) if *o < 0 => return Ok(Reply::Array(Vec::new())),
+                    Some((o, c)) => (*o as usize, usize::try_from(*c).ok()),
+                    None => (0, None),
+                };
+                let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
+                let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
+                let mut items = Vec::new();
+                let in_range = g
+                    .engine_keys_under(&prefix)?
+                    .into_iter()
+                    .filter_map(|k| ks::parse_order(prefix.len(), &k))
+                    .filter(|(s, _)| {
+                        (*s > lo || (lo_in && *s == lo)) && (*s < hi || (hi_in && *s == hi))
+                    })
+                    .skip(offset)
+                    .take(count.unwrap_or(usize::MAX));
+                for (s, m) in in_range {
+                    if *withscores && proto == Protocol::Resp3 {
+                        items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
+                    } else {
+                        items.push(Reply::Bulk(m));
+                        if *withscores {
+                            items.push(Reply::Double(s));
+                        }
+                    }
+                }
+                Reply::Array(items)
+            }
+            Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
+            // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote.
+            Command::Keys(pattern) => {
+                let mut keys: std::collections::BTreeSet<Bytes> =
+                    store.keys(pattern)?.into_iter().collect();
+                for k in g.written_top_keys() {
+                    if kvproto::glob::glob_match(pattern, &k) {
+                        let k = Bytes::from(k);
+                        if g.key_type(&k)?.is_some() {
+                            keys.insert(k);
+                        } else {
+                            keys.remove(&k);
+                        }
+                    }
+                }
+                Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+            }
+            Command::DbSize => {
+                let mut n = store.dbsize()?;
+                let mut seen = std::collections::HashSet::new();
+                for k in g.written_top_keys() {
+                    if seen.insert(k.clone()) {
+                        n += i64::from(g.key_type(&k)?.is_some())
+                            - i64::from(store.kind(&k)?.is_some());
+                    }
+                }
+                Reply::Integer(n)
+            }
+            other => read_one(store, metrics, other, proto),
         })
     })();
     r.unwrap_or_else(|e| err(&e))
@@ -686,6 +882,9 @@ impl InFlightGroups {
             return false;
         };
         let result = commit.finish(store);
+        // The group is applied (or failed): WATCHers of its keys must see a change before
+        // the writers are answered.
+        store.touch_watched(keys.keys().map(Vec::as_slice));
         sink.send_all(group_replies(metrics, result, replies));
         // Forget the group's keys (the map stays as small as what is in flight).
         for (k, plain) in keys {
@@ -738,10 +937,13 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         let mut group_keys: GroupKeys = HashMap::new();
         let mut next = Some(first);
         let mut taken = 0;
-        while let Some(job) = next.take() {
+        while let Some(mut job) = next.take() {
             taken += 1;
-            if matches!(job.cmd, Command::FlushAll) {
-                // FLUSHALL runs alone: everything before it is committed, then it deletes all.
+            if matches!(job.cmd, Command::FlushAll) || job.tx.is_some() {
+                // FLUSHALL and EXEC run after everything before them is applied: the
+                // groups in flight are finished and this group is committed first. So an
+                // EXEC's WATCH check sees every earlier write bumped, and its reads (on this
+                // thread, against its own group) see every earlier write.
                 in_flight.drain(store, metrics, sink);
                 let replies = commit(
                     store,
@@ -749,8 +951,16 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                     std::mem::replace(&mut group, WriteGroup::new(store)),
                     std::mem::take(&mut pending),
                 );
-                sink.send_all(replies);
+                store.touch_watched(group_keys.keys().map(Vec::as_slice));
                 group_keys.clear();
+                sink.send_all(replies);
+            }
+            if let Some(tx) = job.tx.take() {
+                // The transaction's writes join this (fresh) group: one atomic batch.
+                let reply =
+                    run_transaction(&mut group, &mut group_keys, store, metrics, &tx, job.proto);
+                pending.push((job.conn, job.seq, reply));
+            } else if matches!(job.cmd, Command::FlushAll) {
                 let reply = match store::flush_all(store) {
                     Ok(()) => Reply::ok(),
                     Err(e) => err(&e),
@@ -764,12 +974,7 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
                 }
-                let reply = apply_write(&mut group, &job.cmd, job.proto);
-                let plain = is_plain_write(&job.cmd);
-                for k in job.cmd.keys() {
-                    let e = group_keys.entry(k.to_vec()).or_insert(true);
-                    *e = *e && plain;
-                }
+                let reply = apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto);
                 pending.push((job.conn, job.seq, reply));
             }
             if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
@@ -785,11 +990,14 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 Ok(None) => {
                     // The engine wants the device to itself (maintenance, a large group).
                     if !in_flight.finish_oldest(store, metrics, sink) {
-                        sink.send_all(commit(store, metrics, group, pending));
+                        let replies = commit(store, metrics, group, pending);
+                        store.touch_watched(group_keys.keys().map(Vec::as_slice));
+                        sink.send_all(replies);
                         break;
                     }
                 }
                 Err(e) => {
+                    store.touch_watched(group_keys.keys().map(Vec::as_slice));
                     sink.send_all(group_replies(metrics, Err(e), pending));
                     break;
                 }
@@ -800,6 +1008,79 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         }
     }
     in_flight.drain(store, metrics, sink);
+}
+
+/// Records the user keys `cmd` writes in its group's key set (`true` while every write to
+/// the key was plain). Called only for a command that wrote something: one that changed
+/// nothing (DEL of a missing key, a WRONGTYPE error, EXPIRE NX refused) neither makes later
+/// commands wait for its group nor breaks a WATCH, as in Redis. Other than DEL (see
+/// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
+fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
+    let plain = is_plain_write(cmd);
+    for k in cmd.keys() {
+        let e = group_keys.entry(k.to_vec()).or_insert(true);
+        *e = *e && plain;
+    }
+}
+
+/// Applies a write and records the keys it changed in its group's key set (see
+/// [`note_keys`]). DEL and UNLINK are applied key by key, so only the keys they removed count.
+fn apply_noting_keys(
+    group: &mut WriteGroup<'_>,
+    group_keys: &mut GroupKeys,
+    cmd: &Command,
+    proto: Protocol,
+) -> Reply {
+    if let Command::Del(keys) = cmd {
+        let mut removed = 0;
+        for k in keys {
+            let before = group.bytes();
+            match group.delete(std::slice::from_ref(k)) {
+                Ok(n) => removed += n,
+                Err(e) => return err(&e),
+            }
+            if group.bytes() != before {
+                group_keys.insert(k.to_vec(), false);
+            }
+        }
+        return Reply::Integer(removed);
+    }
+    let before = group.bytes();
+    let reply = apply_write(group, cmd, proto);
+    if group.bytes() != before {
+        note_keys(group_keys, cmd);
+    }
+    reply
+}
+
+/// EXEC: nil when a WATCHed key changed since it was watched; otherwise every queued command
+/// applied to `group` in order (writes join the group's atomic batch, reads see the
+/// transaction's earlier writes) and their replies as one array. Releases the watches.
+fn run_transaction(
+    group: &mut WriteGroup<'_>,
+    group_keys: &mut GroupKeys,
+    store: &Store,
+    metrics: &Metrics,
+    tx: &Transaction,
+    proto: Protocol,
+) -> Reply {
+    let broken = store.watch_broken(&tx.watched);
+    store.unwatch(&tx.watched);
+    if broken {
+        return Reply::NullArray;
+    }
+    let mut replies = Vec::with_capacity(tx.items.len());
+    for item in &tx.items {
+        replies.push(match item {
+            TxItem::Answer(r) => r.clone(),
+            TxItem::Run(Command::FlushAll) => {
+                Reply::error("ERR FLUSHALL and FLUSHDB are not allowed inside MULTI on this drive")
+            }
+            TxItem::Run(cmd) if cmd.is_write() => apply_noting_keys(group, group_keys, cmd, proto),
+            TxItem::Run(cmd) => read_in_group(group, store, metrics, cmd, proto),
+        });
+    }
+    Reply::Array(replies)
 }
 
 /// Commits a group synchronously (nothing of the writer's may be in flight).
@@ -859,7 +1140,9 @@ fn sweep_expired(store: &Store) {
         return;
     }
     let mut g = WriteGroup::new(store);
-    match g.expire(&due).and_then(|n| g.commit().map(|_| n)) {
+    let r = g.expire(&due).and_then(|n| g.commit().map(|_| n));
+    store.touch_watched(due.iter().map(Vec::as_slice));
+    match r {
         Ok(n) => {
             store.counters.expired_keys.fetch_add(n, Ordering::Relaxed);
         }
@@ -940,6 +1223,44 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 }
             }
             Command::ZRem { key, members } => Reply::Integer(g.zrem(key, members)?),
+            Command::Expire {
+                key,
+                when,
+                absolute,
+                condition,
+                name,
+            } => Reply::Integer(i64::from(
+                g.expire_key(key, *when, *absolute, *condition, name)?,
+            )),
+            Command::Persist(key) => Reply::Integer(i64::from(g.persist(key)?)),
+            Command::GetEx {
+                key,
+                expire,
+                persist,
+                expire_error,
+            } => bulk_or_null(g.get_ex(
+                key,
+                expire.as_ref().map(deadline_of),
+                *persist,
+                expire_error.as_ref(),
+            )?),
+            Command::SetNx { key, value } => {
+                let o = SetOptions {
+                    nx: true,
+                    ..SetOptions::default()
+                };
+                Reply::Integer(i64::from(g.set(key, value.clone(), o)?.applied))
+            }
+            Command::GetDel(key) => bulk_or_null(g.get_del(key)?),
+            Command::Append { key, value } => Reply::Integer(g.append(key, value)?),
+            Command::Rename { key, new_key, nx } => {
+                let done = g.rename(key, new_key, *nx)?;
+                if *nx {
+                    Reply::Integer(i64::from(done))
+                } else {
+                    Reply::ok()
+                }
+            }
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the writer thread",
                 other.name()

@@ -26,8 +26,9 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 use crate::cluster::{self, Admin, ConnMode, Gate};
-use crate::exec::{Done, Job};
+use crate::exec::{Done, Job, Transaction, TxItem};
 use crate::info::Metrics;
+use crate::store::WatchedKey;
 
 /// Token of the listening socket.
 const LISTENER: Token = Token(0);
@@ -201,6 +202,12 @@ struct Conn {
     cluster_mode: ConnMode,
     /// Reading stopped because too many requests wait (resumed as they are answered).
     paused: bool,
+    /// Inside MULTI: the queued commands.
+    multi: Option<Vec<TxItem>>,
+    /// A command queued inside MULTI was refused (unknown, wrong arity): EXEC aborts.
+    multi_dirty: bool,
+    /// The keys this connection WATCHes.
+    watched: Vec<WatchedKey>,
 }
 
 /// The network thread's state.
@@ -363,6 +370,9 @@ impl Net {
                     eof: false,
                     cluster_mode: ConnMode::default(),
                     paused: false,
+                    multi: None,
+                    multi_dirty: false,
+                    watched: Vec::new(),
                 },
             );
         }
@@ -370,6 +380,7 @@ impl Net {
 
     fn close(&mut self, id: u64) {
         if let Some(mut c) = self.conns.remove(&id) {
+            self.store.unwatch(&c.watched);
             let _ = self.poll.registry().deregister(&mut c.stream);
             self.metrics
                 .connected_clients
@@ -504,11 +515,27 @@ impl Net {
                 return;
             }
             let parsed = Command::parse(args);
+            if c.multi.is_some() && !is_transaction_control(&parsed) {
+                // Inside MULTI nothing is in flight (MULTI waited for it): queue and answer.
+                let args = c.backlog.pop_front().unwrap_or_default();
+                self.metrics
+                    .commands_processed
+                    .fetch_add(1, Ordering::Relaxed);
+                let reply = self.queue_in_multi(id, &args, parsed);
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.out.push(&reply, c.proto);
+                }
+                continue;
+            }
             // Cluster mode: MOVED / CROSSSLOT are answered here, before anything runs.
             let mut redirect = None;
             let route = match &parsed {
                 Ok(cmd) if c.authed || allowed_before_auth(cmd) => {
-                    let route = route_of(cmd);
+                    let route = match cmd {
+                        // EXEC of a transaction that may run goes to the writer thread.
+                        Command::Exec if c.multi.is_some() && !c.multi_dirty => Route::Writer,
+                        _ => route_of(cmd),
+                    };
                     redirect = self
                         .cluster
                         .as_ref()
@@ -598,11 +625,20 @@ impl Net {
             if self.cfg.copy_values {
                 copy_values(&mut cmd, &self.metrics);
             }
+            let tx = if matches!(cmd, Command::Exec) {
+                Some(Box::new(Transaction {
+                    items: c.multi.take().unwrap_or_default(),
+                    watched: std::mem::take(&mut c.watched),
+                }))
+            } else {
+                None
+            };
             let job = Job {
                 conn: id,
                 proto: c.proto,
                 cmd,
                 seq: c.next_seq,
+                tx,
             };
             c.next_seq += 1;
             let sent = match route {
@@ -711,6 +747,74 @@ impl Net {
         if dead || done {
             self.close(id);
         }
+    }
+
+    /// Queues a request inside MULTI and returns the reply to send now: `+QUEUED`, or the
+    /// error of a request Redis refuses before queueing (unknown command, wrong arity, no
+    /// authentication, another node's slot), which also makes EXEC abort. A request that
+    /// fails to parse otherwise is queued and answers its error inside EXEC's reply.
+    fn queue_in_multi(
+        &mut self,
+        id: u64,
+        args: &[Bytes],
+        parsed: Result<Command, kvproto::CommandError>,
+    ) -> Reply {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Reply::ok();
+        };
+        let refuse = |c: &mut Conn, r: Reply| {
+            c.multi_dirty = true;
+            r
+        };
+        if let Err(e) = kvproto::command::check_arity(args) {
+            if args
+                .first()
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"exec"))
+            {
+                // A malformed EXEC discards the transaction at once, as Redis does.
+                c.multi = None;
+                c.multi_dirty = false;
+                self.store.unwatch(&std::mem::take(&mut c.watched));
+                let why = e.0.strip_prefix("ERR ").unwrap_or(&e.0);
+                return Reply::error(format!("EXECABORT Transaction discarded because of: {why}"));
+            }
+            return refuse(c, Reply::error(e.to_string()));
+        }
+        if !c.authed {
+            return refuse(c, Reply::error("NOAUTH Authentication required."));
+        }
+        let item = match parsed {
+            Err(e) => TxItem::Answer(Reply::error(e.to_string())),
+            Ok(cmd) => match route_of(&cmd) {
+                Route::Here => TxItem::Answer(match cmd {
+                    Command::Ping(None) => Reply::Simple(Bytes::from_static(b"PONG")),
+                    Command::Ping(Some(m)) | Command::Echo(m) => Reply::Bulk(m),
+                    // EXEC forgets the watches anyway.
+                    Command::Unwatch => Reply::ok(),
+                    other => Reply::error(format!(
+                        "ERR '{}' is not allowed inside MULTI on this drive",
+                        other.name()
+                    )),
+                }),
+                route => {
+                    let redirect = self
+                        .cluster
+                        .as_ref()
+                        .and_then(|g| g.check(&cmd, route == Route::Writer, c.cluster_mode));
+                    if let Some(r) = redirect {
+                        return refuse(c, r);
+                    }
+                    match key_too_long(&cmd) {
+                        Some(r) => TxItem::Answer(r),
+                        None => TxItem::Run(cmd),
+                    }
+                }
+            },
+        };
+        if let Some(q) = c.multi.as_mut() {
+            q.push(item);
+        }
+        Reply::Simple(Bytes::from_static(b"QUEUED"))
     }
 
     /// Connection-level commands, answered on this thread.
@@ -937,6 +1041,46 @@ impl Net {
             Command::Readonly | Command::Readwrite if self.cluster.is_none() => {
                 reply(Reply::error(cluster::DISABLED_ERROR))
             }
+            Command::Multi if c.multi.is_some() => {
+                reply(Reply::error("ERR MULTI calls can not be nested"))
+            }
+            Command::Multi => {
+                c.multi = Some(Vec::new());
+                c.multi_dirty = false;
+                reply(Reply::ok())
+            }
+            Command::Exec if c.multi.is_none() => reply(Reply::error("ERR EXEC without MULTI")),
+            Command::Exec => {
+                // Only a transaction with a refused command is answered here.
+                c.multi = None;
+                c.multi_dirty = false;
+                self.store.unwatch(&std::mem::take(&mut c.watched));
+                reply(Reply::error(
+                    "EXECABORT Transaction discarded because of previous errors.",
+                ))
+            }
+            Command::Discard if c.multi.is_none() => {
+                reply(Reply::error("ERR DISCARD without MULTI"))
+            }
+            Command::Discard => {
+                c.multi = None;
+                c.multi_dirty = false;
+                self.store.unwatch(&std::mem::take(&mut c.watched));
+                reply(Reply::ok())
+            }
+            Command::Watch(_) if c.multi.is_some() => {
+                reply(Reply::error("ERR WATCH inside MULTI is not allowed"))
+            }
+            Command::Watch(keys) => {
+                for k in &keys {
+                    c.watched.push(self.store.watch(k));
+                }
+                reply(Reply::ok())
+            }
+            Command::Unwatch => {
+                self.store.unwatch(&std::mem::take(&mut c.watched));
+                reply(Reply::ok())
+            }
             Command::Readonly => {
                 c.cluster_mode.readonly = true;
                 reply(Reply::ok())
@@ -957,6 +1101,14 @@ impl Net {
 /// cannot come out of the parser, which only yields what the client sent after framing, and
 /// is checked before parsing).
 const PROTOCOL_ERROR_MARK: &[u8] = b"\0protocol-error";
+
+/// The commands that run at once inside MULTI instead of being queued.
+fn is_transaction_control(parsed: &Result<Command, kvproto::CommandError>) -> bool {
+    matches!(
+        parsed,
+        Ok(Command::Multi | Command::Exec | Command::Discard | Command::Watch(_) | Command::Quit)
+    )
+}
 
 /// Commands a client may send before it has authenticated.
 fn allowed_before_auth(cmd: &Command) -> bool {
@@ -1095,6 +1247,9 @@ fn route_of(cmd: &Command) -> Route {
         | Command::Scan { .. }
         | Command::Range { .. }
         | Command::DbSize
+        | Command::Ttl { .. }
+        | Command::Type(_)
+        | Command::Keys(_)
         | Command::Info(_) => Route::Engine,
         Command::Set { .. }
         | Command::MSet(_)
@@ -1104,7 +1259,14 @@ fn route_of(cmd: &Command) -> Route {
         | Command::HSet { .. }
         | Command::HDel { .. }
         | Command::ZAdd { .. }
-        | Command::ZRem { .. } => Route::Writer,
+        | Command::ZRem { .. }
+        | Command::Expire { .. }
+        | Command::Persist(_)
+        | Command::GetEx { .. }
+        | Command::SetNx { .. }
+        | Command::GetDel(_)
+        | Command::Append { .. }
+        | Command::Rename { .. } => Route::Writer,
         _ => Route::Here,
     }
 }

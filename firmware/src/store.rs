@@ -50,6 +50,18 @@ pub enum StoreError {
     /// SCAN with a cursor this drive did not hand out (or forgot).
     #[error("ERR invalid cursor")]
     InvalidCursor,
+    /// RENAME of a key that does not exist.
+    #[error("ERR no such key")]
+    NoSuchKey,
+    /// An expiry time that overflows (the command's name is in the text).
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpire(&'static str),
+    /// EXPIRE and friends on a hash or sorted set: only strings carry deadlines so far.
+    #[error("ERR this drive keeps expiry times for string keys only (hashes and sorted sets cannot expire yet)")]
+    ExpiryUnsupported,
+    /// A command error Redis reports only after looking at the key (its full text).
+    #[error("{0}")]
+    Refused(String),
     /// The engine refused or failed.
     #[error("ERR {0}")]
     Engine(#[from] EngineError),
@@ -103,9 +115,41 @@ struct Cursors {
     by_id: BTreeMap<u64, ScanPosition>,
 }
 
+/// What a connection noted when it WATCHed a key (see [`Watches`]).
+#[derive(Debug, Clone)]
+pub struct WatchedKey {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// The key's version in the watch table when it was watched.
+    version: u64,
+    /// Whether the key was already expired then (a deadline passing afterwards aborts EXEC,
+    /// as in Redis, even before the expiry sweep removes the key).
+    expired_then: bool,
+}
+
+/// WATCH's change detection: a version per *watched* key, bumped by the writer thread after
+/// every engine batch that wrote the key is applied (visible to reads).
+///
+/// Why this is enough: a connection snapshots the version under the table's lock when it
+/// WATCHes; EXEC (on the writer thread, after every earlier group is applied and bumped)
+/// compares. A write the connection could not see when it watched (its group not yet
+/// applied) is bumped after the snapshot, so EXEC aborts; a write applied before the
+/// snapshot is visible to the connection's reads after WATCH, so it need not abort. A bump
+/// may also follow a write the watcher did see (bumps come after visibility): that aborts
+/// an EXEC Redis would run, never the reverse. Only watched keys have entries (the entry
+/// lives while some connection watches it), so the table is bounded by the WATCHes of the
+/// connected clients, not by the keyspace.
+#[derive(Default)]
+pub struct Watches {
+    /// key -> (connections watching it, version).
+    keys: Mutex<HashMap<Vec<u8>, (u32, u64)>>,
+}
+
 /// The data model over one engine.
 pub struct Store {
     db: Engine,
+    /// WATCH's per-key versions.
+    pub watches: Watches,
     /// Deadline (unix ms) of every string key that has one.
     expiries: RwLock<HashMap<Vec<u8>, u64>>,
     cursors: Mutex<Cursors>,
@@ -332,6 +376,7 @@ impl Store {
         }
         Ok(Store {
             db,
+            watches: Watches::default(),
             expiries: RwLock::new(expiries),
             cursors: Mutex::new(Cursors {
                 next: 1,
@@ -354,6 +399,117 @@ impl Store {
     /// Whether string `key` has passed its deadline.
     fn expired(&self, key: &[u8], now: u64) -> bool {
         self.expiries.read().get(key).is_some_and(|&d| d <= now)
+    }
+
+    /// WATCH: registers the connection's interest in `key` and snapshots its version.
+    pub fn watch(&self, key: &[u8]) -> WatchedKey {
+        let expired_then = self.expired(key, now_ms());
+        let mut w = self.watches.keys.lock();
+        let e = w.entry(key.to_vec()).or_insert((0, 0));
+        e.0 += 1;
+        WatchedKey {
+            key: key.to_vec(),
+            version: e.1,
+            expired_then,
+        }
+    }
+
+    /// Forgets WATCHes (UNWATCH, EXEC, DISCARD, a closed connection).
+    pub fn unwatch(&self, keys: &[WatchedKey]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut w = self.watches.keys.lock();
+        for k in keys {
+            if let Some(e) = w.get_mut(&k.key) {
+                e.0 = e.0.saturating_sub(1);
+                if e.0 == 0 {
+                    w.remove(&k.key);
+                }
+            }
+        }
+    }
+
+    /// Whether any watched key was written (or passed its deadline) since it was watched.
+    pub fn watch_broken(&self, keys: &[WatchedKey]) -> bool {
+        let now = now_ms();
+        let w = self.watches.keys.lock();
+        keys.iter().any(|k| {
+            let current = w.get(&k.key).map(|e| e.1);
+            current != Some(k.version) || (!k.expired_then && self.expired(&k.key, now))
+        })
+    }
+
+    /// Bumps the versions of the watched keys among `keys` (called once the batch that
+    /// wrote them is applied).
+    pub fn touch_watched<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut w = self.watches.keys.lock();
+        if w.is_empty() {
+            return;
+        }
+        for k in keys {
+            if let Some(e) = w.get_mut(k) {
+                e.1 += 1;
+            }
+        }
+    }
+
+    /// Bumps every watched key (FLUSHALL).
+    pub fn touch_all_watched(&self) {
+        for e in self.watches.keys.lock().values_mut() {
+            e.1 += 1;
+        }
+    }
+
+    /// The deadline (unix ms) of string `key`, if it has one.
+    pub fn deadline(&self, key: &[u8]) -> Option<u64> {
+        self.expiries.read().get(key).copied()
+    }
+
+    /// TTL, PTTL, EXPIRETIME and PEXPIRETIME, from DRAM only.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn ttl(&self, key: &[u8], kind: kvproto::TtlKind) -> Result<i64> {
+        let found = self.kind(key)?;
+        Ok(ttl_reply(found, self.deadline(key), kind, now_ms()))
+    }
+
+    /// KEYS: every live key matching `pattern`, walked in key order in chunks (the keyspace
+    /// is never held whole; only the matches are). A pattern with a literal prefix walks
+    /// only the keys with that prefix.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn keys(&self, pattern: &[u8]) -> Result<Vec<Bytes>> {
+        let literal = literal_prefix(pattern);
+        let now = now_ms();
+        let mut out = Vec::new();
+        for tag in ks::TOP_LEVEL {
+            let prefix = ks::top(tag, &literal);
+            let end = ks::prefix_end(&prefix);
+            let mut from = prefix.clone();
+            loop {
+                let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
+                for k in &keys {
+                    let user = k.get(1..).unwrap_or_default();
+                    if tag == STRING && self.expired(user, now) {
+                        continue;
+                    }
+                    if kvproto::glob::glob_match(pattern, user) {
+                        out.push(Bytes::copy_from_slice(user));
+                    }
+                }
+                match keys.last() {
+                    Some(l) if keys.len() == DELETE_CHUNK => {
+                        from = l.clone();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Keys with a deadline.
@@ -771,6 +927,44 @@ impl Store {
 enum DeadlineChange {
     Set(u64),
     Clear,
+}
+
+/// The reply of TTL, PTTL, EXPIRETIME or PEXPIRETIME for a key of type `found` with
+/// `deadline`: -2 no key, -1 no deadline; TTL rounds to the nearest second as Redis does.
+pub fn ttl_reply(
+    found: Option<u8>,
+    deadline: Option<u64>,
+    kind: kvproto::TtlKind,
+    now: u64,
+) -> i64 {
+    use kvproto::TtlKind;
+    const MS: i64 = kvproto::command::MS_PER_SECOND;
+    let Some(found) = found else {
+        return -2;
+    };
+    let Some(d) = deadline.filter(|_| found == STRING) else {
+        return -1;
+    };
+    let d = i64::try_from(d).unwrap_or(i64::MAX);
+    let left = d
+        .saturating_sub(i64::try_from(now).unwrap_or(i64::MAX))
+        .max(0);
+    match kind {
+        TtlKind::Ttl => (left + MS / 2) / MS,
+        TtlKind::Pttl => left,
+        TtlKind::ExpireTime => d / MS,
+        TtlKind::PExpireTime => d,
+    }
+}
+
+/// The bytes of a glob pattern before its first special character (every key it matches
+/// starts with them).
+fn literal_prefix(pattern: &[u8]) -> Vec<u8> {
+    pattern
+        .iter()
+        .take_while(|b| !matches!(b, b'*' | b'?' | b'[' | b'\\'))
+        .copied()
+        .collect()
 }
 
 /// A group whose engine batch is on the device ([`WriteGroup::try_submit`]).
@@ -1226,6 +1420,238 @@ impl<'s> WriteGroup<'s> {
         Ok(removed)
     }
 
+    /// The type of `key` as this group sees it (for reads inside a transaction).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn key_type(&self, key: &[u8]) -> Result<Option<u8>> {
+        self.kind(key)
+    }
+
+    /// The record `engine_key` as this group sees it.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn record(&self, engine_key: &[u8]) -> Result<Option<Bytes>> {
+        self.read(engine_key)
+    }
+
+    /// Every record under `prefix`, with its engine key, as this group sees them.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn records_under(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        let mut out = Vec::new();
+        for k in self.keys_under(prefix)? {
+            if let Some(v) = self.read(&k)? {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The engine keys under `prefix` as this group sees them.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn engine_keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.keys_under(prefix)
+    }
+
+    /// The user keys of the top-level records (strings, hashes, sorted sets) this group wrote
+    /// or deleted.
+    pub fn written_top_keys(&self) -> Vec<Vec<u8>> {
+        self.overlay
+            .keys()
+            .filter(|k| k.first().is_some_and(|t| ks::TOP_LEVEL.contains(t)))
+            .map(|k| k[1..].to_vec())
+            .collect()
+    }
+
+    /// The deadline of string `key` as this group sees it.
+    pub fn deadline_of(&self, key: &[u8]) -> Option<u64> {
+        self.deadline(key)
+    }
+
+    /// EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT: `when` in ms (from now unless `absolute`).
+    /// Whether the deadline was set (or the key deleted, for a deadline already past).
+    ///
+    /// # Errors
+    /// `InvalidExpire` (overflow), `ExpiryUnsupported` (a hash or sorted set), engine errors.
+    pub fn expire_key(
+        &mut self,
+        key: &[u8],
+        when: i64,
+        absolute: bool,
+        condition: Option<kvproto::ExpireCondition>,
+        name: &'static str,
+    ) -> Result<bool> {
+        use kvproto::ExpireCondition as C;
+        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let when = if absolute {
+            when
+        } else {
+            when.checked_add(now)
+                .ok_or(StoreError::InvalidExpire(name))?
+        };
+        match self.kind(key)? {
+            None => return Ok(false),
+            Some(STRING) => {}
+            Some(_) => return Err(StoreError::ExpiryUnsupported),
+        }
+        let current = self
+            .deadline(key)
+            .map(|d| i64::try_from(d).unwrap_or(i64::MAX));
+        let allowed = match condition {
+            None => true,
+            Some(C::Nx) => current.is_none(),
+            Some(C::Xx) => current.is_some(),
+            Some(C::Gt) => current.is_some_and(|c| when > c),
+            Some(C::Lt) => current.is_none_or(|c| when < c),
+        };
+        if !allowed {
+            return Ok(false);
+        }
+        if when <= now {
+            self.remove_any(key)?;
+        } else {
+            let d = u64::try_from(when).map_err(|_| StoreError::InvalidExpire(name))?;
+            self.set_deadline(key, DeadlineChange::Set(d));
+        }
+        Ok(true)
+    }
+
+    /// PERSIST: whether a deadline was removed.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn persist(&mut self, key: &[u8]) -> Result<bool> {
+        if self.kind(key)? != Some(STRING) || self.deadline(key).is_none() {
+            return Ok(false);
+        }
+        self.set_deadline(key, DeadlineChange::Clear);
+        Ok(true)
+    }
+
+    /// The live string value of `key` (`None`: no key), WRONGTYPE for another type.
+    fn string_value(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        match self.kind(key)? {
+            None => Ok(None),
+            Some(STRING) => Ok(Some(self.read(&ks::top(STRING, key))?.unwrap_or_default())),
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// GETEX: the value; its deadline set to `deadline` (a deadline already past deletes the
+    /// key) or removed (`persist`).
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn get_ex(
+        &mut self,
+        key: &[u8],
+        deadline: Option<u64>,
+        persist: bool,
+        expire_error: Option<&kvproto::CommandError>,
+    ) -> Result<Option<Bytes>> {
+        let Some(v) = self.string_value(key)? else {
+            return Ok(None);
+        };
+        if let Some(e) = expire_error {
+            return Err(StoreError::Refused(e.0.clone()));
+        }
+        match deadline {
+            Some(d) if d <= now_ms() => {
+                self.remove_any(key)?;
+            }
+            Some(d) => self.set_deadline(key, DeadlineChange::Set(d)),
+            None if persist => self.set_deadline(key, DeadlineChange::Clear),
+            None => {}
+        }
+        Ok(Some(v))
+    }
+
+    /// GETDEL: the value, and the key deleted.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn get_del(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
+        let v = self.string_value(key)?;
+        if v.is_some() {
+            self.remove_any(key)?;
+        }
+        Ok(v)
+    }
+
+    /// APPEND: the new length (a new key is created; the deadline is kept).
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn append(&mut self, key: &[u8], value: &Bytes) -> Result<i64> {
+        match self.string_value(key)? {
+            None => {
+                self.set(key, value.clone(), SetOptions::default())?;
+                Ok(value.len() as i64)
+            }
+            Some(old) => {
+                let mut joined = Vec::with_capacity(old.len() + value.len());
+                joined.extend_from_slice(&old);
+                joined.extend_from_slice(value);
+                let n = joined.len() as i64;
+                self.put(ks::top(STRING, key), Bytes::from(joined));
+                Ok(n)
+            }
+        }
+    }
+
+    /// RENAME / RENAMENX: moves every record of `key` (and its deadline) to `new_key`.
+    /// Returns false when `nx` and `new_key` exists (or both names are the same key).
+    ///
+    /// # Errors
+    /// `NoSuchKey`, engine errors.
+    pub fn rename(&mut self, key: &[u8], new_key: &[u8], nx: bool) -> Result<bool> {
+        let Some(kind) = self.kind(key)? else {
+            return Err(StoreError::NoSuchKey);
+        };
+        if key == new_key {
+            return Ok(!nx);
+        }
+        if self.kind(new_key)?.is_some() {
+            if nx {
+                return Ok(false);
+            }
+            self.remove_any(new_key)?;
+        } else {
+            // Leftovers of an expired string under the new name go first.
+            self.remove_any(new_key)?;
+        }
+        let subs: &[u8] = match kind {
+            STRING => &[],
+            HASH => &[HASH_FIELD],
+            _ => &[ZSET_MEMBER, ZSET_ORDER],
+        };
+        for &tag in subs {
+            let from = ks::sub_prefix(tag, key);
+            let to = ks::sub_prefix(tag, new_key);
+            for (k, v) in self.records_under(&from)? {
+                let mut nk = to.clone();
+                nk.extend_from_slice(&k[from.len()..]);
+                self.put(nk, v);
+            }
+        }
+        let top = self.read(&ks::top(kind, key))?.unwrap_or_default();
+        let deadline = self.deadline(key);
+        self.remove_any(key)?;
+        self.put(ks::top(kind, new_key), top);
+        if kind == STRING {
+            match deadline {
+                Some(d) => self.set_deadline(new_key, DeadlineChange::Set(d)),
+                None => self.set_deadline(new_key, DeadlineChange::Clear),
+            }
+        }
+        Ok(true)
+    }
+
     /// Removes string keys whose deadline passed (the expiry sweep).
     ///
     /// # Errors
@@ -1331,17 +1757,22 @@ pub struct ZAddOutcome {
 /// # Errors
 /// Engine errors (keys deleted before the failure stay deleted).
 pub fn flush_all(store: &Store) -> Result<()> {
-    loop {
-        let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
-        if keys.is_empty() {
-            break;
+    let r = (|| {
+        loop {
+            let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
+            if keys.is_empty() {
+                break;
+            }
+            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
+            store.db.write(&ops)?;
         }
-        let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
-        store.db.write(&ops)?;
-    }
-    store.expiries.write().clear();
-    store.cursors.lock().by_id.clear();
-    Ok(())
+        store.expiries.write().clear();
+        store.cursors.lock().by_id.clear();
+        Ok(())
+    })();
+    // Even a failed FLUSHALL may have deleted some keys: WATCHers must see a change.
+    store.touch_all_watched();
+    r
 }
 
 /// Parses a Redis integer string strictly (no spaces, no leading `+`, no leading zeros).
@@ -1531,6 +1962,43 @@ mod tests {
             s.scan(999_999, None, 10, None),
             Err(StoreError::InvalidCursor)
         ));
+    }
+
+    #[test]
+    fn watch_versions_track_only_watched_keys_and_break_on_applied_writes() {
+        let s = store();
+        let w = vec![s.watch(b"a"), s.watch(b"b")];
+        let again = s.watch(b"a");
+        assert!(!s.watch_broken(&w));
+        s.touch_watched([&b"c"[..]]);
+        assert!(
+            !s.watch_broken(&w),
+            "an unwatched key's write breaks nothing"
+        );
+        s.touch_watched([&b"b"[..]]);
+        assert!(s.watch_broken(&w));
+        assert!(!s.watch_broken(std::slice::from_ref(&again)));
+        s.unwatch(&w);
+        assert_eq!(s.watches.keys.lock().len(), 1, "a still watched by `again`");
+        s.unwatch(std::slice::from_ref(&again));
+        assert!(
+            s.watches.keys.lock().is_empty(),
+            "the table holds only watched keys"
+        );
+        let f = vec![s.watch(b"x")];
+        flush_all(&s).unwrap();
+        assert!(s.watch_broken(&f), "FLUSHALL breaks every watch");
+        s.unwatch(&f);
+        // A watched string whose deadline passes breaks the watch before any sweep.
+        let mut g = WriteGroup::new(&s);
+        g.set(b"e", b("v"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        let e = vec![s.watch(b"e")];
+        let mut g = WriteGroup::new(&s);
+        g.expire_key(b"e", 1, false, None, "pexpire").unwrap();
+        g.commit().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(s.watch_broken(&e));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Compatibility by difference: the same commands against redis-server and the drive, reply
 //! for reply. Covers the reading commands (which run asynchronously on the drive, or on its
 //! network thread when cached) with present, missing, expired and wrongly typed keys.
+//! Also the transaction commands (MULTI/EXEC/DISCARD/WATCH), the expiry commands and the
+//! keyspace and string commands added with them, scripted (with error cases, wrong types and
+//! edge arguments) and as a seeded random sequence compared reply by reply.
 //! redis-server must be installed (`cargo xtask test` installs it): the test fails without it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -171,4 +174,816 @@ fn reading_commands_answer_as_redis_server_does() {
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// A reply made comparable: errors in full (code and text), the parts Redis leaves unordered
+/// (HGETALL's pairs, KEYS) sorted, and times that depend on the instant a command ran
+/// (PTTL, EXPIRETIME, PEXPIRETIME of a relative deadline) cut to whether there is one.
+fn strict(cmd: &[String], v: redis::RedisResult<Value>) -> String {
+    match v {
+        Err(e) => format!(
+            "error {} {}",
+            e.code().unwrap_or("?"),
+            e.detail().unwrap_or("")
+        ),
+        Ok(v) => strict_value(cmd, v),
+    }
+}
+
+fn strict_value(cmd: &[String], v: Value) -> String {
+    let name = cmd[0].to_ascii_lowercase();
+    match v {
+        Value::ServerError(e) => format!("error {} {}", e.code(), e.details().unwrap_or("")),
+        Value::Array(items) if name == "hgetall" => {
+            let mut pairs: Vec<String> = items
+                .chunks(2)
+                .map(|p| format!("{:?}", p.to_vec()))
+                .collect();
+            pairs.sort();
+            format!("{pairs:?}")
+        }
+        Value::Array(mut items) if name == "keys" => {
+            items.sort_by_key(|i| format!("{i:?}"));
+            format!("{items:?}")
+        }
+        Value::Int(n)
+            if n >= 0 && matches!(name.as_str(), "pttl" | "expiretime" | "pexpiretime") =>
+        {
+            "a deadline".to_string()
+        }
+        // A TTL of a far absolute deadline depends on the millisecond it was asked in.
+        Value::Int(n) if n > FAR_TTL && name == "ttl" => "a far deadline".to_string(),
+        v => format!("{v:?}"),
+    }
+}
+
+/// TTLs above this many seconds come from absolute deadlines in the far future.
+const FAR_TTL: i64 = 1_000_000;
+
+fn query(c: &mut redis::Connection, cmd: &[String]) -> redis::RedisResult<Value> {
+    let mut q = redis::cmd(&cmd[0]);
+    for a in &cmd[1..] {
+        q.arg(a.as_bytes());
+    }
+    q.query::<Value>(c)
+}
+
+/// Runs `cmd` on both and returns both normalised replies; an EXEC's items are normalised as
+/// the commands queued since MULTI (`queued`).
+fn both(
+    r: &mut redis::Connection,
+    d: &mut redis::Connection,
+    cmd: &[String],
+    queued: &[Vec<String>],
+) -> (String, String) {
+    let (want, got) = (query(r, cmd), query(d, cmd));
+    if cmd[0].eq_ignore_ascii_case("exec") {
+        let norm = |v: redis::RedisResult<Value>| match v {
+            Ok(Value::Array(items)) if items.len() == queued.len() => items
+                .into_iter()
+                .zip(queued)
+                .map(|(i, c)| strict_value(c, i))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            other => strict(cmd, other),
+        };
+        return (norm(want), norm(got));
+    }
+    (strict(cmd, want), strict(cmd, got))
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split(' ')
+        .map(|w| match w {
+            "<empty>" => String::new(),
+            "<binary>" => "k\u{0}\u{ff}x".to_string(),
+            w => w.to_string(),
+        })
+        .collect()
+}
+
+/// Runs a script of `conn: command` lines (connection 1 or 2) on both servers; returns the
+/// differences.
+fn run_script(
+    redis: &RedisServer,
+    drive: &Drive,
+    script: &[&str],
+    settle: Duration,
+) -> Vec<String> {
+    let mut r = [redis.conn(), redis.conn()];
+    let mut d = [drive.conn(), drive.conn()];
+    let mut queued: [Vec<Vec<String>>; 2] = [Vec::new(), Vec::new()];
+    let mut differ = Vec::new();
+    for line in script {
+        let (who, text) = line.split_once(": ").unwrap_or(("1", line));
+        let i = usize::from(who == "2");
+        let cmd = words(text);
+        let name = cmd[0].to_ascii_lowercase();
+        let (want, got) = both(&mut r[i], &mut d[i], &cmd, &queued[i]);
+        match name.as_str() {
+            "multi" => queued[i].clear(),
+            "exec" | "discard" => queued[i].clear(),
+            _ if want == "simple-string(\"QUEUED\")" || want.contains("QUEUED") => {
+                queued[i].push(cmd.clone())
+            }
+            _ => {}
+        }
+        if want != got {
+            differ.push(format!(
+                "{line}:\n  redis-server: {want}\n  drive:        {got}"
+            ));
+        }
+        if name == "sleep" {
+            std::thread::sleep(settle);
+        }
+    }
+    differ
+}
+
+#[test]
+fn transactions_answer_as_redis_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path());
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let script: &[&str] = &[
+        "1: EXEC",
+        "1: DISCARD",
+        "1: MULTI",
+        "1: MULTI",
+        "1: SET a 1",
+        "1: INCR a",
+        "1: GET a",
+        "1: HSET a f v",
+        "1: INCRBY a x",
+        "1: SET b v bogus",
+        "1: PING",
+        "1: ECHO hi",
+        "1: HSET h f1 v1 f2 v2",
+        "1: HGETALL h",
+        "1: HLEN h",
+        "1: HEXISTS h f1",
+        "1: HMGET h f1 nope",
+        "1: ZADD z 1 m 2 n",
+        "1: ZRANGEBYSCORE z -inf +inf WITHSCORES",
+        "1: ZSCORE z n",
+        "1: ZCARD z",
+        "1: MGET a h missing",
+        "1: STRLEN a",
+        "1: EXISTS a h z missing",
+        "1: TYPE h",
+        "1: DEL h",
+        "1: TYPE h",
+        "1: EXPIRE a 100",
+        "1: TTL a",
+        "1: GETRANGE a 0 0",
+        "1: EXEC",
+        "1: GET a",
+        "1: TTL a",
+        // A refused command (unknown, wrong arity) aborts the whole transaction.
+        "1: MULTI",
+        "1: SET c 1",
+        "1: GET",
+        "1: NOSUCHCOMMAND x",
+        "1: EXEC",
+        "1: GET c",
+        "1: MULTI",
+        "1: SET c 2",
+        "1: DISCARD",
+        "1: GET c",
+        "1: MULTI",
+        "1: EXEC",
+        // WATCH: another client's write aborts; no write, or UNWATCH, lets EXEC run.
+        "1: WATCH w",
+        "2: SET w other",
+        "1: MULTI",
+        "1: SET w mine",
+        "1: EXEC",
+        "1: GET w",
+        "1: WATCH w",
+        "1: MULTI",
+        "1: SET w mine",
+        "1: EXEC",
+        "1: GET w",
+        "1: WATCH w",
+        "1: UNWATCH",
+        "2: SET w again",
+        "1: MULTI",
+        "1: GET w",
+        "1: EXEC",
+        // The watcher's own write counts too.
+        "1: WATCH w",
+        "1: SET w self",
+        "1: MULTI",
+        "1: GET w",
+        "1: EXEC",
+        // A watched key that did not exist and is created; deleted; expired by EXPIRE.
+        "1: WATCH fresh",
+        "2: SET fresh 1",
+        "1: MULTI",
+        "1: GET fresh",
+        "1: EXEC",
+        "1: WATCH fresh",
+        "2: DEL fresh",
+        "1: MULTI",
+        "1: EXEC",
+        "1: WATCH nothing",
+        "2: DEL nothing",
+        "1: MULTI",
+        "1: EXEC",
+        "1: SET e 1",
+        "1: WATCH e w",
+        "2: PEXPIREAT e 1",
+        "1: MULTI",
+        "1: GET e",
+        "1: EXEC",
+        "1: WATCH w",
+        "2: HSET w f v",
+        "1: MULTI",
+        "1: EXEC",
+        "1: WATCH w",
+        "2: RENAME w w2",
+        "1: MULTI",
+        "1: EXEC",
+        // WATCH inside MULTI, MULTI nested: errors that do not abort.
+        "1: MULTI",
+        "1: WATCH x",
+        "1: SET x 1",
+        "1: EXEC",
+        "1: WATCH a b c",
+        "1: WATCH",
+        "1: MULTI",
+        "1: UNWATCH",
+        "1: EXEC",
+        "1: MULTI",
+        "1: EXEC extra",
+        "1: DISCARD",
+        // Reads after writes inside one transaction, several keys, wrong types.
+        "1: MULTI",
+        "1: SET s1 hello",
+        "1: APPEND s1 -world",
+        "1: STRLEN s1",
+        "1: RENAME s1 s2",
+        "1: GET s1",
+        "1: GET s2",
+        "1: GETDEL s2",
+        "1: EXISTS s2",
+        "1: ZADD s3 1 x",
+        "1: GET s3",
+        "1: SETNX s3 v",
+        "1: TYPE s3",
+        "1: EXEC",
+    ];
+    let differ = run_script(&redis, &drive, script, Duration::from_millis(0));
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn redis_rs_atomic_pipeline_works_as_on_redis_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path());
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut outcomes = Vec::new();
+    for mut c in [redis.conn(), drive.conn()] {
+        let got: (String, i64, i64, Option<String>) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg("p")
+            .arg("1")
+            .cmd("INCRBY")
+            .arg("p")
+            .arg(41)
+            .cmd("EXPIRE")
+            .arg("p")
+            .arg(100)
+            .cmd("GET")
+            .arg("p")
+            .query(&mut c)
+            .unwrap();
+        outcomes.push(got);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert_eq!(outcomes[1].3.as_deref(), Some("42"));
+}
+
+#[test]
+fn expiry_keyspace_and_string_commands_answer_as_redis_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path());
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let script: &[&str] = &[
+        "1: SET s v",
+        "1: HSET h f v",
+        "1: ZADD z 1 m",
+        // SET's expiry options and SETEX / PSETEX.
+        "1: SET e1 v EX 100",
+        "1: TTL e1",
+        "1: SET e1 v2 KEEPTTL",
+        "1: TTL e1",
+        "1: SET e1 v3",
+        "1: TTL e1",
+        "1: SET e2 v PXAT 99999999999000",
+        "1: PEXPIRETIME e2",
+        "1: EXPIRETIME e2",
+        "1: SET e3 v EXAT 99999999999",
+        "1: EXPIRETIME e3",
+        "1: SET e4 v EXAT 1",
+        "1: GET e4",
+        "1: EXISTS e4",
+        "1: SET e5 v EX 0",
+        "1: SET e5 v EX -1",
+        "1: SET e5 v PX x",
+        "1: SET e5 v EX 10 PX 10",
+        "1: SET e5 v EX 10 KEEPTTL",
+        "1: SET e5 v EX",
+        "1: SET e5 v EX 9223372036854775807",
+        "1: SET e5 v EX 9223372036854775",
+        "1: SET e5 v PX 9223372036854775807",
+        "1: SET e5 v PXAT 9223372036854775807",
+        "1: PTTL e5",
+        "1: SETEX e5 9223372036854775 v",
+        "1: PSETEX e5 9223372036854775807 v",
+        "1: GETEX e5 PX 9223372036854775807",
+        "1: GETEX e5 EX 9223372036854775",
+        "1: GETEX e5 PXAT 9223372036854775807",
+        "1: PEXPIRETIME e5",
+        "1: SETEX e6 100 v",
+        "1: TTL e6",
+        "1: GET e6",
+        "1: SETEX e6 0 v",
+        "1: SETEX e6 -5 v",
+        "1: SETEX e6 x v",
+        "1: SETEX e6 10",
+        "1: PSETEX e7 100000 v",
+        "1: TTL e7",
+        "1: PSETEX e7 0 v",
+        "1: SETEX h 100 v",
+        "1: TYPE h",
+        "1: HSET h f v",
+        // EXPIRE family with its conditions.
+        "1: EXPIRE missing 10",
+        "1: EXPIRE s 100",
+        "1: TTL s",
+        "1: EXPIRE s 50 NX",
+        "1: EXPIRE s 50 XX",
+        "1: TTL s",
+        "1: EXPIRE s 40 GT",
+        "1: EXPIRE s 60 GT",
+        "1: TTL s",
+        "1: EXPIRE s 70 LT",
+        "1: EXPIRE s 30 LT",
+        "1: TTL s",
+        "1: PERSIST s",
+        "1: PERSIST s",
+        "1: TTL s",
+        "1: EXPIRE s 10 XX",
+        "1: EXPIRE s 10 GT",
+        "1: EXPIRE s 10 LT",
+        "1: TTL s",
+        "1: PERSIST s",
+        "1: EXPIRE s 10 NX",
+        "1: EXPIRE s 10 NX XX",
+        "1: EXPIRE s 10 GT LT",
+        "1: EXPIRE s 10 NX GT",
+        "1: EXPIRE s 10 bogus",
+        "1: EXPIRE s x",
+        "1: EXPIRE s x bogus",
+        "1: EXPIRE s 9223372036854775807",
+        "1: PEXPIRE s 9223372036854775807",
+        "1: EXPIRE s",
+        "1: PEXPIRE s 100000",
+        "1: TTL s",
+        "1: EXPIREAT s 99999999999",
+        "1: EXPIRETIME s",
+        "1: PEXPIREAT s 99999999999123",
+        "1: PEXPIRETIME s",
+        "1: EXPIRETIME s",
+        "1: TTL missing",
+        "1: PTTL missing",
+        "1: EXPIRETIME missing",
+        "1: PEXPIRETIME missing",
+        "1: TTL h",
+        "1: PTTL z",
+        "1: PERSIST h",
+        "1: PERSIST missing",
+        "1: SET gone v",
+        "1: EXPIRE gone -1",
+        "1: EXISTS gone",
+        "1: SET gone v",
+        "1: EXPIREAT gone 1",
+        "1: GET gone",
+        "1: SET gone v",
+        "1: PEXPIRE gone 0",
+        "1: GET gone",
+        // GETEX.
+        "1: SET g v",
+        "1: GETEX g",
+        "1: GETEX g EX 100",
+        "1: TTL g",
+        "1: GETEX g PERSIST",
+        "1: TTL g",
+        "1: GETEX g PXAT 99999999999000",
+        "1: PEXPIRETIME g",
+        "1: GETEX g EXAT 99999999998",
+        "1: EXPIRETIME g",
+        "1: GETEX g EX 0",
+        "1: GETEX g EX -1",
+        "1: GETEX g EX 10 PX 10",
+        "1: GETEX g EX 10 PERSIST",
+        "1: GETEX g PERSIST EX 10",
+        "1: GETEX g bogus",
+        "1: GETEX g EX",
+        "1: GETEX missing EX 10",
+        "1: GETEX h",
+        "1: GETEX g PXAT 1",
+        "1: EXISTS g",
+        // Strings.
+        "1: SETNX n1 v",
+        "1: SETNX n1 w",
+        "1: GET n1",
+        "1: SETNX h v",
+        "1: SETNX n1",
+        "1: GETSET n1 new",
+        "1: GETSET missing2 v",
+        "1: GET missing2",
+        "1: GETSET h v",
+        "1: SET t1 v EX 100",
+        "1: GETSET t1 w",
+        "1: TTL t1",
+        "1: GETDEL t1",
+        "1: GETDEL t1",
+        "1: GETDEL h",
+        "1: APPEND a1 hello",
+        "1: APPEND a1 <empty>",
+        "1: APPEND a1 world",
+        "1: GET a1",
+        "1: STRLEN a1",
+        "1: APPEND h x",
+        "1: SET a2 v EX 100",
+        "1: APPEND a2 w",
+        "1: TTL a2",
+        "1: APPEND <empty> x",
+        "1: GET <empty>",
+        "1: STRLEN h",
+        "1: STRLEN missing",
+        // Keyspace.
+        "1: TYPE s",
+        "1: TYPE h",
+        "1: TYPE z",
+        "1: TYPE missing",
+        "1: EXISTS s h z missing s",
+        "1: TOUCH s h z missing s",
+        "1: UNLINK a1 missing a1",
+        "1: SET r1 v EX 100",
+        "1: RENAME r1 r2",
+        "1: GET r1",
+        "1: GET r2",
+        "1: TTL r2",
+        "1: RENAME r2 r2",
+        "1: RENAMENX r2 r2",
+        "1: RENAME missing r3",
+        "1: RENAMENX missing r3",
+        "1: RENAMENX r2 s",
+        "1: RENAME r2 s",
+        "1: GET s",
+        "1: TTL s",
+        "1: RENAME h h2",
+        "1: HGETALL h2",
+        "1: HGET h2 f",
+        "1: TYPE h",
+        "1: RENAME z s",
+        "1: TYPE s",
+        "1: ZSCORE s m",
+        "1: ZRANGEBYSCORE s -inf +inf WITHSCORES",
+        "1: RENAME s h2",
+        "1: TYPE h2",
+        "1: ZCARD h2",
+        "1: RENAME <binary> x",
+        "1: SET <binary> bin",
+        "1: RENAME <binary> <empty>",
+        "1: GET <empty>",
+        "1: RENAME",
+        "1: HSET hh f1 v1 f2 v2",
+        "1: RENAMENX hh h2",
+        "1: RENAMENX hh h3",
+        "1: HGETALL h3",
+        "1: HLEN h3",
+        "1: KEYS *",
+        "1: KEYS h*",
+        "1: KEYS ?2",
+        "1: KEYS [a-h]*",
+        "1: KEYS nomatch*",
+        "1: KEYS",
+        "1: DBSIZE",
+        "1: FLUSHDB bogus",
+        "1: FLUSHDB",
+        "1: DBSIZE",
+        "1: KEYS *",
+        "1: SET after v",
+        "1: FLUSHDB ASYNC",
+        "1: KEYS *",
+    ];
+    let differ = run_script(&redis, &drive, script, Duration::from_millis(0));
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// Commands of the random sequence, over a few keys of every type.
+fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
+    use rand::Rng;
+    // Hashes and sorted sets cannot expire on the drive yet (docs/COMPATIBILITY.md): they
+    // are created only under COLLECTION keys, and the EXPIRE family runs only on STRING_ONLY
+    // keys (which RENAME never gives a hash or sorted set). Every command still meets every
+    // type through the keys it reads and overwrites.
+    const STRING_ONLY: &[&str] = &["k1", "k2", "k3", "n", "<empty>"];
+    const COLLECTION: &[&str] = &["h1", "z1", "<binary>"];
+    let any = |rng: &mut rand::rngs::SmallRng| {
+        let i = rng.gen_range(0..STRING_ONLY.len() + COLLECTION.len());
+        STRING_ONLY
+            .get(i)
+            .or_else(|| COLLECTION.get(i - STRING_ONLY.len()))
+            .copied()
+            .unwrap_or("k1")
+            .to_string()
+    };
+    let k1 = any(rng);
+    let k2 = any(rng);
+    let s1 = STRING_ONLY[rng.gen_range(0..STRING_ONLY.len())].to_string();
+    let c1 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
+    let c2 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
+    let (rename_from, rename_to) = if rng.gen_bool(0.5) {
+        (s1.clone(), k2.clone())
+    } else {
+        (c1.clone(), c2.clone())
+    };
+    let v = format!("v{}", rng.gen_range(0..5));
+    let n = rng.gen_range(-3..30).to_string();
+    let far = format!("{}", 99_999_999_900_i64 + rng.gen_range(0..10_i64));
+    let pick = |rng: &mut rand::rngs::SmallRng, opts: &[&str]| {
+        opts[rng.gen_range(0..opts.len())].to_string()
+    };
+    let line = match rng.gen_range(0..44) {
+        0 => format!("SET {k1} {v}"),
+        1 => format!(
+            "SET {k1} {v} {}",
+            pick(
+                rng,
+                &[
+                    "EX 100",
+                    "PX 200000",
+                    "EXAT 1",
+                    "KEEPTTL",
+                    "NX",
+                    "XX",
+                    "GET",
+                    "EX 0",
+                    "NX GET",
+                    "XX KEEPTTL",
+                    "EX 10 PX 10",
+                    "BOGUS"
+                ]
+            )
+        ),
+        2 | 3 => format!("GET {k1}"),
+        4 => format!("SETNX {k1} {v}"),
+        5 => format!("GETSET {k1} {v}"),
+        6 => format!("GETDEL {k1}"),
+        7 => format!("APPEND {k1} {}", pick(rng, &["x", "<empty>", "12"])),
+        8 => format!("STRLEN {k1}"),
+        9 => format!("INCR {k1}"),
+        10 => format!("INCRBY {k1} {n}"),
+        11 => format!("SETEX {k1} {} {v}", pick(rng, &["100", "0", "-1", "x"])),
+        12 => format!("PSETEX {k1} {} {v}", pick(rng, &["100000", "0"])),
+        13 => format!(
+            "EXPIRE {s1} {}",
+            pick(
+                rng,
+                &[
+                    "100",
+                    "300",
+                    "-1",
+                    "0",
+                    "x",
+                    "100 NX",
+                    "100 XX",
+                    "100 GT LT",
+                    "100 BOGUS"
+                ]
+            )
+        ),
+        14 => format!(
+            "EXPIREAT {s1} {far} {}",
+            pick(rng, &["", "NX", "XX", "GT", "LT"])
+        )
+        .trim()
+        .to_string(),
+        15 => format!(
+            "PEXPIREAT {s1} {}",
+            pick(rng, &["1", "99999999999000 GT", "99999999998000 LT"])
+        ),
+        16 => format!("PEXPIRE {s1} {}", pick(rng, &["150000", "-5"])),
+        17 | 18 => format!("TTL {k1}"),
+        19 => format!("{} {k1}", pick(rng, &["PTTL", "EXPIRETIME", "PEXPIRETIME"])),
+        20 => format!("PERSIST {k1}"),
+        21 => format!(
+            "GETEX {k1} {}",
+            pick(
+                rng,
+                &[
+                    "",
+                    "EX 100",
+                    "PERSIST",
+                    "PXAT 1",
+                    "EX 0",
+                    "PERSIST EX 1",
+                    "EXAT"
+                ]
+            )
+        )
+        .trim()
+        .to_string(),
+        22 => format!("TYPE {k1}"),
+        23 => format!("EXISTS {k1} {k2} {k1}"),
+        24 => format!("DEL {k1}"),
+        25 => format!("UNLINK {k1} {k2}"),
+        26 => format!("TOUCH {k1} {k2}"),
+        27 => format!("RENAME {rename_from} {rename_to}"),
+        28 => format!("RENAMENX {rename_from} {rename_to}"),
+        29 => format!("HSET {c1} f{} {v}", rng.gen_range(0..3)),
+        30 => format!("HGET {k1} f{}", rng.gen_range(0..3)),
+        31 => format!("HGETALL {k1}"),
+        32 => format!("HDEL {c1} f{}", rng.gen_range(0..3)),
+        33 => format!("ZADD {c1} {n} m{}", rng.gen_range(0..3)),
+        34 => format!("ZRANGEBYSCORE {k1} -inf +inf WITHSCORES"),
+        35 => format!("ZCARD {k1}"),
+        36 => format!("KEYS {}", pick(rng, &["*", "k*", "?", "*[12]"])),
+        // Not DBSIZE: redis-server counts a key SET with a past deadline until its active
+        // expiry removes it (timing-dependent); the drive's count is exact.
+        37 => format!("GETEX {k1} {}", pick(rng, &["EX x", "PX -1", "EXAT 0"])),
+        38 => format!("MGET {k1} {k2}"),
+        39 => format!("HLEN {k1}"),
+        40 => format!("ZSCORE {k1} m{}", rng.gen_range(0..3)),
+        41 => format!("GETRANGE {k1} 0 {n}"),
+        42 => pick(
+            rng,
+            &[
+                "GET",
+                "SET k1",
+                "EXPIRE k1",
+                "NOSUCH k1",
+                "TTL",
+                "RENAME k1",
+            ],
+        ),
+        _ => format!("HLEN {k1}"),
+    };
+    words(&line)
+}
+
+/// Seeded random sequences over strings, expiry, keyspace, hashes, sorted sets and
+/// transactions (with WATCH and a second client), compared reply by reply.
+#[test]
+fn random_sequences_answer_as_redis_server_does() {
+    /// The sequences run by default; LS_DIFF_SEED runs that one instead (to explore).
+    const SEEDS: [u64; 4] = [0x005e_ed17, 1, 6, 12];
+    let seeds: Vec<u64> = match std::env::var("LS_DIFF_SEED") {
+        Ok(s) => vec![s.parse().expect("LS_DIFF_SEED is a number")],
+        Err(_) => SEEDS.to_vec(),
+    };
+    let differ: Vec<String> = seeds.into_iter().flat_map(random_sequence).collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// One seeded sequence on a fresh redis-server and drive; returns the differences.
+fn random_sequence(seed: u64) -> Vec<String> {
+    use rand::{Rng, SeedableRng};
+    const STEPS: usize = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path());
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut r = [redis.conn(), redis.conn()];
+    let mut d = [drive.conn(), drive.conn()];
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut differ = Vec::new();
+    let mut queued: Vec<Vec<String>> = Vec::new();
+    let mut in_multi = false;
+    let mut sent = 0;
+    let mut log = Vec::new();
+    // Where the oldest WATCH still in force is in `log` (to show it with a difference).
+    let mut watch_from: Option<usize> = None;
+    while sent < STEPS {
+        let roll = rng.gen_range(0..100);
+        let (i, cmd) = if !in_multi && roll < 4 {
+            in_multi = true;
+            queued.clear();
+            (0, words("MULTI"))
+        } else if in_multi && roll < 15 {
+            in_multi = false;
+            (0, words(if roll < 13 { "EXEC" } else { "DISCARD" }))
+        } else if !in_multi && roll < 7 {
+            (
+                0,
+                words(&format!("WATCH {}", ["k1", "k2", "n"][rng.gen_range(0..3)])),
+            )
+        } else if roll < 25 {
+            (1, random_command(&mut rng))
+        } else {
+            (0, random_command(&mut rng))
+        };
+        let (want, got) = both(&mut r[i], &mut d[i], &cmd, &queued);
+        if in_multi && i == 0 && want.contains("QUEUED") {
+            queued.push(cmd.clone());
+        }
+        log.push(format!("{}: {}", i + 1, cmd.join(" ")));
+        let name = cmd[0].to_ascii_lowercase();
+        if i == 0 && name == "watch" && watch_from.is_none() {
+            watch_from = Some(log.len() - 1);
+        }
+        if want != got {
+            differ.push(format!(
+                "seed {seed} step {sent} ({}: {cmd:?}):\n  redis-server: {want}\n  drive:        {got}\n  after: {:?}",
+                i + 1,
+                &log[watch_from.unwrap_or(log.len()).min(log.len().saturating_sub(12))..]
+            ));
+            if differ.len() >= 5 {
+                break;
+            }
+        }
+        if i == 0 && matches!(name.as_str(), "exec" | "discard") {
+            watch_from = None;
+        }
+        sent += 1;
+    }
+    differ
+}
+
+/// A transaction is one atomic batch: a concurrent MGET never sees half of one, and after a
+/// kill -9 every acknowledged transaction is there whole. WATCH-based optimistic increments
+/// from two clients lose no update.
+#[test]
+fn transactions_are_atomic_durable_and_watch_loses_no_update() {
+    const MOVES: i64 = 200;
+    const INCREMENTS: i64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let drive = Drive::start(&data, &[]);
+    let mut c = drive.conn();
+    let _: () = redis::cmd("MSET")
+        .arg("x")
+        .arg(1000)
+        .arg("y")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let client = drive.client();
+    let mover = std::thread::spawn(move || {
+        let mut c = client.get_connection().unwrap();
+        for _ in 0..MOVES {
+            let _: (i64, i64) = redis::pipe()
+                .atomic()
+                .cmd("DECRBY")
+                .arg("x")
+                .arg(1)
+                .cmd("INCRBY")
+                .arg("y")
+                .arg(1)
+                .query(&mut c)
+                .unwrap();
+        }
+    });
+    let mut incrementers = Vec::new();
+    for _ in 0..2 {
+        let client = drive.client();
+        incrementers.push(std::thread::spawn(move || {
+            let mut c = client.get_connection().unwrap();
+            let mut done = 0;
+            while done < INCREMENTS {
+                let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
+                let v: Option<i64> = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+                let r: Option<(String,)> = redis::pipe()
+                    .atomic()
+                    .cmd("SET")
+                    .arg("counter")
+                    .arg(v.unwrap_or(0) + 1)
+                    .query(&mut c)
+                    .unwrap();
+                if r.is_some() {
+                    done += 1;
+                }
+            }
+        }));
+    }
+    while !mover.is_finished() {
+        let (x, y): (i64, i64) = redis::cmd("MGET").arg("x").arg("y").query(&mut c).unwrap();
+        assert_eq!(x + y, 1000, "a transaction seen half-applied: x={x} y={y}");
+    }
+    mover.join().unwrap();
+    for t in incrementers {
+        t.join().unwrap();
+    }
+    let counter: i64 = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+    assert_eq!(counter, 2 * INCREMENTS);
+    drive.kill9();
+    let drive = Drive::start(&data, &[]);
+    let mut c = drive.conn();
+    let (x, y): (i64, i64) = redis::cmd("MGET").arg("x").arg("y").query(&mut c).unwrap();
+    assert_eq!((x, y), (1000 - MOVES, MOVES));
 }

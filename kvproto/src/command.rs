@@ -44,6 +44,32 @@ pub enum SetCondition {
     Xx,
 }
 
+/// EXPIRE's `NX` / `XX` / `GT` / `LT` condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireCondition {
+    /// Only if the key has no deadline.
+    Nx,
+    /// Only if the key has a deadline.
+    Xx,
+    /// Only if the new deadline is later (a key without one counts as never expiring).
+    Gt,
+    /// Only if the new deadline is earlier (a key without one counts as never expiring).
+    Lt,
+}
+
+/// What TTL-like command asks for a key's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlKind {
+    /// `TTL`: seconds left (rounded).
+    Ttl,
+    /// `PTTL`: milliseconds left.
+    Pttl,
+    /// `EXPIRETIME`: the deadline in unix seconds.
+    ExpireTime,
+    /// `PEXPIRETIME`: the deadline in unix milliseconds.
+    PExpireTime,
+}
+
 /// One end of a `ZRANGEBYSCORE` interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ScoreBound {
@@ -202,6 +228,60 @@ pub enum Command {
     },
     Readonly,
     Readwrite,
+    /// `MULTI`: starts queueing the connection's commands.
+    Multi,
+    /// `EXEC`: runs the queued commands as one atomic batch.
+    Exec,
+    /// `DISCARD`: drops the queued commands.
+    Discard,
+    /// `WATCH key...`: EXEC aborts if another write changes one of them first.
+    Watch(Vec<Bytes>),
+    /// `UNWATCH`.
+    Unwatch,
+    /// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT.
+    Expire {
+        key: Bytes,
+        /// Milliseconds: from now (`absolute == false`) or since the epoch.
+        when: i64,
+        absolute: bool,
+        condition: Option<ExpireCondition>,
+        /// The command's name, for its `invalid expire time` error.
+        name: &'static str,
+    },
+    /// TTL, PTTL, EXPIRETIME and PEXPIRETIME.
+    Ttl {
+        key: Bytes,
+        kind: TtlKind,
+    },
+    Persist(Bytes),
+    /// `GETEX key [EX|PX|EXAT|PXAT n | PERSIST]`.
+    GetEx {
+        key: Bytes,
+        expire: Option<Expire>,
+        persist: bool,
+        /// An expiry amount that is not a valid time: Redis reports it only for a key that
+        /// exists and holds a string, so it is kept for the writer to answer.
+        expire_error: Option<CommandError>,
+    },
+    /// `SETNX key value` (replies 1 or 0).
+    SetNx {
+        key: Bytes,
+        value: Bytes,
+    },
+    GetDel(Bytes),
+    Append {
+        key: Bytes,
+        value: Bytes,
+    },
+    Type(Bytes),
+    /// RENAME (`nx == false`) and RENAMENX.
+    Rename {
+        key: Bytes,
+        new_key: Bytes,
+        nx: bool,
+    },
+    /// `KEYS pattern`.
+    Keys(Bytes),
 }
 
 /// Parses a Redis integer as `string2ll` does: optional `-`, no `+`, no leading zeros.
@@ -326,13 +406,9 @@ fn parse_set(a: &[Bytes]) -> Result<Command, CommandError> {
                 let Some(v) = next else {
                     return Err(err(SYNTAX));
                 };
-                let n = int(v)?;
-                let bad = || err("ERR invalid expire time in 'set' command");
-                let n = u64::try_from(n).ok().filter(|&n| n > 0).ok_or_else(bad)?;
                 let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
-                if seconds && n > u64::MAX / 1000 {
-                    return Err(bad());
-                }
+                let relative = matches!(opt.as_slice(), b"ex" | b"px");
+                let n = expire_amount(v, seconds, relative, "set")?;
                 expire = Some(match opt.as_slice() {
                     b"ex" => Expire::Ex(n),
                     b"px" => Expire::Px(n),
@@ -594,6 +670,151 @@ fn parse_shutdown(a: &[Bytes]) -> Result<Command, CommandError> {
     Ok(Command::Shutdown { nosave })
 }
 
+/// EXPIRE's options after the time (all of them are read before the time is checked, as
+/// Redis does).
+fn parse_expire_condition(a: &[Bytes]) -> Result<Option<ExpireCondition>, CommandError> {
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in a {
+        match lower(opt).as_slice() {
+            b"nx" => nx = true,
+            b"xx" => xx = true,
+            b"gt" => gt = true,
+            b"lt" => lt = true,
+            _ => {
+                return Err(CommandError(format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(opt)
+                )))
+            }
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(err(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(err(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    Ok(if nx {
+        Some(ExpireCondition::Nx)
+    } else if gt {
+        Some(ExpireCondition::Gt)
+    } else if lt {
+        Some(ExpireCondition::Lt)
+    } else if xx {
+        Some(ExpireCondition::Xx)
+    } else {
+        None
+    })
+}
+
+/// `invalid expire time in 'name' command`.
+#[must_use]
+pub fn invalid_expire(name: &str) -> CommandError {
+    CommandError(format!("ERR invalid expire time in '{name}' command"))
+}
+
+fn parse_expire(a: &[Bytes], name: &'static str) -> Result<Command, CommandError> {
+    let condition = parse_expire_condition(&a[2..])?;
+    let n = int(&a[1])?;
+    let seconds = matches!(name, "expire" | "expireat");
+    let when = if seconds {
+        n.checked_mul(MS_PER_SECOND)
+            .ok_or_else(|| invalid_expire(name))?
+    } else {
+        n
+    };
+    Ok(Command::Expire {
+        key: a[0].clone(),
+        when,
+        absolute: name.ends_with("at"),
+        condition,
+        name,
+    })
+}
+
+/// Milliseconds in a second.
+pub const MS_PER_SECOND: i64 = 1000;
+
+/// An expiry amount of SET, SETEX, PSETEX and GETEX: positive, and in seconds small enough
+/// to be counted in milliseconds.
+/// A relative amount (EX, PX) must also leave room for the current time to be added, as
+/// Redis checks (the deadline is a signed 64-bit count of milliseconds).
+fn expire_amount(v: &[u8], seconds: bool, relative: bool, name: &str) -> Result<u64, CommandError> {
+    let n = int(v)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    u64::try_from(n)
+        .ok()
+        .filter(|&n| n > 0 && (!seconds || n <= i64::MAX as u64 / 1000))
+        .filter(|&n| {
+            let ms = if seconds { n * 1000 } else { n };
+            !relative || ms <= (i64::MAX as u64).saturating_sub(now)
+        })
+        .ok_or_else(|| invalid_expire(name))
+}
+
+fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
+    let (mut expire, mut persist, mut expire_error) = (None, false, None);
+    let mut i = 1;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        match opt.as_slice() {
+            b"persist" if expire.is_none() => persist = true,
+            b"ex" | b"px" | b"exat" | b"pxat" if expire.is_none() && !persist => {
+                let Some(v) = a.get(i + 1) else {
+                    return Err(err(SYNTAX));
+                };
+                let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
+                let relative = matches!(opt.as_slice(), b"ex" | b"px");
+                let n = match expire_amount(v, seconds, relative, "getex") {
+                    Ok(n) => n,
+                    Err(e) => {
+                        expire_error = Some(e);
+                        1
+                    }
+                };
+                expire = Some(match opt.as_slice() {
+                    b"ex" => Expire::Ex(n),
+                    b"px" => Expire::Px(n),
+                    b"exat" => Expire::ExAt(n),
+                    _ => Expire::PxAt(n),
+                });
+                i += 1;
+            }
+            _ => return Err(err(SYNTAX)),
+        }
+        i += 1;
+    }
+    Ok(Command::GetEx {
+        key: a[0].clone(),
+        expire,
+        persist,
+        expire_error,
+    })
+}
+
+/// Checks only what Redis checks before it queues a command inside MULTI: that the command
+/// exists and has an allowed number of arguments. A request that passes but fails
+/// [`Command::parse`] is queued and answers its error inside EXEC's reply.
+///
+/// # Errors
+/// The unknown-command or wrong-arity error.
+pub fn check_arity(args: &[Bytes]) -> Result<(), CommandError> {
+    let Some(spec) = args.first().and_then(|n| lookup(n)) else {
+        return Err(unknown_command(args));
+    };
+    let argc = i64::try_from(args.len()).unwrap_or(i64::MAX);
+    if (spec.arity >= 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
+        return Err(wrong_args(spec.name));
+    }
+    Ok(())
+}
+
 impl Command {
     /// Parses a framed request (`args[0]` is the command name, any case).
     ///
@@ -602,16 +823,10 @@ impl Command {
     /// A [`CommandError`] with Redis 7's text for an unknown command, a wrong argument
     /// count, a bad option or a malformed number.
     pub fn parse(args: &[Bytes]) -> Result<Self, CommandError> {
-        let Some(name) = args.first() else {
+        check_arity(args)?;
+        let Some(spec) = args.first().and_then(|n| lookup(n)) else {
             return Err(unknown_command(args));
         };
-        let Some(spec) = lookup(name) else {
-            return Err(unknown_command(args));
-        };
-        let argc = i64::try_from(args.len()).unwrap_or(i64::MAX);
-        if (spec.arity >= 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
-            return Err(wrong_args(spec.name));
-        }
         let a = &args[1..];
         let key = || a[0].clone();
         Ok(match spec.name {
@@ -713,6 +928,71 @@ impl Command {
             "ls.range" => parse_range(a)?,
             "readonly" => Self::Readonly,
             "readwrite" => Self::Readwrite,
+            "multi" => Self::Multi,
+            "exec" => Self::Exec,
+            "discard" => Self::Discard,
+            "watch" => Self::Watch(a.to_vec()),
+            "unwatch" => Self::Unwatch,
+            "expire" | "pexpire" | "expireat" | "pexpireat" => parse_expire(a, spec.name)?,
+            "ttl" | "pttl" | "expiretime" | "pexpiretime" => Self::Ttl {
+                key: key(),
+                kind: match spec.name {
+                    "ttl" => TtlKind::Ttl,
+                    "pttl" => TtlKind::Pttl,
+                    "expiretime" => TtlKind::ExpireTime,
+                    _ => TtlKind::PExpireTime,
+                },
+            },
+            "persist" => Self::Persist(key()),
+            "getex" => parse_getex(a)?,
+            "setex" | "psetex" => {
+                let seconds = spec.name == "setex";
+                let n = expire_amount(&a[1], seconds, true, spec.name)?;
+                Self::Set {
+                    key: key(),
+                    value: a[2].clone(),
+                    expire: Some(if seconds {
+                        Expire::Ex(n)
+                    } else {
+                        Expire::Px(n)
+                    }),
+                    condition: None,
+                    keep_ttl: false,
+                    get: false,
+                }
+            }
+            "setnx" => Self::SetNx {
+                key: key(),
+                value: a[1].clone(),
+            },
+            "getset" => Self::Set {
+                key: key(),
+                value: a[1].clone(),
+                expire: None,
+                condition: None,
+                keep_ttl: false,
+                get: true,
+            },
+            "getdel" => Self::GetDel(key()),
+            "append" => Self::Append {
+                key: key(),
+                value: a[1].clone(),
+            },
+            "type" => Self::Type(key()),
+            "unlink" => Self::Del(a.to_vec()),
+            "touch" => Self::Exists(a.to_vec()),
+            "flushdb" if a.len() > 1 => return Err(err(SYNTAX)),
+            "flushdb" => match a.first().map(|m| lower(m)) {
+                None => Self::FlushAll,
+                Some(m) if m == b"async" || m == b"sync" => Self::FlushAll,
+                Some(_) => return Err(err(SYNTAX)),
+            },
+            "rename" | "renamenx" => Self::Rename {
+                key: key(),
+                new_key: a[1].clone(),
+                nx: spec.name == "renamenx",
+            },
+            "keys" => Self::Keys(key()),
             _ => return Err(unknown_command(args)),
         })
     }
@@ -769,6 +1049,27 @@ impl Command {
             Self::Readonly => "readonly",
             Self::Readwrite => "readwrite",
             Self::Range { .. } => "ls.range",
+            Self::Multi => "multi",
+            Self::Exec => "exec",
+            Self::Discard => "discard",
+            Self::Watch(_) => "watch",
+            Self::Unwatch => "unwatch",
+            Self::Expire { name, .. } => name,
+            Self::Ttl { kind, .. } => match kind {
+                TtlKind::Ttl => "ttl",
+                TtlKind::Pttl => "pttl",
+                TtlKind::ExpireTime => "expiretime",
+                TtlKind::PExpireTime => "pexpiretime",
+            },
+            Self::Persist(_) => "persist",
+            Self::GetEx { .. } => "getex",
+            Self::SetNx { .. } => "setnx",
+            Self::GetDel(_) => "getdel",
+            Self::Append { .. } => "append",
+            Self::Type(_) => "type",
+            Self::Rename { nx: false, .. } => "rename",
+            Self::Rename { nx: true, .. } => "renamenx",
+            Self::Keys(_) => "keys",
         }
     }
 
@@ -798,8 +1099,17 @@ impl Command {
             | Self::ZAdd { key: k, .. }
             | Self::ZRem { key: k, .. }
             | Self::ZScore { key: k, .. }
-            | Self::ZRangeByScore { key: k, .. } => vec![&k[..]],
-            Self::MGet(ks) | Self::Del(ks) | Self::Exists(ks) => {
+            | Self::ZRangeByScore { key: k, .. }
+            | Self::Expire { key: k, .. }
+            | Self::Ttl { key: k, .. }
+            | Self::Persist(k)
+            | Self::GetEx { key: k, .. }
+            | Self::SetNx { key: k, .. }
+            | Self::GetDel(k)
+            | Self::Append { key: k, .. }
+            | Self::Type(k) => vec![&k[..]],
+            Self::Rename { key, new_key, .. } => vec![&key[..], &new_key[..]],
+            Self::MGet(ks) | Self::Del(ks) | Self::Exists(ks) | Self::Watch(ks) => {
                 ks.iter().map(|k| &k[..]).collect()
             }
             Self::MSet(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
@@ -1356,6 +1666,314 @@ pub const COMMANDS: &[CommandSpec] = &[
         "O(log(N) + M) with M the pairs returned",
         "LightStore: returns up to COUNT string keys and values in [start, end), in key order."
     ),
+    spec!(
+        "multi",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        "transactions",
+        "O(1)",
+        "Starts a transaction."
+    ),
+    spec!(
+        "exec",
+        1,
+        ["noscript", "loading", "stale", "skip_slowlog"],
+        0,
+        0,
+        0,
+        "transactions",
+        "O(N)",
+        "Executes the queued commands as one atomic batch."
+    ),
+    spec!(
+        "discard",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        "transactions",
+        "O(N)",
+        "Discards the queued commands."
+    ),
+    spec!(
+        "watch",
+        -2,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        1,
+        -1,
+        1,
+        "transactions",
+        "O(1) per key",
+        "Monitors keys: EXEC aborts if another write changes them."
+    ),
+    spec!(
+        "unwatch",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        "transactions",
+        "O(N)",
+        "Forgets the watched keys."
+    ),
+    spec!(
+        "expire",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Sets a key's time to live in seconds."
+    ),
+    spec!(
+        "pexpire",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Sets a key's time to live in milliseconds."
+    ),
+    spec!(
+        "expireat",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Sets a key's deadline as a unix time in seconds."
+    ),
+    spec!(
+        "pexpireat",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Sets a key's deadline as a unix time in milliseconds."
+    ),
+    spec!(
+        "ttl",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Returns a key's time to live in seconds."
+    ),
+    spec!(
+        "pttl",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Returns a key's time to live in milliseconds."
+    ),
+    spec!(
+        "expiretime",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Returns a key's deadline as a unix time in seconds."
+    ),
+    spec!(
+        "pexpiretime",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Returns a key's deadline as a unix time in milliseconds."
+    ),
+    spec!(
+        "persist",
+        2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Removes a key's deadline."
+    ),
+    spec!(
+        "getex",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Returns a string value and changes its deadline."
+    ),
+    spec!(
+        "setex",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Sets a string value with a time to live in seconds."
+    ),
+    spec!(
+        "psetex",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Sets a string value with a time to live in milliseconds."
+    ),
+    spec!(
+        "setnx",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Sets a string value only if the key does not exist."
+    ),
+    spec!(
+        "getset",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Sets a string value and returns the old one."
+    ),
+    spec!(
+        "getdel",
+        2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Returns a string value and deletes the key."
+    ),
+    spec!(
+        "append",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Appends to a string value."
+    ),
+    spec!(
+        "type",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1)",
+        "Returns the type of a key."
+    ),
+    spec!(
+        "unlink",
+        -2,
+        ["write", "fast"],
+        1,
+        -1,
+        1,
+        "generic",
+        "O(N)",
+        "Deletes keys (as DEL)."
+    ),
+    spec!(
+        "touch",
+        -2,
+        ["readonly", "fast"],
+        1,
+        -1,
+        1,
+        "generic",
+        "O(N)",
+        "Counts how many of the given keys exist."
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        ["write"],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "Removes all keys (the drive has one database)."
+    ),
+    spec!(
+        "rename",
+        3,
+        ["write"],
+        1,
+        2,
+        1,
+        "generic",
+        "O(N) in the key's records",
+        "Renames a key."
+    ),
+    spec!(
+        "renamenx",
+        3,
+        ["write", "fast"],
+        1,
+        2,
+        1,
+        "generic",
+        "O(N) in the key's records",
+        "Renames a key only if the new name does not exist."
+    ),
+    spec!(
+        "keys",
+        2,
+        ["readonly"],
+        0,
+        0,
+        0,
+        "generic",
+        "O(N)",
+        "Returns the keys matching a pattern."
+    ),
 ];
 
 /// The table row for `name` (any case).
@@ -1450,6 +2068,73 @@ mod tests {
             err_text(&["hset", "h", "f"]),
             "ERR wrong number of arguments for 'hset' command"
         );
+    }
+
+    #[test]
+    fn expiry_and_transaction_commands_parse_as_redis_does() {
+        assert_eq!(
+            err_text(&["expire", "k", "10", "nx", "xx"]),
+            "ERR NX and XX, GT or LT options at the same time are not compatible"
+        );
+        assert_eq!(
+            err_text(&["expire", "k", "10", "gt", "lt"]),
+            "ERR GT and LT options at the same time are not compatible"
+        );
+        // Options are checked before the time, as Redis does.
+        assert_eq!(
+            err_text(&["expire", "k", "x", "bogus"]),
+            "ERR Unsupported option bogus"
+        );
+        assert_eq!(err_text(&["expire", "k", "x"]), NOT_INTEGER);
+        assert_eq!(
+            err_text(&["expire", "k", "9223372036854775807"]),
+            "ERR invalid expire time in 'expire' command"
+        );
+        assert_eq!(
+            cmd(&["PEXPIREAT", "k", "5", "GT"]).ok(),
+            Some(Command::Expire {
+                key: Bytes::from("k"),
+                when: 5,
+                absolute: true,
+                condition: Some(ExpireCondition::Gt),
+                name: "pexpireat",
+            })
+        );
+        assert_eq!(
+            err_text(&["setex", "k", "0", "v"]),
+            "ERR invalid expire time in 'setex' command"
+        );
+        assert_eq!(
+            err_text(&["psetex", "k", "-1", "v"]),
+            "ERR invalid expire time in 'psetex' command"
+        );
+        assert_eq!(err_text(&["getex", "k", "ex", "1", "persist"]), SYNTAX);
+        // GETEX's bad time is kept: Redis reports it only for an existing string key.
+        assert!(matches!(
+            cmd(&["getex", "k", "ex", "0"]),
+            Ok(Command::GetEx {
+                expire_error: Some(_),
+                ..
+            })
+        ));
+        assert_eq!(
+            check_arity(&[Bytes::from("exec"), Bytes::from("x")]).map_err(|e| e.0),
+            Err("ERR wrong number of arguments for 'exec' command".to_owned())
+        );
+        // A syntax error passes the arity check: inside MULTI it is queued.
+        assert!(check_arity(&[
+            Bytes::from("set"),
+            Bytes::from("k"),
+            Bytes::from("v"),
+            Bytes::from("bogus")
+        ])
+        .is_ok());
+        assert_eq!(
+            cmd(&["rename", "a", "b"]).ok().map(|c| c.keys().len()),
+            Some(2)
+        );
+        assert!(cmd(&["multi"]).is_ok_and(|c| !c.is_write()));
+        assert!(cmd(&["getdel", "k"]).is_ok_and(|c| c.is_write()));
     }
 
     #[test]
