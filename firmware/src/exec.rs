@@ -584,18 +584,7 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                     None => (0, None),
                 };
                 let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
-                let mut items = Vec::new();
-                for (m, s) in found {
-                    if *withscores && proto == Protocol::Resp3 {
-                        items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
-                    } else {
-                        items.push(Reply::Bulk(m));
-                        if *withscores {
-                            items.push(Reply::Double(s));
-                        }
-                    }
-                }
-                Reply::Array(items)
+                scored_members(found, *withscores, proto)
             }
             Command::Scan {
                 cursor,
@@ -740,7 +729,6 @@ fn read_in_group(
                 };
                 let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
                 let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
-                let mut items = Vec::new();
                 let in_range = g
                     .engine_keys_under(&prefix)?
                     .into_iter()
@@ -750,17 +738,7 @@ fn read_in_group(
                     })
                     .skip(offset)
                     .take(count.unwrap_or(usize::MAX));
-                for (s, m) in in_range {
-                    if *withscores && proto == Protocol::Resp3 {
-                        items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
-                    } else {
-                        items.push(Reply::Bulk(m));
-                        if *withscores {
-                            items.push(Reply::Double(s));
-                        }
-                    }
-                }
-                Reply::Array(items)
+                scored_members(in_range.map(|(s, m)| (m, s)), *withscores, proto)
             }
             Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
             // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote.
@@ -794,6 +772,27 @@ fn read_in_group(
         })
     })();
     r.unwrap_or_else(|e| err(&e))
+}
+
+/// ZRANGEBYSCORE's reply: members, with their scores after each (RESP2) or paired (RESP3)
+/// when `withscores`.
+fn scored_members(
+    found: impl IntoIterator<Item = (Bytes, f64)>,
+    withscores: bool,
+    proto: Protocol,
+) -> Reply {
+    let mut items = Vec::new();
+    for (m, s) in found {
+        if withscores && proto == Protocol::Resp3 {
+            items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
+        } else {
+            items.push(Reply::Bulk(m));
+            if withscores {
+                items.push(Reply::Double(s));
+            }
+        }
+    }
+    Reply::Array(items)
 }
 
 /// GETRANGE's Redis semantics: negative offsets from the end, clamped, empty when crossed.

@@ -12,22 +12,12 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::Drive;
+use common::{info_field, Drive};
 use redis::Commands;
 
 /// Page reads of 400 ms; programs, erases and transfers of microseconds.
 const SLOW_READS: &str = "custom:400000000,20000,20000,1000,1000";
 const READ: Duration = Duration::from_millis(400);
-
-fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
-    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO has no {field}: {text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 #[test]
 fn a_read_held_at_the_device_does_not_stall_other_clients() {

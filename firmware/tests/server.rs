@@ -9,23 +9,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use common::{exchange, have_tool, read_for, Drive};
+use common::{exchange, have_tool, info_field, read_for, Drive};
 use redis::{Commands, RedisResult, Value};
 
 fn drive() -> (tempfile::TempDir, Drive) {
     let dir = tempfile::tempdir().unwrap();
     let d = Drive::start(&dir.path().join("data"), &[]);
     (dir, d)
-}
-
-fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
-    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO has no {field}: {text}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -241,3 +241,14 @@ pub fn info_value(con: &mut redis::Connection, section: &str, field: &str) -> St
         .trim()
         .to_string()
 }
+
+/// One numeric field of an INFO section (panics when missing: the test names it).
+pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO has no {field}: {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
