@@ -111,6 +111,11 @@ enum Task {
     Compact(usize, usize),
     /// One garbage-collection step.
     Gc,
+    /// Release the segments garbage collection reclaimed, when collection stopped being due
+    /// before it released them (another task freed segments meanwhile: a compaction that
+    /// emptied keytable segments). Without it they would wait for the next collection, and
+    /// the manifest would list them as log segments until then.
+    ReleaseReclaimed,
 }
 
 impl Inner {
@@ -151,6 +156,9 @@ impl Inner {
         }
         if self.gc_due() {
             return Some(Task::Gc);
+        }
+        if !self.gc_reclaimed.is_empty() && self.gc_cursor.is_none() {
+            return Some(Task::ReleaseReclaimed);
         }
         None
     }
@@ -253,6 +261,11 @@ impl Core {
             Task::FlushFrozen => self.flush_frozen(),
             Task::Compact(from, to) => self.compact(from, to),
             Task::Gc => self.gc_step(),
+            Task::ReleaseReclaimed => {
+                let mut g = self.inner.lock();
+                self.quiesce(&mut g);
+                g.release_reclaimed()
+            }
         }
     }
 
