@@ -578,10 +578,8 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 withscores,
                 limit,
             } => {
-                let (offset, count) = match limit {
-                    Some((o, _)) if *o < 0 => return Ok(Reply::Array(Vec::new())),
-                    Some((o, c)) => (*o as usize, usize::try_from(*c).ok()),
-                    None => (0, None),
+                let Some((offset, count)) = limit_window(*limit) else {
+                    return Ok(Reply::Array(Vec::new()));
                 };
                 let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
                 scored_members(found, *withscores, proto)
@@ -722,10 +720,8 @@ fn read_in_group(
                     Some(ZSET) => {}
                     Some(_) => return Err(StoreError::WrongType),
                 }
-                let (offset, count) = match limit {
-                    Some((o, _)) if *o < 0 => return Ok(Reply::Array(Vec::new())),
-                    Some((o, c)) => (*o as usize, usize::try_from(*c).ok()),
-                    None => (0, None),
+                let Some((offset, count)) = limit_window(*limit) else {
+                    return Ok(Reply::Array(Vec::new()));
                 };
                 let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
                 let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
@@ -772,6 +768,16 @@ fn read_in_group(
         })
     })();
     r.unwrap_or_else(|e| err(&e))
+}
+
+/// ZRANGEBYSCORE's LIMIT as (offset, most members; `None`: no bound); `None` when the
+/// offset is negative (Redis then answers an empty array).
+fn limit_window(limit: Option<(i64, i64)>) -> Option<(usize, Option<usize>)> {
+    match limit {
+        Some((o, _)) if o < 0 => None,
+        Some((o, c)) => Some((usize::try_from(o).ok()?, usize::try_from(c).ok())),
+        None => Some((0, None)),
+    }
 }
 
 /// ZRANGEBYSCORE's reply: members, with their scores after each (RESP2) or paired (RESP3)

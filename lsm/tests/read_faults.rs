@@ -8,8 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore, SegmentId};
-use lsm::manifest::ManifestStore;
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore};
 use lsm::{Engine, EngineConfig, EngineError};
 
 use common::small_geometry;
@@ -35,15 +34,7 @@ fn a_corrupt_value_page_fails_the_read_and_is_counted() {
     db.put(b"big", &big).unwrap();
     db.put(b"other", b"still here").unwrap();
     db.flush().unwrap();
-    let (_, snap) = ManifestStore::load(ftl.as_ref()).unwrap();
-    let first = snap
-        .unwrap()
-        .log_segs
-        .iter()
-        .map(|m| (m.log_seg, m.segment))
-        .min()
-        .unwrap();
-    let lba = |page| ftl.geometry().lba(SegmentId(first.1), page);
+    let lba = |page| common::first_log_page(&ftl, page);
     assert_eq!(db.stats().read_checksum_failures, 0);
 
     // The raw page of the 8 KiB value: its checksum (kept with the pointer) fails.

@@ -9,8 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore, SegmentId};
-use lsm::manifest::ManifestStore;
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore};
 use lsm::{Engine, EngineConfig, EngineError};
 use rand::{Rng, SeedableRng};
 
@@ -116,15 +115,7 @@ fn a_corrupt_page_never_enters_the_cache() {
         db.put(b"big", &vec![0x5a; 8192]).unwrap();
         db.close().unwrap();
     }
-    let (_, snap) = ManifestStore::load(ftl.as_ref()).unwrap();
-    let first = snap
-        .unwrap()
-        .log_segs
-        .iter()
-        .map(|m| (m.log_seg, m.segment))
-        .min()
-        .unwrap();
-    let lba = |page| ftl.geometry().lba(SegmentId(first.1), page);
+    let lba = |page| common::first_log_page(&ftl, page);
     // The packed page of "small" and the raw page of "big" (see read_faults.rs).
     ftl.corrupt_page(lba(0), 200).unwrap();
     ftl.corrupt_page(lba(2), 4000).unwrap();

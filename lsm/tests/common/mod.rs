@@ -218,3 +218,17 @@ impl Drop for FailureNote {
         }
     }
 }
+
+/// The LBA of page `page` of the oldest log segment in the device's manifest (the pages the
+/// first writes to a fresh engine land in).
+pub fn first_log_page(ftl: &Ftl, page: u32) -> hwftl_sim::Lba {
+    let (_, snap) = lsm::manifest::ManifestStore::load(ftl).unwrap();
+    let (_, segment) = snap
+        .unwrap()
+        .log_segs
+        .iter()
+        .map(|m| (m.log_seg, m.segment))
+        .min()
+        .unwrap();
+    ftl.geometry().lba(SegmentId(segment), page)
+}
