@@ -138,6 +138,14 @@ fn run_rounds(extra: &[&str], data: &std::path::Path, seed: u64) {
         let acked_before = ledger.lock().unwrap().acked.len();
         let stop = Arc::new(AtomicBool::new(false));
         let clients = load(&d, round, &stop, &ledger);
+        // The kill comes a random moment after the round's first acknowledgement (a slow
+        // disk's first flushes can take longer than the window alone).
+        let started = std::time::Instant::now();
+        while ledger.lock().unwrap().acked.len() <= acked_before
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::thread::sleep(Duration::from_millis(rng.gen_range(150..700)));
         d.kill9();
         stop.store(true, Ordering::Relaxed);
