@@ -1,0 +1,610 @@
+//! The network thread (`ls-net`): one `mio` poll loop that accepts clients, reads and frames
+//! their requests, answers connection-level commands itself, hands data commands to the
+//! engine or writer thread through lock-free queues, and writes the replies those threads
+//! send back (woken by a `mio::Waker`).
+//!
+//! Per-connection order: a connection's commands may be in flight to one worker thread at a
+//! time (each worker answers in order); a command for the other worker, or one answered here,
+//! waits in the connection's backlog until the in-flight ones are answered. Pipelines of one
+//! kind (all GETs, all SETs) therefore flow without stalls.
+
+mod admission;
+mod conn;
+mod local;
+mod route;
+
+pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
+pub use route::MAX_KEY_BYTES;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{ErrorKind, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+
+use self::conn::{frame_requests, read_into_spare, Conn, Outbox, PROTOCOL_ERROR_MARK};
+use self::local::{allowed_before_auth, is_transaction_control};
+use self::route::{copy_values, key_too_long, route_of, Route};
+use crate::cluster::{self, Admin, ConnMode, Gate};
+use crate::exec::{self, Done, Job, Transaction};
+use crate::info::Metrics;
+use crate::queue::{Receiver, Sender};
+use crate::store::Store;
+
+/// Token of the listening socket.
+const LISTENER: Token = Token(0);
+/// Token of the waker the worker threads ring.
+pub const WAKER: Token = Token(1);
+/// First connection id (ids are never reused).
+const FIRST_CONN: u64 = 2;
+/// How long a poll waits before looking at the shutdown flag.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// Bytes read per `read` call at least.
+const READ_CHUNK: usize = 16 << 10;
+/// Bytes read per `read` call at most.
+const MAX_READ: usize = 256 << 10;
+/// A connection stops reading while this many of its commands wait (back-pressure).
+const MAX_QUEUED_PER_CONN: usize = 4096;
+
+/// Settings of the network thread.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// AUTH password.
+    pub requirepass: Option<String>,
+    /// Client limit.
+    pub maxclients: usize,
+    /// Refuse non-loopback clients without a password.
+    pub protected_mode: bool,
+    /// Query buffer limit per client.
+    pub query_buffer_limit: usize,
+    /// Output buffer limit per client.
+    pub output_buffer_limit: usize,
+    /// Request framing limits.
+    pub limits: Limits,
+    /// Settings CONFIG GET reports.
+    pub reported: Vec<(String, String)>,
+    /// Cluster mode: the map and this node (`None`: standalone).
+    pub cluster: Option<Arc<cluster::Cluster>>,
+    /// The zero-copy ablation (`--ablate zero-copy`): SET values are copied once more
+    /// before they go to the writer.
+    pub copy_values: bool,
+}
+
+/// The network thread's state.
+pub struct Net {
+    poll: Poll,
+    listener: TcpListener,
+    conns: HashMap<u64, Conn>,
+    next_id: u64,
+    engine_tx: Sender<Job>,
+    writer_tx: Sender<Job>,
+    replies: Receiver<Done>,
+    /// Reads DRAM answers whole are served here (see [`exec::try_read_now`]).
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    shutdown: Arc<AtomicBool>,
+    cfg: NetConfig,
+    /// Cluster mode: slot checks, CLUSTER commands, map pushes.
+    cluster: Option<Gate>,
+}
+
+impl Net {
+    /// Builds the loop around a bound listener and a poll (whose registry the waker uses).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        engine_tx: Sender<Job>,
+        writer_tx: Sender<Job>,
+        replies: Receiver<Done>,
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        shutdown: Arc<AtomicBool>,
+        cfg: NetConfig,
+    ) -> std::io::Result<Net> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Net {
+            poll,
+            listener,
+            conns: HashMap::new(),
+            next_id: FIRST_CONN,
+            engine_tx,
+            writer_tx,
+            replies,
+            store,
+            metrics,
+            shutdown,
+            cluster: cfg.cluster.clone().map(Gate::new),
+            cfg,
+        })
+    }
+
+    /// Runs until the shutdown flag is raised (SIGTERM, SHUTDOWN).
+    ///
+    /// # Errors
+    /// A failing poll.
+    pub fn run(mut self) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        while !self.shutdown.load(Ordering::Acquire) {
+            match self.poll.poll(&mut events, Some(POLL_TIMEOUT)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(t) => {
+                        let id = t as u64;
+                        if ev.is_readable() || ev.is_read_closed() {
+                            self.on_readable(id);
+                        }
+                        if ev.is_writable() {
+                            self.flush(id);
+                        }
+                    }
+                }
+            }
+            self.drain_replies();
+        }
+        // Last words to clients still connected are not owed: their in-flight writes finish
+        // in the writer thread before the engine closes.
+        Ok(())
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // Out of file descriptors and the like: try again on the next event.
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            if protected_refuses(
+                self.cfg.protected_mode,
+                self.cfg.requirepass.is_some(),
+                &peer,
+            ) {
+                self.metrics
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write(PROTECTED_MODE_ERROR.as_bytes());
+                continue;
+            }
+            if self.conns.len() >= self.cfg.maxclients {
+                self.metrics
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write(MAX_CLIENTS_ERROR.as_bytes());
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let id = self.next_id;
+            self.next_id += 1;
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(id as usize),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                tracing::warn!("registering a client failed: {e}");
+                continue;
+            }
+            self.metrics
+                .total_connections
+                .fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .connected_clients
+                .fetch_add(1, Ordering::Relaxed);
+            self.conns.insert(
+                id,
+                Conn {
+                    id,
+                    stream,
+                    peer,
+                    rbuf: BytesMut::with_capacity(READ_CHUNK),
+                    out: Outbox::default(),
+                    parser: RequestParser::new(self.cfg.limits),
+                    proto: Protocol::Resp2,
+                    authed: self.cfg.requirepass.is_none(),
+                    name: None,
+                    lib_name: None,
+                    lib_ver: None,
+                    in_flight: 0,
+                    in_flight_to: Route::Here,
+                    next_seq: 0,
+                    next_reply: 0,
+                    early: BTreeMap::new(),
+                    backlog: VecDeque::new(),
+                    closing: false,
+                    eof: false,
+                    cluster_mode: ConnMode::default(),
+                    paused: false,
+                    multi: None,
+                    multi_dirty: false,
+                    watched: Vec::new(),
+                },
+            );
+        }
+    }
+
+    fn close(&mut self, id: u64) {
+        if let Some(mut c) = self.conns.remove(&id) {
+            self.store.unwatch(&c.watched);
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.metrics
+                .connected_clients
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads what the socket has (unless back-pressured), then serves the requests.
+    fn on_readable(&mut self, id: u64) {
+        let limit = self.cfg.query_buffer_limit;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let mut over_limit = false;
+        while !c.eof && !c.closing && c.backlog.len() < MAX_QUEUED_PER_CONN {
+            let want = c
+                .parser
+                .bytes_hint(&c.rbuf)
+                .unwrap_or(0)
+                .clamp(READ_CHUNK, 64 << 20);
+            if c.rbuf.capacity() - c.rbuf.len() < want {
+                // Frame what is complete first: those bytes leave as arguments that share
+                // this buffer, so growing moves only the unfinished tail.
+                frame_requests(c, &self.metrics);
+                let want = c
+                    .parser
+                    .bytes_hint(&c.rbuf)
+                    .unwrap_or(0)
+                    .clamp(READ_CHUNK, 64 << 20);
+                // Growing may move what is still buffered: count it as copied.
+                let before = c.rbuf.as_ptr();
+                c.rbuf.reserve(want);
+                if c.rbuf.as_ptr() != before {
+                    self.metrics
+                        .value_bytes_copied
+                        .fetch_add(c.rbuf.len() as u64, Ordering::Relaxed);
+                }
+            }
+            let room = (c.rbuf.capacity() - c.rbuf.len()).min(MAX_READ);
+            match read_into_spare(&c.stream, &mut c.rbuf, room) {
+                Ok(0) => {
+                    c.eof = true;
+                }
+                Ok(n) => {
+                    self.metrics
+                        .net_input_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    if c.rbuf.len() > limit {
+                        over_limit = true;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.eof = true;
+                    c.closing = true;
+                }
+            }
+        }
+        if c.backlog.len() >= MAX_QUEUED_PER_CONN {
+            c.paused = true;
+        }
+        if over_limit {
+            tracing::info!(client = id, "closing a client over the query buffer limit");
+            self.metrics
+                .buffer_limit_disconnects
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(id);
+            return;
+        }
+        self.serve(id);
+    }
+
+    /// Frames requests from the read buffer and runs what may run now.
+    fn serve(&mut self, id: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.closing {
+                break;
+            }
+            let before = c.backlog.len();
+            frame_requests(c, &self.metrics);
+            let framed = c.backlog.len() > before;
+            // Run what may run before judging the backlog full: a connection with nothing
+            // in flight would otherwise wait for a reply that never comes.
+            self.run_backlog(id);
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.backlog.len() >= MAX_QUEUED_PER_CONN {
+                // Commands are in flight (run_backlog sent some): their replies resume it.
+                c.paused = true;
+                break;
+            }
+            if !framed {
+                break;
+            }
+        }
+        self.finish_if_done(id);
+        self.flush(id);
+    }
+
+    /// Runs backlog entries in order while each may run now.
+    fn run_backlog(&mut self, id: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.closing {
+                c.backlog.clear();
+                return;
+            }
+            let Some(args) = c.backlog.front() else {
+                return;
+            };
+            if args
+                .first()
+                .is_some_and(|a| a.as_ref() == PROTOCOL_ERROR_MARK)
+            {
+                if c.in_flight > 0 {
+                    return;
+                }
+                let msg = args.get(1).cloned().unwrap_or_default();
+                c.backlog.clear();
+                c.out.push(&Reply::Error(msg), c.proto);
+                c.closing = true;
+                return;
+            }
+            let parsed = Command::parse(args);
+            if c.multi.is_some() && !is_transaction_control(&parsed) {
+                // Inside MULTI nothing is in flight (MULTI waited for it): queue and answer.
+                let args = c.backlog.pop_front().unwrap_or_default();
+                self.metrics
+                    .commands_processed
+                    .fetch_add(1, Ordering::Relaxed);
+                let reply = self.queue_in_multi(id, &args, parsed);
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.out.push(&reply, c.proto);
+                }
+                continue;
+            }
+            // Cluster mode: MOVED / CROSSSLOT are answered here, before anything runs.
+            let mut redirect = None;
+            let route = match &parsed {
+                Ok(cmd) if c.authed || allowed_before_auth(cmd) => {
+                    let route = match cmd {
+                        // EXEC of a transaction that may run goes to the writer thread.
+                        Command::Exec if c.multi.is_some() && !c.multi_dirty => Route::Writer,
+                        _ => route_of(cmd),
+                    };
+                    redirect = self
+                        .cluster
+                        .as_ref()
+                        .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    // Only a request with an argument that long can have such a key: the
+                    // common case skips collecting the command's keys.
+                    if redirect.is_none()
+                        && route != Route::Here
+                        && args.iter().skip(1).any(|a| a.len() > MAX_KEY_BYTES)
+                    {
+                        redirect = key_too_long(cmd);
+                    }
+                    if redirect.is_some() {
+                        Route::Here
+                    } else {
+                        route
+                    }
+                }
+                _ => Route::Here,
+            };
+            if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
+                return;
+            }
+            let args = c.backlog.pop_front().unwrap_or_default();
+            self.metrics
+                .commands_processed
+                .fetch_add(1, Ordering::Relaxed);
+            let mut cmd = match parsed {
+                Ok(cmd) => cmd,
+                Err(e) => {
+                    // Cluster mode's admin commands are not in kvproto's table.
+                    let r = match (Admin::of(&args), &mut self.cluster) {
+                        (None, _) => Reply::error(e.to_string()),
+                        (Some(_), _) if !c.authed => {
+                            Reply::error("NOAUTH Authentication required.")
+                        }
+                        (Some(_), None) => Reply::error(cluster::DISABLED_ERROR),
+                        (Some(a), Some(g)) => g.admin(a, &args, &mut c.cluster_mode),
+                    };
+                    c.out.push(&r, c.proto);
+                    continue;
+                }
+            };
+            if let Some(r) = redirect {
+                c.out.push(&r, c.proto);
+                continue;
+            }
+            if route == Route::Here {
+                if !c.authed && !allowed_before_auth(&cmd) {
+                    c.out
+                        .push(&Reply::error("NOAUTH Authentication required."), c.proto);
+                    continue;
+                }
+                let out = self.local(id, cmd);
+                let Some(c) = self.conns.get_mut(&id) else {
+                    return;
+                };
+                if let Some(r) = out.reply {
+                    c.out.push(&r, c.proto);
+                }
+                if out.close {
+                    c.closing = true;
+                    c.backlog.clear();
+                    return;
+                }
+                continue;
+            }
+            // A read DRAM answers whole is served here when it overtakes nothing (the
+            // connection has no request in flight): no hand-off to the engine thread.
+            if route == Route::Engine && c.in_flight == 0 && !self.cfg.copy_values {
+                if let Some(r) = exec::try_read_now(&self.store, &self.metrics, &cmd, c.proto) {
+                    self.metrics
+                        .value_bytes_moved
+                        .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+                    self.metrics
+                        .reads_answered_inline
+                        .fetch_add(1, Ordering::Relaxed);
+                    c.out.push(&r, c.proto);
+                    continue;
+                }
+            }
+            if let Command::Set { value, .. } = &cmd {
+                self.metrics
+                    .value_bytes_moved
+                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+            }
+            if self.cfg.copy_values {
+                copy_values(&mut cmd, &self.metrics);
+            }
+            let tx = if matches!(cmd, Command::Exec) {
+                Some(Box::new(Transaction {
+                    items: c.multi.take().unwrap_or_default(),
+                    watched: std::mem::take(&mut c.watched),
+                }))
+            } else {
+                None
+            };
+            let job = Job {
+                conn: id,
+                proto: c.proto,
+                cmd,
+                seq: c.next_seq,
+                tx,
+            };
+            c.next_seq += 1;
+            let sent = match route {
+                Route::Writer => self.writer_tx.send(job),
+                _ => self.engine_tx.send(job),
+            };
+            if sent.is_err() {
+                // Workers gone: the drive is shutting down.
+                c.out
+                    .push(&Reply::error("ERR the drive is shutting down"), c.proto);
+                c.closing = true;
+                return;
+            }
+            c.in_flight += 1;
+            c.in_flight_to = route;
+        }
+    }
+
+    fn drain_replies(&mut self) {
+        let mut touched = Vec::new();
+        while let Ok(d) = self.replies.try_recv() {
+            let Some(c) = self.conns.get_mut(&d.conn) else {
+                continue;
+            };
+            if d.seq != c.next_reply {
+                c.early.insert(d.seq, d.reply);
+                continue;
+            }
+            let mut reply = Some(d.reply);
+            while let Some(r) = reply {
+                c.in_flight = c.in_flight.saturating_sub(1);
+                c.next_reply += 1;
+                self.metrics
+                    .value_bytes_moved
+                    .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+                c.out.push(&r, c.proto);
+                reply = c.early.remove(&c.next_reply);
+            }
+            if touched.last() != Some(&d.conn) {
+                touched.push(d.conn);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            self.run_backlog(id);
+            let paused = self.conns.get_mut(&id).is_some_and(|c| {
+                let p = c.paused && c.backlog.len() < MAX_QUEUED_PER_CONN;
+                if p {
+                    c.paused = false;
+                }
+                p
+            });
+            if paused {
+                // It stopped reading under back-pressure: read (and serve) again.
+                self.on_readable(id);
+            } else {
+                self.serve(id);
+            }
+        }
+    }
+
+    /// Once the peer closed and nothing is pending, close (after the last replies).
+    fn finish_if_done(&mut self, id: u64) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if c.eof && c.in_flight == 0 && c.backlog.is_empty() {
+                c.closing = true;
+            }
+        }
+    }
+
+    /// Writes what the socket takes; closes a closing connection once flushed.
+    fn flush(&mut self, id: u64) {
+        let limit = self.cfg.output_buffer_limit;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let mut dead = false;
+        while !c.out.is_empty() {
+            match c.out.write_to(&mut c.stream) {
+                Ok(0) => {
+                    dead = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.metrics
+                        .net_output_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    dead = true;
+                    break;
+                }
+            }
+        }
+        if c.out.len() > limit {
+            tracing::info!(client = id, "closing a client over the output buffer limit");
+            self.metrics
+                .buffer_limit_disconnects
+                .fetch_add(1, Ordering::Relaxed);
+            dead = true;
+        }
+        let done = c.closing && c.out.is_empty() && c.in_flight == 0;
+        if dead || done {
+            self.close(id);
+        }
+    }
+}
