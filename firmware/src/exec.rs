@@ -21,7 +21,9 @@
 //!   Memtable flushes, compactions and GC run inside the engine's write path, on this
 //!   thread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,9 @@
 //! applies many clients' commands to one group (read-your-writes through its overlay), then
 //! commits it as one atomic engine batch — a group commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
