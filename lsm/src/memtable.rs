@@ -92,9 +92,28 @@ impl NewestIndex {
 /// Sequence number that sees every version (the writer's own view).
 pub const LATEST: u64 = u64::MAX;
 
+/// A key's first 16 bytes as two big-endian words (zero-padded): comparing them orders keys
+/// as their bytes do, except that a tie (equal words) needs the whole keys compared. Kept in
+/// each entry, so most comparisons of a skip-list search touch no key allocation.
+pub type KeyPrefix = [u64; 2];
+
+/// The [`KeyPrefix`] of `key`.
+pub fn key_prefix(key: &[u8]) -> KeyPrefix {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        if let Some(rest) = key.get(at..) {
+            let n = rest.len().min(8);
+            w[..n].copy_from_slice(&rest[..n]);
+        }
+        u64::from_be_bytes(w)
+    };
+    [word(0), word(8)]
+}
+
 /// A key version: ordered by key, then by sequence number, newest first.
 #[derive(Debug, PartialEq, Eq)]
 pub struct VersionKey {
+    prefix: KeyPrefix,
     key: Arc<[u8]>,
     seq: u64,
 }
@@ -102,6 +121,8 @@ pub struct VersionKey {
 /// A borrowed view of a key version, so lookups need no allocation (the skip list is
 /// searched with `&dyn KeyVersion`, which every stored [`VersionKey`] can be borrowed as).
 pub trait KeyVersion {
+    /// The key's [`KeyPrefix`].
+    fn prefix(&self) -> KeyPrefix;
     /// The user key.
     fn user_key(&self) -> &[u8];
     /// The sequence number.
@@ -109,6 +130,9 @@ pub trait KeyVersion {
 }
 
 impl KeyVersion for VersionKey {
+    fn prefix(&self) -> KeyPrefix {
+        self.prefix
+    }
     fn user_key(&self) -> &[u8] {
         &self.key
     }
@@ -117,19 +141,40 @@ impl KeyVersion for VersionKey {
     }
 }
 
-impl KeyVersion for (&[u8], u64) {
+/// A search key: a borrowed key, its prefix (computed once per search) and a sequence number.
+struct Probe<'a> {
+    prefix: KeyPrefix,
+    key: &'a [u8],
+    seq: u64,
+}
+
+impl<'a> Probe<'a> {
+    fn new(key: &'a [u8], seq: u64) -> Probe<'a> {
+        Probe {
+            prefix: key_prefix(key),
+            key,
+            seq,
+        }
+    }
+}
+
+impl KeyVersion for Probe<'_> {
+    fn prefix(&self) -> KeyPrefix {
+        self.prefix
+    }
     fn user_key(&self) -> &[u8] {
-        self.0
+        self.key
     }
     fn seq(&self) -> u64 {
-        self.1
+        self.seq
     }
 }
 
 impl Ord for dyn KeyVersion + '_ {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.user_key()
-            .cmp(other.user_key())
+        self.prefix()
+            .cmp(&other.prefix())
+            .then_with(|| self.user_key().cmp(other.user_key()))
             .then_with(|| other.seq().cmp(&self.seq()))
     }
 }
@@ -219,7 +264,14 @@ impl MemTable {
         // Index first, then the skip list; both before the batch is published (see the
         // module docs).
         let (key, new_key) = self.newest.record(key, seq, slot);
-        let e = self.map.insert(VersionKey { key, seq }, slot);
+        let e = self.map.insert(
+            VersionKey {
+                prefix: key_prefix(&key),
+                key,
+                seq,
+            },
+            slot,
+        );
         let shadowed = e
             .next()
             .filter(|n| n.key().user_key() == e.key().user_key())
@@ -243,7 +295,8 @@ impl MemTable {
         }
         // A version newer than the reader's view came in since it was taken: find the
         // newest one it may see in the skip list.
-        let probe: &dyn KeyVersion = &(key, seq);
+        let probe = Probe::new(key, seq);
+        let probe: &dyn KeyVersion = &probe;
         let e = self.map.lower_bound(Bound::Included(probe))?;
         (e.key().user_key() == key).then(|| *e.value())
     }
@@ -270,7 +323,8 @@ impl MemTable {
 
     /// A cursor over the newest version of each key at `seq` or before, from `start` on.
     pub fn cursor_from(&self, start: &[u8], seq: u64) -> MemCursor<'_> {
-        let probe: &dyn KeyVersion = &(start, LATEST);
+        let probe = Probe::new(start, LATEST);
+        let probe: &dyn KeyVersion = &probe;
         let mut c = MemCursor {
             cur: self.map.lower_bound(Bound::Included(probe)),
             seq,
@@ -396,6 +450,24 @@ mod tests {
         );
         assert_eq!(keys_at(&m, b"aa", 3), vec![(b"b".to_vec(), v(2))]);
         assert_eq!(keys_at(&m, b"a", 0), vec![]);
+    }
+
+    proptest::proptest! {
+        /// The prefix words order keys as their bytes do, and the entries' order is the
+        /// keys' byte order (zero bytes and keys that are prefixes of others included).
+        #[test]
+        fn entries_order_as_key_bytes(
+            a in proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(0u8), proptest::strategy::Just(1u8), proptest::num::u8::ANY], 0..24),
+            b in proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(0u8), proptest::strategy::Just(1u8), proptest::num::u8::ANY], 0..24),
+        ) {
+            let (pa, pb) = (key_prefix(&a), key_prefix(&b));
+            if pa != pb {
+                proptest::prop_assert_eq!(pa.cmp(&pb), a.cmp(&b));
+            }
+            let (x, y) = (Probe::new(&a, 1), Probe::new(&b, 1));
+            let (x, y): (&dyn KeyVersion, &dyn KeyVersion) = (&x, &y);
+            proptest::prop_assert_eq!(x.cmp(y), a.cmp(&b));
+        }
     }
 
     #[test]
