@@ -1124,17 +1124,15 @@ mod tests {
         let mut gate = Gate::new(shared.clone());
         assert_eq!(gate.view.my_id(), id(1));
         let mut mode = ConnMode::default();
-        let push = |gate: &mut Gate, mode: &mut ConnMode, v: &str, text: &str| {
-            match gate.admin(
-                Admin::ClusterMap,
-                &args(&["LS.CLUSTERMAP", v, text]),
-                mode,
-                1,
-                0,
-            ) {
-                AdminOutcome::Reply(r) => r,
-                AdminOutcome::Deferred => panic!("no saver thread here"),
-            }
+        let push = |gate: &mut Gate, mode: &mut ConnMode, v: &str, text: &str| match gate.admin(
+            Admin::ClusterMap,
+            &args(&["LS.CLUSTERMAP", v, text]),
+            mode,
+            1,
+            0,
+        ) {
+            AdminOutcome::Reply(r) => r,
+            AdminOutcome::Deferred => panic!("no saver thread here"),
         };
         let same = map(1).to_toml();
         assert!(push(&mut gate, &mut mode, "1", &same).is_error());

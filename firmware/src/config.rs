@@ -312,14 +312,15 @@ impl DriveConfig {
             .or(file.value_cache_size)
             .unwrap_or_else(|| DEFAULT_VALUE_CACHE_SIZE.into());
         let defaults = BufferLimits::default();
-        let size = |flag: Option<String>, key: Option<String>, default: usize, name: &str| {
-            match flag.or(key) {
+        let size =
+            |flag: Option<String>, key: Option<String>, default: usize, name: &str| match flag
+                .or(key)
+            {
                 None => Ok(default),
                 Some(s) => parse_size(&s)
                     .and_then(|n| usize::try_from(n).context("too large"))
                     .with_context(|| format!("{name} `{s}`")),
-            }
-        };
+            };
         let proto_max_bulk_len = size(
             args.proto_max_bulk_len,
             file.proto_max_bulk_len,
@@ -427,9 +428,8 @@ pub fn parse_output_limit(s: &str) -> anyhow::Result<OutputLimit> {
         class.eq_ignore_ascii_case("normal"),
         "client-output-buffer-limit `{s}`: this drive has only the `normal` client class"
     );
-    let bytes = |w: &str| -> anyhow::Result<usize> {
-        usize::try_from(parse_size(w)?).context("too large")
-    };
+    let bytes =
+        |w: &str| -> anyhow::Result<usize> { usize::try_from(parse_size(w)?).context("too large") };
     Ok(OutputLimit {
         hard: bytes(hard).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
         soft: bytes(soft).with_context(|| format!("client-output-buffer-limit `{s}`"))?,

@@ -162,10 +162,7 @@ fn reported_settings(
             "client-pending-limit".into(),
             cfg.buffers.pending.to_string(),
         ),
-        (
-            "client-query-budget".into(),
-            cfg.buffers.budget.to_string(),
-        ),
+        ("client-query-budget".into(), cfg.buffers.budget.to_string()),
     ];
     v.push((
         "durability".into(),

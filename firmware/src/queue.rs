@@ -284,7 +284,10 @@ mod tests {
         for kind in both() {
             let (tx, rx) = bounded(kind, 1);
             assert!(tx.try_send(1).is_ok());
-            assert!(matches!(tx.try_send(2), Err(TrySendError::Full(2))), "{kind:?}");
+            assert!(
+                matches!(tx.try_send(2), Err(TrySendError::Full(2))),
+                "{kind:?}"
+            );
             assert_eq!(rx.recv().unwrap(), 1);
             assert!(tx.try_send(3).is_ok());
             drop(rx);

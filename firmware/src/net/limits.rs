@@ -12,11 +12,14 @@
 //!   client is disconnected, as Redis does;
 //! - pending requests past `client-pending-limit` stop reading that client (back-pressure,
 //!   resumed as replies go out); one request may exceed it;
-//! - the [`Budget`] sums every client's query buffer and pending requests; over
-//!   `client-query-budget`, sockets are not read until it frees (a paused client resumes in
-//!   FIFO order). So that a request larger than what is free still gets through, the client
-//!   paused longest may read past the budget after [`EXEMPT_AFTER`], one client at a time,
-//!   until it has framed a request;
+//! - the [`Budget`] sums every client's buffered bytes (query buffer contents and pending
+//!   requests); over `client-query-budget`, a client holding more than [`BUDGET_FLOOR`] is
+//!   not read until the total drops (paused clients resume in FIFO order), and one holding
+//!   less reads only up to the floor, so small requests (PING, AUTH, GET) are never stuck
+//!   behind large ones. So that a request larger than what is free still gets through, the
+//!   client paused longest may read past the budget after [`EXEMPT_AFTER`], one client at a
+//!   time, until it has framed a request (or [`EXEMPT_FOR`] passes). The bound is the
+//!   budget, plus [`BUDGET_FLOOR`] per client, plus one request;
 //! - the output buffer past the hard limit, or past the soft limit for the soft seconds,
 //!   disconnects the client (`client-output-buffer-limit normal`, as Redis);
 //! - before AUTH (when a password is set) requests are capped as Redis 7.2 caps them (the
@@ -51,6 +54,8 @@ pub const GROW_AHEAD: usize = 256 << 10;
 /// Bytes read ahead of framing for a client that has not authenticated (10 arguments of
 /// 16 KiB and their headers fit).
 pub const UNAUTH_READ_AHEAD: usize = 256 << 10;
+/// Bytes any client may hold whatever the budget says (a few small requests).
+pub const BUDGET_FLOOR: usize = 64 << 10;
 /// How long the client paused longest waits before it may read past a full budget.
 pub const EXEMPT_AFTER: Duration = Duration::from_millis(100);
 /// How long one client keeps that exemption without framing a request before another may
@@ -88,7 +93,12 @@ impl Default for OutputLimit {
 impl OutputLimit {
     /// Whether a client with `len` bytes of output must be disconnected now; tracks since
     /// when it has been over the soft limit in `soft_since`.
-    pub(super) fn exceeded(&self, len: usize, soft_since: &mut Option<Instant>, now: Instant) -> bool {
+    pub(super) fn exceeded(
+        &self,
+        len: usize,
+        soft_since: &mut Option<Instant>,
+        now: Instant,
+    ) -> bool {
         if self.hard > 0 && len > self.hard {
             return true;
         }
@@ -191,8 +201,10 @@ impl Budget {
         self.paused.len()
     }
 
+    /// What a connection holds: bytes received and not framed, and pending requests (the
+    /// buffer's spare capacity is not counted: its pages are not touched until bytes come).
     fn held(c: &Conn) -> usize {
-        c.rbuf.capacity() + c.pending_bytes
+        c.rbuf.len() + c.pending_bytes
     }
 
     /// Brings the total up to date with what `c` holds now.
@@ -200,7 +212,10 @@ impl Budget {
         let h = Self::held(c);
         self.used = self.used.saturating_sub(c.held) + h;
         c.held = h;
-        if self.exempt.is_some_and(|(id, framed, _)| id == c.id && c.framed > framed) {
+        if self
+            .exempt
+            .is_some_and(|(id, framed, _)| id == c.id && c.framed > framed)
+        {
             self.exempt = None;
         }
     }
@@ -213,10 +228,17 @@ impl Budget {
         }
     }
 
-    /// Whether reading `c` must wait for the budget.
-    pub(super) fn blocks(&self, c: &Conn) -> bool {
-        let total = self.used.saturating_sub(c.held) + Self::held(c);
-        total > self.limit && self.exempt.is_none_or(|(id, _, _)| id != c.id)
+    /// How many bytes `c` may read now: what keeps the total within the budget, but at
+    /// least what keeps `c` within [`BUDGET_FLOOR`]; unlimited for the exempt client.
+    pub(super) fn allowance(&self, c: &Conn) -> usize {
+        if self.exempt.is_some_and(|(id, _, _)| id == c.id) {
+            return usize::MAX;
+        }
+        let mine = Self::held(c);
+        let total = self.used.saturating_sub(c.held) + mine;
+        self.limit
+            .saturating_sub(total)
+            .max(BUDGET_FLOOR.saturating_sub(mine))
     }
 
     /// Records that `c` was paused by the budget.
@@ -276,7 +298,7 @@ pub(super) fn hold(c: &Conn, limits: &BufferLimits, max_queued: usize, budget: &
         || (!c.authed && (!c.backlog.is_empty() || c.rbuf.len() >= UNAUTH_READ_AHEAD))
     {
         Hold::Client
-    } else if budget.blocks(c) {
+    } else if budget.allowance(c) == 0 {
         Hold::Budget
     } else {
         Hold::None
@@ -319,7 +341,10 @@ pub fn fit_open_files(maxclients: usize) -> Result<FdLimit, String> {
     let mut have = lim.rlim_cur;
     if have < want {
         // Past the hard limit needs privileges: try that, then settle for the hard limit.
-        for (cur, max) in [(want, want.max(lim.rlim_max)), (want.min(lim.rlim_max), lim.rlim_max)] {
+        for (cur, max) in [
+            (want, want.max(lim.rlim_max)),
+            (want.min(lim.rlim_max), lim.rlim_max),
+        ] {
             let new = libc::rlimit {
                 rlim_cur: cur,
                 rlim_max: max,

@@ -241,10 +241,7 @@ impl Net {
             let now = self.now;
             let conns = &self.conns;
             let next = self.budget.next_to_resume(now, |id| {
-                conns
-                    .get(&id)
-                    .filter(|c| c.budget_paused)
-                    .map(|c| c.framed)
+                conns.get(&id).filter(|c| c.budget_paused).map(|c| c.framed)
             });
             let Some(id) = next else {
                 return;

@@ -288,8 +288,7 @@ impl Net {
                     // Frame what is complete first: those bytes leave as arguments that share
                     // this buffer, so growing moves only the unfinished tail.
                     frame_requests(c, &self.metrics);
-                    let want =
-                        read_reserve(c.parser.bytes_hint(&c.rbuf), READ_CHUNK, c.rbuf.len());
+                    let want = read_reserve(c.parser.bytes_hint(&c.rbuf), READ_CHUNK, c.rbuf.len());
                     // Growing may move what is still buffered: count it as copied.
                     let before = c.rbuf.as_ptr();
                     c.rbuf.reserve(want);
@@ -300,7 +299,9 @@ impl Net {
                     }
                     continue;
                 }
-                let room = (c.rbuf.capacity() - c.rbuf.len()).min(MAX_READ);
+                let room = (c.rbuf.capacity() - c.rbuf.len())
+                    .min(MAX_READ)
+                    .min(self.budget.allowance(c));
                 match read_into_spare(&c.stream, &mut c.rbuf, room) {
                     Ok(0) => {
                         c.eof = true;
@@ -337,9 +338,7 @@ impl Net {
                 Hold::None => {}
                 Hold::Client => c.paused = true,
                 Hold::Budget => {
-                    self.metrics
-                        .budget_pauses
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.metrics.budget_pauses.fetch_add(1, Ordering::Relaxed);
                     self.budget.pause(c, now);
                 }
             }
