@@ -790,3 +790,67 @@ fn a_panicking_thread_ends_the_process() {
     let d = Drive::start(&data, &[]);
     check_after(&d, "panic and restart");
 }
+
+#[test]
+fn maxclients_is_lowered_to_fit_the_open_files_limit() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lightstore"));
+    cmd.args([
+        "--port",
+        "0",
+        "--capacity",
+        common::TEST_CAPACITY,
+        "--data-dir",
+    ])
+    .arg(dir.path().join("data"))
+    .env("RUST_LOG", "warn")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: the closure only calls setrlimit, which is async-signal-safe, between fork and
+    // exec; it touches no memory of the parent's other threads.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 300,
+                rlim_max: 300,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("lightstore ready on ")
+        .unwrap_or_else(|| panic!("not ready: {line}"))
+        .to_string();
+    let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxclients")
+        .query(&mut con)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    println!("abuse fd limit 300: CONFIG GET maxclients -> {got:?}");
+    assert_eq!(got, vec!["maxclients".to_string(), "236".to_string()]);
+    assert!(err.contains("maxclients lowered to 236"), "log: {err}");
+}

@@ -270,7 +270,9 @@ impl Net {
         let mut over = Vec::new();
         for (&id, c) in &mut self.conns {
             let quiet = now.saturating_duration_since(c.last_active);
-            if c.in_flight == 0 && c.backlog.is_empty() && !c.closing {
+            // Not idle: waiting for a worker, or not read because of a limit.
+            let waiting = c.in_flight > 0 || !c.backlog.is_empty() || c.paused || c.budget_paused;
+            if !waiting && !c.closing {
                 if timeout.is_some_and(|t| quiet >= t) {
                     idle.push(id);
                     continue;
