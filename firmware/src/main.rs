@@ -46,8 +46,11 @@ use crate::store::Store;
 
 /// File name of the simulated device inside the data directory.
 const SIM_DEVICE_FILE: &str = "device.img";
-/// Jobs that may wait in each worker queue before the network thread blocks on it.
+/// Jobs that may wait in each worker queue; when one is full, `ls-net` keeps the job in its
+/// connection and stops reading that client until there is room (it never waits on a queue).
 const QUEUE_DEPTH: usize = 65_536;
+/// Environment variable for tests: a smaller worker queue depth, so full queues are common.
+const QUEUE_DEPTH_ENV: &str = "LIGHTSTORE_QUEUE_DEPTH";
 
 /// Segments a newly formatted device should have at least.
 const MIN_SEGMENTS: u64 = 256;
@@ -412,8 +415,13 @@ fn main() -> anyhow::Result<()> {
     } else {
         queue::QueueKind::LockFree
     };
-    let (engine_tx, engine_rx) = queue::bounded(kind, QUEUE_DEPTH);
-    let (writer_tx, writer_rx) = queue::bounded(kind, QUEUE_DEPTH);
+    let depth = std::env::var(QUEUE_DEPTH_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&d| d > 0)
+        .unwrap_or(QUEUE_DEPTH);
+    let (engine_tx, engine_rx) = queue::bounded(kind, depth);
+    let (writer_tx, writer_rx) = queue::bounded(kind, depth);
     let (reply_tx, reply_rx) = queue::unbounded(kind);
     let sink = ReplySink {
         tx: reply_tx,

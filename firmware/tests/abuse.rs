@@ -854,3 +854,51 @@ fn maxclients_is_lowered_to_fit_the_open_files_limit() {
     assert_eq!(got, vec!["maxclients".to_string(), "236".to_string()]);
     assert!(err.contains("maxclients lowered to 236"), "log: {err}");
 }
+
+#[test]
+fn full_worker_queues_hold_clients_back_without_stopping_the_loop() {
+    // Queues of one job: almost every send finds its queue full.
+    let dir = tempfile::tempdir().unwrap();
+    let d = Drive::start_with_env(
+        &dir.path().join("data"),
+        &[],
+        &[("LIGHTSTORE_QUEUE_DEPTH", "1")],
+    );
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let client = d.client();
+            std::thread::spawn(move || {
+                let mut c = client.get_connection().unwrap();
+                let mut p = redis::pipe();
+                for i in 0..250 {
+                    p.set(format!("q{t}:{i}"), i).ignore();
+                    p.get(format!("q{t}:{i}"));
+                    p.incr(format!("n{t}"), 1);
+                }
+                let got: Vec<(i64, i64)> = p.query(&mut c).unwrap();
+                for (i, (v, n)) in got.into_iter().enumerate() {
+                    assert_eq!((v, n), (i as i64, i as i64 + 1));
+                }
+            })
+        })
+        .collect();
+    // Meanwhile the loop answers other clients.
+    let t = Instant::now();
+    while !threads.iter().all(|h| h.is_finished()) {
+        assert!(ping_time(&d) < Duration::from_secs(1));
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "pipelines did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for h in threads {
+        h.join().unwrap();
+    }
+    let mut con = d.conn();
+    let stalls = info_field(&mut con, "stats", "worker_queue_full");
+    println!("abuse queues of depth 1: 4 x 750 pipelined commands in order, {stalls} stalls");
+    assert!(stalls > 0);
+    seed(&mut con);
+    check_after(&d, "full worker queues");
+}
