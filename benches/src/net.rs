@@ -1,5 +1,5 @@
-//! The network benchmark: `redis-benchmark` (Debian redis-tools) against the drive and
-//! against `redis-server` (in-memory, and appendonly with `appendfsync everysec`) in the same
+//! The network benchmark: `redis-benchmark` (Debian redis-tools) against the drive (`sync`,
+//! and `plp`: acknowledged without a device flush per write) and against `redis-server` (in-memory, and appendonly with `appendfsync everysec`) in the same
 //! run with the same client settings. SET / GET / MSET / MGET (10 keys each) with 8 KiB and
 //! 100 B values, 1 and 50 connections, pipeline 1 and 16. For every run it also reads the
 //! server's CPU time and resident memory from `/proc`.
@@ -78,15 +78,30 @@ impl Workload {
 /// Which server a row measures.
 #[derive(Clone)]
 enum System {
-    Drive { timing: &'static str },
-    Redis { aof: bool },
+    /// The drive on a NAND timing model (`none`: the file at its own speed), acknowledging
+    /// writes once durable (`plp`: once on the device, its cache taken as power-protected).
+    Drive {
+        timing: &'static str,
+        plp: bool,
+    },
+    Redis {
+        aof: bool,
+    },
 }
 
 impl System {
     fn name(&self) -> String {
         match self {
-            System::Drive { timing: "none" } => "lightstore/file".into(),
-            System::Drive { timing } => format!("lightstore/{timing}"),
+            System::Drive {
+                timing: "none",
+                plp: false,
+            } => "lightstore/file".into(),
+            System::Drive {
+                timing: "none",
+                plp: true,
+            } => "lightstore/file-plp".into(),
+            System::Drive { timing, plp: false } => format!("lightstore/{timing}"),
+            System::Drive { timing, plp: true } => format!("lightstore/{timing}-plp"),
             System::Redis { aof: false } => "redis".into(),
             System::Redis { aof: true } => "redis-aof-everysec".into(),
         }
@@ -171,10 +186,22 @@ impl NetBench {
     }
 
     fn systems(&self) -> Vec<System> {
-        let mut v = vec![System::Drive { timing: "none" }];
+        // plp: writes persisted to the device without a flush per acknowledgement, the
+        // like-for-like of redis-server's AOF without a per-write fsync.
+        let mut v = vec![
+            System::Drive {
+                timing: "none",
+                plp: false,
+            },
+            System::Drive {
+                timing: "none",
+                plp: true,
+            },
+        ];
         if !self.quick {
             v.push(System::Drive {
                 timing: "paper-card",
+                plp: false,
             });
         }
         v.push(System::Redis { aof: false });
@@ -187,12 +214,12 @@ impl NetBench {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         match sys {
-            System::Drive { timing } => start_drive(
+            System::Drive { timing, plp } => start_drive(
                 &lightstore_bin(self.lightstore.as_deref())?,
                 &dir,
                 timing,
                 DRIVE_CAPACITY,
-                &[],
+                if *plp { &["--durability", "plp"] } else { &[] },
                 Stdio::inherit(),
             ),
             System::Redis { aof } => start_redis(&dir, *aof, Stdio::inherit()),

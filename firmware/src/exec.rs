@@ -463,6 +463,13 @@ pub fn try_read_now(
         count_reply_copy(metrics, &reply);
         return Some(reply);
     }
+    if let Command::Get(key) = cmd {
+        if let Some(v) = store.get_string_cached(key) {
+            let reply = Reply::Bulk(v);
+            count_reply_copy(metrics, &reply);
+            return Some(reply);
+        }
+    }
     if let Command::MGet(keys) = cmd {
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let values = store.get_strings_now(&refs)?;

@@ -398,7 +398,32 @@ impl Store {
 
     /// Whether string `key` has passed its deadline.
     fn expired(&self, key: &[u8], now: u64) -> bool {
-        self.expiries.read().get(key).is_some_and(|&d| d <= now)
+        let ex = self.expiries.read();
+        !ex.is_empty() && ex.get(key).is_some_and(|&d| d <= now)
+    }
+
+    /// GET answered from DRAM alone when it can be: the string value of `key` if the key is
+    /// a live, unexpired string whose value the value cache holds whole. `None` otherwise
+    /// (missing, expired, another type, not cached): the general path answers those.
+    pub fn get_string_cached(&self, key: &[u8]) -> Option<Bytes> {
+        /// Keys up to this long are tagged on the stack (no allocation).
+        const STACK_KEY: usize = 128;
+        if self.expired(key, now_ms()) {
+            return None;
+        }
+        let mut stack = [0u8; STACK_KEY];
+        let heap;
+        let tagged: &[u8] = if key.len() < STACK_KEY {
+            stack[0] = STRING;
+            stack[1..=key.len()].copy_from_slice(key);
+            &stack[..=key.len()]
+        } else {
+            heap = ks::top(STRING, key);
+            &heap
+        };
+        let v = self.db.get_cached(tagged)?;
+        self.counters.count_hit(true);
+        Some(v)
     }
 
     /// WATCH: registers the connection's interest in `key` and snapshots its version.

@@ -30,12 +30,12 @@
 
 #[cfg(feature = "shuttle")]
 use shuttle::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst},
     Condvar, Mutex,
 };
 #[cfg(not(feature = "shuttle"))]
 use std::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst},
     Condvar, Mutex,
 };
 use std::sync::{Arc, PoisonError};
@@ -50,6 +50,10 @@ pub(crate) struct ReadEpochs {
     /// Guards the wait for a slot to drain.
     wait: Mutex<()>,
     drained: Condvar,
+    /// A trimmer is (about to be) waiting on `drained`: only then does the last reader of a
+    /// slot take `wait` and notify (a notify is a futex system call even with no waiter,
+    /// and a lone reader empties its slot on every read).
+    trimmer_waiting: AtomicBool,
 }
 
 /// A pinned reader: while it lives, nothing it could reach when it pinned is trimmed.
@@ -85,9 +89,13 @@ impl ReadEpochs {
     }
 
     fn unpin(&self, slot: usize) {
-        if self.active[slot].fetch_sub(1, SeqCst) == 1 {
+        if self.active[slot].fetch_sub(1, SeqCst) == 1 && self.trimmer_waiting.load(SeqCst) {
             // The last reader of the slot wakes a trimmer waiting for it. Taking the lock
-            // first means a trimmer that saw a non-zero count is already waiting.
+            // first means a trimmer that saw a non-zero count is already waiting. A trimmer
+            // that saw a non-zero count had raised `trimmer_waiting` before it looked (all
+            // SeqCst: of its flag store + count load and this count decrement + flag load,
+            // one side sees the other's write), so a reader that skips this either left a
+            // count the trimmer sees as zero or was not the one it waits for.
             let _g = self.wait.lock().unwrap_or_else(PoisonError::into_inner);
             self.drained.notify_all();
         }
@@ -101,9 +109,11 @@ impl ReadEpochs {
         self.epoch.store(e + 1, SeqCst);
         let slot = (e & 1) as usize;
         let mut g = self.wait.lock().unwrap_or_else(PoisonError::into_inner);
+        self.trimmer_waiting.store(true, SeqCst);
         while self.active[slot].load(SeqCst) != 0 {
             g = self.drained.wait(g).unwrap_or_else(PoisonError::into_inner);
         }
+        self.trimmer_waiting.store(false, SeqCst);
     }
 
     /// Readers pinned now.

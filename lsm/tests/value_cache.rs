@@ -200,3 +200,49 @@ fn the_cache_stays_coherent_while_gc_moves_values_and_reuses_segments() {
     let c = db.value_cache_stats().unwrap();
     assert!(c.hits > 1000 && c.evictions == 0, "{c:?}");
 }
+
+/// `Engine::get_cached` (the drive's GET of a hot key) answers exactly what `get` answers
+/// whenever it answers, answers every cached one-page value, and leaves the rest (absent,
+/// deleted, multi-page, not cached) to the general path.
+#[test]
+fn get_cached_agrees_with_get_and_declines_what_dram_cannot_answer() {
+    let ftl = device();
+    let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(64 * MIB)).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for round in 0..2_000u32 {
+        let k = format!("k{}", rng.gen_range(0..300u32)).into_bytes();
+        if rng.gen_bool(0.1) {
+            db.delete(&k).unwrap();
+            model.remove(&k);
+        } else {
+            // Mostly packed and one-page values, some spanning pages.
+            let len = if rng.gen_bool(0.1) {
+                9_000
+            } else {
+                rng.gen_range(1..5_000)
+            };
+            let v = vec![(round % 251) as u8; len];
+            db.put(&k, &v).unwrap();
+            model.insert(k.clone(), v);
+        }
+        let probe = format!("k{}", rng.gen_range(0..300u32)).into_bytes();
+        match (db.get_cached(&probe), model.get(&probe)) {
+            (Some(got), Some(want)) => assert_eq!(&got[..], &want[..]),
+            (Some(got), None) => panic!("get_cached found {} bytes of a missing key", got.len()),
+            // Only a value over one page may be declined here: everything written is in
+            // the 64 MiB cache (nothing was evicted).
+            (None, Some(want)) => assert!(
+                want.len() > 8192,
+                "declined a value of {} bytes: {:?}",
+                want.len(),
+                db.value_cache_stats()
+            ),
+            (None, None) => {}
+        }
+    }
+    // Without a cache it always declines (the general path reads the device).
+    drop(db);
+    let db = Engine::open(ftl as Arc<dyn AppendDevice>, cached(0)).unwrap();
+    assert!(model.keys().all(|k| db.get_cached(k).is_none()));
+}

@@ -249,7 +249,7 @@ impl Net {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.budget_paused = false;
             }
-            self.on_readable(id);
+            self.on_readable(id, false);
             // Paused again at once: the budget is used up, wait for more replies.
             if self.conns.get(&id).is_some_and(|c| c.budget_paused) {
                 return;

@@ -173,7 +173,8 @@ impl Net {
                     Token(t) => {
                         let id = t as u64;
                         if ev.is_readable() || ev.is_read_closed() {
-                            self.on_readable(id);
+                            // Without a hang-up in the event, a short read means drained.
+                            self.on_readable(id, !ev.is_read_closed());
                         }
                         if ev.is_writable() {
                             self.flush(id);
@@ -269,7 +270,12 @@ impl Net {
 
     /// Reads what the socket has (unless a limit holds it back, see [`limits::hold`]), then
     /// serves the requests; again while serving lifted the hold (requests answered here).
-    fn on_readable(&mut self, id: u64) {
+    ///
+    /// `short_read_drains`: a read that returns less than it asked for ends the reads (the
+    /// socket had no more; more bytes raise a new edge). Only for an edge without a hang-up:
+    /// a peer's close that came with this edge raises no other, so then the reads go on
+    /// until the socket answers `WouldBlock` or end-of-stream.
+    fn on_readable(&mut self, id: u64, short_read_drains: bool) {
         let limit = self.cfg.buffers.query_buffer;
         let now = self.now;
         loop {
@@ -313,6 +319,13 @@ impl Net {
                         c.last_active = now;
                         if c.rbuf.len() > limit {
                             over_limit = true;
+                            break;
+                        }
+                        if short_read_drains && n < room {
+                            // The socket is drained: bytes that arrive later raise a new
+                            // edge, so the read that would answer `WouldBlock` is skipped
+                            // (one system call per request less for a client that waits
+                            // for each reply).
                             break;
                         }
                     }
@@ -643,7 +656,7 @@ impl Net {
         });
         if paused {
             // It stopped reading under back-pressure: read (and serve) again.
-            self.on_readable(id);
+            self.on_readable(id, false);
         } else {
             self.serve(id);
         }

@@ -548,6 +548,44 @@ impl Engine {
         Ok(Some(shape.finish(values)))
     }
 
+    /// The value of `key` when DRAM holds all of it: the key is live and its value lies in
+    /// one page the value cache holds. `None` otherwise (no such key, a deletion, a value
+    /// over several pages, a page not cached, no cache, or the engine closed): the caller
+    /// then takes the general path ([`Engine::lookup_cached`] or an asynchronous read),
+    /// which also answers the absent cases. The point read of [`Engine::lookup_cached`]
+    /// without its per-call vectors: the drive's GET of a hot key.
+    pub fn get_cached(&self, key: &[u8]) -> Option<Bytes> {
+        let side = &self.side;
+        let cache = side.cache.as_ref()?;
+        let view = side.view().ok()?;
+        let Some(Slot::Value(p)) = side.lookup(&view, key) else {
+            return None;
+        };
+        let len = p.len as usize;
+        // Cached pages were verified when they entered the cache.
+        let value = match p.loc {
+            ValueLoc::Inline { page, offset } => {
+                let buf = cache.get_uncounted(PageAddr {
+                    log_seg: p.log_seg,
+                    page,
+                })?;
+                let start = usize::from(offset);
+                (start + len <= buf.len()).then(|| buf.slice(start..start + len))?
+            }
+            ValueLoc::Raw { page, .. } if len <= PAGE_SIZE => {
+                let buf = cache.get_uncounted(PageAddr {
+                    log_seg: p.log_seg,
+                    page,
+                })?;
+                (len <= buf.len()).then(|| buf.slice(..len))?
+            }
+            ValueLoc::Raw { .. } => return None,
+        };
+        drop(view);
+        cache.count_hits(1);
+        Some(value)
+    }
+
     /// Resolves value pointers (and something `done` needs, `T`) with `resolve` in a pinned
     /// view, then reads their pages without waiting; `done` gets the values in pointer order
     /// (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
