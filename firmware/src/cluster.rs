@@ -10,8 +10,11 @@
 //!   sees either the old map or the new one, never a mix.
 //! - [`View`]: one version of the map plus a per-slot role table (16384 bytes) so the hot-path
 //!   check is a key hash and one array read, with no allocation ([`View::check`]).
-//! - [`Gate`]: the network thread's handle. It keeps the view it last loaded; pushes go through
-//!   it (the network thread is the only writer), so its copy is always the current one.
+//! - [`Gate`]: the network thread's handle. It keeps the view it last loaded. A push is
+//!   validated, written to the map file (fsync) and swapped in on the `ls-clustermap` thread
+//!   ([`Gate::with_saver`]), never on `ls-net`; its reply comes back like a worker's, after the
+//!   file is durable, and the gate reloads the view before it delivers that reply
+//!   ([`Gate::refresh`]), so the pushing client's next command sees the new map.
 //!
 //! Rules, as Redis Cluster's: a command's keys must all hash to one slot (else `-CROSSSLOT`,
 //! checked before anything runs); a slot this node serves as primary is served; a slot of the
@@ -34,6 +37,7 @@ use std::fmt;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -41,6 +45,8 @@ use bytes::Bytes;
 use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
 use kvproto::{Command, Reply};
 use parking_lot::{Mutex, RwLock};
+
+use crate::exec::{Done, ReplySink};
 
 /// Redis's reply to cluster commands on a drive started without `--cluster-config`.
 pub const DISABLED_ERROR: &str = "ERR This instance has cluster support disabled";
@@ -709,19 +715,103 @@ impl Admin {
     }
 }
 
+/// What an admin command asks of the network thread.
+#[derive(Debug)]
+pub enum AdminOutcome {
+    /// Send this reply now.
+    Reply(Reply),
+    /// The push went to the saver thread: its reply comes through the reply queue with the
+    /// connection's sequence number.
+    Deferred,
+}
+
+/// Pushes that may wait for the saver thread; more are refused with an error.
+const SAVER_QUEUE: usize = 16;
+
+/// A push handed to the saver thread.
+struct PushJob {
+    conn: u64,
+    seq: u64,
+    version: Bytes,
+    text: Bytes,
+}
+
+/// The saver thread's handle.
+struct Saver {
+    tx: crossbeam_channel::Sender<PushJob>,
+    /// Pushes the saver has finished (each one swapped the view before its reply).
+    done: Arc<AtomicU64>,
+    /// `done` when the gate last reloaded its view.
+    seen: u64,
+}
+
+impl fmt::Debug for Saver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Saver").field("seen", &self.seen).finish()
+    }
+}
+
 /// The network thread's handle on the cluster state.
 #[derive(Debug)]
 pub struct Gate {
     shared: Arc<Cluster>,
-    /// The current view (pushes go through this handle, so it never lags).
+    /// The current view (reloaded after each push, before its reply goes out).
     view: Arc<View>,
+    /// The thread that writes pushed maps (none: pushes run on the caller, as in unit tests).
+    saver: Option<Saver>,
 }
 
 impl Gate {
-    /// A handle on `shared`.
+    /// A handle on `shared` that runs pushes on the calling thread.
     pub fn new(shared: Arc<Cluster>) -> Gate {
         let view = shared.view();
-        Gate { shared, view }
+        Gate {
+            shared,
+            view,
+            saver: None,
+        }
+    }
+
+    /// A handle on `shared` whose pushes run on a thread of their own (`ls-clustermap`),
+    /// which answers through `sink`.
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn with_saver(shared: Arc<Cluster>, sink: ReplySink) -> std::io::Result<Gate> {
+        let (tx, rx) = crossbeam_channel::bounded::<PushJob>(SAVER_QUEUE);
+        let done = Arc::new(AtomicU64::new(0));
+        let (cluster, finished) = (shared.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("ls-clustermap".into())
+            .spawn(move || {
+                for job in rx {
+                    let reply = match cluster.push(&job.version, &job.text) {
+                        Ok(_) => Reply::ok(),
+                        Err(e) => Reply::error(format!("ERR {e}")),
+                    };
+                    finished.fetch_add(1, Ordering::Release);
+                    sink.send_all(vec![Done {
+                        conn: job.conn,
+                        seq: job.seq,
+                        reply,
+                    }]);
+                }
+            })?;
+        let mut gate = Gate::new(shared);
+        gate.saver = Some(Saver { tx, done, seen: 0 });
+        Ok(gate)
+    }
+
+    /// Reloads the view if a push finished since the last call (the network thread calls it
+    /// after taking replies off the queue and before running anything after them).
+    pub fn refresh(&mut self) {
+        if let Some(s) = &mut self.saver {
+            let done = s.done.load(Ordering::Acquire);
+            if done != s.seen {
+                s.seen = done;
+                self.view = self.shared.view();
+            }
+        }
     }
 
     /// See [`View::check`].
@@ -735,9 +825,17 @@ impl Gate {
         self.view.cluster_command(args)
     }
 
-    /// Runs an admin command for a connection in `mode`.
-    pub fn admin(&mut self, admin: Admin, args: &[Bytes], mode: &mut ConnMode) -> Reply {
-        match admin {
+    /// Runs an admin command for connection `conn` in `mode`; `seq` numbers its reply
+    /// when it is deferred (a push, with a saver thread).
+    pub fn admin(
+        &mut self,
+        admin: Admin,
+        args: &[Bytes],
+        mode: &mut ConnMode,
+        conn: u64,
+        seq: u64,
+    ) -> AdminOutcome {
+        let reply = match admin {
             Admin::Replica if args.len() != 1 => wrong_args("ls.replica"),
             Admin::Replica => {
                 mode.replication = true;
@@ -745,16 +843,33 @@ impl Gate {
             }
             Admin::ClusterMap => match args {
                 [_] => bulk(self.view.map.to_toml()),
-                [_, version, text] => match self.shared.push(version, text) {
-                    Ok(view) => {
-                        self.view = view;
-                        Reply::ok()
+                [_, version, text] => match &self.saver {
+                    Some(s) => {
+                        let job = PushJob {
+                            conn,
+                            seq,
+                            version: version.clone(),
+                            text: text.clone(),
+                        };
+                        return match s.tx.try_send(job) {
+                            Ok(()) => AdminOutcome::Deferred,
+                            Err(_) => AdminOutcome::Reply(Reply::error(
+                                "ERR too many cluster map pushes in progress; try again",
+                            )),
+                        };
                     }
-                    Err(e) => Reply::error(format!("ERR {e}")),
+                    None => match self.shared.push(version, text) {
+                        Ok(view) => {
+                            self.view = view;
+                            Reply::ok()
+                        }
+                        Err(e) => Reply::error(format!("ERR {e}")),
+                    },
                 },
                 _ => wrong_args("ls.clustermap"),
             },
-        }
+        };
+        AdminOutcome::Reply(reply)
     }
 }
 
@@ -1009,8 +1124,15 @@ mod tests {
         let mut gate = Gate::new(shared.clone());
         assert_eq!(gate.view.my_id(), id(1));
         let mut mode = ConnMode::default();
-        let push = |gate: &mut Gate, mode: &mut ConnMode, v: &str, text: &str| {
-            gate.admin(Admin::ClusterMap, &args(&["LS.CLUSTERMAP", v, text]), mode)
+        let push = |gate: &mut Gate, mode: &mut ConnMode, v: &str, text: &str| match gate.admin(
+            Admin::ClusterMap,
+            &args(&["LS.CLUSTERMAP", v, text]),
+            mode,
+            1,
+            0,
+        ) {
+            AdminOutcome::Reply(r) => r,
+            AdminOutcome::Deferred => panic!("no saver thread here"),
         };
         let same = map(1).to_toml();
         assert!(push(&mut gate, &mut mode, "1", &same).is_error());
@@ -1025,10 +1147,10 @@ mod tests {
         let saved = ClusterMap::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(saved.version(), 2);
         assert_eq!(Admin::of(&args(&["ls.Replica"])), Some(Admin::Replica));
-        assert_eq!(
-            gate.admin(Admin::Replica, &args(&["LS.REPLICA"]), &mut mode),
-            Reply::ok()
-        );
+        assert!(matches!(
+            gate.admin(Admin::Replica, &args(&["LS.REPLICA"]), &mut mode, 1, 0),
+            AdminOutcome::Reply(r) if r == Reply::ok()
+        ));
         assert!(mode.replication);
     }
 }

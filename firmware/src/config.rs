@@ -7,6 +7,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
+use crate::net::limits::{OutputLimit, DEFAULT_PENDING_LIMIT, DEFAULT_QUERY_BUDGET};
+use crate::net::{BufferLimits, LivenessConfig};
+
 /// Address the drive listens on by default (loopback only).
 pub const DEFAULT_BIND: &str = "127.0.0.1";
 /// Port the drive listens on by default (Redis's).
@@ -17,13 +20,11 @@ pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_CAPACITY: &str = "8GiB";
 /// Most clients connected at once (Redis's default).
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
-/// Largest query buffer a client may hold before it is disconnected (Redis's default).
-pub const DEFAULT_QUERY_BUFFER_LIMIT: usize = 1 << 30;
 /// DRAM for the value cache by default: 64 MiB, about two thirds of the 100 MiB the drive
 /// budgets for everything but its keytables (DESIGN.md, section 8).
 pub const DEFAULT_VALUE_CACHE_SIZE: &str = "64MiB";
-/// Largest reply backlog a client that does not read may hold before it is disconnected.
-pub const DEFAULT_OUTPUT_BUFFER_LIMIT: usize = 1 << 30;
+/// Smallest `proto-max-bulk-len` and `client-query-buffer-limit` accepted (Redis's floor).
+pub const MIN_BUFFER_SETTING: usize = 1 << 20;
 
 /// Command-line flags; every one can also be set in the `--config` file.
 #[derive(Parser, Debug, Default)]
@@ -94,6 +95,30 @@ pub struct Args {
     /// 64MiB; 0 turns it off.
     #[arg(long)]
     pub value_cache_size: Option<String>,
+    /// Close a client idle for this many seconds (0: never, the default).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// TCP keepalive: first probe after this many idle seconds (default 300; 0: off).
+    #[arg(long)]
+    pub tcp_keepalive: Option<u32>,
+    /// Largest bulk argument a client may send (default 512MiB).
+    #[arg(long)]
+    pub proto_max_bulk_len: Option<String>,
+    /// Unframed bytes a client may hold; over it the client is disconnected (default 1GiB).
+    #[arg(long)]
+    pub client_query_buffer_limit: Option<String>,
+    /// Bytes of a client's requests read and not yet answered above which it is not read
+    /// until replies go out (default 64MiB).
+    #[arg(long)]
+    pub client_pending_limit: Option<String>,
+    /// Drive-wide bytes of buffered requests (every client's query buffer and pending
+    /// requests) above which no client is read until it frees (default 256MiB).
+    #[arg(long)]
+    pub client_query_budget: Option<String>,
+    /// Output limit of normal clients, `normal HARD SOFT SECONDS` as Redis's
+    /// (default `normal 1gb 256mb 60`; 0 turns a limit off).
+    #[arg(long)]
+    pub client_output_buffer_limit: Option<String>,
     /// Something else than running the drive (none: run the drive).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -145,6 +170,19 @@ struct FileConfig {
     recover_read_only: Option<bool>,
     #[serde(alias = "value_cache_size")]
     value_cache_size: Option<String>,
+    timeout: Option<u64>,
+    #[serde(alias = "tcp_keepalive")]
+    tcp_keepalive: Option<u32>,
+    #[serde(alias = "proto_max_bulk_len")]
+    proto_max_bulk_len: Option<String>,
+    #[serde(alias = "client_query_buffer_limit")]
+    client_query_buffer_limit: Option<String>,
+    #[serde(alias = "client_pending_limit")]
+    client_pending_limit: Option<String>,
+    #[serde(alias = "client_query_budget")]
+    client_query_budget: Option<String>,
+    #[serde(alias = "client_output_buffer_limit")]
+    client_output_buffer_limit: Option<String>,
 }
 
 /// Design features turned off for the ablation benchmark (all `false` in normal operation).
@@ -216,10 +254,12 @@ pub struct DriveConfig {
     pub maxclients: usize,
     /// Protected mode.
     pub protected_mode: bool,
-    /// Query buffer limit per client.
-    pub query_buffer_limit: usize,
-    /// Output buffer limit per client.
-    pub output_buffer_limit: usize,
+    /// Buffer limits (query, pending, budget, output).
+    pub buffers: BufferLimits,
+    /// Idle timeout and TCP keepalive.
+    pub liveness: LivenessConfig,
+    /// Largest bulk argument (`proto-max-bulk-len`).
+    pub proto_max_bulk_len: usize,
     /// Cluster map file (cluster mode), if any.
     pub cluster_config: Option<PathBuf>,
     /// This drive's node id in the cluster map, if given.
@@ -271,6 +311,60 @@ impl DriveConfig {
             .value_cache_size
             .or(file.value_cache_size)
             .unwrap_or_else(|| DEFAULT_VALUE_CACHE_SIZE.into());
+        let defaults = BufferLimits::default();
+        let size =
+            |flag: Option<String>, key: Option<String>, default: usize, name: &str| match flag
+                .or(key)
+            {
+                None => Ok(default),
+                Some(s) => parse_size(&s)
+                    .and_then(|n| usize::try_from(n).context("too large"))
+                    .with_context(|| format!("{name} `{s}`")),
+            };
+        let proto_max_bulk_len = size(
+            args.proto_max_bulk_len,
+            file.proto_max_bulk_len,
+            kvproto::limits::DEFAULT_MAX_BULK_LEN,
+            "proto-max-bulk-len",
+        )?;
+        let query_buffer = size(
+            args.client_query_buffer_limit,
+            file.client_query_buffer_limit,
+            defaults.query_buffer,
+            "client-query-buffer-limit",
+        )?;
+        anyhow::ensure!(
+            proto_max_bulk_len >= MIN_BUFFER_SETTING && query_buffer >= MIN_BUFFER_SETTING,
+            "proto-max-bulk-len and client-query-buffer-limit must be at least 1MiB"
+        );
+        anyhow::ensure!(
+            query_buffer >= proto_max_bulk_len,
+            "client-query-buffer-limit ({query_buffer}) must be at least proto-max-bulk-len \
+             ({proto_max_bulk_len}): a bulk argument is buffered whole"
+        );
+        let pending = size(
+            args.client_pending_limit,
+            file.client_pending_limit,
+            DEFAULT_PENDING_LIMIT,
+            "client-pending-limit",
+        )?;
+        let budget = size(
+            args.client_query_budget,
+            file.client_query_budget,
+            DEFAULT_QUERY_BUDGET,
+            "client-query-budget",
+        )?;
+        anyhow::ensure!(
+            pending > 0 && budget > 0,
+            "client-pending-limit and client-query-budget must be above 0"
+        );
+        let output = match args
+            .client_output_buffer_limit
+            .or(file.client_output_buffer_limit)
+        {
+            Some(s) => parse_output_limit(&s)?,
+            None => defaults.output,
+        };
         Ok(DriveConfig {
             bind: args
                 .bind
@@ -288,8 +382,23 @@ impl DriveConfig {
             requirepass: args.requirepass.or(file.requirepass),
             maxclients,
             protected_mode,
-            query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
-            output_buffer_limit: DEFAULT_OUTPUT_BUFFER_LIMIT,
+            buffers: BufferLimits {
+                query_buffer,
+                pending,
+                budget,
+                output,
+            },
+            liveness: LivenessConfig {
+                timeout_secs: args
+                    .timeout
+                    .or(file.timeout)
+                    .unwrap_or(crate::net::liveness::DEFAULT_TIMEOUT_SECS),
+                tcp_keepalive_secs: args
+                    .tcp_keepalive
+                    .or(file.tcp_keepalive)
+                    .unwrap_or(crate::net::liveness::DEFAULT_TCP_KEEPALIVE_SECS),
+            },
+            proto_max_bulk_len,
             cluster_config: args.cluster_config.or(file.cluster_config),
             cluster_node_id: args.cluster_node_id.or(file.cluster_node_id),
             ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
@@ -303,6 +412,31 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("parsing the config file {}", path.display()))
+}
+
+/// Parses `client-output-buffer-limit`: `normal HARD SOFT SECONDS` (sizes as
+/// [`parse_size`]); the drive has only Redis's normal client class.
+///
+/// # Errors
+/// Another class, a missing field, or a malformed size or number.
+pub fn parse_output_limit(s: &str) -> anyhow::Result<OutputLimit> {
+    let words: Vec<&str> = s.split_whitespace().collect();
+    let [class, hard, soft, secs] = words.as_slice() else {
+        anyhow::bail!("client-output-buffer-limit `{s}`: use `normal HARD SOFT SECONDS`");
+    };
+    anyhow::ensure!(
+        class.eq_ignore_ascii_case("normal"),
+        "client-output-buffer-limit `{s}`: this drive has only the `normal` client class"
+    );
+    let bytes =
+        |w: &str| -> anyhow::Result<usize> { usize::try_from(parse_size(w)?).context("too large") };
+    Ok(OutputLimit {
+        hard: bytes(hard).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
+        soft: bytes(soft).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
+        soft_seconds: secs
+            .parse()
+            .with_context(|| format!("client-output-buffer-limit `{s}`: seconds"))?,
+    })
 }
 
 /// Parses sizes like `512MiB`, `8GiB`, `1G`, `4096`.
@@ -342,6 +476,34 @@ mod tests {
         assert!(parse_size("GiB").is_err());
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("99999999999999TiB").is_err());
+    }
+
+    #[test]
+    fn output_limits_parse_the_normal_class_only() {
+        let l = parse_output_limit("normal 1gb 256mb 60").unwrap();
+        assert_eq!((l.hard, l.soft, l.soft_seconds), (1 << 30, 256 << 20, 60));
+        assert_eq!(parse_output_limit("normal 0 0 0").unwrap().hard, 0);
+        assert!(parse_output_limit("pubsub 1mb 1mb 1").is_err());
+        assert!(parse_output_limit("normal 1mb").is_err());
+    }
+
+    #[test]
+    fn buffer_limits_resolve_and_are_checked() {
+        let c = DriveConfig::resolve(Args {
+            client_query_budget: Some("8MiB".into()),
+            timeout: Some(5),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(c.buffers.budget, 8 << 20);
+        assert_eq!(c.buffers.query_buffer, 1 << 30);
+        assert_eq!(c.liveness.timeout_secs, 5);
+        assert_eq!(c.liveness.tcp_keepalive_secs, 300);
+        assert!(DriveConfig::resolve(Args {
+            proto_max_bulk_len: Some("2GiB".into()),
+            ..Args::default()
+        })
+        .is_err());
     }
 
     #[test]

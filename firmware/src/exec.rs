@@ -108,7 +108,8 @@ pub struct ReplySink {
 }
 
 impl ReplySink {
-    fn send_all(&self, mut replies: Vec<Done>) {
+    /// Queues replies for the network thread and wakes it.
+    pub fn send_all(&self, mut replies: Vec<Done>) {
         if replies.is_empty() {
             return;
         }

@@ -33,8 +33,22 @@ pub struct Metrics {
     pub value_bytes_copied: AtomicU64,
     /// Value bytes received in SETs / sent in GET replies.
     pub value_bytes_moved: AtomicU64,
-    /// Clients disconnected for exceeding a buffer limit.
-    pub buffer_limit_disconnects: AtomicU64,
+    /// Clients disconnected for exceeding `client-query-buffer-limit`.
+    pub query_buffer_disconnects: AtomicU64,
+    /// Clients disconnected for exceeding `client-output-buffer-limit`.
+    pub output_buffer_disconnects: AtomicU64,
+    /// Clients closed by the idle `timeout`.
+    pub timeout_disconnects: AtomicU64,
+    /// Times a client was not read because the drive-wide budget was used up.
+    pub budget_pauses: AtomicU64,
+    /// Jobs kept on the network thread because their worker's queue was full.
+    pub worker_queue_full: AtomicU64,
+    /// Episodes of accept failing for want of file descriptors (retried on a timer).
+    pub accept_backoffs: AtomicU64,
+    /// Bytes of buffered requests now (query buffers and pending requests, all clients).
+    pub buffered_request_bytes: AtomicU64,
+    /// Clients waiting for the drive-wide budget now.
+    pub clients_paused_budget: AtomicU64,
     /// Protocol errors.
     pub protocol_errors: AtomicU64,
     /// Reads answered on the network thread from DRAM alone (no hand-off to the engine).
@@ -64,7 +78,14 @@ impl Metrics {
             net_output_bytes: AtomicU64::new(0),
             value_bytes_copied: AtomicU64::new(0),
             value_bytes_moved: AtomicU64::new(0),
-            buffer_limit_disconnects: AtomicU64::new(0),
+            query_buffer_disconnects: AtomicU64::new(0),
+            output_buffer_disconnects: AtomicU64::new(0),
+            timeout_disconnects: AtomicU64::new(0),
+            budget_pauses: AtomicU64::new(0),
+            worker_queue_full: AtomicU64::new(0),
+            accept_backoffs: AtomicU64::new(0),
+            buffered_request_bytes: AtomicU64::new(0),
+            clients_paused_budget: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             reads_answered_inline: AtomicU64::new(0),
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
@@ -84,7 +105,12 @@ impl Metrics {
             &self.net_output_bytes,
             &self.value_bytes_copied,
             &self.value_bytes_moved,
-            &self.buffer_limit_disconnects,
+            &self.query_buffer_disconnects,
+            &self.output_buffer_disconnects,
+            &self.timeout_disconnects,
+            &self.budget_pauses,
+            &self.worker_queue_full,
+            &self.accept_backoffs,
             &self.protocol_errors,
         ] {
             c.store(0, Ordering::Relaxed);
@@ -137,8 +163,11 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
     if wants(sections, "clients") {
         let _ = write!(
             s,
-            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:0\r\n\r\n",
-            load(&m.connected_clients)
+            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:0\r\n\
+             buffered_request_bytes:{}\r\nclients_paused_budget:{}\r\n\r\n",
+            load(&m.connected_clients),
+            load(&m.buffered_request_bytes),
+            load(&m.clients_paused_budget),
         );
     }
     if wants(sections, "memory") {
@@ -158,6 +187,9 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
              expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
              value_bytes_copied:{}\r\nvalue_bytes_moved:{}\r\nclient_buffer_limit_disconnections:{}\r\n\
+             client_query_buffer_limit_disconnections:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n\
+             client_timeout_disconnections:{}\r\nclient_reads_paused_budget:{}\r\n\
+             worker_queue_full:{}\r\naccept_backoffs:{}\r\n\
              total_error_replies_protocol:{}\r\nreads_answered_inline:{}\r\n\r\n",
             load(&m.total_connections),
             load(&m.commands_processed),
@@ -170,7 +202,13 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.value_bytes_copied)
                 + load(&m.engine_read_copies).saturating_sub(load(&m.engine_read_copies_base)),
             load(&m.value_bytes_moved),
-            load(&m.buffer_limit_disconnects),
+            load(&m.query_buffer_disconnects) + load(&m.output_buffer_disconnects),
+            load(&m.query_buffer_disconnects),
+            load(&m.output_buffer_disconnects),
+            load(&m.timeout_disconnects),
+            load(&m.budget_pauses),
+            load(&m.worker_queue_full),
+            load(&m.accept_backoffs),
             load(&m.protocol_errors),
             load(&m.reads_answered_inline),
         );

@@ -3,17 +3,19 @@
 //!
 //! | thread | does |
 //! |---|---|
-//! | `lightstore` (main) | start-up, then waits for the others; closes the engine on the way out |
+//! | `lightstore` (main) | start-up; then waits for the others (on SIGPWR in plp mode it flushes the device first); closes the engine on the way out |
 //! | `ls-net` | network receive and reply: accept, read, frame, connection commands, write replies |
 //! | `ls-engine` | reads (GET, MGET, HGET, SCAN, ...), batched into parallel device reads |
 //! | `ls-writer` | writes, group-committed; flush, compaction and GC run inside its writes |
 //! | `lsm-poller` | the device poller: completions of the engine's writes |
+//! | `ls-clustermap` | cluster mode only: writes pushed cluster maps (fsync) off `ls-net` |
 //!
 //! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
-//! `mio` waker). See docs/ARCHITECTURE.md.
+//! `mio` waker). A panic on any thread ends the process (`crash`). See docs/ARCHITECTURE.md.
 
 mod cluster;
 mod config;
+mod crash;
 mod exec;
 mod fsck_record;
 mod info;
@@ -24,12 +26,15 @@ mod store;
 
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, Release, TimingModel};
+use hwftl_sim::{
+    AppendDevice, Backend, Command as DeviceCommand, DeviceConfig, Ftl, Geometry, Release,
+    TimingModel,
+};
 use kvproto::Limits;
 use lsm::{Engine, EngineConfig};
 
@@ -41,8 +46,11 @@ use crate::store::Store;
 
 /// File name of the simulated device inside the data directory.
 const SIM_DEVICE_FILE: &str = "device.img";
-/// Jobs that may wait in each worker queue before the network thread blocks on it.
+/// Jobs that may wait in each worker queue; when one is full, `ls-net` keeps the job in its
+/// connection and stops reading that client until there is room (it never waits on a queue).
 const QUEUE_DEPTH: usize = 65_536;
+/// Environment variable for tests: a smaller worker queue depth, so full queues are common.
+const QUEUE_DEPTH_ENV: &str = "LIGHTSTORE_QUEUE_DEPTH";
 
 /// Segments a newly formatted device should have at least.
 const MIN_SEGMENTS: u64 = 256;
@@ -108,11 +116,15 @@ fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
     Ok(Arc::new(dev))
 }
 
-fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)> {
+fn reported_settings(
+    cfg: &DriveConfig,
+    limits: &Limits,
+    maxclients: usize,
+) -> Vec<(String, String)> {
     let mut v = vec![
         ("bind".into(), cfg.bind.clone()),
         ("port".into(), cfg.port.to_string()),
-        ("maxclients".into(), cfg.maxclients.to_string()),
+        ("maxclients".into(), maxclients.to_string()),
         (
             "protected-mode".into(),
             if cfg.protected_mode { "yes" } else { "no" }.into(),
@@ -125,7 +137,11 @@ fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)
         ("save".into(), String::new()),
         ("appendonly".into(), "no".into()),
         ("databases".into(), "1".into()),
-        ("timeout".into(), "0".into()),
+        ("timeout".into(), cfg.liveness.timeout_secs.to_string()),
+        (
+            "tcp-keepalive".into(),
+            cfg.liveness.tcp_keepalive_secs.to_string(),
+        ),
         ("maxmemory".into(), "0".into()),
         (
             "cluster-enabled".into(),
@@ -139,8 +155,17 @@ fn reported_settings(cfg: &DriveConfig, limits: &Limits) -> Vec<(String, String)
         ("proto-max-bulk-len".into(), limits.max_bulk_len.to_string()),
         (
             "client-query-buffer-limit".into(),
-            cfg.query_buffer_limit.to_string(),
+            cfg.buffers.query_buffer.to_string(),
         ),
+        (
+            "client-output-buffer-limit".into(),
+            cfg.buffers.output.reported(),
+        ),
+        (
+            "client-pending-limit".into(),
+            cfg.buffers.pending.to_string(),
+        ),
+        ("client-query-budget".into(), cfg.buffers.budget.to_string()),
     ];
     v.push((
         "durability".into(),
@@ -251,6 +276,57 @@ fn last_fsck(cfg: &DriveConfig) -> fsck_record::LastFsck {
     }
 }
 
+/// How often the main thread looks at the power-fail flag while the drive runs.
+const POWER_FAIL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// SIGTERM and SIGINT raise the shutdown flag; SIGPWR (a UPS daemon's or the card's
+/// capacitor power-fail warning) raises `power_fail`, which [`wait_for_net`] answers.
+fn watch_signals(shutdown: &Arc<AtomicBool>, power_fail: &Arc<AtomicBool>) -> anyhow::Result<()> {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
+    }
+    signal_hook::flag::register(libc::SIGPWR, power_fail.clone())
+        .context("installing signal handlers")?;
+    Ok(())
+}
+
+/// Waits for the network thread to end. On the power-fail signal, in `plp` mode the
+/// device's write cache — which holds acknowledged writes — is flushed FIRST, before the
+/// shutdown flag is raised and the queues drain; then the drive stops as on SIGTERM.
+fn wait_for_net(
+    net_thread: std::thread::JoinHandle<()>,
+    power_fail: &AtomicBool,
+    shutdown: &AtomicBool,
+    dev: &Ftl,
+    plp: bool,
+) {
+    while !net_thread.is_finished() {
+        if power_fail.swap(false, Ordering::AcqRel) {
+            if plp {
+                let started = std::time::Instant::now();
+                match dev.execute(DeviceCommand::Flush) {
+                    Ok(c) if c.result.is_ok() => tracing::warn!(
+                        flush_ms = started.elapsed().as_millis() as u64,
+                        "power-fail signal: device write cache flushed; stopping"
+                    ),
+                    Ok(c) => tracing::error!(
+                        "power-fail signal: flushing the device failed: {:?}; stopping",
+                        c.result
+                    ),
+                    Err(e) => tracing::error!(
+                        "power-fail signal: flushing the device failed: {e:?}; stopping"
+                    ),
+                }
+            } else {
+                tracing::warn!("power-fail signal; stopping");
+            }
+            shutdown.store(true, Ordering::Release);
+        }
+        std::thread::sleep(POWER_FAIL_POLL);
+    }
+    let _ = net_thread.join();
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -273,7 +349,15 @@ fn main() -> anyhow::Result<()> {
         };
         std::process::exit(code);
     }
+    crash::install();
     let cfg = DriveConfig::resolve(args)?;
+    // Before anything opens files: the clients' descriptors must fit.
+    let fds = net::limits::fit_open_files(cfg.maxclients).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        maxclients = fds.maxclients,
+        open_files_limit = fds.nofile,
+        "client limit"
+    );
     let addr = (cfg.bind.as_str(), cfg.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}:{}", cfg.bind, cfg.port))?
@@ -309,14 +393,8 @@ fn main() -> anyhow::Result<()> {
     );
 
     let shutdown = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        // The power-fail signal (a UPS daemon's, or the card's capacitor warning).
-        libc::SIGPWR,
-    ] {
-        signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
-    }
+    let power_fail = Arc::new(AtomicBool::new(false));
+    watch_signals(&shutdown, &power_fail)?;
     let mut metrics = Metrics::new(local.port(), store.engine().read_copy_counter());
     metrics.last_fsck = last_fsck(&cfg);
     let metrics = Arc::new(metrics);
@@ -337,23 +415,31 @@ fn main() -> anyhow::Result<()> {
     } else {
         queue::QueueKind::LockFree
     };
-    let (engine_tx, engine_rx) = queue::bounded(kind, QUEUE_DEPTH);
-    let (writer_tx, writer_rx) = queue::bounded(kind, QUEUE_DEPTH);
+    let depth = std::env::var(QUEUE_DEPTH_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&d| d > 0)
+        .unwrap_or(QUEUE_DEPTH);
+    let (engine_tx, engine_rx) = queue::bounded(kind, depth);
+    let (writer_tx, writer_rx) = queue::bounded(kind, depth);
     let (reply_tx, reply_rx) = queue::unbounded(kind);
     let sink = ReplySink {
         tx: reply_tx,
         waker,
         copy_values: ablate.copy_values.then(|| metrics.clone()),
     };
-    let limits = Limits::default();
+    let limits = Limits {
+        max_bulk_len: cfg.proto_max_bulk_len,
+        ..Limits::default()
+    };
     let net_cfg = NetConfig {
         requirepass: cfg.requirepass.clone(),
-        maxclients: cfg.maxclients,
+        maxclients: fds.maxclients,
         protected_mode: cfg.protected_mode,
-        query_buffer_limit: cfg.query_buffer_limit,
-        output_buffer_limit: cfg.output_buffer_limit,
+        buffers: cfg.buffers,
+        liveness: cfg.liveness,
         limits,
-        reported: reported_settings(&cfg, &limits),
+        reported: reported_settings(&cfg, &limits, fds.maxclients),
         cluster,
         copy_values: ablate.copy_values,
     };
@@ -367,6 +453,7 @@ fn main() -> anyhow::Result<()> {
         metrics.clone(),
         shutdown.clone(),
         net_cfg,
+        sink.clone(),
     )
     .context("starting the network loop")?;
 
@@ -387,11 +474,18 @@ fn main() -> anyhow::Result<()> {
             tracing::error!("network loop failed: {e}");
         }
     })?;
+    crash::start_fault_if_asked();
     tracing::info!(%local, "ready to accept connections");
     // Printed for scripts and tests waiting for the drive (with the real port for --port 0).
     println!("lightstore ready on {local}");
 
-    let _ = net_thread.join();
+    wait_for_net(
+        net_thread,
+        &power_fail,
+        &shutdown,
+        &dev,
+        cfg.durability == Durability::Plp,
+    );
     tracing::info!("shutting down: finishing queued writes");
     // The network thread dropped the queue senders: the workers drain and stop.
     let _ = engine_thread.join();

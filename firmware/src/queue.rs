@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use crossbeam_channel::{RecvError, RecvTimeoutError, SendError, TryRecvError};
+pub use crossbeam_channel::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 use parking_lot::{Condvar, Mutex};
 
 /// Which implementation a queue uses.
@@ -106,6 +106,32 @@ impl<T> Sender<T> {
                         break;
                     }
                     q.not_full.wait(&mut s);
+                }
+                s.items.push_back(item);
+                drop(s);
+                q.not_empty.notify_one();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<T> Sender<T> {
+    /// Queues `item` if there is room now, without waiting (the network thread's send: a
+    /// stalled worker must not stop the event loop).
+    ///
+    /// # Errors
+    /// `Full` (the item comes back; try again later) or `Disconnected` (the receiver is gone).
+    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        match self {
+            Sender::LockFree(tx) => tx.try_send(item),
+            Sender::Locked(q) => {
+                let mut s = q.state.lock();
+                if !s.receiver {
+                    return Err(TrySendError::Disconnected(item));
+                }
+                if q.cap.is_some_and(|c| s.items.len() >= c) {
+                    return Err(TrySendError::Full(item));
                 }
                 s.items.push_back(item);
                 drop(s);
@@ -250,6 +276,22 @@ mod tests {
             producer.join().unwrap();
             assert!(rx.recv().is_err(), "{kind:?}: every sender is gone");
             assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+        }
+    }
+
+    #[test]
+    fn try_send_reports_full_and_gone() {
+        for kind in both() {
+            let (tx, rx) = bounded(kind, 1);
+            assert!(tx.try_send(1).is_ok());
+            assert!(
+                matches!(tx.try_send(2), Err(TrySendError::Full(2))),
+                "{kind:?}"
+            );
+            assert_eq!(rx.recv().unwrap(), 1);
+            assert!(tx.try_send(3).is_ok());
+            drop(rx);
+            assert!(matches!(tx.try_send(4), Err(TrySendError::Disconnected(4))));
         }
     }
 

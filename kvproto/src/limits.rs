@@ -7,6 +7,13 @@ pub const DEFAULT_MAX_ARGS: usize = 1024 * 1024;
 /// Longest inline command or header line (Redis's `PROTO_INLINE_MAX_SIZE`, 64 KiB).
 pub const DEFAULT_MAX_INLINE_LEN: usize = 64 << 10;
 
+/// Most arguments in one request from a client that has not authenticated while a password
+/// is set (Redis 7.2: more are `Protocol error: unauthenticated multibulk length`).
+pub const UNAUTHENTICATED_MAX_ARGS: usize = 10;
+/// Largest bulk argument from a client that has not authenticated while a password is set
+/// (Redis 7.2: larger is `Protocol error: unauthenticated bulk length`).
+pub const UNAUTHENTICATED_MAX_BULK_LEN: usize = 16_384;
+
 /// Limits a [`crate::RequestParser`] enforces before it buffers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

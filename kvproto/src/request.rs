@@ -11,7 +11,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::limits::Limits;
+use crate::limits::{Limits, UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK_LEN};
 
 /// A request that cannot be framed. The connection must be closed after the error reply,
 /// as Redis does. `Display` gives Redis 7's reply text.
@@ -32,6 +32,14 @@ pub enum ProtocolError {
     /// An inline request longer than [`Limits::max_inline_len`].
     #[error("ERR Protocol error: too big inline request")]
     TooBigInline,
+    /// More than [`crate::limits::UNAUTHENTICATED_MAX_ARGS`] arguments from a client that
+    /// must authenticate first.
+    #[error("ERR Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    /// A bulk longer than [`crate::limits::UNAUTHENTICATED_MAX_BULK_LEN`] from a client that
+    /// must authenticate first.
+    #[error("ERR Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
     /// An inline request with an unterminated quote.
     #[error("ERR Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,
@@ -53,6 +61,8 @@ struct Pending {
 pub struct RequestParser {
     limits: Limits,
     pending: Option<Pending>,
+    /// The client must authenticate first: Redis 7.2's small caps apply on top of `limits`.
+    unauthenticated: bool,
 }
 
 /// Position of the `\n` ending the first line of `buf`, if it has one.
@@ -77,7 +87,16 @@ impl RequestParser {
         Self {
             limits,
             pending: None,
+            unauthenticated: false,
         }
+    }
+
+    /// Whether the client still has to authenticate (a password is set and AUTH has not
+    /// succeeded): requests are then capped at [`UNAUTHENTICATED_MAX_ARGS`] arguments of at
+    /// most [`UNAUTHENTICATED_MAX_BULK_LEN`] bytes, as Redis 7.2 caps them. Takes effect at
+    /// the next header read.
+    pub fn set_unauthenticated(&mut self, unauthenticated: bool) {
+        self.unauthenticated = unauthenticated;
     }
 
     /// The limits this framer enforces.
@@ -130,6 +149,9 @@ impl RequestParser {
             if n > max {
                 return Err(ProtocolError::InvalidMultibulkLength);
             }
+            if self.unauthenticated && n > UNAUTHENTICATED_MAX_ARGS as i64 {
+                return Err(ProtocolError::UnauthenticatedMultibulkLength);
+            }
             buf.advance(end + 1);
             let Ok(want) = usize::try_from(n) else {
                 // `*0` and `*-1` are empty requests.
@@ -168,6 +190,9 @@ impl RequestParser {
                     let len = usize::try_from(n).map_err(|_| ProtocolError::InvalidBulkLength)?;
                     if len > self.limits.max_bulk_len {
                         return Err(ProtocolError::InvalidBulkLength);
+                    }
+                    if self.unauthenticated && len > UNAUTHENTICATED_MAX_BULK_LEN {
+                        return Err(ProtocolError::UnauthenticatedBulkLength);
                     }
                     buf.advance(end + 1);
                     p.bulk_len = Some(len);
@@ -374,6 +399,35 @@ mod tests {
         );
         let long = vec![b'a'; 70 << 10];
         assert_eq!(parse_all(&long).err(), Some(ProtocolError::TooBigInline));
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_redis_caps() {
+        let mut p = RequestParser::new(Limits::default());
+        p.set_unauthenticated(true);
+        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        let e = p.parse(&mut buf).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("ERR Protocol error: unauthenticated multibulk length")
+        );
+        let mut buf = BytesMut::from(&b"*1\r\n$16385\r\n"[..]);
+        let e = p.parse(&mut buf).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("ERR Protocol error: unauthenticated bulk length")
+        );
+        // The absolute limit is checked first, as Redis does.
+        let mut buf = BytesMut::from(&b"*1\r\n$1099511627776\r\n"[..]);
+        assert_eq!(p.parse(&mut buf), Err(ProtocolError::InvalidBulkLength));
+        // At the caps: accepted; after AUTH the caps go.
+        let mut wire = BytesMut::new();
+        let ten: Vec<Vec<u8>> = (0..10).map(|_| vec![b'x'; 16_384]).collect();
+        encode_command(&ten, &mut wire);
+        assert_eq!(p.parse(&mut wire).ok().flatten().map(|a| a.len()), Some(10));
+        p.set_unauthenticated(false);
+        let mut buf = BytesMut::from(&b"*11\r\n$3\r\nabc\r\n"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
     }
 
     #[test]

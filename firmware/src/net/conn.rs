@@ -6,15 +6,17 @@ use std::io::{IoSlice, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use kvproto::{Protocol, Reply, RequestParser};
 use mio::net::TcpStream;
 
+use super::limits::request_cost;
 use super::route::Route;
 use super::MAX_QUEUED_PER_CONN;
 use crate::cluster::ConnMode;
-use crate::exec::TxItem;
+use crate::exec::{Job, TxItem};
 use crate::info::Metrics;
 use crate::store::WatchedKey;
 
@@ -128,6 +130,92 @@ pub(super) struct Conn {
     pub(super) multi_dirty: bool,
     /// The keys this connection WATCHes.
     pub(super) watched: Vec<WatchedKey>,
+    /// When it last sent or took bytes (the idle `timeout`).
+    pub(super) last_active: Instant,
+    /// Bytes of framed requests not answered yet (backlog and in flight; see
+    /// `limits::request_cost`).
+    pub(super) pending_bytes: usize,
+    /// The cost of each request in flight, in order (released as replies arrive).
+    pub(super) inflight_costs: VecDeque<usize>,
+    /// What the drive-wide budget counts for this connection now.
+    pub(super) held: usize,
+    /// Requests framed since it connected.
+    pub(super) framed: u64,
+    /// A job its worker's queue had no room for (counted in flight; nothing else runs
+    /// before it leaves).
+    pub(super) stalled: Option<(Route, Job)>,
+    /// Since when its output has been over the soft limit.
+    pub(super) soft_since: Option<Instant>,
+    /// Reading waits for the drive-wide budget.
+    pub(super) budget_paused: bool,
+}
+
+impl Conn {
+    /// A connection just accepted.
+    pub(super) fn new(
+        id: u64,
+        stream: TcpStream,
+        peer: SocketAddr,
+        parser: RequestParser,
+        authed: bool,
+        now: Instant,
+    ) -> Conn {
+        Conn {
+            id,
+            stream,
+            peer,
+            // Allocated at the first read: an idle client holds no buffer.
+            rbuf: BytesMut::new(),
+            out: Outbox::default(),
+            parser,
+            proto: Protocol::Resp2,
+            authed,
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            in_flight: 0,
+            in_flight_to: Route::Here,
+            next_seq: 0,
+            next_reply: 0,
+            early: BTreeMap::new(),
+            backlog: VecDeque::new(),
+            closing: false,
+            eof: false,
+            cluster_mode: ConnMode::default(),
+            paused: false,
+            multi: None,
+            multi_dirty: false,
+            watched: Vec::new(),
+            last_active: now,
+            pending_bytes: 0,
+            inflight_costs: VecDeque::new(),
+            held: 0,
+            framed: 0,
+            stalled: None,
+            soft_since: None,
+            budget_paused: false,
+        }
+    }
+
+    /// Takes the next request off the backlog, with its cost (no longer pending).
+    pub(super) fn take_request(&mut self) -> (Vec<Bytes>, usize) {
+        let args = self.backlog.pop_front().unwrap_or_default();
+        let cost = request_cost(&args);
+        self.pending_bytes = self.pending_bytes.saturating_sub(cost);
+        (args, cost)
+    }
+
+    /// A request of `cost` went to a worker: pending until its reply arrives.
+    pub(super) fn hold_in_flight(&mut self, cost: usize) {
+        self.pending_bytes += cost;
+        self.inflight_costs.push_back(cost);
+    }
+
+    /// The oldest request in flight was answered.
+    pub(super) fn answered(&mut self) {
+        let cost = self.inflight_costs.pop_front().unwrap_or(0);
+        self.pending_bytes = self.pending_bytes.saturating_sub(cost);
+    }
 }
 
 /// Marks a protocol error queued behind earlier requests (never a real command name: it
@@ -138,8 +226,12 @@ pub(super) const PROTOCOL_ERROR_MARK: &[u8] = b"\0protocol-error";
 /// Frames the complete requests in `c.rbuf` into the backlog (up to the backlog limit).
 /// A protocol error is queued as a marker: Redis answers it after what came before it and
 /// then closes, so nothing after it is framed.
+///
+/// Before AUTH (a password set), requests are framed one at a time under Redis 7.2's caps
+/// for unauthenticated clients, so an AUTH lifts the caps for the requests after it.
 pub(super) fn frame_requests(c: &mut Conn, metrics: &Metrics) {
-    while c.backlog.len() < MAX_QUEUED_PER_CONN && !c.closing {
+    while c.backlog.len() < MAX_QUEUED_PER_CONN && !c.closing && (c.authed || c.backlog.is_empty())
+    {
         if c.backlog
             .back()
             .is_some_and(|a| a.first().is_some_and(|m| m.as_ref() == PROTOCOL_ERROR_MARK))
@@ -147,9 +239,12 @@ pub(super) fn frame_requests(c: &mut Conn, metrics: &Metrics) {
             c.rbuf.clear();
             return;
         }
+        c.parser.set_unauthenticated(!c.authed);
         match c.parser.parse(&mut c.rbuf) {
             Ok(Some(args)) => {
                 if !args.is_empty() {
+                    c.pending_bytes += request_cost(&args);
+                    c.framed += 1;
                     c.backlog.push_back(args);
                 }
             }

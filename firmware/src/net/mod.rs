@@ -7,33 +7,42 @@
 //! time (each worker answers in order); a command for the other worker, or one answered here,
 //! waits in the connection's backlog until the in-flight ones are answered. Pipelines of one
 //! kind (all GETs, all SETs) therefore flow without stalls.
+//!
+//! Nothing here blocks: jobs go to the workers with `try_send` (a full queue keeps the job in
+//! the connection and stops reading it, see [`liveness`]), buffers are bounded (see
+//! [`limits`]), and the cluster map file is written on its own thread.
 
 mod admission;
 mod conn;
+pub mod limits;
+pub mod liveness;
 mod local;
 mod route;
 
 pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
+pub use limits::BufferLimits;
+pub use liveness::LivenessConfig;
 pub use route::MAX_KEY_BYTES;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
+use kvproto::{Command, Limits, Reply, RequestParser};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
-use self::conn::{frame_requests, read_into_spare, Conn, Outbox, PROTOCOL_ERROR_MARK};
+use self::conn::{frame_requests, read_into_spare, Conn, PROTOCOL_ERROR_MARK};
+use self::limits::{read_reserve, Budget, Hold};
+use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
 use self::route::{copy_values, key_too_long, route_of, Route};
-use crate::cluster::{self, Admin, ConnMode, Gate};
-use crate::exec::{self, Done, Job, Transaction};
+use crate::cluster::{self, Admin, AdminOutcome, Gate};
+use crate::exec::{self, Done, Job, ReplySink, Transaction};
 use crate::info::Metrics;
-use crate::queue::{Receiver, Sender};
+use crate::queue::{Receiver, Sender, TrySendError};
 use crate::store::Store;
 
 /// Token of the listening socket.
@@ -42,7 +51,7 @@ const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 /// First connection id (ids are never reused).
 const FIRST_CONN: u64 = 2;
-/// How long a poll waits before looking at the shutdown flag.
+/// How long a poll waits before looking at the shutdown flag and the timers.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// Bytes read per `read` call at least.
 const READ_CHUNK: usize = 16 << 10;
@@ -60,10 +69,10 @@ pub struct NetConfig {
     pub maxclients: usize,
     /// Refuse non-loopback clients without a password.
     pub protected_mode: bool,
-    /// Query buffer limit per client.
-    pub query_buffer_limit: usize,
-    /// Output buffer limit per client.
-    pub output_buffer_limit: usize,
+    /// Buffer limits (query, pending, drive-wide budget, output).
+    pub buffers: BufferLimits,
+    /// Idle timeout and TCP keepalive.
+    pub liveness: LivenessConfig,
     /// Request framing limits.
     pub limits: Limits,
     /// Settings CONFIG GET reports.
@@ -91,10 +100,20 @@ pub struct Net {
     cfg: NetConfig,
     /// Cluster mode: slot checks, CLUSTER commands, map pushes.
     cluster: Option<Gate>,
+    /// The drive-wide budget of buffered requests.
+    budget: Budget,
+    /// Timers: accept back-off, stalled jobs, the idle sweep.
+    live: Liveness,
+    /// The time, read once per turn of the loop.
+    now: Instant,
 }
 
 impl Net {
     /// Builds the loop around a bound listener and a poll (whose registry the waker uses).
+    /// `sink` answers cluster map pushes (run on a thread of their own).
+    ///
+    /// # Errors
+    /// Registering the listener, or starting the cluster map thread.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         poll: Poll,
@@ -106,9 +125,15 @@ impl Net {
         metrics: Arc<Metrics>,
         shutdown: Arc<AtomicBool>,
         cfg: NetConfig,
+        sink: ReplySink,
     ) -> std::io::Result<Net> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let cluster = match cfg.cluster.clone() {
+            Some(c) => Some(Gate::with_saver(c, sink)?),
+            None => None,
+        };
+        let now = Instant::now();
         Ok(Net {
             poll,
             listener,
@@ -120,7 +145,10 @@ impl Net {
             store,
             metrics,
             shutdown,
-            cluster: cfg.cluster.clone().map(Gate::new),
+            cluster,
+            budget: Budget::new(cfg.buffers.budget),
+            live: Liveness::new(now),
+            now,
             cfg,
         })
     }
@@ -132,11 +160,12 @@ impl Net {
     pub fn run(mut self) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
         while !self.shutdown.load(Ordering::Acquire) {
-            match self.poll.poll(&mut events, Some(POLL_TIMEOUT)) {
+            match self.poll.poll(&mut events, Some(self.poll_timeout())) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+            self.now = Instant::now();
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(),
@@ -154,6 +183,7 @@ impl Net {
                 }
             }
             self.drain_replies();
+            self.housekeeping();
         }
         // Last words to clients still connected are not owed: their in-flight writes finish
         // in the writer thread before the engine closes.
@@ -164,10 +194,16 @@ impl Net {
         loop {
             let (mut stream, peer) = match self.listener.accept() {
                 Ok(x) => x,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.accept_caught_up();
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // Out of file descriptors and the like: try again on the next event.
-                    tracing::warn!("accept failed: {e}");
+                    // Out of file descriptors and the like: the clients waiting stay in the
+                    // kernel's queue and are accepted on a timer (edge-triggered: no new
+                    // event would come for them).
+                    self.accept_failed(&e);
                     return;
                 }
             };
@@ -190,6 +226,7 @@ impl Net {
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            self.keepalive(&stream);
             let id = self.next_id;
             self.next_id += 1;
             if let Err(e) = self.poll.registry().register(
@@ -208,38 +245,21 @@ impl Net {
                 .fetch_add(1, Ordering::Relaxed);
             self.conns.insert(
                 id,
-                Conn {
+                Conn::new(
                     id,
                     stream,
                     peer,
-                    rbuf: BytesMut::with_capacity(READ_CHUNK),
-                    out: Outbox::default(),
-                    parser: RequestParser::new(self.cfg.limits),
-                    proto: Protocol::Resp2,
-                    authed: self.cfg.requirepass.is_none(),
-                    name: None,
-                    lib_name: None,
-                    lib_ver: None,
-                    in_flight: 0,
-                    in_flight_to: Route::Here,
-                    next_seq: 0,
-                    next_reply: 0,
-                    early: BTreeMap::new(),
-                    backlog: VecDeque::new(),
-                    closing: false,
-                    eof: false,
-                    cluster_mode: ConnMode::default(),
-                    paused: false,
-                    multi: None,
-                    multi_dirty: false,
-                    watched: Vec::new(),
-                },
+                    RequestParser::new(self.cfg.limits),
+                    self.cfg.requirepass.is_none(),
+                    self.now,
+                ),
             );
         }
     }
 
     fn close(&mut self, id: u64) {
         if let Some(mut c) = self.conns.remove(&id) {
+            self.budget.release(&c);
             self.store.unwatch(&c.watched);
             let _ = self.poll.registry().deregister(&mut c.stream);
             self.metrics
@@ -248,85 +268,109 @@ impl Net {
         }
     }
 
-    /// Reads what the socket has (unless back-pressured), then serves the requests.
+    /// Reads what the socket has (unless a limit holds it back, see [`limits::hold`]), then
+    /// serves the requests; again while serving lifted the hold (requests answered here).
     ///
     /// `short_read_drains`: a read that returns less than it asked for ends the reads (the
     /// socket had no more; more bytes raise a new edge). Only for an edge without a hang-up:
     /// a peer's close that came with this edge raises no other, so then the reads go on
     /// until the socket answers `WouldBlock` or end-of-stream.
     fn on_readable(&mut self, id: u64, short_read_drains: bool) {
-        let limit = self.cfg.query_buffer_limit;
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        let mut over_limit = false;
-        while !c.eof && !c.closing && c.backlog.len() < MAX_QUEUED_PER_CONN {
-            let want = c
-                .parser
-                .bytes_hint(&c.rbuf)
-                .unwrap_or(0)
-                .clamp(READ_CHUNK, 64 << 20);
-            if c.rbuf.capacity() - c.rbuf.len() < want {
-                // Frame what is complete first: those bytes leave as arguments that share
-                // this buffer, so growing moves only the unfinished tail.
-                frame_requests(c, &self.metrics);
-                let want = c
-                    .parser
-                    .bytes_hint(&c.rbuf)
-                    .unwrap_or(0)
-                    .clamp(READ_CHUNK, 64 << 20);
-                // Growing may move what is still buffered: count it as copied.
-                let before = c.rbuf.as_ptr();
-                c.rbuf.reserve(want);
-                if c.rbuf.as_ptr() != before {
-                    self.metrics
-                        .value_bytes_copied
-                        .fetch_add(c.rbuf.len() as u64, Ordering::Relaxed);
-                }
-            }
-            let room = (c.rbuf.capacity() - c.rbuf.len()).min(MAX_READ);
-            match read_into_spare(&c.stream, &mut c.rbuf, room) {
-                Ok(0) => {
-                    c.eof = true;
-                }
-                Ok(n) => {
-                    self.metrics
-                        .net_input_bytes
-                        .fetch_add(n as u64, Ordering::Relaxed);
-                    if c.rbuf.len() > limit {
-                        over_limit = true;
-                        break;
-                    }
-                    if short_read_drains && n < room {
-                        // The socket is drained: bytes that arrive later raise a new edge,
-                        // so the read that would answer `WouldBlock` is skipped (one
-                        // system call per request less for a client that waits for each
-                        // reply).
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+        let limit = self.cfg.buffers.query_buffer;
+        let now = self.now;
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let mut over_limit = false;
+            let mut hold = Hold::None;
+            while !c.eof && !c.closing {
+                hold = limits::hold(c, &self.cfg.buffers, MAX_QUEUED_PER_CONN, &self.budget);
+                if hold != Hold::None {
                     break;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
-                    c.eof = true;
-                    c.closing = true;
+                let want = read_reserve(c.parser.bytes_hint(&c.rbuf), READ_CHUNK, c.rbuf.len());
+                if c.rbuf.capacity() - c.rbuf.len() < want {
+                    // Frame what is complete first: those bytes leave as arguments that share
+                    // this buffer, so growing moves only the unfinished tail.
+                    frame_requests(c, &self.metrics);
+                    let want = read_reserve(c.parser.bytes_hint(&c.rbuf), READ_CHUNK, c.rbuf.len());
+                    // Growing may move what is still buffered: count it as copied.
+                    let before = c.rbuf.as_ptr();
+                    c.rbuf.reserve(want);
+                    if c.rbuf.as_ptr() != before {
+                        self.metrics
+                            .value_bytes_copied
+                            .fetch_add(c.rbuf.len() as u64, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                let room = (c.rbuf.capacity() - c.rbuf.len())
+                    .min(MAX_READ)
+                    .min(self.budget.allowance(c));
+                match read_into_spare(&c.stream, &mut c.rbuf, room) {
+                    Ok(0) => {
+                        c.eof = true;
+                    }
+                    Ok(n) => {
+                        self.metrics
+                            .net_input_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        c.last_active = now;
+                        if c.rbuf.len() > limit {
+                            over_limit = true;
+                            break;
+                        }
+                        if short_read_drains && n < room {
+                            // The socket is drained: bytes that arrive later raise a new
+                            // edge, so the read that would answer `WouldBlock` is skipped
+                            // (one system call per request less for a client that waits
+                            // for each reply).
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        c.eof = true;
+                        c.closing = true;
+                    }
                 }
             }
+            if over_limit {
+                tracing::info!(client = id, "closing a client over the query buffer limit");
+                self.metrics
+                    .query_buffer_disconnects
+                    .fetch_add(1, Ordering::Relaxed);
+                self.close(id);
+                return;
+            }
+            match hold {
+                Hold::None => {}
+                Hold::Client => c.paused = true,
+                Hold::Budget => {
+                    self.metrics.budget_pauses.fetch_add(1, Ordering::Relaxed);
+                    self.budget.pause(c, now);
+                }
+            }
+            self.serve(id);
+            // Requests answered here lift a hold no reply will lift: read on.
+            let again = hold == Hold::Client
+                && self.conns.get_mut(&id).is_some_and(|c| {
+                    let lifted = c.paused
+                        && limits::hold(c, &self.cfg.buffers, MAX_QUEUED_PER_CONN, &self.budget)
+                            != Hold::Client;
+                    if lifted {
+                        c.paused = false;
+                    }
+                    lifted
+                });
+            if !again {
+                return;
+            }
         }
-        if c.backlog.len() >= MAX_QUEUED_PER_CONN {
-            c.paused = true;
-        }
-        if over_limit {
-            tracing::info!(client = id, "closing a client over the query buffer limit");
-            self.metrics
-                .buffer_limit_disconnects
-                .fetch_add(1, Ordering::Relaxed);
-            self.close(id);
-            return;
-        }
-        self.serve(id);
     }
 
     /// Frames requests from the read buffer and runs what may run now.
@@ -357,6 +401,9 @@ impl Net {
             }
         }
         self.finish_if_done(id);
+        if let Some(c) = self.conns.get_mut(&id) {
+            self.budget.update(c);
+        }
         self.flush(id);
     }
 
@@ -368,6 +415,10 @@ impl Net {
             };
             if c.closing {
                 c.backlog.clear();
+                return;
+            }
+            if c.stalled.is_some() {
+                // Its worker's queue was full: nothing may overtake that job.
                 return;
             }
             let Some(args) = c.backlog.front() else {
@@ -389,7 +440,7 @@ impl Net {
             let parsed = Command::parse(args);
             if c.multi.is_some() && !is_transaction_control(&parsed) {
                 // Inside MULTI nothing is in flight (MULTI waited for it): queue and answer.
-                let args = c.backlog.pop_front().unwrap_or_default();
+                let (args, _) = c.take_request();
                 self.metrics
                     .commands_processed
                     .fetch_add(1, Ordering::Relaxed);
@@ -431,7 +482,7 @@ impl Net {
             if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
                 return;
             }
-            let args = c.backlog.pop_front().unwrap_or_default();
+            let (args, cost) = c.take_request();
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);
@@ -445,7 +496,20 @@ impl Net {
                             Reply::error("NOAUTH Authentication required.")
                         }
                         (Some(_), None) => Reply::error(cluster::DISABLED_ERROR),
-                        (Some(a), Some(g)) => g.admin(a, &args, &mut c.cluster_mode),
+                        (Some(a), Some(g)) => {
+                            match g.admin(a, &args, &mut c.cluster_mode, id, c.next_seq) {
+                                AdminOutcome::Reply(r) => r,
+                                AdminOutcome::Deferred => {
+                                    // Answered by the map's saver thread once the file is
+                                    // durable.
+                                    c.next_seq += 1;
+                                    c.in_flight += 1;
+                                    c.in_flight_to = Route::Admin;
+                                    c.hold_in_flight(cost);
+                                    continue;
+                                }
+                            }
+                        }
                     };
                     c.out.push(&r, c.proto);
                     continue;
@@ -514,18 +578,30 @@ impl Net {
             };
             c.next_seq += 1;
             let sent = match route {
-                Route::Writer => self.writer_tx.send(job),
-                _ => self.engine_tx.send(job),
+                Route::Writer => self.writer_tx.try_send(job),
+                _ => self.engine_tx.try_send(job),
             };
-            if sent.is_err() {
-                // Workers gone: the drive is shutting down.
-                c.out
-                    .push(&Reply::error("ERR the drive is shutting down"), c.proto);
-                c.closing = true;
-                return;
-            }
+            let stalled = match sent {
+                Ok(()) => None,
+                Err(TrySendError::Full(job)) => Some(job),
+                Err(TrySendError::Disconnected(_)) => {
+                    // Workers gone: the drive is shutting down.
+                    c.out
+                        .push(&Reply::error("ERR the drive is shutting down"), c.proto);
+                    c.closing = true;
+                    return;
+                }
+            };
             c.in_flight += 1;
             c.in_flight_to = route;
+            c.hold_in_flight(cost);
+            if let Some(job) = stalled {
+                // The worker is behind: keep the job here, stop reading this client, and
+                // retry on a timer (`liveness`), so the loop never waits on a queue.
+                c.stalled = Some((route, job));
+                self.stall(id);
+                return;
+            }
         }
     }
 
@@ -542,6 +618,7 @@ impl Net {
             let mut reply = Some(d.reply);
             while let Some(r) = reply {
                 c.in_flight = c.in_flight.saturating_sub(1);
+                c.answered();
                 c.next_reply += 1;
                 self.metrics
                     .value_bytes_moved
@@ -555,21 +632,33 @@ impl Net {
         }
         touched.sort_unstable();
         touched.dedup();
+        // A finished map push swapped the view: load it before anything runs after it.
+        if let Some(g) = self.cluster.as_mut() {
+            g.refresh();
+        }
         for id in touched {
             self.run_backlog(id);
-            let paused = self.conns.get_mut(&id).is_some_and(|c| {
-                let p = c.paused && c.backlog.len() < MAX_QUEUED_PER_CONN;
-                if p {
-                    c.paused = false;
-                }
-                p
-            });
-            if paused {
-                // It stopped reading under back-pressure: read (and serve) again.
-                self.on_readable(id, false);
-            } else {
-                self.serve(id);
+            self.resume(id);
+        }
+    }
+
+    /// After replies or a stalled job left: reads again if reading had stopped and the
+    /// hold is lifted, else serves what may run now.
+    fn resume(&mut self, id: u64) {
+        let paused = self.conns.get_mut(&id).is_some_and(|c| {
+            let p = c.paused
+                && limits::hold(c, &self.cfg.buffers, MAX_QUEUED_PER_CONN, &self.budget)
+                    != Hold::Client;
+            if p {
+                c.paused = false;
             }
+            p
+        });
+        if paused {
+            // It stopped reading under back-pressure: read (and serve) again.
+            self.on_readable(id, false);
+        } else {
+            self.serve(id);
         }
     }
 
@@ -584,7 +673,8 @@ impl Net {
 
     /// Writes what the socket takes; closes a closing connection once flushed.
     fn flush(&mut self, id: u64) {
-        let limit = self.cfg.output_buffer_limit;
+        let limit = self.cfg.buffers.output;
+        let now = self.now;
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -599,6 +689,7 @@ impl Net {
                     self.metrics
                         .net_output_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
+                    c.last_active = now;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -608,10 +699,14 @@ impl Net {
                 }
             }
         }
-        if c.out.len() > limit {
-            tracing::info!(client = id, "closing a client over the output buffer limit");
+        if limits::output_exceeded(c, &limit, now) {
+            tracing::info!(
+                client = id,
+                bytes = c.out.len(),
+                "closing a client over the output buffer limit"
+            );
             self.metrics
-                .buffer_limit_disconnects
+                .output_buffer_disconnects
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }

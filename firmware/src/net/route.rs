@@ -17,6 +17,9 @@ pub(super) enum Route {
     Engine,
     /// `ls-writer`.
     Writer,
+    /// The cluster map saver (`LS.CLUSTERMAP` pushes: the file is written and synced off
+    /// `ls-net`). Never returned by [`route_of`].
+    Admin,
 }
 
 /// Longest key a client may use (the engine keeps 64 bytes more for the type tag and

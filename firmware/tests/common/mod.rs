@@ -23,7 +23,13 @@ impl Drive {
     /// Starts a drive on `data_dir` with extra flags (`--port 0` unless they give a port);
     /// waits until it accepts clients.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Drive {
+        Drive::start_with_env(data_dir, extra, &[])
+    }
+
+    /// [`Drive::start`] with extra environment variables for the drive.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Drive {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lightstore"));
+        cmd.envs(env.iter().copied());
         if !extra.contains(&"--port") {
             cmd.args(["--port", "0"]);
         }
