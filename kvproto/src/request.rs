@@ -127,12 +127,17 @@ impl RequestParser {
             if first != b'*' {
                 return self.parse_inline(buf);
             }
+            // A header line too long is refused alike whether or not its line end has
+            // arrived, so the outcome does not depend on how the bytes were split into reads.
             let Some(end) = line_end(buf) else {
                 if buf.len() > self.limits.max_inline_len {
                     return Err(ProtocolError::TooBigMultibulkCount);
                 }
                 return Ok(None);
             };
+            if end > self.limits.max_inline_len {
+                return Err(ProtocolError::TooBigMultibulkCount);
+            }
             let n = header_number(&buf[1..end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
             let max = i64::try_from(self.limits.max_args).unwrap_or(i64::MAX);
             if n > max {
@@ -172,6 +177,9 @@ impl RequestParser {
                         }
                         return Ok(None);
                     };
+                    if end > self.limits.max_inline_len {
+                        return Err(ProtocolError::TooBigBulkCount);
+                    }
                     let n = header_number(&buf[1..end]).ok_or(ProtocolError::InvalidBulkLength)?;
                     let len = usize::try_from(n).map_err(|_| ProtocolError::InvalidBulkLength)?;
                     if len > self.limits.max_bulk_len {
@@ -382,6 +390,42 @@ mod tests {
         );
         let long = vec![b'a'; 70 << 10];
         assert_eq!(parse_all(&long).err(), Some(ProtocolError::TooBigInline));
+    }
+
+    /// A header line longer than `max_inline_len` gives the same error whether its line end
+    /// arrives with it or later (fuzz seeds `framer/regress-long-*-header`).
+    #[test]
+    fn long_header_lines_fail_alike_however_split() {
+        let limits = Limits {
+            max_bulk_len: 64,
+            max_args: 8,
+            max_inline_len: 32,
+        };
+        for (wire, want) in [
+            (
+                format!("*1{}\r\n", "0".repeat(40)),
+                ProtocolError::TooBigMultibulkCount,
+            ),
+            (
+                format!("*1\r\n$1{}\r\n", "0".repeat(40)),
+                ProtocolError::TooBigBulkCount,
+            ),
+        ] {
+            let mut p = RequestParser::new(limits);
+            let mut whole = BytesMut::from(wire.as_bytes());
+            assert_eq!(p.parse(&mut whole), Err(want.clone()));
+            let mut p = RequestParser::new(limits);
+            let mut buf = BytesMut::new();
+            let mut got = Ok(None);
+            for b in wire.bytes() {
+                buf.extend_from_slice(&[b]);
+                got = p.parse(&mut buf);
+                if got.is_err() {
+                    break;
+                }
+            }
+            assert_eq!(got, Err(want));
+        }
     }
 
     #[test]

@@ -291,6 +291,17 @@ fn raw_streams() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// Regression seeds of the framer's fuzz findings (small limits: `max_inline_len` 32).
+fn framer_regressions() -> Vec<(&'static str, Vec<u8>)> {
+    let long = "0".repeat(64);
+    vec![
+        // A `*` or `$` header line past max_inline_len: the error depended on whether its
+        // line end arrived in the same read.
+        ("regress-long-multibulk-header", format!("*1{long}\r\n").into_bytes()),
+        ("regress-long-bulk-header", format!("*1\r\n$1{long}\r\n").into_bytes()),
+    ]
+}
+
 /// Writes a seed, creating the directory.
 fn write_seed(target: &str, name: &str, data: &[u8]) {
     let dir = corpus_dir(target);
@@ -364,6 +375,10 @@ fn write_seed_corpus() {
             &format!("{name}-small"),
             &resp_checks::encode_framer_input(true, &[], &wire),
         );
+    }
+
+    for (name, wire) in framer_regressions() {
+        write_seed("framer", name, &resp_checks::encode_framer_input(true, &[20], &wire));
     }
 
     let maps = [
