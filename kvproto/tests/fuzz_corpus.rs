@@ -297,8 +297,14 @@ fn framer_regressions() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         // A `*` or `$` header line past max_inline_len: the error depended on whether its
         // line end arrived in the same read.
-        ("regress-long-multibulk-header", format!("*1{long}\r\n").into_bytes()),
-        ("regress-long-bulk-header", format!("*1\r\n$1{long}\r\n").into_bytes()),
+        (
+            "regress-long-multibulk-header",
+            format!("*1{long}\r\n").into_bytes(),
+        ),
+        (
+            "regress-long-bulk-header",
+            format!("*1\r\n$1{long}\r\n").into_bytes(),
+        ),
     ]
 }
 
@@ -378,7 +384,11 @@ fn write_seed_corpus() {
     }
 
     for (name, wire) in framer_regressions() {
-        write_seed("framer", name, &resp_checks::encode_framer_input(true, &[20], &wire));
+        write_seed(
+            "framer",
+            name,
+            &resp_checks::encode_framer_input(true, &[20], &wire),
+        );
     }
 
     let maps = [
