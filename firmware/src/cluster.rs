@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
+use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, PushError, SLOT_COUNT};
 use kvproto::{Command, Reply};
 use parking_lot::{Mutex, RwLock};
 
@@ -85,28 +85,9 @@ pub enum ClusterError {
     /// No node id was given and no node of the map has the listening address.
     #[error("no node of the cluster map has the address {0}: give --cluster-node-id")]
     NoNodeAt(SocketAddr),
-    /// The version argument of `LS.CLUSTERMAP` is not a number.
-    #[error("value is not an integer or out of range")]
-    BadVersion,
-    /// A pushed map is not newer than the current one.
-    #[error("cluster map version {given} is not newer than this drive's version {current}")]
-    NotNewer {
-        /// The version pushed.
-        given: u64,
-        /// The version in force.
-        current: u64,
-    },
-    /// The version argument and the version in the map text differ.
-    #[error("LS.CLUSTERMAP says version {given} but the map text says version {text}")]
-    VersionMismatch {
-        /// The version argument.
-        given: u64,
-        /// The `version` in the text.
-        text: u64,
-    },
-    /// The map text is not UTF-8.
-    #[error("the cluster map text is not UTF-8")]
-    NotUtf8,
+    /// A map pushed with `LS.CLUSTERMAP` was refused.
+    #[error(transparent)]
+    Push(#[from] PushError),
     /// The accepted map could not be written back to the map file.
     #[error("cannot save the cluster map to {path}: {source}")]
     Save {
@@ -571,7 +552,7 @@ fn help() -> Reply {
 
 /// Writes `text` to `path` atomically: a temporary file in the same directory, synced, then
 /// renamed over `path`, then the directory synced.
-fn save_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+fn save_atomic(path: &Path, text: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -583,7 +564,7 @@ fn save_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
+        f.write_all(text)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(&dir)?.sync_all()
@@ -663,23 +644,8 @@ impl Cluster {
     /// swaps it in.
     fn push(&self, version: &[u8], text: &[u8]) -> Result<Arc<View>, ClusterError> {
         let _one_at_a_time = self.push_lock.lock();
-        let given = std::str::from_utf8(version)
-            .ok()
-            .filter(|s| !s.starts_with('+'))
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or(ClusterError::BadVersion)?;
-        let current = self.view().map.version();
-        if given <= current {
-            return Err(ClusterError::NotNewer { given, current });
-        }
-        let text = std::str::from_utf8(text).map_err(|_| ClusterError::NotUtf8)?;
-        let map = ClusterMap::from_toml(text)?;
-        if map.version() != given {
-            return Err(ClusterError::VersionMismatch {
-                given,
-                text: map.version(),
-            });
-        }
+        let map = ClusterMap::from_push(version, text, self.view().map.version())?;
+        let given = map.version();
         let view = Arc::new(View::new(map, &self.my_id)?);
         save_atomic(&self.path, text).map_err(|source| ClusterError::Save {
             path: self.path.clone(),

@@ -94,6 +94,37 @@ pub enum MapError {
     },
 }
 
+/// Why a map pushed with `LS.CLUSTERMAP <version> <toml>` was refused (see
+/// [`ClusterMap::from_push`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PushError {
+    /// The version argument is not a decimal `u64`.
+    #[error("value is not an integer or out of range")]
+    BadVersion,
+    /// The pushed map is not newer than the current one.
+    #[error("cluster map version {given} is not newer than this drive's version {current}")]
+    NotNewer {
+        /// The version pushed.
+        given: u64,
+        /// The version in force.
+        current: u64,
+    },
+    /// The map text is not UTF-8.
+    #[error("the cluster map text is not UTF-8")]
+    NotUtf8,
+    /// The map text is not a valid map.
+    #[error("invalid cluster map: {0}")]
+    Map(#[from] MapError),
+    /// The version argument and the version in the map text differ.
+    #[error("LS.CLUSTERMAP says version {given} but the map text says version {text}")]
+    VersionMismatch {
+        /// The version argument.
+        given: u64,
+        /// The `version` in the text.
+        text: u64,
+    },
+}
+
 /// One node of the cluster map, as written in the TOML file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,6 +170,34 @@ impl ClusterMap {
     pub fn from_toml(text: &str) -> Result<ClusterMap, MapError> {
         let file: MapFile = toml::from_str(text).map_err(|e| MapError::Syntax(e.to_string()))?;
         ClusterMap::new(file.version, file.nodes)
+    }
+
+    /// Parses the arguments of `LS.CLUSTERMAP <version> <toml>` against the version in
+    /// force: the version argument (decimal, no sign), then the text, which must be a valid
+    /// map of exactly that version, newer than `current`. Whether the map covers every slot
+    /// and names the drive is the drive's check.
+    ///
+    /// # Errors
+    /// [`PushError`], checked in that order: version argument, newer, UTF-8, map, version
+    /// match.
+    pub fn from_push(version: &[u8], text: &[u8], current: u64) -> Result<ClusterMap, PushError> {
+        let given = std::str::from_utf8(version)
+            .ok()
+            .filter(|s| !s.starts_with('+'))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(PushError::BadVersion)?;
+        if given <= current {
+            return Err(PushError::NotNewer { given, current });
+        }
+        let text = std::str::from_utf8(text).map_err(|_| PushError::NotUtf8)?;
+        let map = ClusterMap::from_toml(text)?;
+        if map.version() != given {
+            return Err(PushError::VersionMismatch {
+                given,
+                text: map.version(),
+            });
+        }
+        Ok(map)
     }
 
     /// Builds and validates a map from its parts.

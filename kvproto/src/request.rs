@@ -13,6 +13,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::limits::{Limits, UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK_LEN};
 
+/// The floor of [`RequestParser::bytes_hint`]: a connection may size its next read this
+/// large before any byte of a bulk argument has arrived.
+pub const MIN_BYTES_HINT: usize = 64 << 10;
+
 /// A request that cannot be framed. The connection must be closed after the error reply,
 /// as Redis does. `Display` gives Redis 7's reply text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,12 +109,16 @@ impl RequestParser {
         self.limits
     }
 
-    /// Bytes still needed to finish the bulk argument being read, if one has begun: the
-    /// connection can size its next read so a large value lands in one buffer.
+    /// How many more bytes the connection may make room for while a bulk argument is being
+    /// read (`None` otherwise): the rest of the bulk, but at most as many bytes as have
+    /// arrived of it (and at least [`MIN_BYTES_HINT`]). A buffer sized by the hint grows
+    /// geometrically to hold a large value, while a client that sends only a header such as
+    /// `$536870912` gets no more than [`MIN_BYTES_HINT`] reserved for it.
     #[must_use]
     pub fn bytes_hint(&self, buf: &[u8]) -> Option<usize> {
         let len = self.pending.as_ref()?.bulk_len?;
-        Some((len + 2).saturating_sub(buf.len()))
+        let rest = (len + 2).saturating_sub(buf.len());
+        Some(rest.min(buf.len().max(MIN_BYTES_HINT)))
     }
 
     /// Takes the next complete request off the front of `buf`.
@@ -138,12 +146,17 @@ impl RequestParser {
             if first != b'*' {
                 return self.parse_inline(buf);
             }
+            // A header line too long is refused alike whether or not its line end has
+            // arrived, so the outcome does not depend on how the bytes were split into reads.
             let Some(end) = line_end(buf) else {
                 if buf.len() > self.limits.max_inline_len {
                     return Err(ProtocolError::TooBigMultibulkCount);
                 }
                 return Ok(None);
             };
+            if end > self.limits.max_inline_len {
+                return Err(ProtocolError::TooBigMultibulkCount);
+            }
             let n = header_number(&buf[1..end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
             let max = i64::try_from(self.limits.max_args).unwrap_or(i64::MAX);
             if n > max {
@@ -186,6 +199,9 @@ impl RequestParser {
                         }
                         return Ok(None);
                     };
+                    if end > self.limits.max_inline_len {
+                        return Err(ProtocolError::TooBigBulkCount);
+                    }
                     let n = header_number(&buf[1..end]).ok_or(ProtocolError::InvalidBulkLength)?;
                     let len = usize::try_from(n).map_err(|_| ProtocolError::InvalidBulkLength)?;
                     if len > self.limits.max_bulk_len {
@@ -401,6 +417,42 @@ mod tests {
         assert_eq!(parse_all(&long).err(), Some(ProtocolError::TooBigInline));
     }
 
+    /// A header line longer than `max_inline_len` gives the same error whether its line end
+    /// arrives with it or later (fuzz seeds `framer/regress-long-*-header`).
+    #[test]
+    fn long_header_lines_fail_alike_however_split() {
+        let limits = Limits {
+            max_bulk_len: 64,
+            max_args: 8,
+            max_inline_len: 32,
+        };
+        for (wire, want) in [
+            (
+                format!("*1{}\r\n", "0".repeat(40)),
+                ProtocolError::TooBigMultibulkCount,
+            ),
+            (
+                format!("*1\r\n$1{}\r\n", "0".repeat(40)),
+                ProtocolError::TooBigBulkCount,
+            ),
+        ] {
+            let mut p = RequestParser::new(limits);
+            let mut whole = BytesMut::from(wire.as_bytes());
+            assert_eq!(p.parse(&mut whole), Err(want.clone()));
+            let mut p = RequestParser::new(limits);
+            let mut buf = BytesMut::new();
+            let mut got = Ok(None);
+            for b in wire.bytes() {
+                buf.extend_from_slice(&[b]);
+                got = p.parse(&mut buf);
+                if got.is_err() {
+                    break;
+                }
+            }
+            assert_eq!(got, Err(want));
+        }
+    }
+
     #[test]
     fn unauthenticated_clients_get_redis_caps() {
         let mut p = RequestParser::new(Limits::default());
@@ -441,6 +493,22 @@ mod tests {
         let mut buf = BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$100\r\nabc"[..]);
         assert_eq!(p.parse(&mut buf), Ok(None));
         assert_eq!(p.bytes_hint(&buf), Some(99));
+    }
+
+    /// A huge bulk header alone asks for [`MIN_BYTES_HINT`], not the announced length; the
+    /// hint then grows with what has arrived (fuzz seed `framer/huge-bulk`).
+    #[test]
+    fn bytes_hint_is_bounded_by_what_arrived() {
+        let mut p = RequestParser::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10000000\r\nabc"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        assert_eq!(p.bytes_hint(&buf), Some(MIN_BYTES_HINT));
+        buf.extend_from_slice(&vec![b'x'; 1 << 20]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        assert_eq!(p.bytes_hint(&buf), Some(buf.len()));
+        let rest = 10_000_000 + 2 - buf.len();
+        buf.extend_from_slice(&vec![b'x'; rest - 10]);
+        assert_eq!(p.bytes_hint(&buf), Some(10));
     }
 
     proptest! {

@@ -3,7 +3,10 @@
 //! - `cargo xtask test [ARGS]`: installs the Debian tools the tests use when they are missing
 //!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`)
 //!   and, without ARGS, the read-epoch protocol under shuttle (`cargo test -p lsm --features
-//!   shuttle --lib epoch::`).
+//!   shuttle --lib epoch::`) and a fuzz smoke (every fuzz target for
+//!   [`FUZZ_SMOKE_SECONDS`]).
+//! - `cargo xtask fuzz [--seconds N] [--target NAME]`: the cargo-fuzz targets of `fuzz/`
+//!   (nightly; cargo-fuzz installed if missing), each for N seconds (see `fuzz`).
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
 //! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
 //! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
@@ -16,6 +19,7 @@
 //!   binding (`adapters/ycsb`) against fresh drives (see `ycsb`).
 
 mod cluster;
+mod fuzz;
 mod ycsb;
 
 use std::process::{Command, ExitCode};
@@ -113,6 +117,15 @@ enum Task {
     },
     /// YCSB workloads A-F through the LightStore binding against 1 or N fresh drives.
     Ycsb(ycsb::YcsbArgs),
+    /// Run the cargo-fuzz targets (nightly) for a bounded time each; fails on any crash.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only this target (framer, command, cluster_map, nbd).
+        #[arg(long)]
+        target: Option<String>,
+    },
 }
 
 /// Whether `binary` is on the PATH.
@@ -279,9 +292,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ],
                     &[],
                 )?;
+                // The parsers' fuzz targets, briefly (`cargo xtask fuzz` runs them longer).
+                // A missing nightly or cargo-fuzz that cannot be installed fails here.
+                fuzz::run(fuzz::FUZZ_SMOKE_SECONDS, fuzz::TARGETS)?;
             }
             Ok(())
         }
+        Task::Fuzz { seconds, target } => match target {
+            Some(t) => {
+                let Some(&t) = fuzz::TARGETS.iter().find(|&&n| n == t) else {
+                    bail!(
+                        "unknown fuzz target `{t}` (available: {})",
+                        fuzz::TARGETS.join(", ")
+                    );
+                };
+                fuzz::run(seconds, &[t])
+            }
+            None => fuzz::run(seconds, fuzz::TARGETS),
+        },
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {

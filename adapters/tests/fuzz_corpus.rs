@@ -1,0 +1,229 @@
+//! The NBD fuzz seed corpus on the stable toolchain: every seed in `fuzz/corpus/nbd` goes
+//! through the checks the fuzz target runs (`fuzz/checks/nbd.rs`), so `cargo test`
+//! exercises the handshake and request-header properties and every regression seed. The
+//! ignored test `write_seed_corpus` (re)writes the generated seeds:
+//! `cargo test -p adapters --test fuzz_corpus -- --ignored write_seed_corpus`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../fuzz/checks/nbd.rs"]
+mod nbd_checks;
+
+use std::path::{Path, PathBuf};
+
+use adapters::nbd::proto::{self, Request};
+
+/// `fuzz/corpus/nbd`.
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/nbd")
+}
+
+#[test]
+fn nbd_seeds() {
+    let dir = corpus_dir();
+    let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    seeds.sort();
+    assert!(
+        seeds.len() >= 10,
+        "only {} seeds in {}",
+        seeds.len(),
+        dir.display()
+    );
+    let mut failed = Vec::new();
+    for path in &seeds {
+        let data = std::fs::read(path).unwrap();
+        if std::panic::catch_unwind(|| nbd_checks::check_nbd(&data)).is_err() {
+            failed.push(path.display().to_string());
+        }
+    }
+    assert!(failed.is_empty(), "seeds failing their checks: {failed:#?}");
+}
+
+/// The client's flags word (fixed newstyle, and no zeroes when `no_zeroes`).
+fn client_flags(no_zeroes: bool) -> Vec<u8> {
+    let mut f = proto::FLAG_C_FIXED_NEWSTYLE;
+    if no_zeroes {
+        f |= proto::FLAG_C_NO_ZEROES;
+    }
+    f.to_be_bytes().to_vec()
+}
+
+/// One option as the client sends it: `IHAVEOPT`, option, length, data.
+fn option(opt: u32, data: &[u8]) -> Vec<u8> {
+    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&u32::try_from(data.len()).unwrap().to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+/// `NBD_OPT_INFO` / `NBD_OPT_GO` data.
+fn info_data(name: &str, items: &[u16]) -> Vec<u8> {
+    let mut b = u32::try_from(name.len()).unwrap().to_be_bytes().to_vec();
+    b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(&u16::try_from(items.len()).unwrap().to_be_bytes());
+    for i in items {
+        b.extend_from_slice(&i.to_be_bytes());
+    }
+    b
+}
+
+/// A transmission request header.
+fn request(kind: u16, flags: u16, offset: u64, length: u32) -> Vec<u8> {
+    proto::encode_request(&Request {
+        flags,
+        kind,
+        handle: 0x1122_3344_5566_7788,
+        offset,
+        length,
+    })
+    .to_vec()
+}
+
+/// A session of requests after the handshake: READ, WRITE with its payload, FLUSH, TRIM,
+/// WRITE_ZEROES, an out-of-range READ, then DISC.
+fn session() -> Vec<u8> {
+    let mut b = request(proto::CMD_READ, 0, 0, 8192);
+    b.extend(request(proto::CMD_WRITE, proto::CMD_FLAG_FUA, 4096, 16));
+    b.extend([0xab; 16]);
+    b.extend(request(proto::CMD_FLUSH, 0, 0, 0));
+    b.extend(request(proto::CMD_TRIM, 0, 8192, 65536));
+    b.extend(request(
+        proto::CMD_WRITE_ZEROES,
+        proto::CMD_FLAG_NO_HOLE,
+        0,
+        512,
+    ));
+    b.extend(request(proto::CMD_READ, 0, u64::MAX - 10, 512));
+    b.extend(request(proto::CMD_DISC, 0, 0, 0));
+    b
+}
+
+#[test]
+#[ignore = "writes the generated seeds into fuzz/corpus/nbd"]
+fn write_seed_corpus() {
+    let dir = corpus_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = |name: &str, items: &[u16]| option(proto::OPT_GO, &info_data(name, items));
+    let items = [proto::INFO_NAME, proto::INFO_BLOCK_SIZE];
+    let cat = |parts: &[&[u8]]| parts.concat();
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "go-session",
+            cat(&[&client_flags(true), &go("disk0", &items), &session()]),
+        ),
+        (
+            "go-default-export",
+            cat(&[&client_flags(true), &go("", &[]), &session()]),
+        ),
+        (
+            "go-unknown-then-go",
+            cat(&[
+                &client_flags(true),
+                &go("nope", &[]),
+                &go("scratch", &items),
+            ]),
+        ),
+        (
+            "info-then-go",
+            cat(&[
+                &client_flags(false),
+                &option(proto::OPT_INFO, &info_data("disk0", &items)),
+                &go("disk0", &[]),
+            ]),
+        ),
+        (
+            "list-abort",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_LIST, &[]),
+                &option(proto::OPT_ABORT, &[]),
+            ]),
+        ),
+        (
+            "list-with-data",
+            cat(&[&client_flags(true), &option(proto::OPT_LIST, b"x")]),
+        ),
+        (
+            "export-name",
+            cat(&[
+                &client_flags(false),
+                &option(proto::OPT_EXPORT_NAME, b"disk0"),
+                &session(),
+            ]),
+        ),
+        (
+            "export-name-no-zeroes",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_EXPORT_NAME, b"scratch"),
+                &session(),
+            ]),
+        ),
+        (
+            "export-name-unknown",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_EXPORT_NAME, b"missing"),
+            ]),
+        ),
+        (
+            "starttls-unsupported",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_STARTTLS, &[]),
+                &option(8, &[]),
+                &go("disk0", &[]),
+            ]),
+        ),
+        (
+            "go-lying-count",
+            cat(&[
+                &client_flags(true),
+                &option(
+                    proto::OPT_GO,
+                    &[0, 0, 0, 5, b'd', b'i', b's', b'k', b'0', 0, 9],
+                ),
+            ]),
+        ),
+        (
+            "go-name-past-data",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_GO, &[0xff, 0xff, 0xff, 0xff, 0, 0]),
+            ]),
+        ),
+        (
+            "option-too-long",
+            cat(&[
+                &client_flags(true),
+                &proto::IHAVEOPT.to_be_bytes(),
+                &proto::OPT_GO.to_be_bytes(),
+                &u32::MAX.to_be_bytes(),
+            ]),
+        ),
+        (
+            "bad-option-magic",
+            cat(&[&client_flags(true), b"NOTAMAGIC_______"]),
+        ),
+        ("unknown-client-flags", vec![0, 0, 0, 0xff]),
+        (
+            "go-bad-requests",
+            cat(&[
+                &client_flags(true),
+                &go("scratch", &[]),
+                &request(proto::CMD_WRITE, 0, 0, proto::MAX_PAYLOAD + 1),
+                &request(proto::CMD_READ, 1 << 5, 0, 512),
+                &request(9, 0, 0, 512),
+                &request(proto::CMD_WRITE_ZEROES, 0, (64 << 20) + 4096, 2),
+                b"\x25\x60\x95\x14 bad magic header.........",
+            ]),
+        ),
+    ];
+    for (name, data) in seeds {
+        std::fs::write(dir.join(name), data).unwrap();
+    }
+}

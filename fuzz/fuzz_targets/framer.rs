@@ -1,0 +1,8 @@
+//! Fuzz target `framer`: the properties of `fuzz/checks/resp.rs`, `check_framer`.
+
+#![no_main]
+
+#[path = "../checks/resp.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::check_framer(data));
