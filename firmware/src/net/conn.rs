@@ -6,13 +6,16 @@ use std::io::{IoSlice, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use kvproto::{Protocol, Reply, RequestParser};
 use mio::net::TcpStream;
 
 use super::route::Route;
+use super::transport::Transport;
 use super::MAX_QUEUED_PER_CONN;
+use crate::acl::Classes;
 use crate::cluster::ConnMode;
 use crate::exec::TxItem;
 use crate::info::Metrics;
@@ -93,13 +96,18 @@ impl Outbox {
 
 pub(super) struct Conn {
     pub(super) id: u64,
-    pub(super) stream: TcpStream,
+    /// The socket, plain or under TLS.
+    pub(super) transport: Transport,
     pub(super) peer: SocketAddr,
     pub(super) rbuf: BytesMut,
     pub(super) out: Outbox,
     pub(super) parser: RequestParser,
     pub(super) proto: Protocol,
     pub(super) authed: bool,
+    /// The user the connection runs as (`default` until AUTH names another).
+    pub(super) user: Arc<str>,
+    /// The command classes that user may not run (empty for `+@all`).
+    pub(super) denied: Classes,
     pub(super) name: Option<Bytes>,
     pub(super) lib_name: Option<Bytes>,
     pub(super) lib_ver: Option<Bytes>,
@@ -197,16 +205,18 @@ pub(super) fn client_line(c: &Conn) -> String {
         .map(String::from_utf8_lossy)
         .unwrap_or_default();
     format!(
-        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} user={} resp={} lib-name={} lib-ver={}\n",
         c.id,
         c.peer,
-        c.stream
+        c.transport
+            .tcp()
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default(),
         name,
         c.rbuf.len(),
         c.out.len(),
+        c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name
             .as_deref()

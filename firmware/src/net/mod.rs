@@ -9,9 +9,11 @@
 //! kind (all GETs, all SETs) therefore flow without stalls.
 
 mod admission;
+mod auth;
 mod conn;
 mod local;
 mod route;
+mod transport;
 
 pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
 pub use route::MAX_KEY_BYTES;
@@ -27,9 +29,11 @@ use kvproto::{Command, Limits, Protocol, Reply, RequestParser};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
-use self::conn::{frame_requests, read_into_spare, Conn, Outbox, PROTOCOL_ERROR_MARK};
+use self::conn::{frame_requests, Conn, Outbox, PROTOCOL_ERROR_MARK};
 use self::local::{allowed_before_auth, is_transaction_control};
 use self::route::{copy_values, key_too_long, route_of, Route};
+use self::transport::Transport;
+use crate::acl::Users;
 use crate::cluster::{self, Admin, ConnMode, Gate};
 use crate::exec::{self, Done, Job, Transaction};
 use crate::info::Metrics;
@@ -40,8 +44,10 @@ use crate::store::Store;
 const LISTENER: Token = Token(0);
 /// Token of the waker the worker threads ring.
 pub const WAKER: Token = Token(1);
+/// Token of the TLS listening socket.
+const TLS_LISTENER: Token = Token(2);
 /// First connection id (ids are never reused).
-const FIRST_CONN: u64 = 2;
+const FIRST_CONN: u64 = 3;
 /// How long a poll waits before looking at the shutdown flag.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// Bytes read per `read` call at least.
@@ -54,8 +60,10 @@ const MAX_QUEUED_PER_CONN: usize = 4096;
 /// Settings of the network thread.
 #[derive(Debug, Clone)]
 pub struct NetConfig {
-    /// AUTH password.
-    pub requirepass: Option<String>,
+    /// The users (the default user's password, an ACL file's users).
+    pub users: Arc<Users>,
+    /// TLS: the server configuration for connections accepted on the TLS port.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Client limit.
     pub maxclients: usize,
     /// Refuse non-loopback clients without a password.
@@ -78,7 +86,10 @@ pub struct NetConfig {
 /// The network thread's state.
 pub struct Net {
     poll: Poll,
-    listener: TcpListener,
+    /// Plain TCP (`None`: turned off with port 0 beside a TLS port).
+    listener: Option<TcpListener>,
+    /// TLS (`None`: no TLS port).
+    tls_listener: Option<TcpListener>,
     conns: HashMap<u64, Conn>,
     next_id: u64,
     engine_tx: Sender<Job>,
@@ -98,7 +109,8 @@ impl Net {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         poll: Poll,
-        mut listener: TcpListener,
+        mut listener: Option<TcpListener>,
+        mut tls_listener: Option<TcpListener>,
         engine_tx: Sender<Job>,
         writer_tx: Sender<Job>,
         replies: Receiver<Done>,
@@ -107,11 +119,17 @@ impl Net {
         shutdown: Arc<AtomicBool>,
         cfg: NetConfig,
     ) -> std::io::Result<Net> {
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        if let Some(l) = listener.as_mut() {
+            poll.registry().register(l, LISTENER, Interest::READABLE)?;
+        }
+        if let Some(l) = tls_listener.as_mut() {
+            poll.registry()
+                .register(l, TLS_LISTENER, Interest::READABLE)?;
+        }
         Ok(Net {
             poll,
             listener,
+            tls_listener,
             conns: HashMap::new(),
             next_id: FIRST_CONN,
             engine_tx,
@@ -139,7 +157,8 @@ impl Net {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     WAKER => {}
                     Token(t) => {
                         let id = t as u64;
@@ -160,9 +179,17 @@ impl Net {
         Ok(())
     }
 
-    fn accept(&mut self) {
+    fn accept(&mut self, tls: bool) {
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let listener = if tls {
+                &self.tls_listener
+            } else {
+                &self.listener
+            };
+            let Some(listener) = listener else {
+                return;
+            };
+            let (mut stream, peer) = match listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -173,7 +200,7 @@ impl Net {
             };
             if protected_refuses(
                 self.cfg.protected_mode,
-                self.cfg.requirepass.is_some(),
+                self.cfg.users.default_has_password(),
                 &peer,
             ) {
                 self.metrics
@@ -200,6 +227,17 @@ impl Net {
                 tracing::warn!("registering a client failed: {e}");
                 continue;
             }
+            let transport = match (tls, &self.cfg.tls) {
+                (true, Some(config)) => match Transport::tls(stream, config.clone()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!("starting a TLS session failed: {e}");
+                        continue;
+                    }
+                },
+                _ => Transport::Plain(stream),
+            };
+            let user = self.cfg.users.default_user().clone();
             self.metrics
                 .total_connections
                 .fetch_add(1, Ordering::Relaxed);
@@ -210,13 +248,15 @@ impl Net {
                 id,
                 Conn {
                     id,
-                    stream,
+                    transport,
                     peer,
                     rbuf: BytesMut::with_capacity(READ_CHUNK),
                     out: Outbox::default(),
                     parser: RequestParser::new(self.cfg.limits),
                     proto: Protocol::Resp2,
-                    authed: self.cfg.requirepass.is_none(),
+                    authed: self.cfg.users.open_by_default(),
+                    denied: user.denied(),
+                    user: user.name.clone(),
                     name: None,
                     lib_name: None,
                     lib_ver: None,
@@ -241,7 +281,8 @@ impl Net {
     fn close(&mut self, id: u64) {
         if let Some(mut c) = self.conns.remove(&id) {
             self.store.unwatch(&c.watched);
-            let _ = self.poll.registry().deregister(&mut c.stream);
+            c.transport.close_notify();
+            let _ = self.poll.registry().deregister(c.transport.tcp_mut());
             self.metrics
                 .connected_clients
                 .fetch_sub(1, Ordering::Relaxed);
@@ -285,7 +326,7 @@ impl Net {
                 }
             }
             let room = (c.rbuf.capacity() - c.rbuf.len()).min(MAX_READ);
-            match read_into_spare(&c.stream, &mut c.rbuf, room) {
+            match c.transport.read_into(&mut c.rbuf, room) {
                 Ok(0) => {
                     c.eof = true;
                 }
@@ -408,10 +449,16 @@ impl Net {
                         Command::Exec if c.multi.is_some() && !c.multi_dirty => Route::Writer,
                         _ => route_of(cmd),
                     };
-                    redirect = self
-                        .cluster
-                        .as_ref()
-                        .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    // ACL: only a user short of some command class pays for the check.
+                    if !c.denied.is_empty() {
+                        redirect = auth::refuse(c, cmd, args);
+                    }
+                    if redirect.is_none() {
+                        redirect = self
+                            .cluster
+                            .as_ref()
+                            .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    }
                     // Only a request with an argument that long can have such a key: the
                     // common case skips collecting the command's keys.
                     if redirect.is_none()
@@ -443,6 +490,15 @@ impl Net {
                         (None, _) => Reply::error(e.to_string()),
                         (Some(_), _) if !c.authed => {
                             Reply::error("NOAUTH Authentication required.")
+                        }
+                        (Some(a), _) if !c.denied.is_empty() => {
+                            match auth::refuse_admin(c, &a, &args) {
+                                Some(r) => r,
+                                None => match &mut self.cluster {
+                                    None => Reply::error(cluster::DISABLED_ERROR),
+                                    Some(g) => g.admin(a, &args, &mut c.cluster_mode),
+                                },
+                            }
                         }
                         (Some(_), None) => Reply::error(cluster::DISABLED_ERROR),
                         (Some(a), Some(g)) => g.admin(a, &args, &mut c.cluster_mode),
@@ -590,7 +646,7 @@ impl Net {
         };
         let mut dead = false;
         while !c.out.is_empty() {
-            match c.out.write_to(&mut c.stream) {
+            match c.out.write_to(&mut c.transport) {
                 Ok(0) => {
                     dead = true;
                     break;
@@ -608,6 +664,12 @@ impl Net {
                 }
             }
         }
+        // TLS records the session still holds (handshake messages, replies the socket did
+        // not take); a plain socket holds none.
+        let held = c.transport.flush_pending().unwrap_or_else(|_| {
+            dead = true;
+            false
+        });
         if c.out.len() > limit {
             tracing::info!(client = id, "closing a client over the output buffer limit");
             self.metrics
@@ -615,7 +677,7 @@ impl Net {
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }
-        let done = c.closing && c.out.is_empty() && c.in_flight == 0;
+        let done = c.closing && c.out.is_empty() && !held && c.in_flight == 0;
         if dead || done {
             self.close(id);
         }
