@@ -31,7 +31,7 @@ impl RedisServer {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -48,6 +48,8 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("redis-server did not start");
     }
 
