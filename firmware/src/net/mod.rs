@@ -1,5 +1,6 @@
-//! The network thread (`ls-net`): one `mio` poll loop that accepts clients, reads and frames
-//! their requests, answers connection-level commands itself, hands data commands to the
+//! The network thread (`ls-net`): one `mio` poll loop that accepts clients (on the plain port
+//! and the TLS port, `transport`), reads and frames their requests, checks them against the
+//! connection's user (`auth`), answers connection-level commands itself, hands data commands to the
 //! engine or writer thread through lock-free queues, and writes the replies those threads
 //! send back (woken by a `mio::Waker`).
 //!
