@@ -339,7 +339,9 @@ impl Net {
                         over_limit = true;
                         break;
                     }
-                    if short_read_drains && n < room {
+                    // (Not under TLS: a read hands over one record's plaintext at a time
+                    // while more records may wait in the socket.)
+                    if short_read_drains && n < room && c.transport.is_plain() {
                         // The socket is drained: bytes that arrive later raise a new edge,
                         // so the read that would answer `WouldBlock` is skipped (one
                         // system call per request less for a client that waits for each

@@ -68,6 +68,12 @@ impl Transport {
         }
     }
 
+    /// Whether this is plain TCP (a short read then means the socket is drained).
+    #[inline]
+    pub(super) fn is_plain(&self) -> bool {
+        matches!(self, Transport::Plain(_))
+    }
+
     /// Reads received bytes into up to `room` bytes of `buf`'s spare capacity: `Ok(0)` at
     /// end of stream, `WouldBlock` when nothing more can be read now.
     #[inline]
