@@ -83,6 +83,8 @@ pub struct User {
     rules: Vec<&'static str>,
     /// `~*` given: the user may touch every key.
     all_keys: bool,
+    /// `&*` given (only shown by ACL LIST: the drive has no pub/sub).
+    all_channels: bool,
 }
 
 impl User {
@@ -96,6 +98,7 @@ impl User {
             allowed: Classes::NONE,
             rules: Vec::new(),
             all_keys: false,
+            all_channels: false,
         }
     }
 
@@ -107,6 +110,7 @@ impl User {
             allowed: Classes::ALL,
             rules: vec!["+@all"],
             all_keys: true,
+            all_channels: true,
             ..User::new(DEFAULT_USER)
         }
     }
@@ -142,10 +146,12 @@ impl User {
         }
         if self.all_keys {
             s.push_str(" ~*");
-        } else {
-            s.push_str(" resetkeys");
         }
-        s.push_str(" &*");
+        s.push_str(if self.all_channels {
+            " &*"
+        } else {
+            " resetchannels"
+        });
         if self.rules.is_empty() || self.rules.first() != Some(&"+@all") {
             s.push_str(" -@all");
         }
@@ -345,8 +351,9 @@ fn apply_rule(user: &mut User, rule: &str) -> Result<(), String> {
         }
         "~*" | "allkeys" => user.all_keys = true,
         "resetkeys" => user.all_keys = false,
-        // The drive has no pub/sub: channel rules have nothing to restrict.
-        "&*" | "allchannels" | "resetchannels" => {}
+        // The drive has no pub/sub: channel rules restrict nothing (ACL LIST shows them).
+        "&*" | "allchannels" => user.all_channels = true,
+        "resetchannels" => user.all_channels = false,
         "+@all" | "allcommands" => {
             user.allowed = Classes::ALL;
             user.rules = vec!["+@all"];
@@ -460,10 +467,12 @@ mod tests {
             ro.describe(),
             format!("user ro on #{h} ~* &* +@all -@write")
         );
-        assert_eq!(
-            reader.describe(),
-            "user reader on nopass ~* &* -@all +@read"
-        );
+        assert_eq!(reader.describe(), "user reader on nopass ~* -@all +@read");
+        let u = Users::parse("user x off\nuser z on >p ~* resetchannels +@all\n").unwrap();
+        let list: Vec<String> = u.iter().map(|u| u.describe()).collect();
+        assert_eq!(list[0], "user default on nopass ~* &* +@all");
+        assert_eq!(list[1], "user x off resetchannels -@all");
+        assert!(list[2].ends_with(" ~* resetchannels +@all"), "{}", list[2]);
     }
 
     #[test]

@@ -161,6 +161,7 @@ user alice on >apw ~* &* +@all
 user ro on >rpw ~* &* +@all -@write
 user gone off >gpw ~* &* +@all
 user reader on nopass ~* &* -@all +@read
+user idle off
 ";
 
 #[test]
