@@ -467,7 +467,10 @@ mod tests {
             ro.describe(),
             format!("user ro on #{h} ~* &* +@all -@write")
         );
-        assert_eq!(reader.describe(), "user reader on nopass ~* -@all +@read");
+        assert_eq!(
+            reader.describe(),
+            "user reader on nopass ~* resetchannels -@all +@read"
+        );
         let u = Users::parse("user x off\nuser z on >p ~* resetchannels +@all\n").unwrap();
         let list: Vec<String> = u.iter().map(|u| u.describe()).collect();
         assert_eq!(list[0], "user default on nopass ~* &* +@all");
