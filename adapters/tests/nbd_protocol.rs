@@ -347,6 +347,34 @@ fn many_connections_write_sectors_of_the_same_blocks() {
     }
 }
 
+/// A drive with ACL users: `lightstore-nbd --user` authenticates as that user.
+#[test]
+fn the_adapter_authenticates_as_an_acl_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("users.acl");
+    std::fs::write(&acl, "user default off\nuser blk on >blk-pw ~* &* +@all\n").unwrap();
+    let drive = Drive::start(
+        &dir.path().join("data"),
+        &["--aclfile", acl.to_str().unwrap()],
+    );
+    let file = dir.path().join("password");
+    std::fs::write(&file, "blk-pw\n").unwrap();
+    let nbd = Nbd::start(&[
+        "--drive".into(),
+        drive.addr.to_string(),
+        "--volume".into(),
+        "v:1MiB".into(),
+        "--user".into(),
+        "blk".into(),
+        "--password-file".into(),
+        file.display().to_string(),
+    ]);
+    let mut c = Conn::open(nbd.addr, "v");
+    let data = pattern(5, 8192);
+    assert_eq!(c.write(0, &data), 0);
+    assert!(c.read(0, 8192).unwrap() == data);
+}
+
 /// A drive with a password: `lightstore-nbd` reads it from `--password-file` and sends AUTH
 /// on every connection; without it the adapter refuses to start (it pings the drive first).
 #[test]

@@ -126,6 +126,42 @@ fn router_authenticates_to_a_drive_with_a_password() {
     assert!(!format!("{creds:?}").contains("s3cret"));
 }
 
+/// A drive with ACL users: the router authenticates as a named user (`AUTH user pass`); a
+/// read-only user's writes come back as the drive's NOPERM error.
+#[test]
+fn router_authenticates_as_an_acl_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("users.acl");
+    std::fs::write(
+        &acl,
+        "user default off\nuser app on >app-pw ~* &* +@all\nuser ro on >ro-pw ~* &* +@all -@write\n",
+    )
+    .unwrap();
+    let drive = Drive::start(
+        &dir.path().join("data"),
+        &["--aclfile", acl.to_str().unwrap()],
+    );
+    let with = |user: &str, password: &str| RouterConfig {
+        auth: Some(kvproto::Credentials {
+            user: Some(user.into()),
+            password: password.into(),
+        }),
+        ..cfg()
+    };
+    rt().block_on(async {
+        let app = Router::single(drive.addr, with("app", "app-pw")).unwrap();
+        let pairs: Vec<(Bytes, Bytes)> = (0..10).map(kv).collect();
+        app.mset(&pairs).await.unwrap();
+        let ro = Router::single(drive.addr, with("ro", "ro-pw")).unwrap();
+        assert_eq!(ro.get(&pairs[3].0).await.unwrap(), Some(pairs[3].1.clone()));
+        let err = ro.mset(&pairs).await.expect_err("read-only");
+        assert!(err.to_string().contains("NOPERM"), "{err}");
+        let wrong = Router::single(drive.addr, with("app", "nope")).unwrap();
+        let err = wrong.get(&pairs[3].0).await.expect_err("refused");
+        assert!(err.to_string().contains("WRONGPASS"), "{err}");
+    });
+}
+
 /// Keys owned by primary `p` of `map` among the first `n` test keys.
 fn owned_by(map: &ClusterMap, p: usize, n: usize) -> Vec<(Bytes, Bytes)> {
     (0..n)

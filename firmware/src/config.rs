@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::net::limits::{OutputLimit, DEFAULT_PENDING_LIMIT, DEFAULT_QUERY_BUDGET};
 use crate::net::{BufferLimits, LivenessConfig};
+use crate::tls::{ClientAuth, TlsError, TlsSettings};
 
 /// Address the drive listens on by default (loopback only).
 pub const DEFAULT_BIND: &str = "127.0.0.1";
@@ -60,9 +61,31 @@ pub struct Args {
     /// the device completes it, without a cache flush; SIGPWR flushes and stops the drive).
     #[arg(long)]
     pub durability: Option<String>,
-    /// Password clients must send with AUTH (none: only loopback clients are accepted).
+    /// Password of the `default` user, sent with AUTH (none or empty: no password, and
+    /// protected mode accepts only loopback clients).
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// Users file in Redis's ACL file syntax (`user <name> on|off >password #sha256 nopass
+    /// ~* &* +@all -@write ...`; see docs/SECURITY.md for the supported subset). Excludes
+    /// `--requirepass`.
+    #[arg(long)]
+    pub aclfile: Option<PathBuf>,
+    /// TLS port, served beside `--port` (0 or absent: no TLS). With a TLS port, `--port 0`
+    /// turns plain TCP off, as in Redis.
+    #[arg(long)]
+    pub tls_port: Option<u16>,
+    /// The server's certificate chain (PEM), for `--tls-port`.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The server's private key (PEM), for `--tls-port`.
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign client certificates.
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Client certificates: no, optional or yes (default: yes when a CA is given, else no).
+    #[arg(long)]
+    pub tls_auth_clients: Option<String>,
     /// Most clients connected at once.
     #[arg(long)]
     pub maxclients: Option<usize>,
@@ -158,6 +181,17 @@ struct FileConfig {
     timing: Option<String>,
     durability: Option<String>,
     requirepass: Option<String>,
+    aclfile: Option<PathBuf>,
+    #[serde(alias = "tls_port")]
+    tls_port: Option<u16>,
+    #[serde(alias = "tls_cert_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[serde(alias = "tls_key_file")]
+    tls_key_file: Option<PathBuf>,
+    #[serde(alias = "tls_ca_cert_file")]
+    tls_ca_cert_file: Option<PathBuf>,
+    #[serde(alias = "tls_auth_clients")]
+    tls_auth_clients: Option<String>,
     maxclients: Option<usize>,
     #[serde(alias = "protected_mode")]
     protected_mode: Option<bool>,
@@ -248,8 +282,14 @@ pub struct DriveConfig {
     pub timing: String,
     /// Durability mode.
     pub durability: Durability,
-    /// AUTH password.
+    /// The default user's password (`None`: no password; an empty one is none).
     pub requirepass: Option<String>,
+    /// Users file (Redis ACL syntax), if any.
+    pub aclfile: Option<PathBuf>,
+    /// TLS port (0: no TLS).
+    pub tls_port: u16,
+    /// TLS files and client certificate mode (set when `tls_port` is).
+    pub tls: Option<TlsSettings>,
     /// Client limit.
     pub maxclients: usize,
     /// Protected mode.
@@ -307,6 +347,28 @@ impl DriveConfig {
             .or(file.maxclients)
             .unwrap_or(DEFAULT_MAX_CLIENTS);
         anyhow::ensure!(maxclients > 0, "maxclients must be at least 1");
+        let tls_port = args.tls_port.or(file.tls_port).unwrap_or(0);
+        let ca = args.tls_ca_cert_file.or(file.tls_ca_cert_file);
+        let auth_clients = match args.tls_auth_clients.or(file.tls_auth_clients) {
+            Some(w) => ClientAuth::parse(&w)?,
+            // Redis's default is yes, which needs a CA: without one, no client certificates.
+            None if ca.is_some() => ClientAuth::Yes,
+            None => ClientAuth::No,
+        };
+        let tls = match (
+            tls_port,
+            args.tls_cert_file.or(file.tls_cert_file),
+            args.tls_key_file.or(file.tls_key_file),
+        ) {
+            (0, _, _) => None,
+            (_, Some(cert_file), Some(key_file)) => Some(TlsSettings {
+                cert_file,
+                key_file,
+                ca_cert_file: ca,
+                auth_clients,
+            }),
+            _ => return Err(TlsError::MissingCert.into()),
+        };
         let value_cache = args
             .value_cache_size
             .or(file.value_cache_size)
@@ -379,7 +441,14 @@ impl DriveConfig {
             capacity: parse_size(&capacity)?,
             timing: args.timing.or(file.timing).unwrap_or_else(|| "none".into()),
             durability,
-            requirepass: args.requirepass.or(file.requirepass),
+            // An empty password is no password (Redis's `requirepass ""`).
+            requirepass: args
+                .requirepass
+                .or(file.requirepass)
+                .filter(|p| !p.is_empty()),
+            aclfile: args.aclfile.or(file.aclfile),
+            tls_port,
+            tls,
             maxclients,
             protected_mode,
             buffers: BufferLimits {
@@ -521,6 +590,29 @@ mod tests {
         assert_eq!(c.maxclients, 5);
         assert_eq!(c.requirepass.as_deref(), Some("pw"));
         assert_eq!(c.bind, DEFAULT_BIND);
+        std::fs::write(&path, "requirepass = \"\"\ntls-port = 6380\n").unwrap();
+        let bad = DriveConfig::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        });
+        assert!(bad.is_err(), "a TLS port needs a certificate and key");
+        std::fs::write(
+            &path,
+            "requirepass = \"\"\ntls-port = 6380\ntls-cert-file = \"c.pem\"\ntls-key-file = \"k.pem\"\ntls-ca-cert-file = \"ca.pem\"\n",
+        )
+        .unwrap();
+        let c = DriveConfig::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(c.requirepass, None, "an empty password is none");
+        assert_eq!(c.tls_port, 6380);
+        assert_eq!(
+            c.tls.map(|t| t.auth_clients),
+            Some(ClientAuth::Yes),
+            "client certificates are required by default when a CA is given"
+        );
         std::fs::write(&path, "prot = 1\n").unwrap();
         let bad = DriveConfig::resolve(Args {
             config: Some(path),

@@ -13,6 +13,7 @@
 //! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
 //! `mio` waker). A panic on any thread ends the process (`crash`). See docs/ARCHITECTURE.md.
 
+mod acl;
 mod cluster;
 mod config;
 mod crash;
@@ -23,6 +24,7 @@ mod keyspace;
 mod net;
 mod queue;
 mod store;
+mod tls;
 
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
@@ -116,6 +118,25 @@ fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
     Ok(Arc::new(dev))
 }
 
+/// A TLS file setting as CONFIG GET reports it (empty when unset).
+fn tls_path(cfg: &DriveConfig, f: impl Fn(&tls::TlsSettings) -> Option<&PathBuf>) -> String {
+    cfg.tls
+        .as_ref()
+        .and_then(f)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Binds a listener on the drive's address at `port`.
+fn listen(cfg: &DriveConfig, port: u16) -> anyhow::Result<mio::net::TcpListener> {
+    let addr = (cfg.bind.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {}:{port}", cfg.bind))?
+        .next()
+        .with_context(|| format!("{}:{port} resolves to no address", cfg.bind))?;
+    mio::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))
+}
+
 fn reported_settings(
     cfg: &DriveConfig,
     limits: &Limits,
@@ -132,6 +153,30 @@ fn reported_settings(
         (
             "requirepass".into(),
             cfg.requirepass.clone().unwrap_or_default(),
+        ),
+        (
+            "aclfile".into(),
+            cfg.aclfile
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ),
+        ("tls-port".into(), cfg.tls_port.to_string()),
+        (
+            "tls-cert-file".into(),
+            tls_path(cfg, |t| Some(&t.cert_file)),
+        ),
+        ("tls-key-file".into(), tls_path(cfg, |t| Some(&t.key_file))),
+        (
+            "tls-ca-cert-file".into(),
+            tls_path(cfg, |t| t.ca_cert_file.as_ref()),
+        ),
+        (
+            "tls-auth-clients".into(),
+            cfg.tls
+                .as_ref()
+                .map_or("no", |t| t.auth_clients.as_str())
+                .into(),
         ),
         ("dir".into(), cfg.data_dir.display().to_string()),
         ("save".into(), String::new()),
@@ -358,17 +403,38 @@ fn main() -> anyhow::Result<()> {
         open_files_limit = fds.nofile,
         "client limit"
     );
-    let addr = (cfg.bind.as_str(), cfg.port)
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {}:{}", cfg.bind, cfg.port))?
-        .next()
-        .with_context(|| format!("{}:{} resolves to no address", cfg.bind, cfg.port))?;
-    // Bind before the (possibly long) recovery so a port clash fails fast.
-    let listener =
-        mio::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
-    let local = listener
-        .local_addr()
-        .context("reading the listening address")?;
+    let users = Arc::new(
+        acl::Users::load(cfg.requirepass.as_deref(), cfg.aclfile.as_deref())
+            .context("loading the users")?,
+    );
+    let tls_config = cfg
+        .tls
+        .as_ref()
+        .map(tls::server_config)
+        .transpose()
+        .context("setting up TLS")?;
+    // Bind before the (possibly long) recovery so a port clash fails fast. With a TLS port,
+    // port 0 turns plain TCP off (Redis's meaning); without one it asks for any free port.
+    let listener = if cfg.port == 0 && cfg.tls_port != 0 {
+        None
+    } else {
+        Some(listen(&cfg, cfg.port)?)
+    };
+    let tls_listener = if cfg.tls_port == 0 {
+        None
+    } else {
+        Some(listen(&cfg, cfg.tls_port)?)
+    };
+    let tls_local = tls_listener
+        .as_ref()
+        .map(mio::net::TcpListener::local_addr)
+        .transpose()
+        .context("reading the TLS listening address")?;
+    let local = match (&listener, tls_local) {
+        (Some(l), _) => l.local_addr().context("reading the listening address")?,
+        (None, Some(a)) => a,
+        (None, None) => anyhow::bail!("no port to listen on"),
+    };
     let cluster = load_cluster(&cfg, local)?;
     let dev = open_device(&cfg)?;
     let started = std::time::Instant::now();
@@ -433,7 +499,8 @@ fn main() -> anyhow::Result<()> {
         ..Limits::default()
     };
     let net_cfg = NetConfig {
-        requirepass: cfg.requirepass.clone(),
+        users,
+        tls: tls_config,
         maxclients: fds.maxclients,
         protected_mode: cfg.protected_mode,
         buffers: cfg.buffers,
@@ -446,6 +513,7 @@ fn main() -> anyhow::Result<()> {
     let net = Net::new(
         poll,
         listener,
+        tls_listener,
         engine_tx,
         writer_tx,
         reply_rx,
@@ -474,9 +542,14 @@ fn main() -> anyhow::Result<()> {
             tracing::error!("network loop failed: {e}");
         }
     })?;
+    if let Some(a) = tls_local {
+        tracing::info!(%a, "ready to accept TLS connections");
+        println!("lightstore tls ready on {a}");
+    }
     crash::start_fault_if_asked();
     tracing::info!(%local, "ready to accept connections");
-    // Printed for scripts and tests waiting for the drive (with the real port for --port 0).
+    // Printed for scripts and tests waiting for the drive (with the real port for --port 0;
+    // the TLS address when plain TCP is off).
     println!("lightstore ready on {local}");
 
     wait_for_net(

@@ -118,6 +118,12 @@ pub enum Command {
     },
     Select(i64),
     Quit,
+    /// `ACL WHOAMI`: the connection's user.
+    AclWhoami,
+    /// `ACL USERS`: every user's name.
+    AclUsers,
+    /// `ACL LIST`: every user's rules.
+    AclList,
     Get(Bytes),
     Set {
         key: Bytes,
@@ -616,6 +622,22 @@ fn parse_config(a: &[Bytes]) -> Result<Command, CommandError> {
     }
 }
 
+/// `ACL` subcommands the drive serves (WHOAMI, USERS, LIST); others answer Redis's
+/// unknown-subcommand error.
+fn parse_acl(a: &[Bytes]) -> Result<Command, CommandError> {
+    let sub = lower(&a[0]);
+    let rest = &a[1..];
+    match sub.as_slice() {
+        b"whoami" if !rest.is_empty() => Err(wrong_args("acl|whoami")),
+        b"whoami" => Ok(Command::AclWhoami),
+        b"users" if !rest.is_empty() => Err(wrong_args("acl|users")),
+        b"users" => Ok(Command::AclUsers),
+        b"list" if !rest.is_empty() => Err(wrong_args("acl|list")),
+        b"list" => Ok(Command::AclList),
+        _ => Err(unknown_subcommand(&a[0], "ACL")),
+    }
+}
+
 fn parse_command(a: &[Bytes]) -> Result<Command, CommandError> {
     let Some(sub) = a.first() else {
         return Ok(Command::CommandInfo(Vec::new()));
@@ -845,6 +867,7 @@ impl Command {
             },
             "select" => Self::Select(int(&a[0])?),
             "quit" => Self::Quit,
+            "acl" => parse_acl(a)?,
             "get" => Self::Get(key()),
             "set" => parse_set(a)?,
             "mget" => Self::MGet(a.to_vec()),
@@ -1007,6 +1030,7 @@ impl Command {
             Self::Auth { .. } => "auth",
             Self::Select(_) => "select",
             Self::Quit => "quit",
+            Self::AclWhoami | Self::AclUsers | Self::AclList => "acl",
             Self::Get(_) => "get",
             Self::Set { .. } => "set",
             Self::MGet(_) => "mget",
@@ -1456,6 +1480,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "server",
         "O(N)",
         "Returns information about the commands."
+    ),
+    spec!(
+        "acl",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "ACL WHOAMI, USERS and LIST."
     ),
     spec!(
         "client",

@@ -6,6 +6,7 @@ use std::io::{IoSlice, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -14,7 +15,9 @@ use mio::net::TcpStream;
 
 use super::limits::request_cost;
 use super::route::Route;
+use super::transport::Transport;
 use super::MAX_QUEUED_PER_CONN;
+use crate::acl::Classes;
 use crate::cluster::ConnMode;
 use crate::exec::{Job, TxItem};
 use crate::info::Metrics;
@@ -93,15 +96,30 @@ impl Outbox {
     }
 }
 
+/// Who a new connection runs as before any AUTH.
+pub(super) struct ConnAuth {
+    /// Whether it may run commands already (no password for the default user).
+    pub(super) authed: bool,
+    /// The user's name.
+    pub(super) user: Arc<str>,
+    /// The command classes that user may not run.
+    pub(super) denied: Classes,
+}
+
 pub(super) struct Conn {
     pub(super) id: u64,
-    pub(super) stream: TcpStream,
+    /// The socket, plain or under TLS.
+    pub(super) transport: Transport,
     pub(super) peer: SocketAddr,
     pub(super) rbuf: BytesMut,
     pub(super) out: Outbox,
     pub(super) parser: RequestParser,
     pub(super) proto: Protocol,
     pub(super) authed: bool,
+    /// The user the connection runs as (`default` until AUTH names another).
+    pub(super) user: Arc<str>,
+    /// The command classes that user may not run (empty for `+@all`).
+    pub(super) denied: Classes,
     pub(super) name: Option<Bytes>,
     pub(super) lib_name: Option<Bytes>,
     pub(super) lib_ver: Option<Bytes>,
@@ -152,24 +170,27 @@ pub(super) struct Conn {
 
 impl Conn {
     /// A connection just accepted.
+    /// A new connection's state (`auth`: who it runs as until AUTH).
     pub(super) fn new(
         id: u64,
-        stream: TcpStream,
+        transport: Transport,
         peer: SocketAddr,
         parser: RequestParser,
-        authed: bool,
+        auth: ConnAuth,
         now: Instant,
     ) -> Conn {
         Conn {
             id,
-            stream,
+            transport,
             peer,
             // Allocated at the first read: an idle client holds no buffer.
             rbuf: BytesMut::new(),
             out: Outbox::default(),
             parser,
             proto: Protocol::Resp2,
-            authed,
+            authed: auth.authed,
+            user: auth.user,
+            denied: auth.denied,
             name: None,
             lib_name: None,
             lib_ver: None,
@@ -292,16 +313,18 @@ pub(super) fn client_line(c: &Conn) -> String {
         .map(String::from_utf8_lossy)
         .unwrap_or_default();
     format!(
-        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} user={} resp={} lib-name={} lib-ver={}\n",
         c.id,
         c.peer,
-        c.stream
+        c.transport
+            .tcp()
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default(),
         name,
         c.rbuf.len(),
         c.out.len(),
+        c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name
             .as_deref()

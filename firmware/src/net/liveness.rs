@@ -179,7 +179,8 @@ impl Net {
             self.resume_budget();
         }
         if self.live.accept_retry_at.is_some_and(|t| self.now >= t) {
-            self.accept();
+            self.accept(false);
+            self.accept(true);
         }
         if self.now >= self.live.next_sweep {
             self.live.next_sweep = self.now + SWEEP_EVERY;

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use kvproto::command::COMMANDS;
 use kvproto::{Command, Protocol, Reply};
 
+use super::auth;
 use super::conn::{client_line, valid_client_name, Conn};
 use super::route::{key_too_long, route_of, Route};
 use super::Net;
@@ -54,6 +55,15 @@ impl Net {
         if !c.authed {
             return refuse(c, Reply::error("NOAUTH Authentication required."));
         }
+        if !c.denied.is_empty() {
+            if let Some(r) = parsed
+                .as_ref()
+                .ok()
+                .and_then(|cmd| auth::refuse(c, cmd, args))
+            {
+                return refuse(c, r);
+            }
+        }
         let item = match parsed {
             Err(e) => TxItem::Answer(Reply::error(e.to_string())),
             Ok(cmd) => match route_of(&cmd) {
@@ -94,7 +104,6 @@ impl Net {
             reply: Some(r),
             close: false,
         };
-        let password = self.cfg.requirepass.clone();
         let nconns = self.conns.len();
         let Some(c) = self.conns.get_mut(&id) else {
             return Local {
@@ -117,21 +126,9 @@ impl Net {
             Command::Auth {
                 username,
                 password: given,
-            } => {
-                let Some(pw) = password else {
-                    return reply(Reply::error(
-                        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-                    ));
-                };
-                let user_ok = username.as_deref().is_none_or(|u| u == b"default");
-                if user_ok && given.as_ref() == pw.as_bytes() {
-                    c.authed = true;
-                    reply(Reply::ok())
-                } else {
-                    reply(Reply::error(
-                        "WRONGPASS invalid username-password pair or user is disabled.",
-                    ))
-                }
+            } => reply(auth::auth(&self.cfg.users, c, username.as_deref(), &given)),
+            Command::AclWhoami | Command::AclUsers | Command::AclList => {
+                reply(auth::acl_command(&self.cfg.users, c, &cmd))
             }
             Command::Hello {
                 protover,
@@ -147,15 +144,9 @@ impl Net {
                     }
                 };
                 if let Some((user, given)) = auth {
-                    let ok = password.as_deref().is_some_and(|pw| {
-                        user.as_ref() == b"default" && given.as_ref() == pw.as_bytes()
-                    });
-                    if !ok {
-                        return reply(Reply::error(
-                            "WRONGPASS invalid username-password pair or user is disabled.",
-                        ));
+                    if !auth::login(&self.cfg.users, c, &user, &given) {
+                        return reply(Reply::error(auth::WRONGPASS));
                     }
-                    c.authed = true;
                 }
                 if !c.authed {
                     return reply(Reply::error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));

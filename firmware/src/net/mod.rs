@@ -1,5 +1,6 @@
-//! The network thread (`ls-net`): one `mio` poll loop that accepts clients, reads and frames
-//! their requests, answers connection-level commands itself, hands data commands to the
+//! The network thread (`ls-net`): one `mio` poll loop that accepts clients (on the plain port
+//! and the TLS port, `transport`), reads and frames their requests, checks them against the
+//! connection's user (`auth`), answers connection-level commands itself, hands data commands to the
 //! engine or writer thread through lock-free queues, and writes the replies those threads
 //! send back (woken by a `mio::Waker`).
 //!
@@ -13,11 +14,13 @@
 //! [`limits`]), and the cluster map file is written on its own thread.
 
 mod admission;
+mod auth;
 mod conn;
 pub mod limits;
 pub mod liveness;
 mod local;
 mod route;
+mod transport;
 
 pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
 pub use limits::BufferLimits;
@@ -34,11 +37,13 @@ use kvproto::{Command, Limits, Reply, RequestParser};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
-use self::conn::{frame_requests, read_into_spare, Conn, PROTOCOL_ERROR_MARK};
+use self::conn::{frame_requests, Conn, ConnAuth, PROTOCOL_ERROR_MARK};
 use self::limits::{read_reserve, Budget, Hold};
 use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
 use self::route::{copy_values, key_too_long, route_of, Route};
+use self::transport::Transport;
+use crate::acl::Users;
 use crate::cluster::{self, Admin, AdminOutcome, Gate};
 use crate::exec::{self, Done, Job, ReplySink, Transaction};
 use crate::info::Metrics;
@@ -49,8 +54,10 @@ use crate::store::Store;
 const LISTENER: Token = Token(0);
 /// Token of the waker the worker threads ring.
 pub const WAKER: Token = Token(1);
+/// Token of the TLS listening socket.
+const TLS_LISTENER: Token = Token(2);
 /// First connection id (ids are never reused).
-const FIRST_CONN: u64 = 2;
+const FIRST_CONN: u64 = 3;
 /// How long a poll waits before looking at the shutdown flag and the timers.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// Bytes read per `read` call at least.
@@ -63,8 +70,10 @@ const MAX_QUEUED_PER_CONN: usize = 4096;
 /// Settings of the network thread.
 #[derive(Debug, Clone)]
 pub struct NetConfig {
-    /// AUTH password.
-    pub requirepass: Option<String>,
+    /// The users (the default user's password, an ACL file's users).
+    pub users: Arc<Users>,
+    /// TLS: the server configuration for connections accepted on the TLS port.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Client limit.
     pub maxclients: usize,
     /// Refuse non-loopback clients without a password.
@@ -87,7 +96,10 @@ pub struct NetConfig {
 /// The network thread's state.
 pub struct Net {
     poll: Poll,
-    listener: TcpListener,
+    /// Plain TCP (`None`: turned off with port 0 beside a TLS port).
+    listener: Option<TcpListener>,
+    /// TLS (`None`: no TLS port).
+    tls_listener: Option<TcpListener>,
     conns: HashMap<u64, Conn>,
     next_id: u64,
     engine_tx: Sender<Job>,
@@ -117,7 +129,8 @@ impl Net {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         poll: Poll,
-        mut listener: TcpListener,
+        mut listener: Option<TcpListener>,
+        mut tls_listener: Option<TcpListener>,
         engine_tx: Sender<Job>,
         writer_tx: Sender<Job>,
         replies: Receiver<Done>,
@@ -127,8 +140,13 @@ impl Net {
         cfg: NetConfig,
         sink: ReplySink,
     ) -> std::io::Result<Net> {
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        if let Some(l) = listener.as_mut() {
+            poll.registry().register(l, LISTENER, Interest::READABLE)?;
+        }
+        if let Some(l) = tls_listener.as_mut() {
+            poll.registry()
+                .register(l, TLS_LISTENER, Interest::READABLE)?;
+        }
         let cluster = match cfg.cluster.clone() {
             Some(c) => Some(Gate::with_saver(c, sink)?),
             None => None,
@@ -137,6 +155,7 @@ impl Net {
         Ok(Net {
             poll,
             listener,
+            tls_listener,
             conns: HashMap::new(),
             next_id: FIRST_CONN,
             engine_tx,
@@ -168,7 +187,8 @@ impl Net {
             self.now = Instant::now();
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     WAKER => {}
                     Token(t) => {
                         let id = t as u64;
@@ -190,9 +210,17 @@ impl Net {
         Ok(())
     }
 
-    fn accept(&mut self) {
+    fn accept(&mut self, tls: bool) {
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let listener = if tls {
+                &self.tls_listener
+            } else {
+                &self.listener
+            };
+            let Some(listener) = listener else {
+                return;
+            };
+            let (mut stream, peer) = match listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.accept_caught_up();
@@ -209,7 +237,7 @@ impl Net {
             };
             if protected_refuses(
                 self.cfg.protected_mode,
-                self.cfg.requirepass.is_some(),
+                self.cfg.users.default_has_password(),
                 &peer,
             ) {
                 self.metrics
@@ -237,6 +265,17 @@ impl Net {
                 tracing::warn!("registering a client failed: {e}");
                 continue;
             }
+            let transport = match (tls, &self.cfg.tls) {
+                (true, Some(config)) => match Transport::tls(stream, config.clone()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!("starting a TLS session failed: {e}");
+                        continue;
+                    }
+                },
+                _ => Transport::Plain(stream),
+            };
+            let user = self.cfg.users.default_user().clone();
             self.metrics
                 .total_connections
                 .fetch_add(1, Ordering::Relaxed);
@@ -247,10 +286,14 @@ impl Net {
                 id,
                 Conn::new(
                     id,
-                    stream,
+                    transport,
                     peer,
                     RequestParser::new(self.cfg.limits),
-                    self.cfg.requirepass.is_none(),
+                    ConnAuth {
+                        authed: self.cfg.users.open_by_default(),
+                        denied: user.denied(),
+                        user: user.name.clone(),
+                    },
                     self.now,
                 ),
             );
@@ -261,7 +304,8 @@ impl Net {
         if let Some(mut c) = self.conns.remove(&id) {
             self.budget.release(&c);
             self.store.unwatch(&c.watched);
-            let _ = self.poll.registry().deregister(&mut c.stream);
+            c.transport.close_notify();
+            let _ = self.poll.registry().deregister(c.transport.tcp_mut());
             self.metrics
                 .connected_clients
                 .fetch_sub(1, Ordering::Relaxed);
@@ -308,7 +352,7 @@ impl Net {
                 let room = (c.rbuf.capacity() - c.rbuf.len())
                     .min(MAX_READ)
                     .min(self.budget.allowance(c));
-                match read_into_spare(&c.stream, &mut c.rbuf, room) {
+                match c.transport.read_into(&mut c.rbuf, room) {
                     Ok(0) => {
                         c.eof = true;
                     }
@@ -321,7 +365,9 @@ impl Net {
                             over_limit = true;
                             break;
                         }
-                        if short_read_drains && n < room {
+                        // (Not under TLS: a read hands over one record's plaintext at a time
+                        // while more records may wait in the socket.)
+                        if short_read_drains && n < room && c.transport.is_plain() {
                             // The socket is drained: bytes that arrive later raise a new
                             // edge, so the read that would answer `WouldBlock` is skipped
                             // (one system call per request less for a client that waits
@@ -459,10 +505,16 @@ impl Net {
                         Command::Exec if c.multi.is_some() && !c.multi_dirty => Route::Writer,
                         _ => route_of(cmd),
                     };
-                    redirect = self
-                        .cluster
-                        .as_ref()
-                        .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    // ACL: only a user short of some command class pays for the check.
+                    if !c.denied.is_empty() {
+                        redirect = auth::refuse(c, cmd, args);
+                    }
+                    if redirect.is_none() {
+                        redirect = self
+                            .cluster
+                            .as_ref()
+                            .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                    }
                     // Only a request with an argument that long can have such a key: the
                     // common case skips collecting the command's keys.
                     if redirect.is_none()
@@ -490,26 +542,27 @@ impl Net {
                 Ok(cmd) => cmd,
                 Err(e) => {
                     // Cluster mode's admin commands are not in kvproto's table.
-                    let r = match (Admin::of(&args), &mut self.cluster) {
-                        (None, _) => Reply::error(e.to_string()),
-                        (Some(_), _) if !c.authed => {
-                            Reply::error("NOAUTH Authentication required.")
-                        }
-                        (Some(_), None) => Reply::error(cluster::DISABLED_ERROR),
-                        (Some(a), Some(g)) => {
-                            match g.admin(a, &args, &mut c.cluster_mode, id, c.next_seq) {
-                                AdminOutcome::Reply(r) => r,
-                                AdminOutcome::Deferred => {
-                                    // Answered by the map's saver thread once the file is
-                                    // durable.
-                                    c.next_seq += 1;
-                                    c.in_flight += 1;
-                                    c.in_flight_to = Route::Admin;
-                                    c.hold_in_flight(cost);
-                                    continue;
+                    let r = match Admin::of(&args) {
+                        None => Reply::error(e.to_string()),
+                        Some(_) if !c.authed => Reply::error("NOAUTH Authentication required."),
+                        Some(a) => match (auth::refuse_admin(c, &a, &args), &mut self.cluster) {
+                            (Some(refused), _) => refused,
+                            (None, None) => Reply::error(cluster::DISABLED_ERROR),
+                            (None, Some(g)) => {
+                                match g.admin(a, &args, &mut c.cluster_mode, id, c.next_seq) {
+                                    AdminOutcome::Reply(r) => r,
+                                    AdminOutcome::Deferred => {
+                                        // Answered by the map's saver thread once the file
+                                        // is durable.
+                                        c.next_seq += 1;
+                                        c.in_flight += 1;
+                                        c.in_flight_to = Route::Admin;
+                                        c.hold_in_flight(cost);
+                                        continue;
+                                    }
                                 }
                             }
-                        }
+                        },
                     };
                     c.out.push(&r, c.proto);
                     continue;
@@ -680,7 +733,7 @@ impl Net {
         };
         let mut dead = false;
         while !c.out.is_empty() {
-            match c.out.write_to(&mut c.stream) {
+            match c.out.write_to(&mut c.transport) {
                 Ok(0) => {
                     dead = true;
                     break;
@@ -699,6 +752,12 @@ impl Net {
                 }
             }
         }
+        // TLS records the session still holds (handshake messages, replies the socket did
+        // not take); a plain socket holds none.
+        let held = c.transport.flush_pending().unwrap_or_else(|_| {
+            dead = true;
+            false
+        });
         if limits::output_exceeded(c, &limit, now) {
             tracing::info!(
                 client = id,
@@ -710,7 +769,7 @@ impl Net {
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }
-        let done = c.closing && c.out.is_empty() && c.in_flight == 0;
+        let done = c.closing && c.out.is_empty() && !held && c.in_flight == 0;
         if dead || done {
             self.close(id);
         }
