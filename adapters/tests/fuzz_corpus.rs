@@ -8,38 +8,21 @@
 
 #[path = "../../fuzz/checks/nbd.rs"]
 mod nbd_checks;
+#[path = "../../fuzz/checks/replay.rs"]
+mod replay;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use adapters::nbd::proto::{self, Request};
 
 /// `fuzz/corpus/nbd`.
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/nbd")
+    replay::corpus_dir(env!("CARGO_MANIFEST_DIR"), "nbd")
 }
 
 #[test]
 fn nbd_seeds() {
-    let dir = corpus_dir();
-    let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    seeds.sort();
-    assert!(
-        seeds.len() >= 10,
-        "only {} seeds in {}",
-        seeds.len(),
-        dir.display()
-    );
-    let mut failed = Vec::new();
-    for path in &seeds {
-        let data = std::fs::read(path).unwrap();
-        if std::panic::catch_unwind(|| nbd_checks::check_nbd(&data)).is_err() {
-            failed.push(path.display().to_string());
-        }
-    }
-    assert!(failed.is_empty(), "seeds failing their checks: {failed:#?}");
+    replay::replay(env!("CARGO_MANIFEST_DIR"), "nbd", nbd_checks::check_nbd);
 }
 
 /// The client's flags word (fixed newstyle, and no zeroes when `no_zeroes`).

@@ -10,64 +10,10 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Drive;
+use common::{Drive, RedisServer};
 use redis::Value;
-
-/// An in-memory redis-server on a free loopback port; killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start(dir: &std::path::Path) -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (cargo xtask test installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        while Instant::now() < deadline {
-            if let Ok(mut c) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return RedisServer { child, port };
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redis-server did not start");
-    }
-
-    fn conn(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A reply with the parts Redis leaves unordered put in order (HGETALL's pairs) and error
 /// texts cut to their code (the drive's messages may differ in wording).
@@ -97,7 +43,7 @@ fn run(c: &mut redis::Connection, cmd: &[&str]) -> String {
 #[test]
 fn reading_commands_answer_as_redis_server_does() {
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start(dir.path());
+    let redis = RedisServer::start(dir.path(), &[]);
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let (mut r, mut d) = (redis.conn(), drive.conn());
     let setup: &[&[&str]] = &[
@@ -303,7 +249,7 @@ fn run_script(
 #[test]
 fn transactions_answer_as_redis_server_does() {
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start(dir.path());
+    let redis = RedisServer::start(dir.path(), &[]);
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let script: &[&str] = &[
         "1: EXEC",
@@ -440,7 +386,7 @@ fn transactions_answer_as_redis_server_does() {
 #[test]
 fn redis_rs_atomic_pipeline_works_as_on_redis_server() {
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start(dir.path());
+    let redis = RedisServer::start(dir.path(), &[]);
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let mut outcomes = Vec::new();
     for mut c in [redis.conn(), drive.conn()] {
@@ -468,7 +414,7 @@ fn redis_rs_atomic_pipeline_works_as_on_redis_server() {
 #[test]
 fn expiry_keyspace_and_string_commands_answer_as_redis_server_does() {
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start(dir.path());
+    let redis = RedisServer::start(dir.path(), &[]);
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let script: &[&str] = &[
         "1: SET s v",
@@ -857,7 +803,7 @@ fn random_sequence(seed: u64) -> Vec<String> {
     use rand::{Rng, SeedableRng};
     const STEPS: usize = 3000;
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start(dir.path());
+    let redis = RedisServer::start(dir.path(), &[]);
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let mut r = [redis.conn(), redis.conn()];
     let mut d = [drive.conn(), drive.conn()];

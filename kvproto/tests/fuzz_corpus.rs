@@ -9,10 +9,12 @@
 
 #[path = "../../fuzz/checks/cluster.rs"]
 mod cluster_checks;
+#[path = "../../fuzz/checks/replay.rs"]
+mod replay;
 #[path = "../../fuzz/checks/resp.rs"]
 mod resp_checks;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::BytesMut;
 use kvproto::cluster::{even_ranges, ClusterMap, NodeSpec};
@@ -20,33 +22,12 @@ use kvproto::encode_command;
 
 /// `fuzz/corpus/<target>`.
 fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target)
+    replay::corpus_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 /// Runs `check` on every seed of `target`, naming the seeds that fail.
 fn replay(target: &str, check: fn(&[u8])) {
-    let dir = corpus_dir(target);
-    let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    seeds.sort();
-    assert!(
-        seeds.len() >= 10,
-        "only {} seeds in {}",
-        seeds.len(),
-        dir.display()
-    );
-    let mut failed = Vec::new();
-    for path in &seeds {
-        let data = std::fs::read(path).unwrap();
-        if std::panic::catch_unwind(|| check(&data)).is_err() {
-            failed.push(path.display().to_string());
-        }
-    }
-    assert!(failed.is_empty(), "seeds failing their checks: {failed:#?}");
+    replay::replay(env!("CARGO_MANIFEST_DIR"), target, check);
 }
 
 #[test]
