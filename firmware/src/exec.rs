@@ -589,7 +589,11 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 limit,
             } => {
                 let Some((offset, count)) = limit_window(*limit) else {
-                    return Ok(Reply::Array(Vec::new()));
+                    // A negative offset answers nothing, after the type check.
+                    return match store.kind(key)? {
+                        Some(ZSET) | None => Ok(Reply::Array(Vec::new())),
+                        Some(_) => Err(StoreError::WrongType),
+                    };
                 };
                 let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
                 scored_members(found, *withscores, proto)
@@ -617,6 +621,7 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
             }
+            Command::Collection(c) => crate::collections::read(store, c, proto),
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the engine thread",
                 other.name()
@@ -774,6 +779,7 @@ fn read_in_group(
                 }
                 Reply::Integer(n)
             }
+            Command::Collection(c) => crate::collections::read(g, c, proto),
             other => read_one(store, metrics, other, proto),
         })
     })();
@@ -1276,13 +1282,13 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                     Reply::ok()
                 }
             }
+            Command::Collection(c) => crate::collections::write(g, c, proto),
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the writer thread",
                 other.name()
             )),
         })
     })();
-    let _ = proto;
     r.unwrap_or_else(|e| err(&e))
 }
 
