@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use bytes::Bytes;
+use kvproto::command::Collection;
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
-use crate::keyspace::{self as ks, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER};
+use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
 use crate::store::{
     self, now_ms, KeyFound, KeyRead, PendingCommit, SetOptions, Store, StoreError, WriteGroup,
 };
@@ -413,6 +414,51 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
                 let v = f.values.first().and_then(Option::as_deref);
                 v.and_then(ks::decode_score)
                     .map_or(Reply::Null, Reply::Double)
+            }),
+        ),
+        // Collection reads whose records are known by name: read like HLEN and HMGET, so
+        // they never wait on the engine thread and are answered inline when cached.
+        Command::Collection(Collection::SCard(key) | Collection::LLen(key)) => {
+            let tag = if matches!(cmd, Command::Collection(Collection::SCard(_))) {
+                SET
+            } else {
+                LIST
+            };
+            (
+                key,
+                Vec::new(),
+                Read::Record(tag),
+                tag,
+                // A list header starts with its count, as the other headers are.
+                Box::new(|f| {
+                    let n = f.values.first().and_then(Option::as_deref);
+                    Reply::Integer(n.map_or(0, |v| ks::decode_count(v) as i64))
+                }),
+            )
+        }
+        Command::Collection(Collection::HVals(key)) => (
+            key,
+            Vec::new(),
+            Read::All(HASH_FIELD),
+            HASH,
+            Box::new(|f| Reply::Array(f.pairs.into_iter().map(|(_, v)| Reply::Bulk(v)).collect())),
+        ),
+        Command::Collection(Collection::ZMScore { key, members }) => (
+            key,
+            members.clone(),
+            Read::Subs(ZSET_MEMBER),
+            ZSET,
+            Box::new(|f| {
+                Reply::Array(
+                    f.values
+                        .iter()
+                        .map(|v| {
+                            v.as_deref()
+                                .and_then(ks::decode_score)
+                                .map_or(Reply::Null, Reply::Double)
+                        })
+                        .collect(),
+                )
             }),
         ),
         Command::GetRange { key, start, end } => {
