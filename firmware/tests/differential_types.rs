@@ -635,6 +635,116 @@ fn list_commands_answer_as_redis_server_does() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+/// Collections larger than one engine walk step (4,096 keys) and than the SCAN-whole size:
+/// walks cross chunk boundaries (also through a transaction's overlay), and SSCAN, HSCAN
+/// and ZSCAN page with their cursors and still return every member once.
+#[test]
+fn large_collections_answer_as_redis_server_does() {
+    const N: usize = 5000;
+    let members: Vec<String> = (0..N).map(|i| format!("m{i:05}")).collect();
+    let half = members[..N / 2].join(" ");
+    let mut lines = vec![
+        format!("SADD big {}", members.join(" ")),
+        format!("SADD other {half}"),
+        format!(
+            "ZADD zbig {}",
+            members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| format!("{} {m}", i % 97))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        format!("RPUSH lbig {}", members.join(" ")),
+        format!(
+            "HSET hbig {}",
+            members
+                .iter()
+                .map(|m| format!("{m} v{m}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    ];
+    for l in [
+        "SCARD big",
+        "SMEMBERS big",
+        "SINTER big other",
+        "SINTERCARD 2 big other",
+        "SDIFF big other",
+        "SISMEMBER big m04999",
+        "ZCARD zbig",
+        "ZRANGE zbig 4990 -1 WITHSCORES",
+        "ZREVRANGE zbig 0 9 WITHSCORES",
+        "ZRANK zbig m04999",
+        "ZREVRANK zbig m00000",
+        "ZCOUNT zbig 50 (60",
+        "ZRANGE zbig +inf 90 BYSCORE REV LIMIT 3 5",
+        "LLEN lbig",
+        "LRANGE lbig 4095 4100",
+        "LINDEX lbig -4097",
+        "HLEN hbig",
+        "HKEYS hbig",
+        "HSTRLEN hbig m04097",
+        "MULTI",
+        "SADD big zzz",
+        "SREM big m00001",
+        "SCARD big",
+        "SMEMBERS big",
+        "ZPOPMAX zbig 3",
+        "ZREMRANGEBYRANK zbig 0 4095",
+        "ZRANGE zbig 0 -1",
+        "EXEC",
+        "SPOP big 100000",
+        "EXISTS big",
+    ] {
+        lines.push(l.to_string());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut differ = compare(&redis, &drive, &lines, "large");
+    // The SCAN family pages through the whole collection, each member once.
+    let mut d = drive.conn();
+    for (cmd, key, per_item) in [
+        ("SSCAN", "other", 1),
+        ("HSCAN", "hbig", 2),
+        ("ZSCAN", "zbig", 2),
+    ] {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, items): (String, Vec<Vec<u8>>) = redis::cmd(cmd)
+                .arg(key)
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(300)
+                .query(&mut d)
+                .unwrap();
+            for m in items.chunks(per_item) {
+                if !seen.insert(m[0].clone()) {
+                    differ.push(format!("{cmd} returned {:?} twice", m[0]));
+                }
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        let want: i64 = redis::cmd(match cmd {
+            "SSCAN" => "SCARD",
+            "HSCAN" => "HLEN",
+            _ => "ZCARD",
+        })
+        .arg(key)
+        .query(&mut d)
+        .unwrap();
+        if seen.len() as i64 != want {
+            differ.push(format!("{cmd} saw {} of {want} members", seen.len()));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
 /// Names of the random sequences' keys: three of the family's type, one string, one hash
 /// (for WRONGTYPE), an empty and a binary name.
 const KEYS: &[&str] = &["k1", "k2", "k3", "str", "hsh", "<empty>", "<binary>"];
