@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::view::{count_of, holds, pick_at, random_count, walk, Picker, View};
+use super::view::{count_of, holds, random_names, walk, View};
 use super::{parse_i64, Result, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD};
 
@@ -63,31 +63,7 @@ pub fn random_fields<V: View + ?Sized>(
     key: &[u8],
     count: i64,
 ) -> Result<Option<Vec<Bytes>>> {
-    if !holds(v, key, HASH)? {
-        return Ok(None);
-    }
-    let n = count_of(v, HASH, key)?;
-    let prefix = ks::sub_prefix(HASH_FIELD, key);
-    let (k, distinct) = random_count(count);
-    let mut picker = Picker::new();
-    if distinct {
-        if k >= n {
-            return fields(v, key).map(Some);
-        }
-        return pick_at(v, &prefix, &picker.distinct(k, n)).map(Some);
-    }
-    let draws = picker.repeated(k, n);
-    let mut sorted = draws.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let found = pick_at(v, &prefix, &sorted)?;
-    Ok(Some(
-        draws
-            .iter()
-            .filter_map(|d| sorted.binary_search(d).ok().and_then(|i| found.get(i)))
-            .cloned()
-            .collect(),
-    ))
+    random_names(v, HASH, HASH_FIELD, key, count)
 }
 
 impl WriteGroup<'_> {

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use super::view::{count_of, holds, pick_at, random_count, walk, Picker, View};
+use super::view::{count_of, holds, pick_at, random_names, walk, Picker, View};
 use super::{Result, WriteGroup};
 use crate::keyspace::{self as ks, SET, SET_MEMBER};
 
@@ -139,32 +139,7 @@ pub fn random_members<V: View + ?Sized>(
     key: &[u8],
     count: i64,
 ) -> Result<Option<Vec<Bytes>>> {
-    if !holds(v, key, SET)? {
-        return Ok(None);
-    }
-    let n = count_of(v, SET, key)?;
-    let prefix = ks::sub_prefix(SET_MEMBER, key);
-    let (k, distinct) = random_count(count);
-    let mut picker = Picker::new();
-    if distinct {
-        if k >= n {
-            return members(v, key).map(Some);
-        }
-        return pick_at(v, &prefix, &picker.distinct(k, n)).map(Some);
-    }
-    let draws = picker.repeated(k, n);
-    let mut sorted = draws.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let found = pick_at(v, &prefix, &sorted)?;
-    // Back to the order drawn.
-    Ok(Some(
-        draws
-            .iter()
-            .filter_map(|d| sorted.binary_search(d).ok().and_then(|i| found.get(i)))
-            .cloned()
-            .collect(),
-    ))
+    random_names(v, SET, SET_MEMBER, key, count)
 }
 
 impl WriteGroup<'_> {

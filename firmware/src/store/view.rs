@@ -242,14 +242,47 @@ pub fn pick_at<V: View + ?Sized>(v: &V, prefix: &[u8], positions: &[u64]) -> Res
     Ok(out)
 }
 
-/// Redis's count argument of SRANDMEMBER and HRANDFIELD: (how many, distinct). A negative
-/// count asks for that many with repeats.
-pub fn random_count(count: i64) -> (u64, bool) {
-    if count >= 0 {
-        (count.unsigned_abs(), true)
-    } else {
-        (count.unsigned_abs(), false)
+/// SRANDMEMBER and HRANDFIELD with a count over collection `key` of type `tag` whose
+/// names are the `sub_tag` records: distinct names for a positive count (all of them when
+/// it is at least the size), `|count|` draws with repeats for a negative one, in the order
+/// drawn. `None`: no such key.
+///
+/// # Errors
+/// `WrongType`, engine errors.
+pub fn random_names<V: View + ?Sized>(
+    v: &V,
+    tag: u8,
+    sub_tag: u8,
+    key: &[u8],
+    count: i64,
+) -> Result<Option<Vec<Bytes>>> {
+    if !holds(v, key, tag)? {
+        return Ok(None);
     }
+    let n = count_of(v, tag, key)?;
+    let prefix = ks::sub_prefix(sub_tag, key);
+    let k = count.unsigned_abs();
+    let mut picker = Picker::new();
+    if count >= 0 {
+        let positions = if k >= n {
+            (0..n).collect()
+        } else {
+            picker.distinct(k, n)
+        };
+        return pick_at(v, &prefix, &positions).map(Some);
+    }
+    let draws = picker.repeated(k, n);
+    let mut sorted = draws.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let found = pick_at(v, &prefix, &sorted)?;
+    Ok(Some(
+        draws
+            .iter()
+            .filter_map(|d| sorted.binary_search(d).ok().and_then(|i| found.get(i)))
+            .cloned()
+            .collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -268,7 +301,5 @@ mod tests {
             }
         }
         assert!(p.repeated(50, 3).iter().all(|&x| x < 3));
-        assert_eq!(random_count(-4), (4, false));
-        assert_eq!(random_count(i64::MIN).0, 1 << 63);
     }
 }

@@ -423,8 +423,8 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
     use Collection as C;
     let key = || a[0].clone();
     let rest = || a[1..].to_vec();
-    let r = (|| -> Result<Collection, CommandError> {
-        Ok(match name {
+    let parsed = (|| -> Result<Option<Collection>, CommandError> {
+        Ok(Some(match name {
             "sadd" => C::SAdd {
                 key: key(),
                 members: rest(),
@@ -639,13 +639,10 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                 to_left: true,
                 name: "rpoplpush",
             },
-            _ => return Err(err("")),
-        })
+            _ => return Ok(None),
+        }))
     })();
-    match r {
-        Err(e) if e.0.is_empty() => None,
-        r => Some(r),
-    }
+    parsed.transpose()
 }
 
 fn set_op(name: &str) -> SetOp {
