@@ -157,6 +157,21 @@ fn read_result<V: View + ?Sized>(v: &V, cmd: &Collection, proto: Protocol) -> Re
         C::ZCount { key, by } => Reply::Integer(zset_more::count_in(v, key, by)?),
         C::LRange { key, start, stop } => Reply::Array(bulks(list::range(v, key, *start, *stop)?)),
         C::LLen(key) => Reply::Integer(list::len(v, key)?),
+        C::LPos {
+            key,
+            element,
+            rank,
+            count,
+            maxlen,
+        } => {
+            let found = list::positions(v, key, element, *rank, count.unwrap_or(1), *maxlen)?;
+            match (found, count) {
+                (None, None) => Reply::Null,
+                (None, Some(_)) => Reply::Array(Vec::new()),
+                (Some(p), None) => p.first().map_or(Reply::Null, |&i| Reply::Integer(i)),
+                (Some(p), Some(_)) => Reply::Array(p.into_iter().map(Reply::Integer).collect()),
+            }
+        }
         C::LIndex { key, index } => list::index(v, key, *index)?.map_or(Reply::Null, Reply::Bulk),
         other => Reply::error(format!(
             "ERR internal: '{}' was routed to a reading thread",

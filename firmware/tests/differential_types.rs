@@ -585,6 +585,24 @@ fn list_commands_answer_as_redis_server_does() {
         "LINSERT r MIDDLE c x",
         "LINSERT missing BEFORE a b",
         "LRANGE r 0 -1",
+        "RPUSH p a b c a b c a",
+        "LPOS p a",
+        "LPOS p b RANK 2",
+        "LPOS p a RANK -1",
+        "LPOS p a RANK -2 COUNT 0",
+        "LPOS p a COUNT 2",
+        "LPOS p a COUNT 0 MAXLEN 4",
+        "LPOS p c RANK -1 MAXLEN 2",
+        "LPOS p zz",
+        "LPOS p zz COUNT 3",
+        "LPOS missing a",
+        "LPOS missing a COUNT 1",
+        "LPOS p a RANK 0",
+        "LPOS p a COUNT -1",
+        "LPOS p a MAXLEN -1",
+        "LPOS p a RANK x",
+        "LPOS p a BOGUS 1",
+        "LPOS p a RANK",
         "RPUSH t 1 2 3 4 5 6",
         "LTRIM t 1 -2",
         "LRANGE t 0 -1",
@@ -938,7 +956,7 @@ fn list_command(rng: &mut rand::rngs::SmallRng) -> String {
     let a = rng.gen_range(-4..6);
     let b = rng.gen_range(-4..6);
     let side = |rng: &mut rand::rngs::SmallRng| pick(rng, &["LEFT", "RIGHT"]);
-    match rng.gen_range(0..22) {
+    match rng.gen_range(0..23) {
         0..=2 => format!("RPUSH {k} {ms}"),
         3 | 4 => format!("LPUSH {k} {ms}"),
         5 => format!("{} {k} {ms}", pick(rng, &["LPUSHX", "RPUSHX"])),
@@ -957,6 +975,19 @@ fn list_command(rng: &mut rand::rngs::SmallRng) -> String {
         ),
         16 => format!("LMOVE {k} {k2} {} {}", side(rng), side(rng)),
         17 => format!("RPOPLPUSH {k} {k2}"),
+        21 => format!(
+            "LPOS {k} {m} {}",
+            pick(
+                rng,
+                &[
+                    "RANK 1",
+                    "RANK -1",
+                    "COUNT 0",
+                    "RANK -2 COUNT 2",
+                    "MAXLEN 2"
+                ]
+            )
+        ),
         18 => format!("{} {k}", pick(rng, &["TYPE", "DEL", "EXISTS"])),
         19 => format!("HSET {k} f v"),
         _ => format!("SET {k} v"),

@@ -2296,6 +2296,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Moves the tail item of a list to the head of another."
     ),
     spec!(
+        "lpos",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Returns the indexes of items equal to a value."
+    ),
+    spec!(
         "cluster",
         -2,
         [],

@@ -96,6 +96,47 @@ pub fn index<V: View + ?Sized>(v: &V, key: &[u8], i: i64) -> Result<Option<Bytes
     }
 }
 
+/// LPOS: the indexes of items equal to `element`, from the head (`rank > 0`) or the tail
+/// (`rank < 0`), skipping the first `|rank| - 1` matches, at most `count` of them (0: all),
+/// looking at most at `maxlen` items (0: all). `None`: no list.
+///
+/// # Errors
+/// `WrongType`, engine errors.
+pub fn positions<V: View + ?Sized>(
+    v: &V,
+    key: &[u8],
+    element: &[u8],
+    rank: i64,
+    count: u64,
+    maxlen: u64,
+) -> Result<Option<Vec<i64>>> {
+    if !holds(v, key, LIST)? {
+        return Ok(None);
+    }
+    let (n, head, _) = header(v, key)?;
+    let looked = if maxlen == 0 { n } else { maxlen.min(n) };
+    let mut skip = rank.unsigned_abs() - 1;
+    let mut out = Vec::new();
+    for step in 0..looked {
+        let i = if rank > 0 { step } else { n - 1 - step };
+        let matches = v
+            .value(&item_key(key, head + i as i64))?
+            .is_some_and(|val| val[..] == *element);
+        if !matches {
+            continue;
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out.push(i as i64);
+        if count != 0 && out.len() as u64 >= count {
+            break;
+        }
+    }
+    Ok(Some(out))
+}
+
 impl WriteGroup<'_> {
     fn write_list_header(&mut self, key: &[u8], (n, head, tail): Header) {
         if n == 0 {

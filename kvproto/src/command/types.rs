@@ -231,6 +231,14 @@ pub enum Collection {
         pivot: Bytes,
         value: Bytes,
     },
+    /// `LPOS key element [RANK r] [COUNT n] [MAXLEN m]` (`count`: `None` without COUNT).
+    LPos {
+        key: Bytes,
+        element: Bytes,
+        rank: i64,
+        count: Option<u64>,
+        maxlen: u64,
+    },
     /// LMOVE and RPOPLPUSH.
     LMove {
         src: Bytes,
@@ -382,6 +390,42 @@ fn parse_coll_scan(a: &[Bytes], of: ScanOf) -> Result<Collection, CommandError> 
         pattern,
         count,
         bad_option,
+    })
+}
+
+fn parse_lpos(a: &[Bytes]) -> Result<Collection, CommandError> {
+    let (mut rank, mut count, mut maxlen) = (1, None, 0);
+    let mut j = 2;
+    while j < a.len() {
+        let Some(v) = a.get(j + 1) else {
+            return Err(err(SYNTAX));
+        };
+        match lower(&a[j]).as_slice() {
+            b"rank" => {
+                rank = symmetric_count(v)?;
+                if rank == 0 {
+                    return Err(err(
+                        "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
+                    ));
+                }
+            }
+            b"count" => {
+                count =
+                    Some(u64::try_from(int(v)?).map_err(|_| err("ERR COUNT can't be negative"))?);
+            }
+            b"maxlen" => {
+                maxlen = u64::try_from(int(v)?).map_err(|_| err("ERR MAXLEN can't be negative"))?;
+            }
+            _ => return Err(err(SYNTAX)),
+        }
+        j += 2;
+    }
+    Ok(Collection::LPos {
+        key: a[0].clone(),
+        element: a[1].clone(),
+        rank,
+        count,
+        maxlen,
     })
 }
 
@@ -632,6 +676,7 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                     name: "lmove",
                 }
             }
+            "lpos" => parse_lpos(a)?,
             "rpoplpush" => C::LMove {
                 src: key(),
                 dst: a[1].clone(),
@@ -706,6 +751,7 @@ impl Collection {
             C::LRem { .. } => "lrem",
             C::LTrim { .. } => "ltrim",
             C::LInsert { .. } => "linsert",
+            C::LPos { .. } => "lpos",
             C::ZRank { rev: false, .. } => "zrank",
             C::ZRank { .. } => "zrevrank",
             C::ZMScore { .. } => "zmscore",
@@ -762,7 +808,8 @@ impl Collection {
             | C::LSet { key, .. }
             | C::LRem { key, .. }
             | C::LTrim { key, .. }
-            | C::LInsert { key, .. } => vec![&key[..]],
+            | C::LInsert { key, .. }
+            | C::LPos { key, .. } => vec![&key[..]],
         }
     }
 }
