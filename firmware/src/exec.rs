@@ -1084,7 +1084,12 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
 /// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
 fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
     let plain = is_plain_write(cmd);
-    for k in cmd.keys() {
+    // SINTERSTORE and its twins only read their sources: the destination is the one change.
+    let written = match cmd {
+        Command::Collection(Collection::SCombineStore { dst, .. }) => vec![&dst[..]],
+        _ => cmd.keys(),
+    };
+    for k in written {
         let e = group_keys.entry(k.to_vec()).or_insert(true);
         *e = *e && plain;
     }

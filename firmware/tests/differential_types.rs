@@ -304,8 +304,40 @@ fn set_commands_answer_as_redis_server_does() {
         "KEYS *",
         "DBSIZE",
     ]);
-    let differ = run_both(&lines, "sets");
+    let mut differ = run_both(&lines, "sets");
+    differ.extend(watch_sees_only_the_destination_change());
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// A WATCH on a source of SINTERSTORE survives it (only the destination changes), one on
+/// its destination does not, as in Redis: two connections, compared with redis-server.
+fn watch_sees_only_the_destination_change() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut differ = Vec::new();
+    for watched in ["src", "dst"] {
+        let mut outcome = Vec::new();
+        for (mut watcher, mut writer) in
+            [(redis.conn(), redis.conn()), (drive.conn(), drive.conn())]
+        {
+            let q = |c: &mut redis::Connection, line: &str| send(c, &argv(line));
+            let _ = q(&mut writer, "SADD src a b");
+            let _ = q(&mut watcher, &format!("WATCH {watched}"));
+            let _ = q(&mut writer, "SINTERSTORE dst src");
+            let _ = q(&mut watcher, "MULTI");
+            let _ = q(&mut watcher, "SCARD dst");
+            outcome.push(format!("{:?}", q(&mut watcher, "EXEC")));
+            let _ = q(&mut writer, "DEL src dst");
+        }
+        if outcome[0] != outcome[1] {
+            differ.push(format!(
+                "WATCH {watched} then SINTERSTORE dst src by another client:\n  redis-server: {}\n  drive:        {}",
+                outcome[0], outcome[1]
+            ));
+        }
+    }
+    differ
 }
 
 #[test]
