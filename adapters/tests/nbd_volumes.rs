@@ -230,6 +230,21 @@ fn volume_lifecycle_is_shared_by_adapters_and_leaves_no_keys() {
         .output()
         .unwrap();
     assert!(!o.status.success());
+    // A damaged record is reported by name, never guessed around.
+    assert_eq!(
+        resp_call(
+            drive.addr,
+            &[b"SET", b"{ls-vol}zz", b"lightstore-volume 1\nname zz\n"]
+        ),
+        "+OK"
+    );
+    let o = nbd_cli(&["volume", "list", "--drive", &addr]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("\"zz\"") && err.contains("unusable"),
+        "{err}"
+    );
+    assert_eq!(resp_call(drive.addr, &[b"DEL", b"{ls-vol}zz"]), ":1");
     // The same name again is a new, empty volume.
     volume_cmd(drive.addr, &["create", "disk0", "--size", "16M"]);
     qemu_io(&a.uri("disk0"), &["read -P 0 0 16M"]);
