@@ -224,6 +224,22 @@ fn volume_lifecycle_is_shared_by_adapters_and_leaves_no_keys() {
     volume_cmd(drive.addr, &["delete", "late"]);
     assert_eq!(keys(&drive), ["user:1"]);
     assert_eq!(dbsize(&drive), 1);
+    assert!(volume_cmd(drive.addr, &["orphans"]).contains("no orphaned block keys"));
+    // A block written under an id no record names (as an adapter that still had a deleted
+    // volume open would): listed, exit status 1, and deleted on request.
+    let mut ghost = b"{v:ghost@00000000000000ab:00000000}".to_vec();
+    ghost.extend_from_slice(&7u64.to_be_bytes());
+    assert_eq!(resp_call(drive.addr, &[b"SET", &ghost, b"x"]), "+OK");
+    let o = nbd_cli(&["volume", "orphans", "--drive", &addr]);
+    assert!(!o.status.success());
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        listed.contains("ghost@00000000000000ab  1 block keys"),
+        "{listed}"
+    );
+    let out = volume_cmd(drive.addr, &["orphans", "--delete"]);
+    assert!(out.contains("deleted 1 orphaned block keys"), "{out}");
+    assert_eq!(keys(&drive), ["user:1"]);
     assert!(list(&drive).is_empty());
     let o = Command::new("nbdinfo")
         .arg(a.uri("disk0"))

@@ -6,6 +6,7 @@
 //! lightstore-nbd volume list [--json] --drive 127.0.0.1:6379
 //! lightstore-nbd volume resize disk0 --size 20G [--allow-shrink] --drive 127.0.0.1:6379
 //! lightstore-nbd volume delete disk0 --drive 127.0.0.1:6379
+//! lightstore-nbd volume orphans [--delete] --drive 127.0.0.1:6379
 //! lightstore-nbd serve --drive 127.0.0.1:6379 [--listen 127.0.0.1:10809]
 //! lightstore-nbd --drive 127.0.0.1:6379 --volume scratch:1GiB      # command-line volumes
 //! ```
@@ -115,6 +116,13 @@ enum VolumeCmd {
     Delete {
         /// The volume.
         name: String,
+    },
+    /// List block keys of stored volumes that no record names (left by an adapter that
+    /// wrote to a volume after it was deleted); exit status 1 when there are any.
+    Orphans {
+        /// Delete them.
+        #[arg(long)]
+        delete: bool,
     },
 }
 
@@ -300,6 +308,24 @@ async fn volume_cmd(cmd: &VolumeCmd, catalog: &Catalog) -> Result<(), String> {
         VolumeCmd::Delete { name } => {
             let deleted = catalog.delete(name).await.map_err(|e| e.to_string())?;
             println!("deleted volume {name} and its {deleted} stored blocks");
+        }
+        VolumeCmd::Orphans { delete: true } => {
+            let deleted = catalog.delete_orphans().await.map_err(|e| e.to_string())?;
+            println!("deleted {deleted} orphaned block keys");
+        }
+        VolumeCmd::Orphans { delete: false } => {
+            let orphans = catalog.orphans().await.map_err(|e| e.to_string())?;
+            if orphans.is_empty() {
+                println!("no orphaned block keys");
+            } else {
+                for (id, keys) in &orphans {
+                    println!("{id}  {} block keys", keys.len());
+                }
+                return Err(format!(
+                    "{} key ids have block keys but no volume record; `volume orphans --delete` removes them",
+                    orphans.len()
+                ));
+            }
         }
     }
     Ok(())

@@ -87,6 +87,27 @@ pub fn parse_any_block_key(id: &str, key: &[u8]) -> Option<u64> {
     parse_block_key(id, extent, key)
 }
 
+/// The glob selecting the block keys of every volume stored on the drive (ids with `@`;
+/// may also match a command-line volume's key whose binary block number holds `@`, which
+/// [`stored_id_of`] then rejects).
+pub const STORED_BLOCK_PATTERN: &[u8] = b"{v:*@*";
+
+/// The key id of a stored volume's block key (`name@16 hex`), or `None` for any other key.
+#[must_use]
+pub fn stored_id_of(key: &[u8]) -> Option<&str> {
+    let rest = key.strip_prefix(b"{v:")?;
+    // <id>:<8 hex>} <8 bytes>
+    let tag_end = rest.len().checked_sub(9)?;
+    if rest[tag_end] != b'}' {
+        return None;
+    }
+    let tag = std::str::from_utf8(&rest[..tag_end]).ok()?;
+    let (id, extent) = tag.rsplit_once(':')?;
+    let (name, generation) = id.split_once('@')?;
+    let hex = |t: &str, n: usize| t.len() == n && t.bytes().all(|b| b.is_ascii_hexdigit());
+    (valid_name(name) && hex(generation, 16) && hex(extent, 8)).then_some(id)
+}
+
 /// Largest volume with blocks of `block_size` bytes: 2^32 extents, what 8 hex digits of
 /// extent number hold.
 #[must_use]
@@ -217,5 +238,9 @@ mod tests {
         assert!(m.as_slice() > META_PREFIX && m < meta_range_end());
         assert_eq!(key_slot(&meta_key("a")), key_slot(&meta_key("zz")));
         assert_eq!(max_volume_size(8192), MAX_VOLUME_SIZE);
+        assert_eq!(stored_id_of(&k), Some(id.as_str()));
+        assert_eq!(stored_id_of(&block_key("disk0", 0x40)), None);
+        assert_eq!(stored_id_of(&m), None);
+        assert_eq!(stored_id_of(b"{v:a@1:00000000}12345678"), None);
     }
 }

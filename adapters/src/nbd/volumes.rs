@@ -27,7 +27,10 @@
 //! Delete and shrink find the blocks to remove with `SCAN 0 MATCH {v:<id>:* COUNT ..` on
 //! every primary (keys only, from the drives' key tables), delete them in batches, scan
 //! again, and fail naming how many keys are left rather than drop the record of a volume
-//! whose blocks are still there: a delete that fails can be run again.
+//! whose blocks are still there: a delete that fails can be run again. Block keys of
+//! stored volumes that no record names (written by an adapter that still had a deleted
+//! volume open) are listed and removed by [`Catalog::orphans`] /
+//! [`Catalog::delete_orphans`] (`volume orphans [--delete]`).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -462,6 +465,58 @@ impl Catalog {
         };
         self.put(&new).await?;
         Ok((old, new, deleted))
+    }
+
+    /// Block keys of stored volumes that no record names (left by a volume deleted while
+    /// an adapter still wrote to it, or by an interrupted delete of a record already gone):
+    /// each orphaned key id with its keys, by id.
+    ///
+    /// # Errors
+    /// Routing errors; a damaged record ([`CatalogError::Record`]).
+    pub async fn orphans(&self) -> Result<Vec<(String, Vec<Bytes>)>, CatalogError> {
+        let live: std::collections::HashSet<String> = self
+            .list()
+            .await?
+            .iter()
+            .map(VolumeRecord::key_id)
+            .collect();
+        let keys = self.router.scan_keys(layout::STORED_BLOCK_PATTERN).await?;
+        let mut out: std::collections::BTreeMap<String, Vec<Bytes>> = Default::default();
+        for k in keys {
+            if let Some(id) = layout::stored_id_of(&k) {
+                if !live.contains(id) {
+                    out.entry(id.to_string()).or_default().push(k.clone());
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// Deletes every orphaned block key ([`Catalog::orphans`]); returns how many were
+    /// deleted.
+    ///
+    /// # Errors
+    /// As [`Catalog::orphans`]; [`CatalogError::Leftover`] when a scan afterwards still
+    /// finds some.
+    pub async fn delete_orphans(&self) -> Result<u64, CatalogError> {
+        let keys: Vec<Bytes> = self
+            .orphans()
+            .await?
+            .into_iter()
+            .flat_map(|(_, k)| k)
+            .collect();
+        let mut deleted = 0;
+        for batch in keys.chunks(DELETE_BATCH) {
+            deleted += self.router.del(batch).await?;
+        }
+        let left: usize = self.orphans().await?.iter().map(|(_, k)| k.len()).sum();
+        if left > 0 {
+            return Err(CatalogError::Leftover {
+                name: "(orphaned blocks)".into(),
+                left,
+            });
+        }
+        Ok(deleted)
     }
 
     /// Deletes a volume: every block key (found by scanning, deleted in batches, then
