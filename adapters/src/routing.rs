@@ -985,6 +985,46 @@ impl Router {
         self.write(&[(key, value)], &[]).await.map(|_| ())
     }
 
+    /// `SET key value NX` on the key's primary and every replica: whether the primary
+    /// stored it (false: the key existed there). The primary's answer decides; a replica
+    /// that already had the key keeps its value.
+    ///
+    /// # Errors
+    /// As [`Router::write`].
+    pub async fn set_nx(&self, key: Bytes, value: Bytes) -> Result<bool, RouteError> {
+        let mut attempt = 0;
+        loop {
+            let map = self.map();
+            let result = async {
+                let plans = self.plan(&map, std::iter::once(&key[..]))?;
+                let Some(plan) = plans.first() else {
+                    return Ok(false);
+                };
+                let slot = plan.commands.first().map_or(0, |c| c.0);
+                let request = vec![vec![
+                    Bytes::from_static(b"SET"),
+                    key.clone(),
+                    value.clone(),
+                    Bytes::from_static(b"NX"),
+                ]];
+                let replies = self.write_to(&map, plan.node, slot, &request).await?;
+                let addr = map.nodes().get(plan.node).map_or(unspecified(), |n| n.addr);
+                match replies.into_iter().next() {
+                    Some(Reply::Simple(_)) => Ok(true),
+                    Some(Reply::Null) => Ok(false),
+                    Some(other) => Err(unexpected(addr, "SET", &other)),
+                    None => Err(unexpected(addr, "SET", &Reply::Null)),
+                }
+            }
+            .await;
+            match result {
+                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                ok => return ok,
+            }
+            attempt += 1;
+        }
+    }
+
     /// MSET across slots and drives (one MSET per slot), on every primary and replica.
     ///
     /// # Errors

@@ -346,11 +346,8 @@ impl Catalog {
         Ok(())
     }
 
-    /// Creates a volume (no block is written: it reads as zeroes).
-    ///
-    /// Two `create`s of one name at the same instant may both succeed, the second record
-    /// replacing the first (GET, then SET; the drive has no compare-and-set through the
-    /// router).
+    /// Creates a volume (no block is written: it reads as zeroes). The record is written
+    /// with `SET NX`, so of two `create`s of one name at the same instant one fails.
     ///
     /// # Errors
     /// [`CatalogError::Exists`], a bad name, size or block size; routing errors.
@@ -373,7 +370,16 @@ impl Catalog {
                 .map_or(0, |d| d.as_secs()),
             generation: random_generation(),
         };
-        self.put(&rec).await?;
+        let stored = self
+            .router
+            .set_nx(
+                Bytes::from(layout::meta_key(&rec.name)),
+                Bytes::from(rec.encode()),
+            )
+            .await?;
+        if !stored {
+            return Err(CatalogError::Exists(name.to_string()));
+        }
         Ok(rec)
     }
 
