@@ -831,12 +831,198 @@ impl Router {
         Ok(total)
     }
 
+    /// Which of `keys` exist, one flag per key in order: one single-key `EXISTS` per key,
+    /// all of one drive's sent as one pipeline (one round trip per drive, every drive at
+    /// once; answered from the drives' DRAM key tables, no value is read).
+    ///
+    /// # Errors
+    /// As [`Router::get`].
+    pub async fn exists_each(&self, keys: &[Bytes]) -> Result<Vec<bool>, RouteError> {
+        let mut attempt = 0;
+        loop {
+            let map = self.map();
+            match self.exists_each_once(&map, keys).await {
+                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                ok => return ok,
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn exists_each_once(
+        &self,
+        map: &ClusterMap,
+        keys: &[Bytes],
+    ) -> Result<Vec<bool>, RouteError> {
+        let plans = self.plan(map, keys.iter().map(|k| &k[..]))?;
+        let futures: Vec<_> = plans
+            .iter()
+            .map(|plan| async move {
+                let idx: Vec<usize> = plan
+                    .commands
+                    .iter()
+                    .flat_map(|(_, idx)| idx.iter().copied())
+                    .collect();
+                let requests: Vec<Vec<Bytes>> = idx
+                    .iter()
+                    .map(|&i| vec![Bytes::from_static(b"EXISTS"), keys[i].clone()])
+                    .collect();
+                let slot = plan.commands.first().map_or(0, |c| c.0);
+                let replies = self.read_from(map, plan.node, slot, &requests).await?;
+                Ok::<_, RouteError>((plan.node, idx, replies))
+            })
+            .collect();
+        let mut out = vec![false; keys.len()];
+        for result in join_all(futures).await {
+            let (node, idx, replies) = result?;
+            let addr = map.nodes().get(node).map_or(unspecified(), |n| n.addr);
+            if replies.len() != idx.len() {
+                return Err(RouteError::Invalid(format!(
+                    "drive {addr} sent {} replies for {} commands",
+                    replies.len(),
+                    idx.len()
+                )));
+            }
+            for (i, reply) in idx.into_iter().zip(replies) {
+                check(&reply, addr, b"EXISTS", map.version())?;
+                match reply {
+                    Reply::Integer(n) => out[i] = n > 0,
+                    other => return Err(unexpected(addr, "EXISTS", &other)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every string key matching the glob `pattern` on the drives: `SCAN 0 MATCH pattern
+    /// COUNT n` until the cursor returns to 0, on every primary at once (keys only, from
+    /// the drives' key tables), each drive contributing only keys of slots it serves in the
+    /// router's map. A key written or deleted during the scan may or may not be listed.
+    ///
+    /// # Errors
+    /// As [`Router::get`]; a cursor lost because the drive restarted mid-scan is a
+    /// [`RouteError::Server`] error (scan again).
+    pub async fn scan_keys(&self, pattern: &[u8]) -> Result<Vec<Bytes>, RouteError> {
+        let map = self.map();
+        let targets: Vec<(usize, u16)> = if self.single {
+            vec![(0, 0)]
+        } else {
+            map.nodes()
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.replica_of.is_none() && !n.slots.is_empty())
+                .map(|(i, n)| (i, map.slot_ranges(&n.id).first().map_or(0, |r| r.0)))
+                .collect()
+        };
+        let futures: Vec<_> = targets
+            .iter()
+            .map(|&(node, slot)| {
+                let map = &map;
+                async move {
+                    let addr = map.nodes().get(node).map_or(unspecified(), |n| n.addr);
+                    let mut cursor = Bytes::from_static(b"0");
+                    let mut keys = Vec::new();
+                    loop {
+                        let request = vec![vec![
+                            Bytes::from_static(b"SCAN"),
+                            cursor.clone(),
+                            Bytes::from_static(b"MATCH"),
+                            Bytes::copy_from_slice(pattern),
+                            Bytes::from_static(b"COUNT"),
+                            Bytes::from_static(b"10000"),
+                        ]];
+                        let reply = self
+                            .read_from(map, node, slot, &request)
+                            .await?
+                            .into_iter()
+                            .next()
+                            .unwrap_or(Reply::Null);
+                        check(&reply, addr, b"SCAN", map.version())?;
+                        let Reply::Array(mut parts) = reply else {
+                            return Err(unexpected(addr, "SCAN", &reply));
+                        };
+                        let (Some(Reply::Array(page)), Some(Reply::Bulk(next))) =
+                            (parts.pop(), parts.pop())
+                        else {
+                            return Err(unexpected(addr, "SCAN", &Reply::Array(parts)));
+                        };
+                        for k in page {
+                            match k {
+                                Reply::Bulk(k) => keys.push(k),
+                                other => return Err(unexpected(addr, "SCAN", &other)),
+                            }
+                        }
+                        if &next[..] == b"0" {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                    Ok::<_, RouteError>((node, keys))
+                }
+            })
+            .collect();
+        let mut out = Vec::new();
+        for result in join_all(futures).await {
+            let (node, keys) = result?;
+            match map.nodes().get(node) {
+                Some(n) if !self.single => out.extend(
+                    keys.into_iter()
+                        .filter(|k| map.owner(key_slot(k)).is_some_and(|o| o.id == n.id)),
+                ),
+                _ => out.extend(keys),
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
     /// SET `key` to `value` on its primary and every replica.
     ///
     /// # Errors
     /// As [`Router::write`].
     pub async fn set(&self, key: Bytes, value: Bytes) -> Result<(), RouteError> {
         self.write(&[(key, value)], &[]).await.map(|_| ())
+    }
+
+    /// `SET key value NX` on the key's primary and every replica: whether the primary
+    /// stored it (false: the key existed there). The primary's answer decides; a replica
+    /// that already had the key keeps its value.
+    ///
+    /// # Errors
+    /// As [`Router::write`].
+    pub async fn set_nx(&self, key: Bytes, value: Bytes) -> Result<bool, RouteError> {
+        let mut attempt = 0;
+        loop {
+            let map = self.map();
+            let result = async {
+                let plans = self.plan(&map, std::iter::once(&key[..]))?;
+                let Some(plan) = plans.first() else {
+                    return Ok(false);
+                };
+                let slot = plan.commands.first().map_or(0, |c| c.0);
+                let request = vec![vec![
+                    Bytes::from_static(b"SET"),
+                    key.clone(),
+                    value.clone(),
+                    Bytes::from_static(b"NX"),
+                ]];
+                let replies = self.write_to(&map, plan.node, slot, &request).await?;
+                let addr = map.nodes().get(plan.node).map_or(unspecified(), |n| n.addr);
+                match replies.into_iter().next() {
+                    Some(Reply::Simple(_)) => Ok(true),
+                    Some(Reply::Null) => Ok(false),
+                    Some(other) => Err(unexpected(addr, "SET", &other)),
+                    None => Err(unexpected(addr, "SET", &Reply::Null)),
+                }
+            }
+            .await;
+            match result {
+                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                ok => return ok,
+            }
+            attempt += 1;
+        }
     }
 
     /// MSET across slots and drives (one MSET per slot), on every primary and replica.

@@ -1,4 +1,5 @@
-//! The file store: ext4 on a volume of the block adapter, mounted without the kernel nbd
+//! The file store: ext4 on a volume stored on the drive (`lightstore-nbd volume create`,
+//! exported by `lightstore-nbd serve`), mounted without the kernel nbd
 //! module. `nbdfuse` (Debian package nbdfuse) exposes the NBD export as a file in a FUSE
 //! mount, `losetup` puts a loop device on that file, and the loop device is formatted with
 //! `mkfs.ext4` and mounted. Files are written, the file system is unmounted and mounted
@@ -230,8 +231,10 @@ fn ext4_on_a_volume_survives_remounts() {
     let dir = tempfile::tempdir().unwrap();
     let drive = Drive::start(&dir.path().join("drive"), &[]);
     let expect = files();
+    // A volume stored on the drive, exported by `serve`.
+    common::volume_cmd(drive.addr, &["create", "fs", "--size", "64MiB"]);
     {
-        let nbd = Nbd::on_drive(&drive, &["fs:64MiB"]);
+        let nbd = Nbd::serve(&drive);
         let uri = nbd.uri("fs");
         let mut stack = Stack::new(&dir.path().join("fuse"), &dir.path().join("mnt"));
         let file = match stack.fuse(&uri, &dir.path().join("nbdfuse.pid")) {
@@ -269,8 +272,9 @@ fn ext4_on_a_volume_survives_remounts() {
         stack.umount();
         stack.teardown();
     }
-    // A fresh adapter process over the same drive: everything came from the drive.
-    let nbd = Nbd::on_drive(&drive, &["fs:64MiB"]);
+    // A fresh adapter process over the same drive: everything, the volume's size
+    // included, came from the drive.
+    let nbd = Nbd::serve(&drive);
     let uri = nbd.uri("fs");
     let mut stack = Stack::new(&dir.path().join("fuse"), &dir.path().join("mnt"));
     let file = stack.fuse(&uri, &dir.path().join("nbdfuse2.pid")).unwrap();

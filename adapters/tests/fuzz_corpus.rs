@@ -54,6 +54,18 @@ fn info_data(name: &str, items: &[u16]) -> Vec<u8> {
     b
 }
 
+/// `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT` data.
+fn meta_data(export: &str, queries: &[&str]) -> Vec<u8> {
+    let mut b = u32::try_from(export.len()).unwrap().to_be_bytes().to_vec();
+    b.extend_from_slice(export.as_bytes());
+    b.extend_from_slice(&u32::try_from(queries.len()).unwrap().to_be_bytes());
+    for q in queries {
+        b.extend_from_slice(&u32::try_from(q.len()).unwrap().to_be_bytes());
+        b.extend_from_slice(q.as_bytes());
+    }
+    b
+}
+
 /// A transmission request header.
 fn request(kind: u16, flags: u16, offset: u64, length: u32) -> Vec<u8> {
     proto::encode_request(&Request {
@@ -158,7 +170,8 @@ fn write_seed_corpus() {
             cat(&[
                 &client_flags(true),
                 &option(proto::OPT_STARTTLS, &[]),
-                &option(8, &[]),
+                // NBD_OPT_EXTENDED_HEADERS, not offered.
+                &option(11, &[]),
                 &go("disk0", &[]),
             ]),
         ),
@@ -203,6 +216,55 @@ fn write_seed_corpus() {
                 &request(9, 0, 0, 512),
                 &request(proto::CMD_WRITE_ZEROES, 0, (64 << 20) + 4096, 2),
                 b"\x25\x60\x95\x14 bad magic header.........",
+            ]),
+        ),
+        (
+            "structured-meta-block-status",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_STRUCTURED_REPLY, &[]),
+                &option(proto::OPT_LIST_META_CONTEXT, &meta_data("disk0", &[])),
+                &option(
+                    proto::OPT_SET_META_CONTEXT,
+                    &meta_data("disk0", &[proto::META_BASE_ALLOCATION]),
+                ),
+                &go("disk0", &items),
+                &request(proto::CMD_BLOCK_STATUS, 0, 0, 1 << 20),
+                &request(proto::CMD_BLOCK_STATUS, proto::CMD_FLAG_REQ_ONE, 4096, 1),
+                &request(proto::CMD_BLOCK_STATUS, 0, 0, 0),
+                &request(proto::CMD_BLOCK_STATUS, 0, u64::MAX - 1, 2),
+                &session(),
+            ]),
+        ),
+        (
+            "meta-before-structured",
+            cat(&[
+                &client_flags(true),
+                &option(
+                    proto::OPT_SET_META_CONTEXT,
+                    &meta_data("scratch", &[proto::META_BASE_ALLOCATION]),
+                ),
+                &go("scratch", &[]),
+                &request(proto::CMD_BLOCK_STATUS, 0, 0, 4096),
+                &request(proto::CMD_DISC, 0, 0, 0),
+            ]),
+        ),
+        (
+            "meta-malformed",
+            cat(&[
+                &client_flags(true),
+                &option(proto::OPT_STRUCTURED_REPLY, b"x"),
+                &option(proto::OPT_STRUCTURED_REPLY, &[]),
+                &option(proto::OPT_SET_META_CONTEXT, &[0, 0, 0, 5, b'd']),
+                &option(
+                    proto::OPT_LIST_META_CONTEXT,
+                    &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
+                ),
+                &option(
+                    proto::OPT_SET_META_CONTEXT,
+                    &meta_data("missing", &[proto::META_BASE_ALLOCATION]),
+                ),
+                &go("disk0", &[]),
             ]),
         ),
     ];

@@ -1,7 +1,8 @@
 //! `lightstore-nbd` over raw sockets against a real drive: requests out of bounds,
 //! oversized, with unknown commands or flags; partial blocks and the volume's partial last
 //! block; pipelining; DISC; clients that break the protocol or vanish mid-request; many
-//! connections writing different sectors of the same blocks at once.
+//! connections writing different sectors of the same blocks at once; structured replies
+//! (hole and data chunks, error chunks) and `base:allocation` block status.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -411,4 +412,169 @@ fn the_adapter_authenticates_with_a_password_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("NOAUTH"), "{err}");
     assert!(!err.contains("blockpw"));
+}
+
+/// Reads one structured reply chunk: (flags, type, handle, payload).
+fn chunk(s: &mut TcpStream) -> (u16, u16, u64, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(&h[..4], &proto::STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    let flags = u16::from_be_bytes(h[4..6].try_into().unwrap());
+    let kind = u16::from_be_bytes(h[6..8].try_into().unwrap());
+    let handle = u64::from_be_bytes(h[8..16].try_into().unwrap());
+    let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+    let mut d = vec![0u8; len as usize];
+    s.read_exact(&mut d).unwrap();
+    (flags, kind, handle, d)
+}
+
+/// Sends one option and reads option replies up to and including the first that is not
+/// `NBD_REP_META_CONTEXT` / `NBD_REP_INFO`: (type, data) of each.
+fn negotiate(s: &mut TcpStream, option: u32, data: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&option.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    s.write_all(&b).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        assert_eq!(&h[..8], &proto::OPT_REPLY_MAGIC.to_be_bytes());
+        let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let mut d = vec![0u8; len as usize];
+        s.read_exact(&mut d).unwrap();
+        out.push((kind, d));
+        if kind != proto::REP_META_CONTEXT && kind != proto::REP_INFO {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn structured_replies_block_status_and_error_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(dir.path(), &[]);
+    let nbd = Nbd::on_drive(&drive, &["v:1MiB"]);
+    let mut s = TcpStream::connect(nbd.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let r = negotiate(&mut s, proto::OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(r, [(proto::REP_ACK, vec![])]);
+    let mut meta = 1u32.to_be_bytes().to_vec();
+    meta.extend_from_slice(b"v");
+    meta.extend_from_slice(&1u32.to_be_bytes());
+    meta.extend_from_slice(&15u32.to_be_bytes());
+    meta.extend_from_slice(proto::META_BASE_ALLOCATION.as_bytes());
+    let r = negotiate(&mut s, proto::OPT_SET_META_CONTEXT, &meta);
+    assert_eq!(
+        r,
+        [
+            (
+                proto::REP_META_CONTEXT,
+                proto::rep_meta_context(
+                    proto::META_BASE_ALLOCATION_ID,
+                    proto::META_BASE_ALLOCATION
+                )
+            ),
+            (proto::REP_ACK, vec![])
+        ]
+    );
+    let mut go = 1u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"v");
+    go.extend_from_slice(&0u16.to_be_bytes());
+    let r = negotiate(&mut s, proto::OPT_GO, &go);
+    assert_eq!(r.last().unwrap().0, proto::REP_ACK);
+
+    let send = |s: &mut TcpStream, kind: u16, flags: u16, handle: u64, offset: u64, len: u32| {
+        let h = proto::encode_request(&Request {
+            flags,
+            kind,
+            handle,
+            offset,
+            length: len,
+        });
+        s.write_all(&h).unwrap();
+    };
+    // A write of block 1: answered with a NONE chunk.
+    send(&mut s, proto::CMD_WRITE, 0, 7, 8192, 8192);
+    s.write_all(&pattern(9, 8192)).unwrap();
+    assert_eq!(
+        chunk(&mut s),
+        (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_NONE, 7, vec![])
+    );
+    // A read of blocks 0-2 from the middle of block 0: hole, data, hole.
+    send(&mut s, proto::CMD_READ, 0, 8, 100, 3 * 8192 - 200);
+    let (f, k, h, d) = chunk(&mut s);
+    assert_eq!((f, k, h), (0, proto::REPLY_TYPE_OFFSET_HOLE, 8));
+    assert_eq!(
+        d,
+        [&100u64.to_be_bytes()[..], &8092u32.to_be_bytes()].concat()
+    );
+    let (f, k, h, d) = chunk(&mut s);
+    assert_eq!((f, k, h), (0, proto::REPLY_TYPE_OFFSET_DATA, 8));
+    assert_eq!(&d[..8], &8192u64.to_be_bytes());
+    assert!(d[8..] == pattern(9, 8192)[..]);
+    let (f, k, _, d) = chunk(&mut s);
+    assert_eq!(
+        (f, k),
+        (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_OFFSET_HOLE)
+    );
+    assert_eq!(
+        d,
+        [&16384u64.to_be_bytes()[..], &8092u32.to_be_bytes()].concat()
+    );
+    // Block status of blocks 0-3: hole, data, two holes merged.
+    let bs = |extents: &[(u32, u32)]| {
+        let mut b = proto::META_BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        for (l, f) in extents {
+            b.extend_from_slice(&l.to_be_bytes());
+            b.extend_from_slice(&f.to_be_bytes());
+        }
+        b
+    };
+    let hole = proto::STATE_HOLE | proto::STATE_ZERO;
+    send(&mut s, proto::CMD_BLOCK_STATUS, 0, 9, 0, 4 * 8192);
+    assert_eq!(
+        chunk(&mut s),
+        (
+            proto::REPLY_FLAG_DONE,
+            proto::REPLY_TYPE_BLOCK_STATUS,
+            9,
+            bs(&[(8192, hole), (8192, 0), (16384, hole)])
+        )
+    );
+    send(
+        &mut s,
+        proto::CMD_BLOCK_STATUS,
+        proto::CMD_FLAG_REQ_ONE,
+        10,
+        8192 + 5,
+        (1 << 20) - 8192 - 5,
+    );
+    let (_, k, _, d) = chunk(&mut s);
+    assert_eq!(k, proto::REPLY_TYPE_BLOCK_STATUS);
+    assert_eq!(d, bs(&[(8192 - 5, 0)]));
+    // Errors are ERROR chunks: out of range, an empty block status.
+    for (kind, offset, len) in [
+        (proto::CMD_READ, 1 << 20, 1),
+        (proto::CMD_BLOCK_STATUS, 0, 0),
+    ] {
+        send(&mut s, kind, 0, 11, offset, len);
+        let (f, k, h, d) = chunk(&mut s);
+        assert_eq!(
+            (f, k, h),
+            (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_ERROR, 11)
+        );
+        assert_eq!(&d[..4], &proto::EINVAL.to_be_bytes());
+    }
+    // TRIM gives the block back as a hole.
+    send(&mut s, proto::CMD_TRIM, 0, 12, 8192, 8192);
+    assert_eq!(chunk(&mut s).1, proto::REPLY_TYPE_NONE);
+    send(&mut s, proto::CMD_BLOCK_STATUS, 0, 13, 0, 1 << 20);
+    assert_eq!(chunk(&mut s).3, bs(&[(1 << 20, hole)]));
+    send(&mut s, proto::CMD_DISC, 0, 14, 0, 0);
 }

@@ -58,6 +58,26 @@ fn router_on_one_drive() {
             .unwrap();
         assert_eq!(router.get(b"k").await.unwrap(), Some(Bytes::from("v")));
         assert_eq!(router.exists(&keys[..10]).await.unwrap(), 10);
+        // Per-key existence, and SET NX.
+        let probe = [keys[0].clone(), Bytes::from("nope"), keys[5].clone()];
+        assert_eq!(
+            router.exists_each(&probe).await.unwrap(),
+            [true, false, true]
+        );
+        assert!(!router
+            .set_nx(Bytes::from("k"), Bytes::from("w"))
+            .await
+            .unwrap());
+        assert_eq!(router.get(b"k").await.unwrap(), Some(Bytes::from("v")));
+        assert!(router
+            .set_nx(Bytes::from("fresh"), Bytes::from("w"))
+            .await
+            .unwrap());
+        assert_eq!(router.get(b"fresh").await.unwrap(), Some(Bytes::from("w")));
+        // Keys by glob, on every drive.
+        let found = router.scan_keys(b"key:0001*").await.unwrap();
+        assert_eq!(found.len(), 10);
+        assert_eq!(found[0], keys[10]);
         // Ordered range reads, with continuation.
         let page = router.range(b"key:00100", b"key:00200", 30).await.unwrap();
         assert_eq!(page.len(), 30);

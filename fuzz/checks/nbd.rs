@@ -22,14 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The exports the handshake is run against.
 pub fn volumes() -> Vec<Volume> {
     vec![
-        Volume {
-            name: "disk0".into(),
-            size: 1 << 30,
-        },
-        Volume {
-            name: "scratch".into(),
-            size: (64 << 20) + 4097,
-        },
+        Volume::new("disk0", 1 << 30),
+        Volume::new("scratch", (64 << 20) + 4097),
     ]
 }
 
@@ -116,7 +110,7 @@ fn check_server_output(out: &[u8], exported: bool) {
 /// Transmission-phase checks on the bytes after the handshake: every 28-byte header
 /// parses or is refused for its magic, encodes back to itself, and a request `validate`
 /// accepts fits the export and the payload limit. WRITE payloads are skipped.
-fn check_requests(mut input: &[u8], size: u64) {
+fn check_requests(mut input: &[u8], size: u64, block_status: bool) {
     while input.len() >= REQUEST_LEN {
         let mut header = [0u8; REQUEST_LEN];
         header.copy_from_slice(&input[..REQUEST_LEN]);
@@ -132,7 +126,7 @@ fn check_requests(mut input: &[u8], size: u64) {
         if req.kind == proto::CMD_DISC {
             return;
         }
-        check_validate(&req, size);
+        check_validate(&req, size, block_status);
         if req.kind == proto::CMD_WRITE {
             let skip = usize::try_from(req.length).unwrap_or(usize::MAX);
             input = input.get(skip..).unwrap_or(&[]);
@@ -141,9 +135,10 @@ fn check_requests(mut input: &[u8], size: u64) {
 }
 
 /// A request `validate` accepts is a known command with allowed flags, inside the export,
-/// and moves at most `MAX_PAYLOAD` bytes.
-fn check_validate(req: &Request, size: u64) {
-    if proto::validate(req, size).is_err() {
+/// and moves at most `MAX_PAYLOAD` bytes; BLOCK_STATUS only when a metadata context was
+/// selected, and never of length 0.
+fn check_validate(req: &Request, size: u64, block_status: bool) {
+    if proto::validate(req, size, block_status).is_err() {
         return;
     }
     let known = [
@@ -152,10 +147,15 @@ fn check_validate(req: &Request, size: u64) {
         proto::CMD_FLUSH,
         proto::CMD_TRIM,
         proto::CMD_WRITE_ZEROES,
+        proto::CMD_BLOCK_STATUS,
     ];
     assert!(known.contains(&req.kind), "command {} accepted", req.kind);
+    if req.kind == proto::CMD_BLOCK_STATUS {
+        assert!(block_status, "BLOCK_STATUS accepted without a context");
+        assert!(req.length > 0, "empty BLOCK_STATUS accepted");
+    }
     assert_eq!(
-        req.flags & !(proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE),
+        req.flags & !(proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE | proto::CMD_FLAG_REQ_ONE),
         0,
         "flags {:#x} accepted",
         req.flags
@@ -189,18 +189,25 @@ pub fn check_nbd(data: &[u8]) {
         chunk,
         output: Vec::new(),
     };
-    let result = run_ready(handshake(&mut mock, &vols));
+    let result = run_ready(handshake(&mut mock, vols.as_slice()));
     let rest = mock.input;
     match result {
-        Ok(Negotiated::Transmit(i)) => {
-            let vol = vols.get(i).expect("the negotiated export exists");
+        Ok(Negotiated::Transmit(session)) => {
+            let vol = vols
+                .iter()
+                .find(|v| **v == session.volume)
+                .expect("the negotiated export exists");
+            assert!(
+                session.allocation_context.is_none() || session.structured,
+                "a metadata context without structured replies"
+            );
             // EXPORT_NAME ends with its own reply; GO ends with an ACK option reply.
             let exported = mock.output.len() >= 10
                 && !mock
                     .output
                     .ends_with(&proto::option_reply(proto::OPT_GO, proto::REP_ACK, &[]));
             check_server_output(&mock.output, exported);
-            check_requests(rest, vol.size);
+            check_requests(rest, vol.size, session.allocation_context.is_some());
         }
         Ok(Negotiated::Closed) | Err(_) => {
             check_server_output_prefix(&mock.output);

@@ -1,22 +1,32 @@
-//! Where a volume's blocks live in the key space.
+//! Where a volume's blocks and metadata live in the key space.
 //!
-//! This module owns the key layout of the block adapter. A volume is cut into 8 KiB blocks
-//! ([`BLOCK_SIZE`], one drive page) and the blocks into extents of [`EXTENT_BLOCKS`] (256
-//! blocks, 2 MiB). Block `b` of volume `name` is stored under
+//! This module owns the key layout of the block adapter. A volume is cut into blocks (8 KiB,
+//! [`BLOCK_SIZE`], one drive page, unless the volume was created with another block size)
+//! and the blocks into extents of [`EXTENT_BLOCKS`] (256 blocks, 2 MiB of 8 KiB blocks).
+//! Block `b` of the volume with key id `id` is stored under
 //!
 //! ```text
-//! {v:<name>:<extent as 8 lower-case hex digits>} <b as 8 bytes, big-endian>
+//! {v:<id>:<extent as 8 lower-case hex digits>} <b as 8 bytes, big-endian>
 //! ```
 //!
-//! e.g. block 300 of `disk0` is `{v:disk0:00000001}` followed by `00 00 00 00 00 00 01 2c`.
+//! e.g. block 300 of a command-line volume `disk0` (its id is its name) is
+//! `{v:disk0:00000001}` followed by `00 00 00 00 00 00 01 2c`. A volume stored on the
+//! drive (see [`super::volumes`]) has the id `<name>@<generation as 16 hex digits>`, so a
+//! volume deleted and created again under the same name never sees the old one's blocks.
 //! The braces are a Redis Cluster hash tag: every block of one extent hashes to the same
 //! slot, so an extent lives on one drive (and its replicas) and a sequential read of up to
 //! 2 MiB is one `LS.RANGE` on one drive, while consecutive extents spread over the cluster.
 //! Within an extent the keys share their prefix and differ in the big-endian block number,
 //! so byte order is block order; with fixed-width hex extents the same holds across the
 //! whole volume, which is one ordered key range on a single drive. Volume names are 1 to 64
-//! characters from `[A-Za-z0-9._-]` (no `:` or braces), so no volume's keys are a prefix of
-//! another's. Never-written and zeroed blocks have no key.
+//! characters from `[A-Za-z0-9._-]` (no `:`, `@`, glob characters or braces), so no
+//! volume's keys are a prefix of another's, and a name and a name with a generation never
+//! collide. Never-written and zeroed blocks have no key.
+//!
+//! Volume metadata records live under the reserved prefix [`META_PREFIX`] (`{ls-vol}`):
+//! the record of volume `NAME` is the key `{ls-vol}NAME`. The hash tag puts every record on
+//! one slot (one drive and its replicas), so listing the volumes is one `LS.RANGE` from
+//! `{ls-vol}` to `{ls-vol}\xff`. Block keys begin with `{v:`, so they never fall in it.
 
 /// Bytes per block: one 8 KiB drive page.
 pub const BLOCK_SIZE: usize = 8192;
@@ -29,6 +39,81 @@ pub const MAX_NAME_LEN: usize = 64;
 
 /// Largest volume: 2^32 extents of 2 MiB (8 PiB), what 8 hex digits of extent number hold.
 pub const MAX_VOLUME_SIZE: u64 = (1u64 << 32) * EXTENT_BLOCKS * BLOCK_SIZE as u64;
+
+/// The reserved prefix of volume metadata records (see the module documentation).
+pub const META_PREFIX: &[u8] = b"{ls-vol}";
+
+/// The key of the metadata record of volume `name`.
+#[must_use]
+pub fn meta_key(name: &str) -> Vec<u8> {
+    let mut k = META_PREFIX.to_vec();
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// The exclusive end of the metadata range: every record key sorts below it (names are
+/// ASCII).
+#[must_use]
+pub fn meta_range_end() -> Vec<u8> {
+    let mut k = META_PREFIX.to_vec();
+    k.push(0xff);
+    k
+}
+
+/// The key id of a volume stored on the drive: `<name>@<generation as 16 hex digits>`.
+#[must_use]
+pub fn stored_key_id(name: &str, generation: u64) -> String {
+    format!("{name}@{generation:016x}")
+}
+
+/// The `SCAN MATCH` glob selecting every block key of the volume with key id `id` (ids
+/// hold no glob characters).
+#[must_use]
+pub fn block_key_pattern(id: &str) -> Vec<u8> {
+    format!("{{v:{id}:*").into_bytes()
+}
+
+/// The block number of any block key of the volume with key id `id`, whatever its
+/// extent; `None` for other keys.
+#[must_use]
+pub fn parse_any_block_key(id: &str, key: &[u8]) -> Option<u64> {
+    let head = format!("{{v:{id}:");
+    let rest = key.strip_prefix(head.as_bytes())?;
+    // <8 hex>} <8 bytes>
+    if rest.len() != 17 || rest[8] != b'}' {
+        return None;
+    }
+    let extent = u64::from_str_radix(std::str::from_utf8(&rest[..8]).ok()?, 16).ok()?;
+    parse_block_key(id, extent, key)
+}
+
+/// The glob selecting the block keys of every volume stored on the drive (ids with `@`;
+/// may also match a command-line volume's key whose binary block number holds `@`, which
+/// [`stored_id_of`] then rejects).
+pub const STORED_BLOCK_PATTERN: &[u8] = b"{v:*@*";
+
+/// The key id of a stored volume's block key (`name@16 hex`), or `None` for any other key.
+#[must_use]
+pub fn stored_id_of(key: &[u8]) -> Option<&str> {
+    let rest = key.strip_prefix(b"{v:")?;
+    // <id>:<8 hex>} <8 bytes>
+    let tag_end = rest.len().checked_sub(9)?;
+    if rest[tag_end] != b'}' {
+        return None;
+    }
+    let tag = std::str::from_utf8(&rest[..tag_end]).ok()?;
+    let (id, extent) = tag.rsplit_once(':')?;
+    let (name, generation) = id.split_once('@')?;
+    let hex = |t: &str, n: usize| t.len() == n && t.bytes().all(|b| b.is_ascii_hexdigit());
+    (valid_name(name) && hex(generation, 16) && hex(extent, 8)).then_some(id)
+}
+
+/// Largest volume with blocks of `block_size` bytes: 2^32 extents, what 8 hex digits of
+/// extent number hold.
+#[must_use]
+pub fn max_volume_size(block_size: u32) -> u64 {
+    (1u64 << 32) * EXTENT_BLOCKS * u64::from(block_size)
+}
 
 /// Whether `name` may name a volume (1 to 64 of `[A-Za-z0-9._-]`).
 #[must_use]
@@ -128,5 +213,34 @@ mod tests {
         }
         // No volume's keys start with another volume's prefix.
         assert!(!block_key("ab", 0).starts_with(b"{v:a:"));
+    }
+
+    #[test]
+    fn stored_ids_metadata_and_patterns() {
+        let id = stored_key_id("disk0", 0xabc);
+        assert_eq!(id, "disk0@0000000000000abc");
+        let k = block_key(&id, 70_000);
+        assert_eq!(parse_any_block_key(&id, &k), Some(70_000));
+        assert_eq!(parse_any_block_key("disk0", &k), None);
+        assert_eq!(
+            parse_any_block_key(&stored_key_id("disk0", 0xabd), &k),
+            None
+        );
+        // The pattern is a literal prefix and `*`.
+        let prefix = |p: Vec<u8>| p[..p.len() - 1].to_vec();
+        assert_eq!(block_key_pattern(&id).last(), Some(&b'*'));
+        assert!(k.starts_with(&prefix(block_key_pattern(&id))));
+        // A command-line volume named like the stored one's prefix does not match.
+        assert!(!k.starts_with(&prefix(block_key_pattern("disk0"))));
+        // Metadata keys never look like block keys, and sort inside their range.
+        let m = meta_key("disk0");
+        assert!(!m.starts_with(b"{v:"));
+        assert!(m.as_slice() > META_PREFIX && m < meta_range_end());
+        assert_eq!(key_slot(&meta_key("a")), key_slot(&meta_key("zz")));
+        assert_eq!(max_volume_size(8192), MAX_VOLUME_SIZE);
+        assert_eq!(stored_id_of(&k), Some(id.as_str()));
+        assert_eq!(stored_id_of(&block_key("disk0", 0x40)), None);
+        assert_eq!(stored_id_of(&m), None);
+        assert_eq!(stored_id_of(b"{v:a@1:00000000}12345678"), None);
     }
 }

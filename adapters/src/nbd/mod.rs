@@ -5,15 +5,18 @@
 //! - [`proto`]: the NBD wire format;
 //! - [`store`]: reads, writes (read-modify-write of partial blocks), trims, over the
 //!   [`crate::routing::Router`];
-//! - [`server`]: connections, handshake, transmission.
+//! - [`server`]: connections, handshake, transmission;
+//! - [`volumes`]: volumes stored on the drive(s) (metadata records under a reserved key
+//!   prefix; create, list, resize, delete).
 //!
 //! The binary `lightstore-nbd` puts them together. This module owns the volume
-//! specification ([`Volume`], `name:SIZE` on the command line).
+//! description ([`Volume`]; `name:SIZE` on the command line).
 
 pub mod layout;
 pub mod proto;
 pub mod server;
 pub mod store;
+pub mod volumes;
 
 pub use server::NbdServer;
 pub use store::{BlockStore, StoreError};
@@ -21,10 +24,15 @@ pub use store::{BlockStore, StoreError};
 /// One exported volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Volume {
-    /// Export name, also the volume id in its keys (see [`layout`]).
+    /// Export name.
     pub name: String,
     /// Size in bytes.
     pub size: u64,
+    /// Bytes per block (one key each).
+    pub block_size: u32,
+    /// The id in its block keys (see [`layout`]): the name for a command-line volume,
+    /// `name@generation` for one stored on the drive.
+    pub key_id: String,
 }
 
 /// Why a volume specification was refused.
@@ -72,6 +80,17 @@ pub fn parse_size(text: &str) -> Result<u64, VolumeError> {
 }
 
 impl Volume {
+    /// A command-line volume: 8 KiB blocks, keyed by its name.
+    #[must_use]
+    pub fn new(name: &str, size: u64) -> Volume {
+        Volume {
+            name: name.to_string(),
+            size,
+            block_size: layout::BLOCK_SIZE as u32,
+            key_id: name.to_string(),
+        }
+    }
+
     /// Parses `name:SIZE`.
     ///
     /// # Errors
@@ -83,10 +102,7 @@ impl Volume {
         if !layout::valid_name(name) {
             return Err(VolumeError::BadName(name.to_string()));
         }
-        Ok(Volume {
-            name: name.to_string(),
-            size: parse_size(size)?,
-        })
+        Ok(Volume::new(name, parse_size(size)?))
     }
 
     /// Checks a list of volumes for duplicate names.
@@ -133,10 +149,7 @@ mod tests {
     fn volumes() {
         assert_eq!(
             Volume::parse("disk0:1GiB"),
-            Ok(Volume {
-                name: "disk0".into(),
-                size: 1 << 30
-            })
+            Ok(Volume::new("disk0", 1 << 30))
         );
         assert!(matches!(
             Volume::parse("disk0"),

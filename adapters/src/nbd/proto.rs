@@ -3,10 +3,13 @@
 //!
 //! What is spoken (the NBD protocol document, `doc/proto.md` of the reference
 //! implementation, with its INFO extension): the fixed newstyle handshake with
-//! `NBD_OPT_EXPORT_NAME`, `NBD_OPT_LIST`, `NBD_OPT_ABORT`, `NBD_OPT_INFO` and `NBD_OPT_GO`;
-//! simple replies only (structured replies, metadata contexts and extended headers are
-//! answered `NBD_REP_ERR_UNSUP`, which clients treat as "not offered"); the commands READ,
-//! WRITE, DISC, FLUSH, TRIM and WRITE_ZEROES with the FUA flag.
+//! `NBD_OPT_EXPORT_NAME`, `NBD_OPT_LIST`, `NBD_OPT_ABORT`, `NBD_OPT_INFO`, `NBD_OPT_GO`,
+//! `NBD_OPT_STRUCTURED_REPLY`, `NBD_OPT_LIST_META_CONTEXT` and `NBD_OPT_SET_META_CONTEXT`
+//! (one context, [`META_BASE_ALLOCATION`]); simple replies, or structured replies once
+//! negotiated (`NBD_REPLY_TYPE_NONE`, `OFFSET_DATA`, `OFFSET_HOLE`, `BLOCK_STATUS`,
+//! `ERROR`); TLS and extended headers are answered `NBD_REP_ERR_UNSUP`, which clients treat
+//! as "not offered"; the commands READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES with the
+//! FUA flag, and BLOCK_STATUS (with `NBD_CMD_FLAG_REQ_ONE`) once a context is set.
 
 /// `NBDMAGIC`, the first word the server sends.
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
@@ -18,6 +21,8 @@ pub const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
 pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 /// Magic of a simple reply.
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+/// Magic of a structured reply chunk.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 
 /// Handshake flag: the server speaks fixed newstyle.
 pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
@@ -56,6 +61,12 @@ pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 /// Option: describe an export and enter transmission.
 pub const OPT_GO: u32 = 7;
+/// Option: use structured replies in transmission.
+pub const OPT_STRUCTURED_REPLY: u32 = 8;
+/// Option: list metadata contexts.
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+/// Option: select metadata contexts for `NBD_CMD_BLOCK_STATUS`.
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 /// Option reply: done.
 pub const REP_ACK: u32 = 1;
@@ -63,6 +74,8 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 /// Option reply: one information item of `NBD_OPT_INFO` / `NBD_OPT_GO`.
 pub const REP_INFO: u32 = 3;
+/// Option reply: one metadata context (id, name).
+pub const REP_META_CONTEXT: u32 = 4;
 /// Option error: unknown or unsupported option.
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 /// Option error: syntactically invalid option.
@@ -89,11 +102,37 @@ pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
 /// Command: write zeroes.
 pub const CMD_WRITE_ZEROES: u16 = 6;
+/// Command: block status of the selected metadata contexts.
+pub const CMD_BLOCK_STATUS: u16 = 7;
 
 /// Command flag: force unit access.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 /// Command flag (WRITE_ZEROES): do not punch a hole.
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+/// Command flag (BLOCK_STATUS): one extent is enough.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+
+/// Structured reply flag: the last chunk of a reply.
+pub const REPLY_FLAG_DONE: u16 = 1 << 0;
+/// Structured reply chunk: nothing (success, with `DONE`).
+pub const REPLY_TYPE_NONE: u16 = 0;
+/// Structured reply chunk: data at an offset.
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+/// Structured reply chunk: a range that reads as zeroes.
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+/// Structured reply chunk: block status descriptors of one context.
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+/// Structured reply chunk: an error.
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+
+/// The one metadata context offered: allocation (holes and zeroes).
+pub const META_BASE_ALLOCATION: &str = "base:allocation";
+/// Its context id.
+pub const META_BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` state: not allocated.
+pub const STATE_HOLE: u32 = 1 << 0;
+/// `base:allocation` state: reads as zeroes.
+pub const STATE_ZERO: u32 = 1 << 1;
 
 /// Error: operation not permitted.
 pub const EPERM: u32 = 1;
@@ -177,14 +216,16 @@ pub fn encode_request(r: &Request) -> [u8; REQUEST_LEN] {
 
 /// Checks a request against an export of `size` bytes: the error to answer with, if any.
 /// Requests past the end are `ENOSPC` for writes (as the protocol recommends) and `EINVAL`
-/// otherwise; unknown commands or flags and oversized payloads are `EINVAL`.
+/// otherwise; unknown commands or flags, oversized payloads, and BLOCK_STATUS without a
+/// selected metadata context (`block_status` false) or of length 0 are `EINVAL`.
 ///
 /// # Errors
 /// The NBD error number to reply with.
-pub fn validate(r: &Request, size: u64) -> Result<(), u32> {
+pub fn validate(r: &Request, size: u64, block_status: bool) -> Result<(), u32> {
     let allowed = match r.kind {
         CMD_READ | CMD_WRITE | CMD_TRIM | CMD_FLUSH => CMD_FLAG_FUA,
         CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        CMD_BLOCK_STATUS if block_status && r.length > 0 => CMD_FLAG_FUA | CMD_FLAG_REQ_ONE,
         _ => return Err(EINVAL),
     };
     if r.flags & !allowed != 0 {
@@ -210,6 +251,122 @@ pub fn simple_reply(error: u32, handle: u64) -> [u8; 16] {
     b[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
     b[4..8].copy_from_slice(&error.to_be_bytes());
     b[8..16].copy_from_slice(&handle.to_be_bytes());
+    b
+}
+
+/// A structured reply chunk header (its payload of `len` bytes follows).
+#[must_use]
+pub fn structured_header(flags: u16, kind: u16, handle: u64, len: u32) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    b[4..6].copy_from_slice(&flags.to_be_bytes());
+    b[6..8].copy_from_slice(&kind.to_be_bytes());
+    b[8..16].copy_from_slice(&handle.to_be_bytes());
+    b[16..20].copy_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// A whole `NBD_REPLY_TYPE_OFFSET_HOLE` chunk.
+#[must_use]
+pub fn chunk_hole(done: bool, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+    let flags = if done { REPLY_FLAG_DONE } else { 0 };
+    let mut b = structured_header(flags, REPLY_TYPE_OFFSET_HOLE, handle, 12).to_vec();
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// The header and offset of an `NBD_REPLY_TYPE_OFFSET_DATA` chunk carrying `len` bytes
+/// (the data follows).
+#[must_use]
+pub fn chunk_data_head(done: bool, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+    let flags = if done { REPLY_FLAG_DONE } else { 0 };
+    let mut b =
+        structured_header(flags, REPLY_TYPE_OFFSET_DATA, handle, len.saturating_add(8)).to_vec();
+    b.extend_from_slice(&offset.to_be_bytes());
+    b
+}
+
+/// A final `NBD_REPLY_TYPE_NONE` chunk (success).
+#[must_use]
+pub fn chunk_done(handle: u64) -> [u8; 20] {
+    structured_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, handle, 0)
+}
+
+/// A final `NBD_REPLY_TYPE_ERROR` chunk.
+#[must_use]
+pub fn chunk_error(handle: u64, error: u32, message: &str) -> Vec<u8> {
+    let msg = &message.as_bytes()[..message.len().min(4096)];
+    let len = u32::try_from(6 + msg.len()).unwrap_or(6);
+    let mut b = structured_header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, handle, len).to_vec();
+    b.extend_from_slice(&error.to_be_bytes());
+    b.extend_from_slice(&u16::try_from(msg.len()).unwrap_or(0).to_be_bytes());
+    b.extend_from_slice(msg);
+    b
+}
+
+/// A final `NBD_REPLY_TYPE_BLOCK_STATUS` chunk: `(length, flags)` descriptors of context
+/// `id`.
+#[must_use]
+pub fn chunk_block_status(handle: u64, id: u32, extents: &[(u32, u32)]) -> Vec<u8> {
+    let len = u32::try_from(4 + 8 * extents.len()).unwrap_or(u32::MAX);
+    let mut b = structured_header(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, handle, len).to_vec();
+    b.extend_from_slice(&id.to_be_bytes());
+    for (l, f) in extents {
+        b.extend_from_slice(&l.to_be_bytes());
+        b.extend_from_slice(&f.to_be_bytes());
+    }
+    b
+}
+
+/// The data of `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRequest {
+    /// Export name.
+    pub export: String,
+    /// Queries (for LIST, none means all contexts).
+    pub queries: Vec<String>,
+}
+
+/// Parses meta context option data: u32 export name length, name, u32 query count, then
+/// each query as u32 length and string.
+///
+/// # Errors
+/// A description of what is malformed.
+pub fn parse_meta_request(data: &[u8]) -> Result<MetaRequest, &'static str> {
+    fn take<'a>(d: &mut &'a [u8], n: usize) -> Result<&'a [u8], &'static str> {
+        if d.len() < n {
+            return Err("meta context data shorter than its lengths say");
+        }
+        let (h, t) = d.split_at(n);
+        *d = t;
+        Ok(h)
+    }
+    fn string(d: &mut &[u8]) -> Result<String, &'static str> {
+        let len = usize::try_from(be_u32(take(d, 4)?, 0)).map_err(|_| "length overflows")?;
+        let bytes = take(d, len)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_string)
+            .map_err(|_| "a string is not UTF-8")
+    }
+    let mut d = data;
+    let export = string(&mut d)?;
+    let count = be_u32(take(&mut d, 4)?, 0);
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        queries.push(string(&mut d)?);
+    }
+    if !d.is_empty() {
+        return Err("bytes after the last query");
+    }
+    Ok(MetaRequest { export, queries })
+}
+
+/// `NBD_REP_META_CONTEXT` data: context id and name.
+#[must_use]
+pub fn rep_meta_context(id: u32, name: &str) -> Vec<u8> {
+    let mut b = id.to_be_bytes().to_vec();
+    b.extend_from_slice(name.as_bytes());
     b
 }
 
@@ -359,47 +516,102 @@ mod tests {
         }
     }
 
+    fn validate3(r: &Request, size: u64) -> Result<(), u32> {
+        validate(r, size, false)
+    }
+
+    #[test]
+    fn block_status_and_structured_chunks() {
+        let size = 1 << 20;
+        let bs = req(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 0, 4096);
+        assert_eq!(validate(&bs, size, false), Err(EINVAL));
+        assert_eq!(validate(&bs, size, true), Ok(()));
+        assert_eq!(
+            validate(&req(CMD_BLOCK_STATUS, 0, 0, 0), size, true),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            validate(&req(CMD_BLOCK_STATUS, 0, size, 1), size, true),
+            Err(EINVAL)
+        );
+        let h = chunk_hole(true, 9, 4096, 512);
+        assert_eq!(h.len(), 32);
+        assert_eq!(&h[..4], &STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(&h[4..6], &REPLY_FLAG_DONE.to_be_bytes());
+        assert_eq!(&h[16..20], &12u32.to_be_bytes());
+        let d = chunk_data_head(false, 9, 0, 100);
+        assert_eq!(&d[16..20], &108u32.to_be_bytes());
+        assert_eq!(d.len(), 28);
+        let e = chunk_error(9, EIO, "boom");
+        assert_eq!(&e[16..20], &10u32.to_be_bytes());
+        assert_eq!(e.len(), 30);
+        let b = chunk_block_status(9, 1, &[(8192, STATE_HOLE | STATE_ZERO), (4096, 0)]);
+        assert_eq!(&b[16..20], &20u32.to_be_bytes());
+        assert_eq!(b.len(), 40);
+        // Meta context requests.
+        let mut m = Vec::new();
+        m.extend_from_slice(&5u32.to_be_bytes());
+        m.extend_from_slice(b"disk0");
+        m.extend_from_slice(&1u32.to_be_bytes());
+        m.extend_from_slice(&15u32.to_be_bytes());
+        m.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+        assert_eq!(
+            parse_meta_request(&m),
+            Ok(MetaRequest {
+                export: "disk0".into(),
+                queries: vec![META_BASE_ALLOCATION.into()]
+            })
+        );
+        assert!(parse_meta_request(&m[..m.len() - 1]).is_err());
+        let mut long = m.clone();
+        long.push(0);
+        assert!(parse_meta_request(&long).is_err());
+        let mut lie = m.clone();
+        lie[12] = 0xff;
+        assert!(parse_meta_request(&lie).is_err());
+    }
+
     #[test]
     fn validation() {
         let size = 1 << 20;
-        assert_eq!(validate(&req(CMD_READ, 0, 0, 4096), size), Ok(()));
-        assert_eq!(validate(&req(CMD_READ, 0, size - 1, 1), size), Ok(()));
-        assert_eq!(validate(&req(CMD_READ, 0, size - 1, 2), size), Err(EINVAL));
-        assert_eq!(validate(&req(CMD_READ, 0, size, 0), size), Ok(()));
-        assert_eq!(validate(&req(CMD_READ, 0, u64::MAX, 2), size), Err(EINVAL));
-        assert_eq!(validate(&req(CMD_WRITE, 0, size, 1), size), Err(ENOSPC));
+        assert_eq!(validate3(&req(CMD_READ, 0, 0, 4096), size), Ok(()));
+        assert_eq!(validate3(&req(CMD_READ, 0, size - 1, 1), size), Ok(()));
+        assert_eq!(validate3(&req(CMD_READ, 0, size - 1, 2), size), Err(EINVAL));
+        assert_eq!(validate3(&req(CMD_READ, 0, size, 0), size), Ok(()));
+        assert_eq!(validate3(&req(CMD_READ, 0, u64::MAX, 2), size), Err(EINVAL));
+        assert_eq!(validate3(&req(CMD_WRITE, 0, size, 1), size), Err(ENOSPC));
         assert_eq!(
-            validate(&req(CMD_WRITE_ZEROES, 0, u64::MAX, 1), size),
+            validate3(&req(CMD_WRITE_ZEROES, 0, u64::MAX, 1), size),
             Err(ENOSPC)
         );
         assert_eq!(
-            validate(&req(CMD_TRIM, CMD_FLAG_FUA, 0, 1 << 20), size),
+            validate3(&req(CMD_TRIM, CMD_FLAG_FUA, 0, 1 << 20), size),
             Ok(())
         );
-        assert_eq!(validate(&req(CMD_TRIM, 0, 1, 1 << 20), size), Err(EINVAL));
+        assert_eq!(validate3(&req(CMD_TRIM, 0, 1, 1 << 20), size), Err(EINVAL));
         assert_eq!(
-            validate(&req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE, 0, 512), size),
+            validate3(&req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE, 0, 512), size),
             Ok(())
         );
         assert_eq!(
-            validate(&req(CMD_WRITE, CMD_FLAG_NO_HOLE, 0, 512), size),
+            validate3(&req(CMD_WRITE, CMD_FLAG_NO_HOLE, 0, 512), size),
             Err(EINVAL)
         );
-        assert_eq!(validate(&req(CMD_READ, 1 << 2, 0, 512), size), Err(EINVAL));
-        assert_eq!(validate(&req(5, 0, 0, 512), size), Err(EINVAL));
-        assert_eq!(validate(&req(7, 0, 0, 512), size), Err(EINVAL));
-        assert_eq!(validate(&req(CMD_FLUSH, 0, 0, 0), size), Ok(()));
+        assert_eq!(validate3(&req(CMD_READ, 1 << 2, 0, 512), size), Err(EINVAL));
+        assert_eq!(validate3(&req(5, 0, 0, 512), size), Err(EINVAL));
+        assert_eq!(validate3(&req(7, 0, 0, 512), size), Err(EINVAL));
+        assert_eq!(validate3(&req(CMD_FLUSH, 0, 0, 0), size), Ok(()));
         let big = 1 << 40;
-        assert_eq!(validate(&req(CMD_READ, 0, 0, MAX_PAYLOAD), big), Ok(()));
+        assert_eq!(validate3(&req(CMD_READ, 0, 0, MAX_PAYLOAD), big), Ok(()));
         assert_eq!(
-            validate(&req(CMD_READ, 0, 0, MAX_PAYLOAD + 1), big),
+            validate3(&req(CMD_READ, 0, 0, MAX_PAYLOAD + 1), big),
             Err(EINVAL)
         );
         assert_eq!(
-            validate(&req(CMD_WRITE, 0, 0, MAX_PAYLOAD + 1), big),
+            validate3(&req(CMD_WRITE, 0, 0, MAX_PAYLOAD + 1), big),
             Err(EINVAL)
         );
-        assert_eq!(validate(&req(CMD_TRIM, 0, 0, u32::MAX), big), Ok(()));
+        assert_eq!(validate3(&req(CMD_TRIM, 0, 0, u32::MAX), big), Ok(()));
     }
 
     #[test]

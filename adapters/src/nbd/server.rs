@@ -8,6 +8,7 @@
 //! violation (bad magic, unknown client flags) or a client that goes away mid-request ends
 //! that connection only; requests already started still finish, their replies dropped.
 
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::proto::{self, Request};
-use super::store::BlockStore;
+use super::store::{Allocation, BlockStore};
+use super::volumes::Catalog;
 use super::Volume;
 
 /// Longest a client may take over the whole handshake.
@@ -26,6 +28,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Payload bytes one connection may have in flight (WRITE data held and READ data to send).
 pub const INFLIGHT_BYTES: u32 = 64 << 20;
+
+/// Most blocks one `NBD_CMD_BLOCK_STATUS` looks up (a longer request is answered for its
+/// first this-many blocks; the protocol lets the client ask again from there).
+pub const BLOCK_STATUS_MAX_BLOCKS: u64 = 8192;
 
 /// Unit of the in-flight budget (permits are KiB).
 const PERMIT_BYTES: u32 = 1024;
@@ -54,21 +60,101 @@ pub enum ConnError {
     Timeout(Duration),
 }
 
+/// What a handshake agreed on for transmission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The export (as it was when the client chose it).
+    pub volume: Volume,
+    /// Structured replies were negotiated.
+    pub structured: bool,
+    /// The id of `base:allocation` when the client selected it for this export.
+    pub allocation_context: Option<u32>,
+}
+
 /// How a handshake ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Negotiated {
-    /// Enter transmission on the volume with this index.
-    Transmit(usize),
+    /// Enter transmission.
+    Transmit(Session),
     /// The client aborted (`NBD_OPT_ABORT`) or closed the connection.
     Closed,
 }
 
-/// The volume a name selects: the empty name is the first (default) export.
-fn find(volumes: &[Volume], name: &str) -> Option<usize> {
-    if name.is_empty() && !volumes.is_empty() {
-        return Some(0);
+/// Where the handshake finds exports: a fixed list (command-line volumes) or the volumes
+/// stored on the drive(s), read at each `NBD_OPT_LIST` / `INFO` / `GO`.
+pub trait Exports: Sync {
+    /// Every export, in listing order (the first is the default export).
+    ///
+    /// # Errors
+    /// A message for the client when the exports cannot be read.
+    fn list(&self) -> impl Future<Output = Result<Vec<Volume>, String>> + Send;
+
+    /// The export called `name` (the empty name: the first export).
+    ///
+    /// # Errors
+    /// A message for the client when the export cannot be read.
+    fn lookup(&self, name: &str) -> impl Future<Output = Result<Option<Volume>, String>> + Send;
+}
+
+impl Exports for [Volume] {
+    fn list(&self) -> impl Future<Output = Result<Vec<Volume>, String>> + Send {
+        std::future::ready(Ok(self.to_vec()))
     }
-    volumes.iter().position(|v| v.name == name)
+
+    fn lookup(&self, name: &str) -> impl Future<Output = Result<Option<Volume>, String>> + Send {
+        let found = if name.is_empty() {
+            self.first()
+        } else {
+            self.iter().find(|v| v.name == name)
+        };
+        std::future::ready(Ok(found.cloned()))
+    }
+}
+
+impl Exports for Catalog {
+    async fn list(&self) -> Result<Vec<Volume>, String> {
+        let records = Catalog::list(self).await.map_err(|e| e.to_string())?;
+        Ok(records.iter().map(|r| r.volume()).collect())
+    }
+
+    fn lookup(&self, name: &str) -> impl Future<Output = Result<Option<Volume>, String>> + Send {
+        let name = name.to_string();
+        async move {
+            if name.is_empty() {
+                return Ok(Exports::list(self).await?.into_iter().next());
+            }
+            Ok(self
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|r| r.volume()))
+        }
+    }
+}
+
+/// The exports a server offers.
+#[derive(Debug)]
+pub enum ExportSource {
+    /// Volumes given on the command line.
+    Fixed(Vec<Volume>),
+    /// Volumes stored on the drive(s).
+    Stored(Catalog),
+}
+
+impl Exports for ExportSource {
+    async fn list(&self) -> Result<Vec<Volume>, String> {
+        match self {
+            Self::Fixed(v) => v.as_slice().list().await,
+            Self::Stored(c) => Exports::list(c).await,
+        }
+    }
+
+    async fn lookup(&self, name: &str) -> Result<Option<Volume>, String> {
+        match self {
+            Self::Fixed(v) => v.as_slice().lookup(name).await,
+            Self::Stored(c) => c.lookup(name).await,
+        }
+    }
 }
 
 /// Reads exactly `buf.len()` bytes; `Ok(false)` when the peer closed before the first byte.
@@ -87,16 +173,23 @@ async fn read_or_eof<S: AsyncRead + Unpin>(s: &mut S, buf: &mut [u8]) -> io::Res
     Ok(true)
 }
 
-/// Runs the fixed newstyle handshake on `s` for `volumes`.
+/// Whether a meta context query selects `base:allocation` (for LIST, also the namespace
+/// `base:` alone).
+fn selects_allocation(query: &str, listing: bool) -> bool {
+    query == proto::META_BASE_ALLOCATION || (listing && query == "base:")
+}
+
+/// Runs the fixed newstyle handshake on `s` for `exports`.
 ///
 /// # Errors
 /// [`ConnError::Io`] when the socket fails or closes mid-message, [`ConnError::Protocol`]
 /// for a wrong magic, unknown client flags, an oversized option, or an unknown export
 /// named by `NBD_OPT_EXPORT_NAME` (which cannot be refused any other way).
-pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    volumes: &[Volume],
-) -> Result<Negotiated, ConnError> {
+pub async fn handshake<S, E>(s: &mut S, exports: &E) -> Result<Negotiated, ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    E: Exports + ?Sized,
+{
     s.write_all(&proto::greeting()).await?;
     s.flush().await?;
     let mut flags = [0u8; 4];
@@ -110,6 +203,15 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         )));
     }
     let no_zeroes = client_flags & proto::FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+    // The export name `base:allocation` was selected for, as resolved then.
+    let mut allocation_for: Option<String> = None;
+    let session = |volume: Volume, structured: bool, allocation_for: &Option<String>| Session {
+        allocation_context: (allocation_for.as_deref() == Some(volume.name.as_str()))
+            .then_some(proto::META_BASE_ALLOCATION_ID),
+        volume,
+        structured,
+    };
     loop {
         let mut header = [0u8; 16];
         if !read_or_eof(s, &mut header).await? {
@@ -130,12 +232,12 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         match option {
             proto::OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data);
-                let Some(i) = find(volumes, &name) else {
+                let found = exports.lookup(&name).await;
+                let Ok(Some(v)) = found else {
                     return Err(ConnError::Protocol(format!(
-                        "NBD_OPT_EXPORT_NAME for unknown export {name:?}"
+                        "NBD_OPT_EXPORT_NAME for unknown or unreadable export {name:?}"
                     )));
                 };
-                let v = &volumes[i];
                 s.write_all(&proto::export_name_reply(
                     v.size,
                     TRANSMISSION_FLAGS,
@@ -143,7 +245,11 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                 ))
                 .await?;
                 s.flush().await?;
-                return Ok(Negotiated::Transmit(i));
+                return Ok(Negotiated::Transmit(session(
+                    v,
+                    structured,
+                    &allocation_for,
+                )));
             }
             proto::OPT_ABORT => {
                 // The client may already be gone; that is fine.
@@ -159,11 +265,86 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                     ))
                     .await?;
                 } else {
-                    for v in volumes {
-                        s.write_all(&reply(proto::REP_SERVER, &proto::rep_server(&v.name)))
+                    match exports.list().await {
+                        Ok(volumes) => {
+                            for v in &volumes {
+                                s.write_all(&reply(proto::REP_SERVER, &proto::rep_server(&v.name)))
+                                    .await?;
+                            }
+                            s.write_all(&reply(proto::REP_ACK, &[])).await?;
+                        }
+                        Err(msg) => {
+                            s.write_all(&reply(proto::REP_ERR_UNKNOWN, msg.as_bytes()))
+                                .await?;
+                        }
+                    }
+                }
+            }
+            proto::OPT_STRUCTURED_REPLY => {
+                if data.is_empty() {
+                    structured = true;
+                    s.write_all(&reply(proto::REP_ACK, &[])).await?;
+                } else {
+                    s.write_all(&reply(
+                        proto::REP_ERR_INVALID,
+                        b"NBD_OPT_STRUCTURED_REPLY takes no data",
+                    ))
+                    .await?;
+                }
+            }
+            proto::OPT_LIST_META_CONTEXT | proto::OPT_SET_META_CONTEXT => {
+                let set = option == proto::OPT_SET_META_CONTEXT;
+                if set {
+                    // Replaces the previous selection, whatever happens next.
+                    allocation_for = None;
+                }
+                match proto::parse_meta_request(&data) {
+                    _ if !structured => {
+                        s.write_all(&reply(
+                            proto::REP_ERR_INVALID,
+                            b"negotiate structured replies first",
+                        ))
+                        .await?;
+                    }
+                    Err(why) => {
+                        s.write_all(&reply(proto::REP_ERR_INVALID, why.as_bytes()))
                             .await?;
                     }
-                    s.write_all(&reply(proto::REP_ACK, &[])).await?;
+                    Ok(req) => match exports.lookup(&req.export).await {
+                        Ok(Some(v)) => {
+                            let selected = if set {
+                                req.queries.iter().any(|q| selects_allocation(q, false))
+                            } else {
+                                req.queries.is_empty()
+                                    || req.queries.iter().any(|q| selects_allocation(q, true))
+                            };
+                            if selected {
+                                let id = if set {
+                                    proto::META_BASE_ALLOCATION_ID
+                                } else {
+                                    0
+                                };
+                                s.write_all(&reply(
+                                    proto::REP_META_CONTEXT,
+                                    &proto::rep_meta_context(id, proto::META_BASE_ALLOCATION),
+                                ))
+                                .await?;
+                                if set {
+                                    allocation_for = Some(v.name);
+                                }
+                            }
+                            s.write_all(&reply(proto::REP_ACK, &[])).await?;
+                        }
+                        Ok(None) => {
+                            let msg = format!("no export named {:?}", req.export);
+                            s.write_all(&reply(proto::REP_ERR_UNKNOWN, msg.as_bytes()))
+                                .await?;
+                        }
+                        Err(msg) => {
+                            s.write_all(&reply(proto::REP_ERR_UNKNOWN, msg.as_bytes()))
+                                .await?;
+                        }
+                    },
                 }
             }
             proto::OPT_INFO | proto::OPT_GO => match proto::parse_info_request(&data) {
@@ -171,14 +352,17 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                     s.write_all(&reply(proto::REP_ERR_INVALID, why.as_bytes()))
                         .await?;
                 }
-                Ok(req) => match find(volumes, &req.name) {
-                    None => {
+                Ok(req) => match exports.lookup(&req.name).await {
+                    Ok(None) => {
                         let msg = format!("no export named {:?}", req.name);
                         s.write_all(&reply(proto::REP_ERR_UNKNOWN, msg.as_bytes()))
                             .await?;
                     }
-                    Some(i) => {
-                        let v = &volumes[i];
+                    Err(msg) => {
+                        s.write_all(&reply(proto::REP_ERR_UNKNOWN, msg.as_bytes()))
+                            .await?;
+                    }
+                    Ok(Some(v)) => {
                         let info = proto::info_export(v.size, TRANSMISSION_FLAGS);
                         s.write_all(&reply(proto::REP_INFO, &info)).await?;
                         if req.items.contains(&proto::INFO_NAME) {
@@ -186,22 +370,22 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                                 .await?;
                         }
                         if req.items.contains(&proto::INFO_BLOCK_SIZE) {
-                            let sizes = proto::info_block_size(
-                                1,
-                                super::layout::BLOCK_SIZE as u32,
-                                proto::MAX_PAYLOAD,
-                            );
+                            let sizes = proto::info_block_size(1, v.block_size, proto::MAX_PAYLOAD);
                             s.write_all(&reply(proto::REP_INFO, &sizes)).await?;
                         }
                         s.write_all(&reply(proto::REP_ACK, &[])).await?;
                         if option == proto::OPT_GO {
                             s.flush().await?;
-                            return Ok(Negotiated::Transmit(i));
+                            return Ok(Negotiated::Transmit(session(
+                                v,
+                                structured,
+                                &allocation_for,
+                            )));
                         }
                     }
                 },
             },
-            // STARTTLS, STRUCTURED_REPLY, meta contexts, extended headers, unknown options.
+            // STARTTLS, extended headers, unknown options.
             _ => {
                 let msg = format!("option {option} is not supported");
                 s.write_all(&reply(proto::REP_ERR_UNSUP, msg.as_bytes()))
@@ -212,10 +396,17 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// One reply to send: a header and, for a successful READ, its data.
+/// One reply to send: its parts in order (headers, data slices).
 struct Outgoing {
-    header: [u8; 16],
-    data: Option<BytesMut>,
+    parts: Vec<Bytes>,
+}
+
+impl Outgoing {
+    fn one(b: impl Into<Bytes>) -> Self {
+        Self {
+            parts: vec![b.into()],
+        }
+    }
 }
 
 /// Sends replies until every sender is gone or the socket fails.
@@ -223,11 +414,8 @@ async fn write_replies<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::Receiver<Outgo
     let mut w = BufWriter::with_capacity(256 << 10, w);
     'outer: while let Some(mut msg) = rx.recv().await {
         loop {
-            if w.write_all(&msg.header).await.is_err() {
-                break 'outer;
-            }
-            if let Some(d) = &msg.data {
-                if w.write_all(d).await.is_err() {
+            for part in &msg.parts {
+                if w.write_all(part).await.is_err() {
                     break 'outer;
                 }
             }
@@ -253,23 +441,72 @@ async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The NBD server: volumes and the store behind them.
+/// The reply to a request that carries no data: a simple reply, or a structured `NONE` /
+/// `ERROR` chunk.
+fn status_reply(structured: bool, handle: u64, errno: u32, message: &str) -> Outgoing {
+    match (structured, errno) {
+        (false, e) => Outgoing::one(proto::simple_reply(e, handle).to_vec()),
+        (true, 0) => Outgoing::one(proto::chunk_done(handle).to_vec()),
+        (true, e) => Outgoing::one(proto::chunk_error(handle, e, message)),
+    }
+}
+
+/// Runs of equal flags: `(first index, count, flag)`.
+fn runs(flags: &[bool]) -> Vec<(usize, usize, bool)> {
+    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+    for (i, &f) in flags.iter().enumerate() {
+        match out.last_mut() {
+            Some((_, n, g)) if *g == f => *n += 1,
+            _ => out.push((i, 1, f)),
+        }
+    }
+    out
+}
+
+/// A structured READ reply: `OFFSET_HOLE` chunks for runs of unstored blocks and
+/// `OFFSET_DATA` chunks for runs of stored ones, the last chunk flagged `DONE`.
+fn structured_read(
+    handle: u64,
+    offset: u64,
+    data: Bytes,
+    alloc: &Allocation,
+    block_size: u32,
+) -> Outgoing {
+    let bs = u64::from(block_size);
+    let end = offset + data.len() as u64;
+    if data.is_empty() {
+        return Outgoing::one(proto::chunk_done(handle).to_vec());
+    }
+    let runs = runs(&alloc.present);
+    let mut parts = Vec::with_capacity(2 * runs.len());
+    for (i, &(start, n, present)) in runs.iter().enumerate() {
+        let done = i + 1 == runs.len();
+        let from = ((alloc.first + start as u64) * bs).max(offset);
+        let to = ((alloc.first + (start + n) as u64) * bs).min(end);
+        // Within one READ (at most MAX_PAYLOAD bytes): fits in u32.
+        let len = u32::try_from(to - from).unwrap_or(u32::MAX);
+        if present {
+            parts.push(Bytes::from(proto::chunk_data_head(done, handle, from, len)));
+            parts.push(data.slice((from - offset) as usize..(to - offset) as usize));
+        } else {
+            parts.push(Bytes::from(proto::chunk_hole(done, handle, from, len)));
+        }
+    }
+    Outgoing { parts }
+}
+
+/// The NBD server: its exports and the store behind them.
 #[derive(Debug)]
 pub struct NbdServer {
     store: BlockStore,
+    exports: ExportSource,
 }
 
 impl NbdServer {
-    /// A server exporting the store's volumes.
+    /// A server exporting `exports` through `store`.
     #[must_use]
-    pub fn new(store: BlockStore) -> Self {
-        Self { store }
-    }
-
-    /// The exported volumes.
-    #[must_use]
-    pub fn volumes(&self) -> &[Volume] {
-        self.store.volumes()
+    pub fn new(store: BlockStore, exports: ExportSource) -> Self {
+        Self { store, exports }
     }
 
     /// Accepts connections forever, each on its own task.
@@ -304,17 +541,22 @@ impl NbdServer {
     pub async fn connection(self: Arc<Self>, mut stream: TcpStream) -> Result<(), ConnError> {
         stream.set_nodelay(true)?;
         let negotiated =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, self.volumes()))
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &self.exports))
                 .await
                 .map_err(|_| ConnError::Timeout(HANDSHAKE_TIMEOUT))??;
-        let Negotiated::Transmit(vol) = negotiated else {
+        let Negotiated::Transmit(session) = negotiated else {
             return Ok(());
         };
-        self.transmit(stream, vol).await
+        self.transmit(stream, Arc::new(session)).await
     }
 
-    async fn transmit(self: Arc<Self>, stream: TcpStream, vol: usize) -> Result<(), ConnError> {
-        let size = self.volumes().get(vol).map_or(0, |v| v.size);
+    async fn transmit(
+        self: Arc<Self>,
+        stream: TcpStream,
+        session: Arc<Session>,
+    ) -> Result<(), ConnError> {
+        let size = session.volume.size;
+        let structured = session.structured;
         let (rd, wr) = stream.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let (tx, rx) = mpsc::channel::<Outgoing>(1024);
@@ -339,7 +581,7 @@ impl NbdServer {
             if tx.is_closed() {
                 break Ok(());
             }
-            let checked = proto::validate(&req, size);
+            let checked = proto::validate(&req, size, session.allocation_context.is_some());
             let payload_len = if req.kind == proto::CMD_WRITE {
                 req.length
             } else {
@@ -353,10 +595,12 @@ impl NbdServer {
                 }
                 tracing::debug!(?req, errno, "request refused");
                 let _ = tx
-                    .send(Outgoing {
-                        header: proto::simple_reply(errno, req.handle),
-                        data: None,
-                    })
+                    .send(status_reply(
+                        structured,
+                        req.handle,
+                        errno,
+                        "request refused",
+                    ))
                     .await;
                 continue;
             }
@@ -380,8 +624,9 @@ impl NbdServer {
             };
             let me = self.clone();
             let tx = tx.clone();
+            let session = session.clone();
             tokio::spawn(async move {
-                let out = me.execute(vol, req, payload).await;
+                let out = me.execute(&session, req, payload).await;
                 let _ = tx.send(out).await;
                 drop(permit);
             });
@@ -393,37 +638,92 @@ impl NbdServer {
         result
     }
 
+    /// `base:allocation` of `[offset, offset + length)`, at most
+    /// [`BLOCK_STATUS_MAX_BLOCKS`] blocks of it: `(length, flags)` descriptors.
+    async fn block_status(
+        &self,
+        v: &Volume,
+        offset: u64,
+        length: u32,
+        one: bool,
+    ) -> Result<Vec<(u32, u32)>, super::StoreError> {
+        let bs = u64::from(v.block_size);
+        let end = offset + u64::from(length);
+        let first = offset / bs;
+        let last = ((end - 1) / bs).min(first + BLOCK_STATUS_MAX_BLOCKS - 1);
+        let present = self.store.allocated(v, first, last).await?;
+        let mut out = Vec::new();
+        for (start, n, stored) in runs(&present) {
+            let from = ((first + start as u64) * bs).max(offset);
+            let to = ((first + (start + n) as u64) * bs).min(end);
+            let flags = if stored {
+                0
+            } else {
+                proto::STATE_HOLE | proto::STATE_ZERO
+            };
+            out.push((u32::try_from(to - from).unwrap_or(u32::MAX), flags));
+            if one {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs one validated request and builds its reply.
-    async fn execute(&self, vol: usize, req: Request, payload: Bytes) -> Outgoing {
-        let done = |errno: u32| Outgoing {
-            header: proto::simple_reply(errno, req.handle),
-            data: None,
-        };
+    async fn execute(&self, session: &Session, req: Request, payload: Bytes) -> Outgoing {
+        let v = &session.volume;
+        let structured = session.structured;
         let result = match req.kind {
-            proto::CMD_READ => match self.store.read(vol, req.offset, req.length).await {
+            proto::CMD_READ if structured => {
+                match self.store.read_allocated(v, req.offset, req.length).await {
+                    Ok((data, alloc)) => {
+                        return structured_read(
+                            req.handle,
+                            req.offset,
+                            data.freeze(),
+                            &alloc,
+                            v.block_size,
+                        )
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            proto::CMD_READ => match self.store.read(v, req.offset, req.length).await {
                 Ok(data) => {
                     return Outgoing {
-                        header: proto::simple_reply(0, req.handle),
-                        data: Some(data),
+                        parts: vec![
+                            Bytes::from(proto::simple_reply(0, req.handle).to_vec()),
+                            data.freeze(),
+                        ],
                     }
                 }
                 Err(e) => Err(e),
             },
-            proto::CMD_WRITE => self.store.write(vol, req.offset, payload).await,
+            proto::CMD_BLOCK_STATUS => {
+                let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
+                match self.block_status(v, req.offset, req.length, one).await {
+                    Ok(extents) => {
+                        let id = session
+                            .allocation_context
+                            .unwrap_or(proto::META_BASE_ALLOCATION_ID);
+                        return Outgoing::one(proto::chunk_block_status(req.handle, id, &extents));
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            proto::CMD_WRITE => self.store.write(v, req.offset, payload).await,
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
-                self.store
-                    .zero(vol, req.offset, u64::from(req.length))
-                    .await
+                self.store.zero(v, req.offset, u64::from(req.length)).await
             }
             // Every acknowledged write is already durable on the drives (see `store`).
             proto::CMD_FLUSH => Ok(()),
-            _ => return done(proto::EINVAL),
+            _ => return status_reply(structured, req.handle, proto::EINVAL, "unknown command"),
         };
         match result {
-            Ok(()) => done(0),
+            Ok(()) => status_reply(structured, req.handle, 0, ""),
             Err(e) => {
                 tracing::warn!(?req, "request failed: {e}");
-                done(e.errno())
+                status_reply(structured, req.handle, e.errno(), &e.to_string())
             }
         }
     }
@@ -435,16 +735,7 @@ mod tests {
     use tokio::io::duplex;
 
     fn vols() -> Vec<Volume> {
-        vec![
-            Volume {
-                name: "disk0".into(),
-                size: 1 << 20,
-            },
-            Volume {
-                name: "disk1".into(),
-                size: 8192,
-            },
-        ]
+        vec![Volume::new("disk0", 1 << 20), Volume::new("disk1", 8192)]
     }
 
     async fn option<C: AsyncWrite + Unpin>(c: &mut C, option: u32, data: &[u8]) {
@@ -476,7 +767,7 @@ mod tests {
         tokio::task::JoinHandle<Result<Negotiated, ConnError>>,
     ) {
         let (mut client, mut server) = duplex(1 << 16);
-        let h = tokio::spawn(async move { handshake(&mut server, &vols()).await });
+        let h = tokio::spawn(async move { handshake(&mut server, vols().as_slice()).await });
         let mut g = [0u8; 18];
         client.read_exact(&mut g).await.unwrap();
         assert_eq!(g, proto::greeting());
@@ -503,7 +794,7 @@ mod tests {
         assert_eq!(reply(&mut c).await.2, proto::rep_server("disk1"));
         assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
         // Unsupported options are refused, and negotiation goes on.
-        option(&mut c, 8, &[]).await;
+        option(&mut c, 11, &[]).await;
         assert_eq!(reply(&mut c).await.1, proto::REP_ERR_UNSUP);
         option(&mut c, proto::OPT_STARTTLS, &[]).await;
         assert_eq!(reply(&mut c).await.1, proto::REP_ERR_UNSUP);
@@ -536,7 +827,135 @@ mod tests {
             proto::info_export(1 << 20, TRANSMISSION_FLAGS)
         );
         assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
-        assert_eq!(h.await.unwrap().unwrap(), Negotiated::Transmit(0));
+        assert_eq!(
+            h.await.unwrap().unwrap(),
+            Negotiated::Transmit(Session {
+                volume: vols()[0].clone(),
+                structured: false,
+                allocation_context: None
+            })
+        );
+    }
+
+    fn meta_data(export: &str, queries: &[&str]) -> Vec<u8> {
+        let mut d = (export.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(export.as_bytes());
+        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for q in queries {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        d
+    }
+
+    #[tokio::test]
+    async fn structured_replies_and_meta_contexts() {
+        let (mut c, h) = start(3).await;
+        // Meta contexts need structured replies first.
+        option(
+            &mut c,
+            proto::OPT_SET_META_CONTEXT,
+            &meta_data("disk1", &[]),
+        )
+        .await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ERR_INVALID);
+        option(&mut c, proto::OPT_STRUCTURED_REPLY, b"x").await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ERR_INVALID);
+        option(&mut c, proto::OPT_STRUCTURED_REPLY, &[]).await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
+        // LIST with no query lists every context (id 0), with `base:` too; others none.
+        for q in [&[][..], &["base:"][..]] {
+            option(&mut c, proto::OPT_LIST_META_CONTEXT, &meta_data("disk1", q)).await;
+            let (_, kind, d) = reply(&mut c).await;
+            assert_eq!(kind, proto::REP_META_CONTEXT);
+            assert_eq!(d, proto::rep_meta_context(0, proto::META_BASE_ALLOCATION));
+            assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
+        }
+        option(
+            &mut c,
+            proto::OPT_LIST_META_CONTEXT,
+            &meta_data("disk1", &["x-y:z"]),
+        )
+        .await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
+        option(&mut c, proto::OPT_SET_META_CONTEXT, &meta_data("nope", &[])).await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ERR_UNKNOWN);
+        option(&mut c, proto::OPT_SET_META_CONTEXT, &[1, 2]).await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ERR_INVALID);
+        option(
+            &mut c,
+            proto::OPT_SET_META_CONTEXT,
+            &meta_data("disk1", &[proto::META_BASE_ALLOCATION]),
+        )
+        .await;
+        let (_, kind, d) = reply(&mut c).await;
+        assert_eq!(kind, proto::REP_META_CONTEXT);
+        assert_eq!(
+            d,
+            proto::rep_meta_context(proto::META_BASE_ALLOCATION_ID, proto::META_BASE_ALLOCATION)
+        );
+        assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
+        option(&mut c, proto::OPT_GO, &info_data("disk1", &[])).await;
+        reply(&mut c).await;
+        assert_eq!(reply(&mut c).await.1, proto::REP_ACK);
+        let Negotiated::Transmit(sess) = h.await.unwrap().unwrap() else {
+            panic!("not transmitting")
+        };
+        assert!(sess.structured);
+        assert_eq!(
+            sess.allocation_context,
+            Some(proto::META_BASE_ALLOCATION_ID)
+        );
+
+        // A context set for another export does not carry over.
+        let (mut c, h) = start(3).await;
+        option(&mut c, proto::OPT_STRUCTURED_REPLY, &[]).await;
+        reply(&mut c).await;
+        option(
+            &mut c,
+            proto::OPT_SET_META_CONTEXT,
+            &meta_data("disk1", &[proto::META_BASE_ALLOCATION]),
+        )
+        .await;
+        reply(&mut c).await;
+        reply(&mut c).await;
+        option(&mut c, proto::OPT_GO, &info_data("disk0", &[])).await;
+        reply(&mut c).await;
+        reply(&mut c).await;
+        let Negotiated::Transmit(sess) = h.await.unwrap().unwrap() else {
+            panic!("not transmitting")
+        };
+        assert_eq!(sess.allocation_context, None);
+    }
+
+    #[test]
+    fn structured_reads_split_holes_and_data() {
+        let alloc = Allocation {
+            first: 1,
+            present: vec![false, true, true, false],
+        };
+        // Bytes 8192+100 .. 5*8192-50 of 8 KiB blocks 1..=4.
+        let offset = 8192 + 100;
+        let len = 4 * 8192 - 150;
+        let data = Bytes::from(vec![7u8; len]);
+        let out = structured_read(5, offset, data, &alloc, 8192);
+        let chunks: Vec<&Bytes> = out.parts.iter().collect();
+        // hole, data head + data, hole
+        assert_eq!(chunks.len(), 4);
+        assert_eq!(
+            chunks[0][..],
+            proto::chunk_hole(false, 5, offset, 8192 - 100)[..]
+        );
+        assert_eq!(
+            chunks[1][..],
+            proto::chunk_data_head(false, 5, 2 * 8192, 2 * 8192)[..]
+        );
+        assert_eq!(chunks[2].len(), 2 * 8192);
+        assert_eq!(
+            chunks[3][..],
+            proto::chunk_hole(true, 5, 4 * 8192, 8192 - 50)[..]
+        );
+        assert_eq!(runs(&[]), vec![]);
     }
 
     #[tokio::test]
@@ -548,7 +967,10 @@ mod tests {
             c.read_exact(&mut r).await.unwrap();
             assert_eq!(&r[..8], &8192u64.to_be_bytes());
             assert_eq!(&r[8..10], &TRANSMISSION_FLAGS.to_be_bytes());
-            assert_eq!(h.await.unwrap().unwrap(), Negotiated::Transmit(1));
+            let Negotiated::Transmit(sess) = h.await.unwrap().unwrap() else {
+                panic!("not transmitting")
+            };
+            assert_eq!(sess.volume.name, "disk1");
         }
     }
 

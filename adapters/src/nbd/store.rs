@@ -21,7 +21,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::layout::{self, BLOCK_SIZE, EXTENT_BLOCKS};
+use super::layout::{self, EXTENT_BLOCKS};
 use super::proto::{EIO, ENOSPC};
 use super::Volume;
 use crate::routing::{join_all, RouteError, Router};
@@ -35,8 +35,6 @@ pub const RANGE_MIN_BLOCKS: u64 = 32;
 /// Blocks one write or zeroing sends at a time (32 MiB); longer TRIMs go in steps.
 const BLOCKS_PER_STEP: u64 = 4096;
 
-const BS: u64 = BLOCK_SIZE as u64;
-
 /// Why a volume operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -44,7 +42,7 @@ pub enum StoreError {
     #[error(transparent)]
     Route(#[from] RouteError),
     /// A stored block has the wrong length.
-    #[error("block {block} of volume {volume} holds {len} bytes, not {BLOCK_SIZE}")]
+    #[error("block {block} of volume {volume} holds {len} bytes, not {block_size}")]
     Corrupt {
         /// The volume.
         volume: String,
@@ -52,6 +50,8 @@ pub enum StoreError {
         block: u64,
         /// Its stored length.
         len: usize,
+        /// The volume's block size.
+        block_size: u32,
     },
     /// A range read returned a key that is not a block of the extent asked for.
     #[error("a range read of volume {volume} returned a foreign key {key:?}")]
@@ -73,9 +73,6 @@ pub enum StoreError {
         /// The volume's size.
         size: u64,
     },
-    /// No volume has this index.
-    #[error("no volume number {0}")]
-    NoVolume(usize),
 }
 
 impl StoreError {
@@ -95,8 +92,8 @@ impl StoreError {
     }
 }
 
-/// A block of a volume: (volume index, block number).
-type BlockId = (usize, u64);
+/// A block of a volume: (volume key id, block number).
+type BlockId = (Arc<str>, u64);
 
 /// Per-block locks, created on demand and dropped when no request holds or awaits them.
 #[derive(Debug, Default)]
@@ -126,15 +123,15 @@ impl Drop for BlockGuard<'_> {
 impl BlockLocks {
     /// Locks blocks `first..=last` of volume `vol`, in ascending order (every request locks
     /// one volume's blocks in that order, so two requests cannot deadlock).
-    async fn lock(&self, vol: usize, first: u64, last: u64) -> BlockGuard<'_> {
+    async fn lock(&self, vol: &Arc<str>, first: u64, last: u64) -> BlockGuard<'_> {
         let mut guard = BlockGuard {
             locks: self,
             keys: Vec::new(),
             guards: Vec::new(),
         };
         for b in first..=last {
-            let m = self.map.lock().entry((vol, b)).or_default().clone();
-            guard.keys.push((vol, b));
+            let m = self.map.lock().entry((vol.clone(), b)).or_default().clone();
+            guard.keys.push((vol.clone(), b));
             guard.guards.push(m.lock_owned().await);
         }
         guard
@@ -146,38 +143,44 @@ impl BlockLocks {
     }
 }
 
-/// The volumes of one server and their I/O over a [`Router`].
+/// Volume I/O over a [`Router`]; the volume is given with each call.
 #[derive(Debug)]
 pub struct BlockStore {
     router: Arc<Router>,
-    volumes: Vec<Volume>,
     locks: BlockLocks,
 }
 
 /// Where a block sits relative to a byte range.
-fn block_span(block: u64) -> (u64, u64) {
-    (block * BS, (block + 1) * BS)
+fn block_span(bs: u64, block: u64) -> (u64, u64) {
+    (block * bs, (block + 1) * bs)
+}
+
+/// Which blocks of a read were stored: `(first block, one flag per block)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// The first block the read touched.
+    pub first: u64,
+    /// Whether each block from `first` on has a key (data) or not (a hole, reads as zeroes).
+    pub present: Vec<bool>,
 }
 
 impl BlockStore {
-    /// A store for `volumes` on the drives behind `router`.
+    /// A store on the drives behind `router`.
     #[must_use]
-    pub fn new(router: Arc<Router>, volumes: Vec<Volume>) -> Self {
+    pub fn new(router: Arc<Router>) -> Self {
         Self {
             router,
-            volumes,
             locks: BlockLocks::default(),
         }
     }
 
-    /// The volumes, in the order given.
+    /// The router the store uses.
     #[must_use]
-    pub fn volumes(&self) -> &[Volume] {
-        &self.volumes
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
     }
 
-    fn volume(&self, vol: usize, offset: u64, len: u64) -> Result<&Volume, StoreError> {
-        let v = self.volumes.get(vol).ok_or(StoreError::NoVolume(vol))?;
+    fn volume<'v>(&self, v: &'v Volume, offset: u64, len: u64) -> Result<&'v Volume, StoreError> {
         match offset.checked_add(len) {
             Some(end) if end <= v.size => Ok(v),
             _ => Err(StoreError::OutOfRange {
@@ -189,20 +192,42 @@ impl BlockStore {
         }
     }
 
-    /// Reads `len` bytes at `offset` of volume `vol`.
+    /// Reads `len` bytes at `offset` of volume `v`.
     ///
     /// # Errors
     /// [`StoreError::OutOfRange`] past the end; routing errors; a stored block of the
     /// wrong length ([`StoreError::Corrupt`]).
-    pub async fn read(&self, vol: usize, offset: u64, len: u32) -> Result<BytesMut, StoreError> {
-        let v = self.volume(vol, offset, u64::from(len))?;
+    pub async fn read(&self, v: &Volume, offset: u64, len: u32) -> Result<BytesMut, StoreError> {
+        Ok(self.read_allocated(v, offset, len).await?.0)
+    }
+
+    /// Reads `len` bytes at `offset` of volume `v`, and which of the blocks it touched are
+    /// stored (the rest are holes that read as zeroes).
+    ///
+    /// # Errors
+    /// As [`BlockStore::read`].
+    pub async fn read_allocated(
+        &self,
+        v: &Volume,
+        offset: u64,
+        len: u32,
+    ) -> Result<(BytesMut, Allocation), StoreError> {
+        let v = self.volume(v, offset, u64::from(len))?;
+        let bs = u64::from(v.block_size);
         let mut out = BytesMut::zeroed(len as usize);
         if len == 0 {
-            return Ok(out);
+            return Ok((
+                out,
+                Allocation {
+                    first: offset / bs,
+                    present: Vec::new(),
+                },
+            ));
         }
         let end = offset + u64::from(len);
-        let first = offset / BS;
-        let last = (end - 1) / BS;
+        let first = offset / bs;
+        let last = (end - 1) / bs;
+        let mut present = vec![false; (last - first + 1) as usize];
         let mut segments = Vec::new();
         let mut s = first;
         while s <= last {
@@ -213,22 +238,41 @@ impl BlockStore {
         let reads = segments.iter().map(|&(s, e)| self.read_blocks(v, s, e));
         for blocks in join_all(reads.collect()).await {
             for (block, data) in blocks? {
-                if data.len() != BLOCK_SIZE {
+                if data.len() != v.block_size as usize {
                     return Err(StoreError::Corrupt {
                         volume: v.name.clone(),
                         block,
                         len: data.len(),
+                        block_size: v.block_size,
                     });
                 }
-                let (bs, be) = block_span(block);
-                let (from, to) = (bs.max(offset), be.min(end));
+                present[(block - first) as usize] = true;
+                let (bs0, be) = block_span(bs, block);
+                let (from, to) = (bs0.max(offset), be.min(end));
                 if from < to {
                     out[(from - offset) as usize..(to - offset) as usize]
-                        .copy_from_slice(&data[(from - bs) as usize..(to - bs) as usize]);
+                        .copy_from_slice(&data[(from - bs0) as usize..(to - bs0) as usize]);
                 }
             }
         }
-        Ok(out)
+        Ok((out, Allocation { first, present }))
+    }
+
+    /// Which blocks `first..=last` of `v` are stored: one pipelined single-key `EXISTS`
+    /// per block, one round trip per drive (see [`Router::exists_each`]).
+    ///
+    /// # Errors
+    /// Routing errors.
+    pub async fn allocated(
+        &self,
+        v: &Volume,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<bool>, StoreError> {
+        let keys: Vec<Bytes> = (first..=last)
+            .map(|b| Bytes::from(layout::block_key(&v.key_id, b)))
+            .collect();
+        Ok(self.router.exists_each(&keys).await?)
     }
 
     /// The stored blocks among `first..=last` (all in one extent), with their contents.
@@ -240,21 +284,22 @@ impl BlockStore {
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
         let n = last - first + 1;
         if n >= RANGE_MIN_BLOCKS {
-            // At most 256 blocks (2 MiB): far below what one LS.RANGE reply may carry, so
-            // one reply holds every stored block of the run.
+            // At most 256 blocks: far below what one LS.RANGE reply may carry, so one
+            // reply holds every stored block of the run (a drive cuts a reply short only
+            // past many MiB; see `Router::range`).
             let extent = layout::extent_of(first);
             let pairs = self
                 .router
                 .range(
-                    &layout::block_key(&v.name, first),
-                    &layout::range_end_key(&v.name, last),
+                    &layout::block_key(&v.key_id, first),
+                    &layout::range_end_key(&v.key_id, last),
                     u32::try_from(n).unwrap_or(u32::MAX),
                 )
                 .await?;
             pairs
                 .into_iter()
                 .map(
-                    |(k, data)| match layout::parse_block_key(&v.name, extent, &k) {
+                    |(k, data)| match layout::parse_block_key(&v.key_id, extent, &k) {
                         Some(b) if (first..=last).contains(&b) => Ok((b, data)),
                         _ => Err(StoreError::ForeignKey {
                             volume: v.name.clone(),
@@ -265,7 +310,7 @@ impl BlockStore {
                 .collect()
         } else {
             let keys: Vec<Bytes> = (first..=last)
-                .map(|b| Bytes::from(layout::block_key(&v.name, b)))
+                .map(|b| Bytes::from(layout::block_key(&v.key_id, b)))
                 .collect();
             let values = self.router.mget(&keys).await?;
             Ok((first..=last)
@@ -275,14 +320,14 @@ impl BlockStore {
         }
     }
 
-    /// Writes `data` at `offset` of volume `vol`; answers once every drive holding the
+    /// Writes `data` at `offset` of volume `v`; answers once every drive holding the
     /// blocks acknowledged.
     ///
     /// # Errors
     /// As [`BlockStore::read`]; a write refused or not acknowledged by a drive.
-    pub async fn write(&self, vol: usize, offset: u64, data: Bytes) -> Result<(), StoreError> {
-        self.volume(vol, offset, data.len() as u64)?;
-        self.apply(vol, offset, data.len() as u64, Some(data)).await
+    pub async fn write(&self, v: &Volume, offset: u64, data: Bytes) -> Result<(), StoreError> {
+        self.volume(v, offset, data.len() as u64)?;
+        self.apply(v, offset, data.len() as u64, Some(data)).await
     }
 
     /// Zeroes `len` bytes at `offset` (TRIM and WRITE_ZEROES): whole blocks are deleted,
@@ -290,37 +335,39 @@ impl BlockStore {
     ///
     /// # Errors
     /// As [`BlockStore::write`].
-    pub async fn zero(&self, vol: usize, offset: u64, len: u64) -> Result<(), StoreError> {
-        self.volume(vol, offset, len)?;
-        self.apply(vol, offset, len, None).await
+    pub async fn zero(&self, v: &Volume, offset: u64, len: u64) -> Result<(), StoreError> {
+        self.volume(v, offset, len)?;
+        self.apply(v, offset, len, None).await
     }
 
     /// Writes `data` (or zeroes) over `[offset, offset + len)` in steps of at most
     /// [`BLOCKS_PER_STEP`] blocks.
     async fn apply(
         &self,
-        vol: usize,
+        v: &Volume,
         offset: u64,
         len: u64,
         data: Option<Bytes>,
     ) -> Result<(), StoreError> {
-        let v = self.volume(vol, offset, len)?;
+        let v = self.volume(v, offset, len)?;
         if len == 0 {
             return Ok(());
         }
+        let bs = u64::from(v.block_size);
+        let lock_id: Arc<str> = Arc::from(v.key_id.as_str());
         let end = offset + len;
         let mut step_start = offset;
         while step_start < end {
-            let first = step_start / BS;
-            let step_end = end.min((first + BLOCKS_PER_STEP) * BS);
-            let last = (step_end - 1) / BS;
-            let _locks = self.locks.lock(vol, first, last).await;
+            let first = step_start / bs;
+            let step_end = end.min((first + BLOCKS_PER_STEP) * bs);
+            let last = (step_end - 1) / bs;
+            let _locks = self.locks.lock(&lock_id, first, last).await;
             // Blocks only partly covered keep the rest of their bytes: read them first.
             let partial: Vec<u64> = [first, last]
                 .into_iter()
                 .filter(|&b| {
-                    let (bs, be) = block_span(b);
-                    step_start > bs || step_end < be
+                    let (b0, be) = block_span(bs, b);
+                    step_start > b0 || step_end < be
                 })
                 .collect::<std::collections::BTreeSet<u64>>()
                 .into_iter()
@@ -330,17 +377,18 @@ impl BlockStore {
             } else {
                 let keys: Vec<Bytes> = partial
                     .iter()
-                    .map(|&b| Bytes::from(layout::block_key(&v.name, b)))
+                    .map(|&b| Bytes::from(layout::block_key(&v.key_id, b)))
                     .collect();
                 let values = self.router.mget(&keys).await?;
                 let mut old = HashMap::new();
                 for (&b, value) in partial.iter().zip(values) {
                     if let Some(value) = value {
-                        if value.len() != BLOCK_SIZE {
+                        if value.len() != v.block_size as usize {
                             return Err(StoreError::Corrupt {
                                 volume: v.name.clone(),
                                 block: b,
                                 len: value.len(),
+                                block_size: v.block_size,
                             });
                         }
                         old.insert(b, value);
@@ -352,19 +400,19 @@ impl BlockStore {
             // Blocks to delete, by extent; `true` when the key is known to exist.
             let mut dels: BTreeMap<u64, Vec<(Bytes, bool)>> = BTreeMap::new();
             for b in first..=last {
-                let key = Bytes::from(layout::block_key(&v.name, b));
-                let (bs, be) = block_span(b);
-                let (from, to) = (bs.max(step_start), be.min(step_end));
+                let key = Bytes::from(layout::block_key(&v.key_id, b));
+                let (b0, be) = block_span(bs, b);
+                let (from, to) = (b0.max(step_start), be.min(step_end));
                 let slice = |d: &Bytes| d.slice((from - offset) as usize..(to - offset) as usize);
-                let whole = from == bs && to == be;
+                let whole = from == b0 && to == be;
                 let content: Option<Bytes> = if whole {
                     data.as_ref().map(slice)
                 } else {
                     let mut block = match old.get(&b) {
                         Some(o) => BytesMut::from(&o[..]),
-                        None => BytesMut::zeroed(BLOCK_SIZE),
+                        None => BytesMut::zeroed(v.block_size as usize),
                     };
-                    let range = (from - bs) as usize..(to - bs) as usize;
+                    let range = (from - b0) as usize..(to - b0) as usize;
                     match &data {
                         Some(d) => block[range].copy_from_slice(&slice(d)),
                         None => block[range].fill(0),
@@ -428,17 +476,19 @@ mod tests {
     #[tokio::test]
     async fn locks_serialize_and_clean_up() {
         let locks = Arc::new(BlockLocks::default());
-        let g = locks.lock(0, 10, 12).await;
+        let (v0, v1): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let g = locks.lock(&v0, 10, 12).await;
         assert_eq!(locks.len(), 3);
         let l2 = locks.clone();
+        let w0 = v0.clone();
         let waiter = tokio::spawn(async move {
-            let _g = l2.lock(0, 12, 13).await;
+            let _g = l2.lock(&w0, 12, 13).await;
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished());
         // Other blocks and other volumes are free.
-        drop(locks.lock(1, 12, 12).await);
-        drop(locks.lock(0, 14, 20).await);
+        drop(locks.lock(&v1, 12, 12).await);
+        drop(locks.lock(&v0, 14, 20).await);
         drop(g);
         waiter.await.unwrap();
         assert_eq!(locks.len(), 0);
@@ -447,8 +497,9 @@ mod tests {
     #[tokio::test]
     async fn cancelled_waiter_leaves_no_lock() {
         let locks = BlockLocks::default();
-        let g = locks.lock(0, 1, 1).await;
-        let r = tokio::time::timeout(Duration::from_millis(20), locks.lock(0, 0, 1)).await;
+        let v: Arc<str> = Arc::from("v");
+        let g = locks.lock(&v, 1, 1).await;
+        let r = tokio::time::timeout(Duration::from_millis(20), locks.lock(&v, 0, 1)).await;
         assert!(r.is_err());
         drop(g);
         assert_eq!(locks.len(), 0);
@@ -481,26 +532,21 @@ mod tests {
         // The router points nowhere: an out-of-range request must fail without touching it.
         let router =
             Arc::new(Router::single("127.0.0.1:1".parse().unwrap(), Default::default()).unwrap());
-        let store = BlockStore::new(
-            router,
-            vec![Volume {
-                name: "v".into(),
-                size: 10_000,
-            }],
-        );
+        let store = BlockStore::new(router);
+        let v = Volume::new("v", 10_000);
         assert!(matches!(
-            store.read(0, 9_999, 2).await,
+            store.read(&v, 9_999, 2).await,
             Err(StoreError::OutOfRange { .. })
         ));
         assert!(matches!(
-            store.write(0, u64::MAX, Bytes::from_static(b"xx")).await,
+            store.write(&v, u64::MAX, Bytes::from_static(b"xx")).await,
             Err(StoreError::OutOfRange { .. })
         ));
         assert!(matches!(
-            store.zero(1, 0, 1).await,
-            Err(StoreError::NoVolume(1))
+            store.zero(&v, 10_000, 1).await,
+            Err(StoreError::OutOfRange { .. })
         ));
-        assert_eq!(store.read(0, 10_000, 0).await.unwrap().len(), 0);
+        assert_eq!(store.read(&v, 10_000, 0).await.unwrap().len(), 0);
         assert_eq!(store.locks_in_use(), 0);
     }
 }

@@ -155,6 +155,16 @@ impl Nbd {
         Nbd::start(&args)
     }
 
+    /// Starts `lightstore-nbd serve` against one drive: it exports every volume stored on
+    /// the drive.
+    pub fn serve(drive: &Drive) -> Nbd {
+        Nbd::start(&[
+            "serve".to_string(),
+            "--drive".into(),
+            drive.addr.to_string(),
+        ])
+    }
+
     /// `nbd://127.0.0.1:PORT/name`.
     pub fn uri(&self, name: &str) -> String {
         format!("nbd://{}/{name}", self.addr)
@@ -171,6 +181,33 @@ impl Drop for Nbd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `lightstore-nbd ARGS` (a `volume` subcommand) to completion and returns its
+/// output, whatever the exit status.
+pub fn nbd_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lightstore-nbd"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("running lightstore-nbd {args:?}: {e}"))
+}
+
+/// `lightstore-nbd volume ARGS --drive ADDR`, which must succeed; returns stdout.
+pub fn volume_cmd(drive: SocketAddr, args: &[&str]) -> String {
+    let mut all = vec!["volume"];
+    all.extend_from_slice(args);
+    let addr = drive.to_string();
+    all.extend_from_slice(&["--drive", &addr]);
+    let out = nbd_cli(&all);
+    assert!(
+        out.status.success(),
+        "lightstore-nbd {all:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Whether `tool` is on PATH.
