@@ -101,6 +101,18 @@ impl GroupDone {
         Box::new(move |r| g.finish_one(r.and_then(|c| c.result)))
     }
 
+    /// Waits until every command finished or `deadline` passed, whichever is first; true
+    /// when all finished. Leaves the error (if any) to [`GroupDone::wait`].
+    pub(crate) fn wait_until(&self, deadline: std::time::Instant) -> bool {
+        let mut s = self.state.lock();
+        while s.remaining > 0 {
+            if self.all_in.wait_until(&mut s, deadline).timed_out() {
+                return s.remaining == 0;
+            }
+        }
+        true
+    }
+
     /// Waits for every command; the first error, if any (reported to one waiter).
     pub(crate) fn wait(&self) -> Result<(), DeviceError> {
         let mut s = self.state.lock();
