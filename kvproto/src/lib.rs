@@ -22,7 +22,8 @@ pub mod request;
 
 pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
 pub use command::{
-    Command, CommandError, CommandSpec, Expire, ExpireCondition, ScoreBound, SetCondition, TtlKind,
+    ClientKill, ClientKillFilters, ClientType, Command, CommandError, CommandSpec, Expire,
+    ExpireCondition, ScoreBound, SetCondition, TtlKind,
     ZAddOptions,
 };
 pub use limits::Limits;

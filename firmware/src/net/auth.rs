@@ -91,6 +91,7 @@ pub(super) fn login(users: &Users, c: &mut Conn, user: &[u8], password: &[u8]) -
             c.authed = true;
             c.denied = u.denied();
             c.user = u.name.clone();
+            c.all_channels = u.all_channels();
             true
         }
         None => false,

@@ -14,6 +14,7 @@ use kvproto::{Protocol, Reply, RequestParser};
 use mio::net::TcpStream;
 
 use super::limits::request_cost;
+use super::pubsub::Subscriptions;
 use super::route::Route;
 use super::transport::Transport;
 use super::MAX_QUEUED_PER_CONN;
@@ -104,6 +105,19 @@ pub(super) struct ConnAuth {
     pub(super) user: Arc<str>,
     /// The command classes that user may not run.
     pub(super) denied: Classes,
+    /// Whether that user may use pub/sub channels (`&*`).
+    pub(super) all_channels: bool,
+}
+
+/// A command sent to another thread, kept until its reply arrives (INFO commandstats and
+/// SLOWLOG measure it from dispatch to reply).
+pub(super) struct InFlight {
+    /// Its row of the command table (`None`: not counted, e.g. cluster admin commands).
+    pub(super) row: Option<usize>,
+    /// When it left `ls-net`.
+    pub(super) started: Instant,
+    /// The request, for SLOWLOG.
+    pub(super) args: Vec<Bytes>,
 }
 
 pub(super) struct Conn {
@@ -166,6 +180,20 @@ pub(super) struct Conn {
     pub(super) soft_since: Option<Instant>,
     /// Reading waits for the drive-wide budget.
     pub(super) budget_paused: bool,
+    /// Whether the user may use pub/sub channels (`&*`).
+    pub(super) all_channels: bool,
+    /// Channels and patterns it is subscribed to.
+    pub(super) subs: Subscriptions,
+    /// `CLIENT NO-EVICT on` (accepted and shown; the drive evicts no client for memory).
+    pub(super) no_evict: bool,
+    /// `CLIENT NO-TOUCH on` (accepted and shown; the drive keeps no access times).
+    pub(super) no_touch: bool,
+    /// When it connected (CLIENT LIST `age`).
+    pub(super) created: Instant,
+    /// The last command it ran (CLIENT LIST `cmd`).
+    pub(super) last_cmd: &'static str,
+    /// The commands in flight, in order (see [`InFlight`]).
+    pub(super) inflight_meta: VecDeque<InFlight>,
 }
 
 impl Conn {
@@ -215,6 +243,13 @@ impl Conn {
             stalled: None,
             soft_since: None,
             budget_paused: false,
+            all_channels: auth.all_channels,
+            subs: Subscriptions::default(),
+            no_evict: false,
+            no_touch: false,
+            created: now,
+            last_cmd: "NULL",
+            inflight_meta: VecDeque::new(),
         }
     }
 
@@ -306,24 +341,70 @@ pub(super) fn valid_client_name(n: &[u8]) -> bool {
     n.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
-pub(super) fn client_line(c: &Conn) -> String {
+/// The drive's address a client connected to (CLIENT LIST `laddr`, CLIENT KILL LADDR).
+pub(super) fn local_addr(c: &Conn) -> String {
+    c.transport
+        .tcp()
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default()
+}
+
+/// CLIENT LIST `flags`: `P` subscribed, `x` in MULTI, `e` no-evict, `T` no-touch, `N` none.
+fn client_flags(c: &Conn) -> String {
+    let mut f = String::new();
+    if c.subs.count() > 0 {
+        f.push('P');
+    }
+    if c.multi.is_some() {
+        f.push('x');
+    }
+    if c.no_evict {
+        f.push('e');
+    }
+    if c.no_touch {
+        f.push('T');
+    }
+    if f.is_empty() {
+        f.push('N');
+    }
+    f
+}
+
+/// One line of CLIENT LIST / CLIENT INFO, with Redis 7.2's fields in its order. `fd` is the
+/// socket's descriptor; the memory fields count the drive's own buffers (`argv-mem`: the
+/// bytes of requests framed and not answered; `multi-mem`: 0; `tot-mem`: buffers plus
+/// pending requests), `redir` is always -1 (no client-side caching).
+pub(super) fn client_line(c: &Conn, now: Instant) -> String {
     let name = c
         .name
         .as_deref()
         .map(String::from_utf8_lossy)
         .unwrap_or_default();
+    let age = now.saturating_duration_since(c.created).as_secs();
+    let idle = now.saturating_duration_since(c.last_active).as_secs();
+    let multi = c
+        .multi
+        .as_ref()
+        .map_or(-1, |q| i64::try_from(q.len()).unwrap_or(i64::MAX));
+    let qbuf_free = c.rbuf.capacity() - c.rbuf.len();
+    let tot_mem = c.rbuf.capacity() + c.out.len() + c.pending_bytes;
     format!(
-        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} user={} resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd={} name={} age={age} idle={idle} flags={} db=0 sub={} psub={} ssub=0 multi={multi} qbuf={} qbuf-free={qbuf_free} argv-mem={} multi-mem=0 rbs={} rbp=0 obl={} oll=0 omem={} tot-mem={tot_mem} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
         c.id,
         c.peer,
-        c.transport
-            .tcp()
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
+        local_addr(c),
+        c.transport.tcp().as_raw_fd(),
         name,
+        client_flags(c),
+        c.subs.channels.len(),
+        c.subs.patterns.len(),
         c.rbuf.len(),
+        c.pending_bytes,
+        c.rbuf.capacity(),
         c.out.len(),
+        c.out.len(),
+        c.last_cmd,
         c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name

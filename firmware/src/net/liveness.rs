@@ -266,7 +266,7 @@ impl Net {
             0 => None,
             s => Some(Duration::from_secs(s)),
         };
-        let output = self.cfg.buffers.output;
+        let limits = self.cfg.buffers;
         let mut idle = Vec::new();
         let mut over = Vec::new();
         for (&id, c) in &mut self.conns {
@@ -283,7 +283,11 @@ impl Net {
                     self.budget.update(c);
                 }
             }
-            if c.soft_since.is_some() && output.exceeded(c.out.len(), &mut c.soft_since, now) {
+            if c.soft_since.is_some()
+                && limits
+                    .output_of(c)
+                    .exceeded(c.out.len(), &mut c.soft_since, now)
+            {
                 over.push(id);
             }
         }

@@ -1,0 +1,520 @@
+//! The connection protocol against redis-server: pub/sub (RESP2 subscribed mode and RESP3
+//! push frames, message order, PUBSUB introspection), RESP3 replies per command, CLIENT KILL,
+//! RESET, SLOWLOG and INFO commandstats, compared byte for byte with redis-server over raw
+//! sockets (redis-rs would normalise the replies). Plus the drive-only checks: the pub/sub
+//! output limit, ACL channel permissions, and redis-py (Debian's `python3-redis`) driving
+//! the drive as an application would.
+//! redis-server must be installed (`cargo xtask test` installs it and python3-redis).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{ask, read_frame, record_skip, send, Drive, RedisServer};
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).replace("\r\n", "\\r\\n")
+}
+
+/// One step of a script: on connection `conn`, send `cmd` (split on spaces) and read
+/// `replies` frames (more than one for SUBSCRIBE-style commands and published messages;
+/// 0 to only send). A command starting with `@read` sends nothing and reads `replies`.
+type Step<'a> = (usize, &'a str, usize);
+
+/// Runs `script` against both servers with `conns` connections each, after `prelude` (its
+/// reply read and not compared: HELLO names the server and its version) on each, and
+/// returns the differences, frame by frame.
+fn compare(
+    redis: &RedisServer,
+    drive: &Drive,
+    conns: usize,
+    prelude: &str,
+    script: &[Step<'_>],
+) -> Vec<String> {
+    let mut r: Vec<TcpStream> = (0..conns).map(|_| redis.raw()).collect();
+    let mut d: Vec<TcpStream> = (0..conns).map(|_| drive.raw()).collect();
+    for s in r.iter_mut().chain(d.iter_mut()) {
+        let _ = ask(s, prelude);
+    }
+    let mut diffs = Vec::new();
+    for &(i, cmd, replies) in script {
+        if cmd != "@read" {
+            let words: Vec<&[u8]> = cmd.split(' ').map(str::as_bytes).collect();
+            send(&mut r[i], &words);
+            send(&mut d[i], &words);
+        }
+        for k in 0..replies {
+            let (want, got) = (read_frame(&mut r[i]), read_frame(&mut d[i]));
+            if want != got {
+                diffs.push(format!(
+                    "{prelude}: conn {i} `{cmd}` frame {k}:\n  redis-server: {}\n  drive:        {}",
+                    show(&want),
+                    show(&got)
+                ));
+            }
+        }
+    }
+    diffs
+}
+
+/// The pub/sub script, for one protocol (`2` or `3`): connection 0 subscribes, 1 publishes.
+fn pubsub_script(resp: &str) -> Vec<Step<'_>> {
+    let resp3 = resp == "3";
+    let mut s: Vec<Step<'_>> = vec![
+        // Not subscribed yet: UNSUBSCRIBE without channels still answers.
+        (0, "UNSUBSCRIBE", 1),
+        (0, "PUNSUBSCRIBE", 1),
+        (0, "SUBSCRIBE", 1),
+        (0, "SUBSCRIBE news sport", 2),
+        (0, "SUBSCRIBE news", 1),
+        (0, "PSUBSCRIBE n* [ab]?c", 2),
+        (1, "PUBLISH news hello", 1),
+        // The channel subscription's copy first, then the pattern's.
+        (0, "@read", 2),
+        (1, "PUBLISH abc x", 1),
+        (0, "@read", 1),
+        (1, "PUBLISH nobody y", 1),
+        (0, "@read", 1),
+        (1, "PUBLISH zzz lost", 1),
+        (1, "PUBSUB CHANNELS s*", 1),
+        (1, "PUBSUB NUMSUB news sport zzz", 1),
+        (1, "PUBSUB NUMSUB", 1),
+        (1, "PUBSUB NUMPAT", 1),
+        (1, "PUBSUB NUMPAT x", 1),
+        (1, "PUBSUB NOPE", 1),
+        (1, "PUBLISH onlyone", 1),
+        (0, "PING", 1),
+        (0, "PING hi", 1),
+        (0, "GET k", 1),
+        (0, "SET k v", 1),
+        (0, "CLIENT ID x", 1),
+        (0, "NOSUCHCOMMAND", 1),
+        (0, "GET", 1),
+        (0, "UNSUBSCRIBE news", 1),
+        (1, "PUBLISH news again", 1),
+        (0, "@read", 1),
+        (0, "PUNSUBSCRIBE n*", 1),
+        (0, "UNSUBSCRIBE sport", 1),
+        (0, "PUNSUBSCRIBE", 1),
+        // Out of subscribed mode: everything runs again.
+        (0, "GET k", 1),
+        (0, "PING", 1),
+    ];
+    if resp3 {
+        // RESP3 runs any command while subscribed, and a message may come between replies.
+        s.extend_from_slice(&[
+            (0, "SUBSCRIBE c1", 1),
+            (0, "SET k3 v3", 1),
+            (1, "PUBLISH c1 m1", 1),
+            (0, "@read", 1),
+            (0, "GET k3", 1),
+            (0, "PUBLISH c1 self", 2),
+            (0, "RESET", 1),
+        ]);
+    } else {
+        s.extend_from_slice(&[(0, "SUBSCRIBE c1", 1), (0, "RESET", 1), (0, "GET k", 1)]);
+    }
+    s
+}
+
+#[test]
+fn pubsub_answers_as_redis_server_does_in_resp2_and_resp3() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut diffs = Vec::new();
+    for resp in ["2", "3"] {
+        let hello = format!("HELLO {resp}");
+        diffs.extend(compare(&redis, &drive, 2, &hello, &pubsub_script(resp)));
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn pubsub_messages_keep_publish_order_under_a_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let (mut sub, mut publ) = (drive.raw(), drive.raw());
+    let _ = ask(&mut sub, "SUBSCRIBE ch");
+    // 2,000 PUBLISHes in one write, interleaved with writes and reads on the publisher.
+    let mut batch = Vec::new();
+    for i in 0..2000 {
+        for cmd in [
+            format!("PUBLISH ch m{i}"),
+            format!("SET k{i} v{i}"),
+            format!("GET k{i}"),
+        ] {
+            let words: Vec<&str> = cmd.split(' ').collect();
+            batch.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+            for w in words {
+                batch.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+            }
+        }
+    }
+    publ.write_all(&batch).unwrap();
+    for i in 0..2000 {
+        assert_eq!(read_frame(&mut publ), b":1\r\n");
+        assert_eq!(read_frame(&mut publ), b"+OK\r\n");
+        let v = format!("v{i}");
+        assert_eq!(
+            read_frame(&mut publ),
+            format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+        );
+        let m = format!("m{i}");
+        assert_eq!(
+            show(&read_frame(&mut sub)),
+            show(format!("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n${}\r\n{m}\r\n", m.len()).as_bytes())
+        );
+    }
+}
+
+#[test]
+fn resp3_replies_match_redis_server_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    // Hash fields are written in byte order, so redis-server's (insertion-ordered) small
+    // hashes list them as the drive does.
+    let script: &[&str] = &[
+        "SET s hello",
+        "GET s",
+        "GET missing",
+        "MGET s missing s",
+        "SET s world GET",
+        "SET n 10 NX",
+        "SET n 10 NX GET",
+        "INCR n",
+        "INCRBY n -30",
+        "HSET h a 1 b 2 c 3",
+        "HGETALL h",
+        "HGETALL missing",
+        "HGET h b",
+        "HGET h nope",
+        "HMGET h a nope c",
+        "HLEN h",
+        "HEXISTS h a",
+        "HDEL h c",
+        "ZADD z 1 a 2.5 b -3 c",
+        "ZADD z INCR 1.5 a",
+        "ZADD z NX INCR 1 a",
+        "ZSCORE z b",
+        "ZSCORE z nope",
+        "ZSCORE missing a",
+        "ZCARD z",
+        "ZRANGEBYSCORE z -inf +inf",
+        "ZRANGEBYSCORE z -inf +inf WITHSCORES",
+        "ZRANGEBYSCORE z (-3 2.5 WITHSCORES LIMIT 0 1",
+        "ZREM z c",
+        "EXISTS s h z missing",
+        "TYPE h",
+        "TYPE z",
+        "TYPE missing",
+        "TTL s",
+        "EXPIRE s 100",
+        "TTL s",
+        "PERSIST s",
+        "GETEX s PX 100000",
+        "GETDEL s",
+        "GETDEL s",
+        "APPEND s abc",
+        "STRLEN s",
+        "GETRANGE s 0 1",
+        "DEL s n",
+        "KEYS h*",
+        "DBSIZE",
+        "CONFIG GET maxmemory",
+        "CONFIG GET nosuchsetting",
+        "ECHO hi",
+        "PING",
+        "PING x",
+        "MULTI",
+        "SET t 1",
+        "INCR t",
+        "GET t",
+        "EXEC",
+        "WATCH t",
+        "MULTI",
+        "GET t",
+        "DISCARD",
+        "EXEC",
+        "GET h",
+        "HGET s x",
+        "ZSCORE h a",
+        "SET x",
+        "NOSUCH",
+        "CLIENT KILL 1.2.3.4:5",
+        "CLIENT KILL ID 0",
+        "CLIENT KILL TYPE nope",
+        "CLIENT KILL USER nosuchuser",
+        "CLIENT KILL ID 999999",
+        "CLIENT KILL SKIPME maybe",
+        "CLIENT KILL ID",
+        "CLIENT NO-EVICT on",
+        "CLIENT NO-EVICT off",
+        "CLIENT NO-EVICT maybe",
+        "SLOWLOG GET -2",
+        "SLOWLOG LEN x",
+        "SLOWLOG NOPE",
+        "SLOWLOG RESET",
+        "SLOWLOG LEN",
+        "PUBSUB NUMPAT",
+        "RESET",
+        "GET missing",
+        "HGETALL h",
+    ];
+    let steps: Vec<Step<'_>> = script.iter().map(|cmd| (0, *cmd, 1)).collect();
+    let diffs = compare(&redis, &drive, 1, "HELLO 3", &steps);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn hello_3_answers_with_the_drives_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut d = drive.raw();
+    let hello = show(&ask(&mut d, "HELLO 3"));
+    assert!(hello.starts_with("%7\\r\\n$6\\r\\nserver\\r\\n$5\\r\\nredis\\r\\n$7\\r\\nversion\\r\\n$5\\r\\n7.0.0"), "{hello}");
+    let info = show(&ask(&mut d, "INFO server"));
+    assert!(info.contains("redis_version:7.0.0"), "{info}");
+    assert!(info.contains("lightstore_version:"), "{info}");
+}
+
+#[test]
+fn client_kill_closes_the_clients_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut admin = drive.raw();
+    let mut victim = drive.raw();
+    let mut sub = drive.raw();
+    let id = String::from_utf8(ask(&mut victim, "CLIENT ID")).unwrap();
+    let id = id.trim_start_matches(':').trim().to_string();
+    let _ = ask(&mut sub, "SUBSCRIBE ch");
+    assert_eq!(ask(&mut admin, &format!("CLIENT KILL ID {id}")), b":1\r\n");
+    let (rest, closed) = common::read_for(&mut victim, Duration::from_secs(5));
+    assert!(rest.is_empty() && closed, "the killed client was not closed");
+    // TYPE pubsub names the subscriber only; SKIPME yes (the default) spares the caller.
+    assert_eq!(ask(&mut admin, "CLIENT KILL TYPE pubsub"), b":1\r\n");
+    assert!(common::read_for(&mut sub, Duration::from_secs(5)).1);
+    assert_eq!(ask(&mut admin, "PUBSUB NUMSUB ch"), b"*2\r\n$2\r\nch\r\n:0\r\n");
+    // The old form by address, and USER and LADDR filters.
+    let mut other = drive.raw();
+    let addr = other.local_addr().unwrap().to_string();
+    assert_eq!(ask(&mut admin, &format!("CLIENT KILL {addr}")), b"+OK\r\n");
+    assert!(common::read_for(&mut other, Duration::from_secs(5)).1);
+    let mut a = drive.raw();
+    let mut b = drive.raw();
+    let _ = ask(&mut a, "PING");
+    let _ = ask(&mut b, "PING");
+    assert_eq!(
+        ask(&mut admin, &format!("CLIENT KILL LADDR {} USER default", drive.addr)),
+        b":2\r\n"
+    );
+    // The caller itself, after its reply.
+    assert_eq!(ask(&mut admin, "CLIENT KILL SKIPME no USER default"), b":1\r\n");
+    assert!(common::read_for(&mut admin, Duration::from_secs(5)).1);
+    // CLIENT NO-EVICT / NO-TOUCH show in CLIENT INFO's flags.
+    let mut c = drive.raw();
+    assert_eq!(ask(&mut c, "CLIENT NO-EVICT on"), b"+OK\r\n");
+    assert_eq!(ask(&mut c, "CLIENT NO-TOUCH on"), b"+OK\r\n");
+    let info = show(&ask(&mut c, "CLIENT INFO"));
+    assert!(info.contains(" flags=eT "), "{info}");
+    for field in [" age=", " idle=", " sub=0 ", " psub=0 ", " multi=-1 ", " cmd=client "] {
+        assert!(info.contains(field), "{field} missing: {info}");
+    }
+}
+
+#[test]
+fn slowlog_and_commandstats_count_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(
+        &dir.path().join("data"),
+        &["--slowlog-log-slower-than", "0", "--slowlog-max-len", "3"],
+    );
+    let mut c = drive.raw();
+    assert_eq!(
+        show(&ask(&mut c, "CONFIG GET slowlog-*")),
+        "*4\\r\\n$23\\r\\nslowlog-log-slower-than\\r\\n$1\\r\\n0\\r\\n$15\\r\\nslowlog-max-len\\r\\n$1\\r\\n3\\r\\n"
+    );
+    assert_eq!(ask(&mut c, "SLOWLOG RESET"), b"+OK\r\n");
+    let _ = ask(&mut c, "SET a 1");
+    let _ = ask(&mut c, "GET a");
+    let _ = ask(&mut c, "AUTH secret");
+    let _ = ask(&mut c, "PING");
+    // Four commands ran; AUTH is never logged, so SLOWLOG RESET, SET, GET, PING were, and
+    // three are kept.
+    assert_eq!(ask(&mut c, "SLOWLOG LEN"), b":3\r\n");
+    let entries = show(&ask(&mut c, "SLOWLOG GET 1"));
+    assert!(entries.starts_with("*1\\r\\n*6\\r\\n:"), "{entries}");
+    assert!(entries.contains("$4\\r\\nPING\\r\\n"), "{entries}");
+    let got = show(&ask(&mut c, "SLOWLOG GET"));
+    assert!(got.starts_with("*3\\r\\n") && !got.contains("secret"), "{got}");
+    // INFO commandstats: calls, a rejected call (arity) and a failed one (not an integer).
+    let _ = ask(&mut c, "GET");
+    let _ = ask(&mut c, "SET s x");
+    let _ = ask(&mut c, "INCR s");
+    let stats = String::from_utf8(ask(&mut c, "INFO commandstats")).unwrap();
+    let line = |name: &str| {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+            .to_string()
+    };
+    assert!(line("get").contains("calls=1,") && line("get").contains("rejected_calls=1,"));
+    assert!(line("incr").contains("calls=1,") && line("incr").ends_with("failed_calls=1"));
+    assert!(line("set").contains("calls=2,") && line("set").contains("usec_per_call="));
+    assert!(!String::from_utf8(ask(&mut c, "INFO")).unwrap().contains("cmdstat_"));
+    assert_eq!(ask(&mut c, "CONFIG RESETSTAT"), b"+OK\r\n");
+    let stats = String::from_utf8(ask(&mut c, "INFO commandstats")).unwrap();
+    assert!(!stats.contains("cmdstat_get"), "{stats}");
+}
+
+#[test]
+fn a_subscriber_that_does_not_read_is_closed_at_the_pubsub_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(
+        &dir.path().join("data"),
+        &["--client-output-buffer-limit", "pubsub 1mb 0 0"],
+    );
+    let mut sub = drive.raw();
+    assert!(show(&ask(&mut sub, "SUBSCRIBE big")).contains("subscribe"));
+    let mut publ = drive.raw();
+    assert!(show(&ask(&mut publ, "CONFIG GET client-output-buffer-limit")).contains("pubsub 1048576 0 0"));
+    let payload = vec![b'x'; 256 << 10];
+    let mut closed_at = None;
+    for i in 0..400 {
+        send(&mut publ, &[b"PUBLISH", b"big", &payload]);
+        let r = read_frame(&mut publ);
+        if r == b":0\r\n" {
+            closed_at = Some(i);
+            break;
+        }
+    }
+    assert!(closed_at.is_some(), "the subscriber was never closed");
+    let disconnects = common::info_field(&mut drive.conn(), "stats", "client_output_buffer_limit_disconnections");
+    assert!(disconnects >= 1);
+    // A normal client is not bound by the pubsub class.
+    let mut normal = drive.raw();
+    send(&mut normal, &[b"SET", b"v", &payload]);
+    assert_eq!(read_frame(&mut normal), b"+OK\r\n");
+}
+
+#[test]
+fn channels_follow_the_acl() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("users.acl");
+    std::fs::write(
+        &acl,
+        "user nochan on nopass ~* resetchannels +@all\nuser default on nopass ~* &* +@all\n",
+    )
+    .unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &["--aclfile", acl.to_str().unwrap()]);
+    let mut c = drive.raw();
+    assert_eq!(ask(&mut c, "AUTH nochan x"), b"+OK\r\n");
+    let noperm = b"-NOPERM No permissions to access a channel\r\n";
+    assert_eq!(ask(&mut c, "SUBSCRIBE a"), noperm);
+    assert_eq!(ask(&mut c, "PSUBSCRIBE a*"), noperm);
+    assert_eq!(ask(&mut c, "PUBLISH a m"), noperm);
+    // Not subscribed: the connection still runs everything.
+    assert_eq!(ask(&mut c, "SET k v"), b"+OK\r\n");
+    assert_eq!(ask(&mut c, "PUBSUB NUMPAT"), b":0\r\n");
+    // RESET makes it the default user again, who may.
+    assert_eq!(ask(&mut c, "RESET"), b"+RESET\r\n");
+    assert_eq!(ask(&mut c, "PUBLISH a m"), b":0\r\n");
+}
+
+/// redis-py, as applications use it: the default (transactional) pipeline, WATCH with
+/// WatchError, pub/sub with get_message, and GETEX / TTL / KEYS / TYPE.
+const REDIS_PY_SCRIPT: &str = r#"
+import sys, time, redis
+r = redis.Redis(host=sys.argv[1], port=int(sys.argv[2]))
+assert r.ping()
+r.flushall()
+
+p = r.pipeline()
+p.set("a", 1).incr("a").get("a").hset("h", mapping={"f": "v"}).hgetall("h")
+assert p.execute() == [True, 2, b"2", 1, {b"f": b"v"}], "pipeline"
+
+with r.pipeline() as p:
+    p.watch("a")
+    r.set("a", 10)
+    p.multi()
+    p.incr("a")
+    try:
+        p.execute()
+        raise AssertionError("WATCH did not abort")
+    except redis.WatchError:
+        pass
+
+def incr_twice(pipe):
+    v = int(pipe.get("a"))
+    pipe.multi()
+    pipe.set("a", v + 2)
+assert r.transaction(incr_twice, "a") == [True]
+assert r.get("a") == b"12"
+
+ps = r.pubsub()
+ps.subscribe("news")
+ps.psubscribe("n*")
+deadline = time.time() + 5
+confirmations = []
+while len(confirmations) < 2 and time.time() < deadline:
+    m = ps.get_message(timeout=0.5)
+    if m:
+        confirmations.append(m["type"])
+assert confirmations == ["subscribe", "psubscribe"], confirmations
+assert r.publish("news", "hello") == 2
+got = []
+while len(got) < 2 and time.time() < deadline:
+    m = ps.get_message(timeout=0.5)
+    if m:
+        got.append((m["type"], m["channel"], m["data"]))
+assert got == [("message", b"news", b"hello"), ("pmessage", b"news", b"hello")], got
+assert r.pubsub_numsub("news") == [(b"news", 1)]
+ps.close()
+
+r.set("e", "v", ex=100)
+assert r.getex("e", px=50000) == b"v"
+assert 0 < r.ttl("e") <= 50
+assert r.getex("e", persist=True) == b"v"
+assert r.ttl("e") == -1
+assert sorted(r.keys("*")) == [b"a", b"e", b"h"]
+assert r.type("h") == b"hash" and r.type("e") == b"string" and r.type("nope") == b"none"
+print("redis-py ok", redis.__version__)
+"#;
+
+#[test]
+fn redis_py_runs_against_the_drive() {
+    let python = "/usr/bin/python3";
+    let have = std::process::Command::new(python)
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        record_skip(
+            "tool",
+            "python3-redis",
+            "Debian's python3-redis is not installed (cargo xtask test installs it)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(REDIS_PY_SCRIPT)
+        .arg(drive.addr.ip().to_string())
+        .arg(drive.addr.port().to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-py failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
