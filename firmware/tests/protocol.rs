@@ -258,6 +258,8 @@ fn resp3_replies_match_redis_server_byte_for_byte() {
         "CLIENT NO-EVICT maybe",
         "SLOWLOG GET -2",
         "SLOWLOG LEN x",
+        "SLOWLOG GET 1 2",
+        "SLOWLOG RESET x",
         "SLOWLOG NOPE",
         "SLOWLOG RESET",
         "SLOWLOG LEN",
@@ -277,7 +279,12 @@ fn hello_3_answers_with_the_drives_version() {
     let drive = Drive::start(&dir.path().join("data"), &[]);
     let mut d = drive.raw();
     let hello = show(&ask(&mut d, "HELLO 3"));
-    assert!(hello.starts_with("%7\\r\\n$6\\r\\nserver\\r\\n$5\\r\\nredis\\r\\n$7\\r\\nversion\\r\\n$5\\r\\n7.0.0"), "{hello}");
+    assert!(
+        hello.starts_with(
+            "%7\\r\\n$6\\r\\nserver\\r\\n$5\\r\\nredis\\r\\n$7\\r\\nversion\\r\\n$5\\r\\n7.0.0"
+        ),
+        "{hello}"
+    );
     let info = show(&ask(&mut d, "INFO server"));
     assert!(info.contains("redis_version:7.0.0"), "{info}");
     assert!(info.contains("lightstore_version:"), "{info}");
@@ -295,11 +302,17 @@ fn client_kill_closes_the_clients_it_names() {
     let _ = ask(&mut sub, "SUBSCRIBE ch");
     assert_eq!(ask(&mut admin, &format!("CLIENT KILL ID {id}")), b":1\r\n");
     let (rest, closed) = common::read_for(&mut victim, Duration::from_secs(5));
-    assert!(rest.is_empty() && closed, "the killed client was not closed");
+    assert!(
+        rest.is_empty() && closed,
+        "the killed client was not closed"
+    );
     // TYPE pubsub names the subscriber only; SKIPME yes (the default) spares the caller.
     assert_eq!(ask(&mut admin, "CLIENT KILL TYPE pubsub"), b":1\r\n");
     assert!(common::read_for(&mut sub, Duration::from_secs(5)).1);
-    assert_eq!(ask(&mut admin, "PUBSUB NUMSUB ch"), b"*2\r\n$2\r\nch\r\n:0\r\n");
+    assert_eq!(
+        ask(&mut admin, "PUBSUB NUMSUB ch"),
+        b"*2\r\n$2\r\nch\r\n:0\r\n"
+    );
     // The old form by address, and USER and LADDR filters.
     let mut other = drive.raw();
     let addr = other.local_addr().unwrap().to_string();
@@ -310,11 +323,17 @@ fn client_kill_closes_the_clients_it_names() {
     let _ = ask(&mut a, "PING");
     let _ = ask(&mut b, "PING");
     assert_eq!(
-        ask(&mut admin, &format!("CLIENT KILL LADDR {} USER default", drive.addr)),
+        ask(
+            &mut admin,
+            &format!("CLIENT KILL LADDR {} USER default", drive.addr)
+        ),
         b":2\r\n"
     );
     // The caller itself, after its reply.
-    assert_eq!(ask(&mut admin, "CLIENT KILL SKIPME no USER default"), b":1\r\n");
+    assert_eq!(
+        ask(&mut admin, "CLIENT KILL SKIPME no USER default"),
+        b":1\r\n"
+    );
     assert!(common::read_for(&mut admin, Duration::from_secs(5)).1);
     // CLIENT NO-EVICT / NO-TOUCH show in CLIENT INFO's flags.
     let mut c = drive.raw();
@@ -322,7 +341,14 @@ fn client_kill_closes_the_clients_it_names() {
     assert_eq!(ask(&mut c, "CLIENT NO-TOUCH on"), b"+OK\r\n");
     let info = show(&ask(&mut c, "CLIENT INFO"));
     assert!(info.contains(" flags=eT "), "{info}");
-    for field in [" age=", " idle=", " sub=0 ", " psub=0 ", " multi=-1 ", " cmd=client "] {
+    for field in [
+        " age=",
+        " idle=",
+        " sub=0 ",
+        " psub=0 ",
+        " multi=-1 ",
+        " cmd=client ",
+    ] {
         assert!(info.contains(field), "{field} missing: {info}");
     }
 }
@@ -344,14 +370,19 @@ fn slowlog_and_commandstats_count_what_ran() {
     let _ = ask(&mut c, "GET a");
     let _ = ask(&mut c, "AUTH secret");
     let _ = ask(&mut c, "PING");
-    // Four commands ran; AUTH is never logged, so SLOWLOG RESET, SET, GET, PING were, and
-    // three are kept.
+    // AUTH is never logged, so SLOWLOG RESET, SET, GET and PING were, and the newest three
+    // are kept.
+    let got = show(&ask(&mut c, "SLOWLOG GET -1"));
+    assert!(got.starts_with("*3\\r\\n*6\\r\\n:"), "{got}");
+    assert!(got.contains("*1\\r\\n$4\\r\\nPING\\r\\n"), "{got}");
+    assert!(!got.contains("secret") && !got.contains("RESET"), "{got}");
+    // SLOWLOG GET itself was logged (it took at least 0 microseconds), as in Redis.
+    let newest = show(&ask(&mut c, "SLOWLOG GET 1"));
+    assert!(
+        newest.contains("$7\\r\\nSLOWLOG\\r\\n$3\\r\\nGET\\r\\n$2\\r\\n-1\\r\\n"),
+        "{newest}"
+    );
     assert_eq!(ask(&mut c, "SLOWLOG LEN"), b":3\r\n");
-    let entries = show(&ask(&mut c, "SLOWLOG GET 1"));
-    assert!(entries.starts_with("*1\\r\\n*6\\r\\n:"), "{entries}");
-    assert!(entries.contains("$4\\r\\nPING\\r\\n"), "{entries}");
-    let got = show(&ask(&mut c, "SLOWLOG GET"));
-    assert!(got.starts_with("*3\\r\\n") && !got.contains("secret"), "{got}");
     // INFO commandstats: calls, a rejected call (arity) and a failed one (not an integer).
     let _ = ask(&mut c, "GET");
     let _ = ask(&mut c, "SET s x");
@@ -367,7 +398,9 @@ fn slowlog_and_commandstats_count_what_ran() {
     assert!(line("get").contains("calls=1,") && line("get").contains("rejected_calls=1,"));
     assert!(line("incr").contains("calls=1,") && line("incr").ends_with("failed_calls=1"));
     assert!(line("set").contains("calls=2,") && line("set").contains("usec_per_call="));
-    assert!(!String::from_utf8(ask(&mut c, "INFO")).unwrap().contains("cmdstat_"));
+    assert!(!String::from_utf8(ask(&mut c, "INFO"))
+        .unwrap()
+        .contains("cmdstat_"));
     assert_eq!(ask(&mut c, "CONFIG RESETSTAT"), b"+OK\r\n");
     let stats = String::from_utf8(ask(&mut c, "INFO commandstats")).unwrap();
     assert!(!stats.contains("cmdstat_get"), "{stats}");
@@ -383,7 +416,10 @@ fn a_subscriber_that_does_not_read_is_closed_at_the_pubsub_limit() {
     let mut sub = drive.raw();
     assert!(show(&ask(&mut sub, "SUBSCRIBE big")).contains("subscribe"));
     let mut publ = drive.raw();
-    assert!(show(&ask(&mut publ, "CONFIG GET client-output-buffer-limit")).contains("pubsub 1048576 0 0"));
+    assert!(
+        show(&ask(&mut publ, "CONFIG GET client-output-buffer-limit"))
+            .contains("pubsub 1048576 0 0")
+    );
     let payload = vec![b'x'; 256 << 10];
     let mut closed_at = None;
     for i in 0..400 {
@@ -395,7 +431,11 @@ fn a_subscriber_that_does_not_read_is_closed_at_the_pubsub_limit() {
         }
     }
     assert!(closed_at.is_some(), "the subscriber was never closed");
-    let disconnects = common::info_field(&mut drive.conn(), "stats", "client_output_buffer_limit_disconnections");
+    let disconnects = common::info_field(
+        &mut drive.conn(),
+        "stats",
+        "client_output_buffer_limit_disconnections",
+    );
     assert!(disconnects >= 1);
     // A normal client is not bound by the pubsub class.
     let mut normal = drive.raw();
@@ -412,7 +452,10 @@ fn channels_follow_the_acl() {
         "user nochan on nopass ~* resetchannels +@all\nuser default on nopass ~* &* +@all\n",
     )
     .unwrap();
-    let drive = Drive::start(&dir.path().join("data"), &["--aclfile", acl.to_str().unwrap()]);
+    let drive = Drive::start(
+        &dir.path().join("data"),
+        &["--aclfile", acl.to_str().unwrap()],
+    );
     let mut c = drive.raw();
     assert_eq!(ask(&mut c, "AUTH nochan x"), b"+OK\r\n");
     let noperm = b"-NOPERM No permissions to access a channel\r\n";

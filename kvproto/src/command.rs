@@ -850,7 +850,9 @@ fn parse_slowlog(a: &[Bytes]) -> Result<Command, CommandError> {
             .ok_or_else(|| err("ERR count should be greater than or equal to -1")),
         (b"len", []) => Ok(Command::SlowlogLen),
         (b"reset", []) => Ok(Command::SlowlogReset),
-        (b"get" | b"len" | b"reset", _) => Err(CommandError(format!(
+        (b"len", _) => Err(wrong_args("slowlog|len")),
+        (b"reset", _) => Err(wrong_args("slowlog|reset")),
+        (b"get", _) => Err(CommandError(format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
             String::from_utf8_lossy(&a[0])
         ))),
@@ -2582,14 +2584,16 @@ mod tests {
         );
         assert_eq!(
             cmd(&["client", "kill", "id", "7", "skipme", "NO", "type", "pubsub"]),
-            Ok(Command::ClientKill(ClientKill::Filters(ClientKillFilters {
-                id: Some(7),
-                kind: Some(ClientType::PubSub),
-                addr: None,
-                laddr: None,
-                user: None,
-                skipme: false,
-            })))
+            Ok(Command::ClientKill(ClientKill::Filters(
+                ClientKillFilters {
+                    id: Some(7),
+                    kind: Some(ClientType::PubSub),
+                    addr: None,
+                    laddr: None,
+                    user: None,
+                    skipme: false,
+                }
+            )))
         );
         assert_eq!(
             err_text(&["client", "kill", "id", "0"]),
@@ -2599,22 +2603,38 @@ mod tests {
             err_text(&["client", "kill", "type", "x"]),
             "ERR Unknown client type 'x'"
         );
-        assert_eq!(err_text(&["client", "kill", "id"]), "ERR syntax error");
+        assert_eq!(
+            err_text(&["client", "kill", "id", "5", "skipme"]),
+            "ERR syntax error"
+        );
         assert_eq!(
             err_text(&["client", "kill"]),
             "ERR wrong number of arguments for 'client|kill' command"
         );
-        assert_eq!(cmd(&["client", "no-evict", "ON"]), Ok(Command::ClientNoEvict(true)));
-        assert_eq!(err_text(&["client", "no-touch", "maybe"]), "ERR syntax error");
+        assert_eq!(
+            cmd(&["client", "no-evict", "ON"]),
+            Ok(Command::ClientNoEvict(true))
+        );
+        assert_eq!(
+            err_text(&["client", "no-touch", "maybe"]),
+            "ERR syntax error"
+        );
         assert_eq!(cmd(&["slowlog", "get"]), Ok(Command::SlowlogGet(None)));
-        assert_eq!(cmd(&["slowlog", "get", "-1"]), Ok(Command::SlowlogGet(Some(-1))));
+        assert_eq!(
+            cmd(&["slowlog", "get", "-1"]),
+            Ok(Command::SlowlogGet(Some(-1)))
+        );
         assert_eq!(
             err_text(&["slowlog", "get", "-2"]),
             "ERR count should be greater than or equal to -1"
         );
         assert_eq!(
             err_text(&["slowlog", "len", "x"]),
-            "ERR unknown subcommand or wrong number of arguments for 'len'. Try SLOWLOG HELP."
+            "ERR wrong number of arguments for 'slowlog|len' command"
+        );
+        assert_eq!(
+            err_text(&["slowlog", "get", "1", "2"]),
+            "ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP."
         );
     }
 

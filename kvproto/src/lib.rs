@@ -23,8 +23,7 @@ pub mod request;
 pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
 pub use command::{
     ClientKill, ClientKillFilters, ClientType, Command, CommandError, CommandSpec, Expire,
-    ExpireCondition, ScoreBound, SetCondition, TtlKind,
-    ZAddOptions,
+    ExpireCondition, ScoreBound, SetCondition, TtlKind, ZAddOptions,
 };
 pub use limits::Limits;
 pub use reply::{Protocol, Reply, VECTORED_MIN_PAYLOAD};

@@ -398,16 +398,25 @@ mod tests {
     fn reply_helpers_follow_the_protocol() {
         let pairs = || vec![(Bytes::from_static(b"m"), 1.5)];
         assert_eq!(
-            enc(&Reply::with_scores(pairs(), Protocol::Resp3), Protocol::Resp3),
+            enc(
+                &Reply::with_scores(pairs(), Protocol::Resp3),
+                Protocol::Resp3
+            ),
             b"*1\r\n*2\r\n$1\r\nm\r\n,1.5\r\n"
         );
         assert_eq!(
-            enc(&Reply::with_scores(pairs(), Protocol::Resp2), Protocol::Resp2),
+            enc(
+                &Reply::with_scores(pairs(), Protocol::Resp2),
+                Protocol::Resp2
+            ),
             b"*2\r\n$1\r\nm\r\n$3\r\n1.5\r\n"
         );
         assert_eq!(enc(&Reply::score(None), Protocol::Resp3), b"_\r\n");
         assert_eq!(
-            enc(&Reply::bulk_set([Bytes::from_static(b"a")]), Protocol::Resp3),
+            enc(
+                &Reply::bulk_set([Bytes::from_static(b"a")]),
+                Protocol::Resp3
+            ),
             b"~1\r\n$1\r\na\r\n"
         );
         assert_eq!(

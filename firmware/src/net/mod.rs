@@ -46,8 +46,8 @@ use self::limits::{read_reserve, Budget, Hold};
 use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
 use self::pubsub::{in_subscribed_mode, refused_when_subscribed, PubSub};
-use self::slowlog::{Caller, Slowlog};
 use self::route::{copy_values, key_too_long, route_of, Route};
+use self::slowlog::{Caller, Slowlog};
 use self::transport::Transport;
 use crate::acl::Users;
 use crate::cluster::{self, Admin, AdminOutcome, Gate};
@@ -752,12 +752,10 @@ impl Net {
                 .get(&id)
                 .map(|c| (c.peer.to_string(), c.name.clone().unwrap_or_default()))
                 .unwrap_or_default();
-            self.slowlog.record(
-                kvproto::command::COMMANDS[row].name,
-                args,
-                took,
-                || Caller { peer, name },
-            );
+            self.slowlog
+                .record(kvproto::command::COMMANDS[row].name, args, took, || {
+                    Caller { peer, name }
+                });
         }
     }
 
@@ -778,11 +776,9 @@ impl Net {
                 if let Some(f) = c.inflight_meta.pop_front() {
                     let took = self.now.saturating_duration_since(f.started);
                     if let Some(row) = f.row {
-                        self.metrics.command_stats.called(
-                            row,
-                            slowlog::micros(took),
-                            r.is_error(),
-                        );
+                        self.metrics
+                            .command_stats
+                            .called(row, slowlog::micros(took), r.is_error());
                         if self.slowlog.wants(took) {
                             let (peer, name) = (c.peer, c.name.clone());
                             self.slowlog.record(

@@ -196,8 +196,10 @@ pub(super) fn refused_when_subscribed(args: &[Bytes]) -> Option<Reply> {
     let name = match args.get(1) {
         Some(sub) if matches!(spec.group, "connection" | "server" | "pubsub" | "cluster") => {
             let sub = String::from_utf8_lossy(sub).to_ascii_lowercase();
-            if ["client", "config", "command", "acl", "cluster", "pubsub", "slowlog"]
-                .contains(&spec.name)
+            if [
+                "client", "config", "command", "acl", "cluster", "pubsub", "slowlog",
+            ]
+            .contains(&spec.name)
             {
                 format!("{}|{sub}", spec.name)
             } else {
@@ -238,8 +240,10 @@ impl Net {
                     if c.subs.channels.insert(ch.clone()) {
                         add(&mut self.pubsub.channels, &ch, id);
                     }
-                    c.out
-                        .push(&confirmation("subscribe", Some(ch), c.subs.count()), c.proto);
+                    c.out.push(
+                        &confirmation("subscribe", Some(ch), c.subs.count()),
+                        c.proto,
+                    );
                 }
                 self.count_pubsub();
                 None
@@ -249,8 +253,10 @@ impl Net {
                     if c.subs.patterns.insert(p.clone()) {
                         add(&mut self.pubsub.patterns, &p, id);
                     }
-                    c.out
-                        .push(&confirmation("psubscribe", Some(p), c.subs.count()), c.proto);
+                    c.out.push(
+                        &confirmation("psubscribe", Some(p), c.subs.count()),
+                        c.proto,
+                    );
                 }
                 self.count_pubsub();
                 None
@@ -299,7 +305,10 @@ impl Net {
                 self.count_pubsub();
                 None
             }
-            Command::Publish { channel, message: payload } => {
+            Command::Publish {
+                channel,
+                message: payload,
+            } => {
                 let receivers = self.pubsub.receivers(&channel);
                 for d in &receivers {
                     if let Some(r) = self.conns.get_mut(&d.conn) {
@@ -409,6 +418,8 @@ mod tests {
             Some(Reply::error("ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"))
         );
         let e = refused_when_subscribed(&args(&["client", "ID"]));
-        assert!(matches!(e, Some(Reply::Error(t)) if t.starts_with(b"ERR Can't execute 'client|id'")));
+        assert!(
+            matches!(e, Some(Reply::Error(t)) if t.starts_with(b"ERR Can't execute 'client|id'"))
+        );
     }
 }

@@ -39,21 +39,22 @@ fn matches(c: &Conn, f: &ClientKillFilters, me: u64) -> bool {
         Some(ClientType::PubSub) if subscribed => {}
         Some(_) => return false,
     }
-    if f
-        .addr
+    if f.addr
         .as_ref()
         .is_some_and(|a| a.as_ref() != c.peer.to_string().as_bytes())
     {
         return false;
     }
-    if f
-        .laddr
+    if f.laddr
         .as_ref()
         .is_some_and(|a| a.as_ref() != local_addr(c).as_bytes())
     {
         return false;
     }
-    if f.user.as_ref().is_some_and(|u| u.as_ref() != c.user.as_bytes()) {
+    if f.user
+        .as_ref()
+        .is_some_and(|u| u.as_ref() != c.user.as_bytes())
+    {
         return false;
     }
     true
@@ -134,7 +135,12 @@ impl Net {
             },
             ClientKill::Filters(f) => {
                 if let Some(u) = &f.user {
-                    if !self.cfg.users.iter().any(|x| x.name.as_bytes() == u.as_ref()) {
+                    if !self
+                        .cfg
+                        .users
+                        .iter()
+                        .any(|x| x.name.as_bytes() == u.as_ref())
+                    {
                         return reply(
                             Reply::error(format!(
                                 "ERR No such user '{}'",
@@ -165,9 +171,7 @@ impl Net {
             }
         }
         match kill {
-            ClientKill::Addr(_) if killed == 0 => {
-                reply(Reply::error("ERR No such client"), false)
-            }
+            ClientKill::Addr(_) if killed == 0 => reply(Reply::error("ERR No such client"), false),
             ClientKill::Addr(_) => reply(Reply::ok(), close_me),
             ClientKill::Filters(_) => reply(
                 Reply::Integer(i64::try_from(killed).unwrap_or(i64::MAX)),
