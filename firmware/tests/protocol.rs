@@ -353,6 +353,31 @@ fn client_kill_closes_the_clients_it_names() {
     }
 }
 
+/// The `name=value` field names of a CLIENT INFO line, in order.
+fn client_fields(line: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(line);
+    // Skip the bulk or verbatim header line (and `txt:`).
+    let body = text.split_once("\r\n").map_or(&*text, |(_, b)| b);
+    body.trim_start_matches("txt:")
+        .split_whitespace()
+        .filter_map(|f| f.split_once('=').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+#[test]
+fn client_info_has_redis_servers_fields_in_its_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let want = client_fields(&ask(&mut redis.raw(), "CLIENT INFO"));
+    let mut got = client_fields(&ask(&mut drive.raw(), "CLIENT INFO"));
+    // Redis 7.2 added lib-name and lib-ver at the end; an older redis-server lacks them.
+    if !want.iter().any(|f| f == "lib-name") {
+        got.retain(|f| f != "lib-name" && f != "lib-ver");
+    }
+    assert_eq!(got, want);
+}
+
 #[test]
 fn slowlog_and_commandstats_count_what_ran() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,11 +18,13 @@ pub(super) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or 
 /// Redis's reply to `AUTH <password>` when the default user has no password.
 const AUTH_WITHOUT_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
 
-/// The class a command belongs to (for the ACL check). AUTH, HELLO and QUIT belong to none:
-/// every user may run them, as in Redis (their `no_auth` flag).
+/// The class a command belongs to (for the ACL check). AUTH, HELLO, QUIT and RESET belong to
+/// none: every user may run them, as in Redis (their `no_auth` flag).
 pub(super) fn class_of(cmd: &Command) -> Classes {
     match cmd {
-        Command::Auth { .. } | Command::Hello { .. } | Command::Quit => Classes::NONE,
+        Command::Auth { .. } | Command::Hello { .. } | Command::Quit | Command::Reset => {
+            Classes::NONE
+        }
         // Redis files INFO under @dangerous, not @read.
         Command::Info(_) => Classes::OTHER,
         _ => match route_of(cmd) {

@@ -226,6 +226,7 @@ impl Net {
                 Err(TrySendError::Disconnected(_)) => {
                     // Shutting down: nothing will answer it.
                     c.in_flight = c.in_flight.saturating_sub(1);
+                    c.inflight_meta.pop_back();
                     c.closing = true;
                     resumed.push(id);
                 }

@@ -386,6 +386,6 @@ pub(super) fn is_transaction_control(parsed: &Result<Command, kvproto::CommandEr
 pub(super) fn allowed_before_auth(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+        Command::Auth { .. } | Command::Hello { .. } | Command::Quit | Command::Reset
     )
 }
