@@ -143,17 +143,11 @@ fn pubsub_messages_keep_publish_order_under_a_pipeline() {
     // 2,000 PUBLISHes in one write, interleaved with writes and reads on the publisher.
     let mut batch = Vec::new();
     for i in 0..2000 {
-        for cmd in [
-            format!("PUBLISH ch m{i}"),
-            format!("SET k{i} v{i}"),
-            format!("GET k{i}"),
-        ] {
-            let words: Vec<&str> = cmd.split(' ').collect();
-            batch.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
-            for w in words {
-                batch.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
-            }
-        }
+        let m = format!("m{i}");
+        batch.extend_from_slice(
+            format!("*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n${}\r\n{m}\r\n", m.len()).as_bytes(),
+        );
+        batch.extend_from_slice(&set_get_pipeline(i..i + 1));
     }
     publ.write_all(&batch).unwrap();
     for i in 0..2000 {
@@ -170,6 +164,66 @@ fn pubsub_messages_keep_publish_order_under_a_pipeline() {
             show(format!("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n${}\r\n{m}\r\n", m.len()).as_bytes())
         );
     }
+}
+
+/// A pipeline of `SET kI vI` / `GET kI` for `i` in `range`, as one buffer.
+fn set_get_pipeline(range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut batch = Vec::new();
+    for i in range {
+        for cmd in [format!("SET k{i} v{i}"), format!("GET k{i}")] {
+            let words: Vec<&str> = cmd.split(' ').collect();
+            batch.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+            for w in words {
+                batch.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+            }
+        }
+    }
+    batch
+}
+
+#[test]
+fn a_resp3_subscriber_with_commands_in_flight_gets_messages_between_whole_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut sub = drive.raw();
+    let _ = ask(&mut sub, "HELLO 3");
+    let _ = ask(&mut sub, "SUBSCRIBE ch");
+    let publisher = {
+        let mut publ = drive.raw();
+        std::thread::spawn(move || {
+            for i in 0..500 {
+                let m = format!("m{i}");
+                send(&mut publ, &[b"PUBLISH", b"ch", m.as_bytes()]);
+                assert_eq!(read_frame(&mut publ), b":1\r\n");
+            }
+        })
+    };
+    // Writes and reads in flight to the writer and engine threads while messages arrive.
+    sub.write_all(&set_get_pipeline(0..2000)).unwrap();
+    let (mut replies, mut messages) = (0usize, 0usize);
+    while replies < 4000 || messages < 500 {
+        let f = read_frame(&mut sub);
+        if f.starts_with(b">3\r\n$7\r\nmessage\r\n") {
+            let m = format!("m{messages}");
+            assert!(
+                f.ends_with(format!("${}\r\n{m}\r\n", m.len()).as_bytes()),
+                "{}",
+                show(&f)
+            );
+            messages += 1;
+        } else {
+            let i = replies / 2;
+            let want = if replies % 2 == 0 {
+                b"+OK\r\n".to_vec()
+            } else {
+                let v = format!("v{i}");
+                format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+            };
+            assert_eq!(show(&f), show(&want), "reply {replies}");
+            replies += 1;
+        }
+    }
+    publisher.join().unwrap();
 }
 
 #[test]

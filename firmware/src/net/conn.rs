@@ -97,6 +97,9 @@ impl Outbox {
     }
 }
 
+/// Bookkeeping bytes counted per held pub/sub message on top of its payload.
+const HELD_PUSH_OVERHEAD: usize = 64;
+
 /// Who a new connection runs as before any AUTH.
 pub(super) struct ConnAuth {
     /// Whether it may run commands already (no password for the default user).
@@ -194,6 +197,12 @@ pub(super) struct Conn {
     pub(super) last_cmd: &'static str,
     /// The commands in flight, in order (see [`InFlight`]).
     pub(super) inflight_meta: VecDeque<InFlight>,
+    /// Pub/sub messages waiting for the replies of the commands sent before their PUBLISH
+    /// ran (RESP3 lets a subscriber have commands in flight): each with the sequence number
+    /// of the first command sent after it.
+    pub(super) held_pushes: VecDeque<(u64, Reply)>,
+    /// Bytes of `held_pushes` (counted against the output limit).
+    pub(super) held_bytes: usize,
 }
 
 impl Conn {
@@ -250,6 +259,8 @@ impl Conn {
             created: now,
             last_cmd: "NULL",
             inflight_meta: VecDeque::new(),
+            held_pushes: VecDeque::new(),
+            held_bytes: 0,
         }
     }
 
@@ -265,6 +276,38 @@ impl Conn {
     pub(super) fn hold_in_flight(&mut self, cost: usize) {
         self.pending_bytes += cost;
         self.inflight_costs.push_back(cost);
+    }
+
+    /// Delivers a pub/sub message: after the replies of every command sent so far (held
+    /// until they are written, if some are in flight), before the replies of any sent later.
+    pub(super) fn deliver_push(&mut self, push: Reply) {
+        if self.next_reply >= self.next_seq {
+            self.out.push(&push, self.proto);
+        } else {
+            self.held_bytes += push.payload_len() + HELD_PUSH_OVERHEAD;
+            self.held_pushes.push_back((self.next_seq, push));
+        }
+    }
+
+    /// Writes the held messages whose earlier replies have all been written.
+    pub(super) fn release_pushes(&mut self) {
+        while self
+            .held_pushes
+            .front()
+            .is_some_and(|(mark, _)| *mark <= self.next_reply)
+        {
+            if let Some((_, push)) = self.held_pushes.pop_front() {
+                self.held_bytes = self
+                    .held_bytes
+                    .saturating_sub(push.payload_len() + HELD_PUSH_OVERHEAD);
+                self.out.push(&push, self.proto);
+            }
+        }
+    }
+
+    /// Output bytes waiting: the output buffer and held messages.
+    pub(super) fn output_len(&self) -> usize {
+        self.out.len() + self.held_bytes
     }
 
     /// The oldest request in flight was answered.
@@ -388,7 +431,7 @@ pub(super) fn client_line(c: &Conn, now: Instant) -> String {
         .as_ref()
         .map_or(-1, |q| i64::try_from(q.len()).unwrap_or(i64::MAX));
     let qbuf_free = c.rbuf.capacity() - c.rbuf.len();
-    let tot_mem = c.rbuf.capacity() + c.out.len() + c.pending_bytes;
+    let tot_mem = c.rbuf.capacity() + c.output_len() + c.pending_bytes;
     format!(
         "id={} addr={} laddr={} fd={} name={} age={age} idle={idle} flags={} db=0 sub={} psub={} ssub=0 multi={multi} qbuf={} qbuf-free={qbuf_free} argv-mem={} multi-mem=0 rbs={} rbp=0 obl={} oll=0 omem={} tot-mem={tot_mem} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
         c.id,
@@ -403,7 +446,7 @@ pub(super) fn client_line(c: &Conn, now: Instant) -> String {
         c.pending_bytes,
         c.rbuf.capacity(),
         c.out.len(),
-        c.out.len(),
+        c.output_len(),
         c.last_cmd,
         c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },

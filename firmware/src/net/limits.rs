@@ -326,7 +326,7 @@ impl Budget {
 /// Whether `c` must be disconnected for its output: over the `client-output-buffer-limit`
 /// (hard, or soft for its seconds), or over [`UNAUTH_OUTPUT_LIMIT`] before AUTH.
 pub(super) fn output_exceeded(c: &mut Conn, limit: &OutputLimit, now: Instant) -> bool {
-    let len = c.out.len();
+    let len = c.output_len();
     limit.exceeded(len, &mut c.soft_since, now) || (!c.authed && len > UNAUTH_OUTPUT_LIMIT)
 }
 

@@ -287,7 +287,7 @@ impl Net {
             if c.soft_since.is_some()
                 && limits
                     .output_of(c)
-                    .exceeded(c.out.len(), &mut c.soft_since, now)
+                    .exceeded(c.output_len(), &mut c.soft_since, now)
             {
                 over.push(id);
             }

@@ -798,6 +798,7 @@ impl Net {
                     .value_bytes_moved
                     .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
                 c.out.push(&r, c.proto);
+                c.release_pushes();
                 reply = c.early.remove(&c.next_reply);
             }
             if touched.last() != Some(&d.conn) {
@@ -882,7 +883,7 @@ impl Net {
         if limits::output_exceeded(c, &limit, now) {
             tracing::info!(
                 client = id,
-                bytes = c.out.len(),
+                bytes = c.output_len(),
                 "closing a client over the output buffer limit"
             );
             self.metrics

@@ -2,10 +2,12 @@
 //! PUBLISH and PUBSUB, and RESP2's subscribed-mode rules.
 //!
 //! Subscriptions live on the network thread because the connections do: PUBLISH appends the
-//! message to each receiver's output buffer in the same loop turn (no other thread, no
-//! queue), and the receivers are written at the end of the turn. A message therefore goes
-//! after every reply the receiver had been sent before the PUBLISH ran and before every
-//! reply still to come, and two messages keep the order of their PUBLISHes. A slow subscriber
+//! message to each receiver's output in the same loop turn (no other thread, no queue), and
+//! the receivers are written at the end of the turn. A message goes after the replies of
+//! every command the receiver had sent before the PUBLISH ran (held back while some are
+//! still in flight, which only RESP3 allows a subscriber) and before the replies of the
+//! commands it sends later, as redis-server orders them; two messages keep the order of
+//! their PUBLISHes. A slow subscriber
 //! is bounded by the `pubsub` class of `client-output-buffer-limit` (Redis's `32mb 8mb 60`).
 //!
 //! PUBLISH reaches the clients of this drive only, also in cluster mode (drives do not talk
@@ -312,7 +314,7 @@ impl Net {
                 let receivers = self.pubsub.receivers(&channel);
                 for d in &receivers {
                     if let Some(r) = self.conns.get_mut(&d.conn) {
-                        r.out.push(&message(d, &channel, &payload), r.proto);
+                        r.deliver_push(message(d, &channel, &payload));
                         if d.conn != id {
                             self.to_flush.push(d.conn);
                         }
