@@ -588,7 +588,7 @@ mod tests {
     }
 
     #[test]
-    fn output_limits_parse_the_normal_class_only() {
+    fn output_limits_parse_the_normal_and_pubsub_classes() {
         let d = (OutputLimit::default(), OutputLimit::pubsub_default());
         let (l, p) = parse_output_limit("normal 1gb 256mb 60", d).unwrap();
         assert_eq!(p, OutputLimit::pubsub_default());

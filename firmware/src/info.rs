@@ -30,28 +30,92 @@ pub struct CommandStat {
     pub failed: AtomicU64,
 }
 
-/// Counters per row of the command table ([`kvproto::command::COMMANDS`]).
+/// The subcommands counted on their own (Redis's `cmdstat_client|id`), per container command.
+const SUBCOMMANDS: &[(&str, &[&str])] = &[
+    (
+        "client",
+        &[
+            "setname", "getname", "setinfo", "id", "info", "list", "kill", "no-evict", "no-touch",
+        ],
+    ),
+    ("config", &["get", "set", "resetstat"]),
+    ("command", &["count", "docs", "info", "list"]),
+    ("acl", &["whoami", "users", "list"]),
+    ("pubsub", &["channels", "numsub", "numpat"]),
+    ("slowlog", &["get", "len", "reset"]),
+    (
+        "cluster",
+        &[
+            "info",
+            "nodes",
+            "slots",
+            "shards",
+            "myid",
+            "keyslot",
+            "countkeysinslot",
+            "getkeysinslot",
+        ],
+    ),
+];
+
+/// Counters per row of the command table ([`kvproto::command::COMMANDS`]), then per
+/// subcommand of [`SUBCOMMANDS`].
 #[derive(Debug)]
 pub struct CommandStats {
     rows: Vec<CommandStat>,
 }
 
+/// How many rows the subcommands take before container `i` of [`SUBCOMMANDS`].
+fn sub_base(i: usize) -> usize {
+    kvproto::command::COMMANDS.len() + SUBCOMMANDS[..i].iter().map(|(_, s)| s.len()).sum::<usize>()
+}
+
 impl CommandStats {
     fn new() -> CommandStats {
+        let subs: usize = SUBCOMMANDS.iter().map(|(_, s)| s.len()).sum();
         CommandStats {
-            rows: kvproto::command::COMMANDS
-                .iter()
+            rows: (0..kvproto::command::COMMANDS.len() + subs)
                 .map(|_| CommandStat::default())
                 .collect(),
         }
     }
 
-    /// The row of the command table named `name` (any case), if it is there.
+    /// The row counting request `args`: its subcommand's for a container command with a
+    /// known subcommand, else its command's (`None`: not a command of the table).
     #[must_use]
-    pub fn index_of(name: &[u8]) -> Option<usize> {
-        kvproto::command::COMMANDS
+    pub fn row_of(args: &[Bytes]) -> Option<usize> {
+        let name = args.first()?;
+        let row = kvproto::command::COMMANDS
             .iter()
-            .position(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+            .position(|s| s.name.as_bytes().eq_ignore_ascii_case(name))?;
+        let sub = args.get(1).and_then(|sub| {
+            let (i, (_, subs)) = SUBCOMMANDS
+                .iter()
+                .enumerate()
+                .find(|(_, (c, _))| c.as_bytes().eq_ignore_ascii_case(name))?;
+            let j = subs
+                .iter()
+                .position(|s| s.as_bytes().eq_ignore_ascii_case(sub))?;
+            Some(sub_base(i) + j)
+        });
+        Some(sub.unwrap_or(row))
+    }
+
+    /// The name a row is shown under: `get`, `client|id`.
+    #[must_use]
+    pub fn row_name(row: usize) -> String {
+        let commands = kvproto::command::COMMANDS;
+        if let Some(spec) = commands.get(row) {
+            return spec.name.to_owned();
+        }
+        let mut at = commands.len();
+        for (parent, subs) in SUBCOMMANDS {
+            if row < at + subs.len() {
+                return format!("{parent}|{}", subs[row - at]);
+            }
+            at += subs.len();
+        }
+        String::new()
     }
 
     /// Counts one call of row `row` that took `usec` and `failed` or not.
@@ -85,7 +149,7 @@ impl CommandStats {
     fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         out.push_str("# Commandstats\r\n");
-        for (spec, r) in kvproto::command::COMMANDS.iter().zip(&self.rows) {
+        for (row, r) in self.rows.iter().enumerate() {
             let calls = r.calls.load(Ordering::Relaxed);
             let rejected = r.rejected.load(Ordering::Relaxed);
             let failed = r.failed.load(Ordering::Relaxed);
@@ -101,7 +165,7 @@ impl CommandStats {
             let _ = write!(
                 out,
                 "cmdstat_{}:calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls={rejected},failed_calls={failed}\r\n",
-                spec.name
+                Self::row_name(row)
             );
         }
         out.push_str("\r\n");
@@ -480,4 +544,37 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
         s.truncate(s.len() - 2);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&'static str]) -> Vec<Bytes> {
+        v.iter().map(|s| Bytes::from_static(s.as_bytes())).collect()
+    }
+
+    #[test]
+    fn commands_and_subcommands_have_rows_of_their_own() {
+        let get = CommandStats::row_of(&args(&["GET", "k"])).unwrap_or(usize::MAX);
+        assert_eq!(CommandStats::row_name(get), "get");
+        let id = CommandStats::row_of(&args(&["client", "ID"])).unwrap_or(usize::MAX);
+        assert_eq!(CommandStats::row_name(id), "client|id");
+        let last = CommandStats::row_of(&args(&["cluster", "getkeysinslot"])).unwrap_or(0);
+        assert_eq!(CommandStats::row_name(last), "cluster|getkeysinslot");
+        // An unknown subcommand counts under its command; an unknown command nowhere.
+        let client = CommandStats::row_of(&args(&["client", "nope"])).unwrap_or(usize::MAX);
+        assert_eq!(CommandStats::row_name(client), "client");
+        assert_eq!(CommandStats::row_of(&args(&["nosuch"])), None);
+        let stats = CommandStats::new();
+        assert!(stats.rows.len() > last);
+        stats.called(id, 7, true);
+        stats.rejected(get);
+        let mut out = String::new();
+        stats.render(&mut out);
+        assert!(out.contains(
+            "cmdstat_client|id:calls=1,usec=7,usec_per_call=7.00,rejected_calls=0,failed_calls=1\r\n"
+        ));
+        assert!(out.contains("cmdstat_get:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,"));
+    }
 }

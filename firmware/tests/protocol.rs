@@ -401,7 +401,7 @@ fn client_kill_closes_the_clients_it_names() {
         " sub=0 ",
         " psub=0 ",
         " multi=-1 ",
-        " cmd=client ",
+        " cmd=client|info ",
     ] {
         assert!(info.contains(field), "{field} missing: {info}");
     }
@@ -477,6 +477,9 @@ fn slowlog_and_commandstats_count_what_ran() {
     assert!(line("get").contains("calls=1,") && line("get").contains("rejected_calls=1,"));
     assert!(line("incr").contains("calls=1,") && line("incr").ends_with("failed_calls=1"));
     assert!(line("set").contains("calls=2,") && line("set").contains("usec_per_call="));
+    // Subcommands count on their own, as in Redis.
+    assert!(line("config|get").starts_with("cmdstat_config|get:calls=1,"));
+    assert!(line("slowlog|get").starts_with("cmdstat_slowlog|get:calls=2,"));
     assert!(!String::from_utf8(ask(&mut c, "INFO"))
         .unwrap()
         .contains("cmdstat_"));

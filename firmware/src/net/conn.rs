@@ -21,7 +21,7 @@ use super::MAX_QUEUED_PER_CONN;
 use crate::acl::Classes;
 use crate::cluster::ConnMode;
 use crate::exec::{Job, TxItem};
-use crate::info::Metrics;
+use crate::info::{CommandStats, Metrics};
 use crate::store::WatchedKey;
 
 /// Most segments handed to one vectored write.
@@ -193,8 +193,8 @@ pub(super) struct Conn {
     pub(super) no_touch: bool,
     /// When it connected (CLIENT LIST `age`).
     pub(super) created: Instant,
-    /// The last command it ran (CLIENT LIST `cmd`).
-    pub(super) last_cmd: &'static str,
+    /// The commandstats row of the last command it ran (CLIENT LIST `cmd`).
+    pub(super) last_cmd: Option<usize>,
     /// The commands in flight, in order (see [`InFlight`]).
     pub(super) inflight_meta: VecDeque<InFlight>,
     /// Pub/sub messages waiting for the replies of the commands sent before their PUBLISH
@@ -257,7 +257,7 @@ impl Conn {
             no_evict: false,
             no_touch: false,
             created: now,
-            last_cmd: "NULL",
+            last_cmd: None,
             inflight_meta: VecDeque::new(),
             held_pushes: VecDeque::new(),
             held_bytes: 0,
@@ -447,7 +447,8 @@ pub(super) fn client_line(c: &Conn, now: Instant) -> String {
         c.rbuf.capacity(),
         c.out.len(),
         c.output_len(),
-        c.last_cmd,
+        c.last_cmd
+            .map_or_else(|| "NULL".to_owned(), CommandStats::row_name),
         c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name

@@ -516,7 +516,7 @@ impl Net {
                         return;
                     }
                     let (args, _) = c.take_request();
-                    if let Some(row) = args.first().and_then(|n| CommandStats::index_of(n)) {
+                    if let Some(row) = CommandStats::row_of(&args) {
                         self.metrics.command_stats.rejected(row);
                     }
                     c.out.push(&r, c.proto);
@@ -577,7 +577,7 @@ impl Net {
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);
-            let row = args.first().and_then(|n| CommandStats::index_of(n));
+            let row = CommandStats::row_of(&args);
             let mut cmd = match parsed {
                 Ok(cmd) => cmd,
                 Err(e) => {
@@ -629,7 +629,7 @@ impl Net {
                 c.out.push(&r, c.proto);
                 continue;
             }
-            c.last_cmd = cmd.name();
+            c.last_cmd = row;
             if route == Route::Here {
                 if !c.authed && !allowed_before_auth(&cmd) {
                     if let Some(row) = row {
@@ -753,8 +753,9 @@ impl Net {
                 .map(|c| (c.peer.to_string(), c.name.clone().unwrap_or_default()))
                 .unwrap_or_default();
             self.slowlog
-                .record(kvproto::command::COMMANDS[row].name, args, took, || {
-                    Caller { peer, name }
+                .record(&CommandStats::row_name(row), args, took, || Caller {
+                    peer,
+                    name,
                 });
         }
     }
@@ -782,7 +783,7 @@ impl Net {
                         if self.slowlog.wants(took) {
                             let (peer, name) = (c.peer, c.name.clone());
                             self.slowlog.record(
-                                kvproto::command::COMMANDS[row].name,
+                                &CommandStats::row_name(row),
                                 &f.args,
                                 took,
                                 || Caller {

@@ -80,7 +80,8 @@ impl Slowlog {
             && micros(took) >= self.slower_than_usec.unsigned_abs()
     }
 
-    /// Logs `args` (command `name` from the table) if it took long enough.
+    /// Logs `args` (command `name` as commandstats shows it: `get`, `client|id`) if it took
+    /// long enough.
     pub(super) fn record(
         &mut self,
         name: &str,
@@ -88,7 +89,8 @@ impl Slowlog {
         took: Duration,
         caller: impl FnOnce() -> Caller,
     ) {
-        if !self.wants(took) || NEVER_LOGGED.contains(&name) {
+        let command = name.split('|').next().unwrap_or(name);
+        if !self.wants(took) || NEVER_LOGGED.contains(&command) {
             return;
         }
         let caller = caller();
