@@ -36,6 +36,7 @@ const SUBCOMMANDS: &[(&str, &[&str])] = &[
         "client",
         &[
             "setname", "getname", "setinfo", "id", "info", "list", "kill", "no-evict", "no-touch",
+            "pause", "unpause",
         ],
     ),
     ("config", &["get", "set", "resetstat"]),

@@ -310,6 +310,13 @@ fn resp3_replies_match_redis_server_byte_for_byte() {
         "CLIENT NO-EVICT on",
         "CLIENT NO-EVICT off",
         "CLIENT NO-EVICT maybe",
+        "CLIENT PAUSE x",
+        "CLIENT PAUSE -1",
+        "CLIENT PAUSE 10 BAD",
+        "CLIENT PAUSE 10 WRITE x",
+        "CLIENT PAUSE 0 WRITE",
+        "CLIENT UNPAUSE",
+        "CLIENT UNPAUSE x",
         "SLOWLOG GET -2",
         "SLOWLOG LEN x",
         "SLOWLOG GET 1 2",
@@ -430,6 +437,46 @@ fn client_info_has_redis_servers_fields_in_its_order() {
         got.retain(|f| f != "lib-name" && f != "lib-ver");
     }
     assert_eq!(got, want);
+}
+
+#[test]
+fn client_pause_holds_commands_until_it_ends() {
+    use std::time::Instant;
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let (mut admin, mut c) = (drive.raw(), drive.raw());
+    // WRITE: reads go on, writes wait for the end.
+    assert_eq!(ask(&mut admin, "CLIENT PAUSE 400 WRITE"), b"+OK\r\n");
+    let t = Instant::now();
+    assert_eq!(ask(&mut c, "GET k"), b"$-1\r\n");
+    assert!(t.elapsed() < Duration::from_millis(300), "a read waited");
+    assert_eq!(ask(&mut c, "SET k v"), b"+OK\r\n");
+    assert!(
+        t.elapsed() >= Duration::from_millis(350),
+        "a write did not wait"
+    );
+    // UNPAUSE ends it at once; the waiting commands run in order.
+    assert_eq!(ask(&mut admin, "CLIENT PAUSE 60000 WRITE"), b"+OK\r\n");
+    send(&mut c, &[b"SET", b"k", b"w"]);
+    send(&mut c, &[b"GET", b"k"]);
+    let (early, _) = common::read_for(&mut c, Duration::from_millis(200));
+    assert!(
+        early.is_empty(),
+        "answered during the pause: {}",
+        show(&early)
+    );
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(ask(&mut admin, "CLIENT UNPAUSE"), b"+OK\r\n");
+    assert_eq!(read_frame(&mut c), b"+OK\r\n");
+    assert_eq!(read_frame(&mut c), b"$1\r\nw\r\n");
+    // ALL: every command waits, PING too.
+    assert_eq!(ask(&mut admin, "CLIENT PAUSE 300 ALL"), b"+OK\r\n");
+    let t = Instant::now();
+    assert_eq!(ask(&mut c, "PING"), b"+PONG\r\n");
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "PING did not wait"
+    );
 }
 
 #[test]

@@ -242,6 +242,13 @@ pub enum Command {
     ClientNoEvict(bool),
     /// `CLIENT NO-TOUCH on|off`.
     ClientNoTouch(bool),
+    /// `CLIENT PAUSE milliseconds [WRITE|ALL]` (`all`: ALL, the default).
+    ClientPause {
+        millis: u64,
+        all: bool,
+    },
+    /// `CLIENT UNPAUSE`.
+    ClientUnpause,
     /// `SLOWLOG GET [count]` (`None`: Redis's default of 10; `-1`: every entry).
     SlowlogGet(Option<i64>),
     /// `SLOWLOG LEN`.
@@ -757,8 +764,38 @@ fn parse_client(a: &[Bytes]) -> Result<Command, CommandError> {
         b"no-touch" => exact(1, "client|no-touch")
             .and_then(|()| on_off(&rest[0]))
             .map(Command::ClientNoTouch),
+        b"pause" => parse_client_pause(rest),
+        b"unpause" => exact(0, "client|unpause").map(|()| Command::ClientUnpause),
         _ => Err(unknown_subcommand(&a[0], "CLIENT")),
     }
+}
+
+/// `CLIENT PAUSE`'s arguments: a timeout in milliseconds and an optional mode.
+fn parse_client_pause(a: &[Bytes]) -> Result<Command, CommandError> {
+    let Some(timeout) = a.first() else {
+        return Err(wrong_args("client|pause"));
+    };
+    let millis =
+        parse_i64(timeout).ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
+    if millis < 0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    if a.len() > 2 {
+        return Err(CommandError(
+            "ERR unknown subcommand or wrong number of arguments for 'PAUSE'. Try CLIENT HELP."
+                .to_owned(),
+        ));
+    }
+    let all = match a.get(1).map(|m| lower(m)) {
+        None => true,
+        Some(m) if m == b"all" => true,
+        Some(m) if m == b"write" => false,
+        Some(_) => return Err(err("ERR CLIENT PAUSE mode must be WRITE or ALL")),
+    };
+    Ok(Command::ClientPause {
+        millis: millis.unsigned_abs(),
+        all,
+    })
 }
 
 /// `on` / `off` (any case), else Redis's syntax error.
@@ -1249,7 +1286,9 @@ impl Command {
             | Self::ClientList
             | Self::ClientKill(_)
             | Self::ClientNoEvict(_)
-            | Self::ClientNoTouch(_) => "client",
+            | Self::ClientNoTouch(_)
+            | Self::ClientPause { .. }
+            | Self::ClientUnpause => "client",
             Self::Subscribe(_) => "subscribe",
             Self::Unsubscribe(_) => "unsubscribe",
             Self::PSubscribe(_) => "psubscribe",
@@ -1704,7 +1743,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         0,
         "connection",
         "O(1)",
-        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST, KILL, NO-EVICT and NO-TOUCH."
+        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, PAUSE and UNPAUSE."
     ),
     spec!(
         "subscribe",
@@ -2618,6 +2657,32 @@ mod tests {
         assert_eq!(
             err_text(&["client", "no-touch", "maybe"]),
             "ERR syntax error"
+        );
+        assert_eq!(
+            cmd(&["client", "pause", "100", "write"]),
+            Ok(Command::ClientPause {
+                millis: 100,
+                all: false
+            })
+        );
+        assert_eq!(
+            cmd(&["client", "pause", "0"]),
+            Ok(Command::ClientPause {
+                millis: 0,
+                all: true
+            })
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "-1"]),
+            "ERR timeout is negative"
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "x"]),
+            "ERR timeout is not an integer or out of range"
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "1", "both"]),
+            "ERR CLIENT PAUSE mode must be WRITE or ALL"
         );
         assert_eq!(cmd(&["slowlog", "get"]), Ok(Command::SlowlogGet(None)));
         assert_eq!(

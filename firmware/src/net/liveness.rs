@@ -162,16 +162,21 @@ impl Net {
 
     /// How long the next poll may wait.
     pub(super) fn poll_timeout(&self) -> Duration {
-        if !self.live.stalled.is_empty() || self.budget.paused() > 0 {
+        let base = if !self.live.stalled.is_empty() || self.budget.paused() > 0 {
             STALL_RETRY
         } else {
             POLL_TIMEOUT
-        }
+        };
+        // A CLIENT PAUSE ends on time.
+        self.pause_deadline().map_or(base, |t| {
+            base.min(t.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Once per turn of the loop: retries stalled jobs, resumes clients the budget paused,
     /// retries accepting, and runs the sweep when due.
     pub(super) fn housekeeping(&mut self) {
+        self.end_pause_if_due();
         if !self.live.stalled.is_empty() {
             self.retry_stalled();
         }

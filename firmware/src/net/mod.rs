@@ -135,6 +135,8 @@ pub struct Net {
     to_flush: Vec<u64>,
     /// Slow commands (SLOWLOG).
     slowlog: Slowlog,
+    /// CLIENT PAUSE in force.
+    pause: Option<session::Pause>,
 }
 
 impl Net {
@@ -188,6 +190,7 @@ impl Net {
             pubsub: PubSub::default(),
             to_flush: Vec::new(),
             slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
+            pause: None,
             cfg,
         })
     }
@@ -523,6 +526,21 @@ impl Net {
                     continue;
                 }
             }
+            // CLIENT PAUSE: the command waits at the front of the backlog until the pause
+            // ends (nothing after it overtakes it).
+            if c.authed {
+                if let Ok(cmd) = &parsed {
+                    if self.paused(id, cmd) {
+                        return;
+                    }
+                }
+            }
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let Some(args) = c.backlog.front() else {
+                return;
+            };
             if c.multi.is_some() && !is_transaction_control(&parsed) {
                 // Inside MULTI nothing is in flight (MULTI waited for it): queue and answer.
                 let (args, _) = c.take_request();

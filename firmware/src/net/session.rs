@@ -1,6 +1,9 @@
 //! Connection commands on `ls-net` that reach past the calling connection's own fields:
-//! RESET, CLIENT KILL (which closes other connections), CLIENT NO-EVICT / NO-TOUCH, and the
-//! SLOWLOG commands.
+//! RESET, CLIENT KILL (which closes other connections), CLIENT NO-EVICT / NO-TOUCH, CLIENT
+//! PAUSE / UNPAUSE (commands wait in their connection's backlog, in order, until the pause
+//! ends), and the SLOWLOG commands.
+
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kvproto::{ClientKill, ClientKillFilters, ClientType, Command, Protocol, Reply};
@@ -9,6 +12,19 @@ use super::conn::{local_addr, Conn};
 use super::local::Local;
 use super::Net;
 use crate::cluster::ConnMode;
+use crate::exec::TxItem;
+
+/// A CLIENT PAUSE in force.
+#[derive(Debug)]
+pub(super) struct Pause {
+    /// When it ends.
+    until: Instant,
+    /// ALL (every command waits) or WRITE (commands that write, PUBLISH, and EXEC of a
+    /// transaction that writes wait).
+    all: bool,
+    /// Connections with a command waiting for the end.
+    waiting: Vec<u64>,
+}
 
 /// Whether `cmd` is served by [`Net::session_command`].
 pub(super) fn is_session(cmd: &Command) -> bool {
@@ -18,6 +34,8 @@ pub(super) fn is_session(cmd: &Command) -> bool {
             | Command::ClientKill(_)
             | Command::ClientNoEvict(_)
             | Command::ClientNoTouch(_)
+            | Command::ClientPause { .. }
+            | Command::ClientUnpause
             | Command::SlowlogGet(_)
             | Command::SlowlogLen
             | Command::SlowlogReset
@@ -101,6 +119,28 @@ impl Net {
                 reply(Reply::ok())
             }
             Command::ClientKill(kill) => self.client_kill(id, &kill),
+            Command::ClientPause { millis, all } => {
+                let until = self.now + Duration::from_millis(millis);
+                match self.pause.as_mut() {
+                    // A second pause keeps the later end and the stricter mode.
+                    Some(p) => {
+                        p.until = p.until.max(until);
+                        p.all |= all;
+                    }
+                    None => {
+                        self.pause = Some(Pause {
+                            until,
+                            all,
+                            waiting: Vec::new(),
+                        });
+                    }
+                }
+                reply(Reply::ok())
+            }
+            Command::ClientUnpause => {
+                self.end_pause();
+                reply(Reply::ok())
+            }
             Command::SlowlogGet(count) => reply(self.slowlog.get(count)),
             Command::SlowlogLen => reply(Reply::Integer(
                 i64::try_from(self.slowlog.len()).unwrap_or(i64::MAX),
@@ -113,6 +153,53 @@ impl Net {
                 "ERR internal: '{}' is not a session command",
                 other.name()
             ))),
+        }
+    }
+
+    /// Whether connection `id`'s next command, `cmd`, must wait for the CLIENT PAUSE in force
+    /// (then the connection is remembered and resumed when it ends).
+    pub(super) fn paused(&mut self, id: u64, cmd: &Command) -> bool {
+        let Some(p) = self.pause.as_mut() else {
+            return false;
+        };
+        if self.now >= p.until {
+            return false;
+        }
+        let waits = p.all
+            || cmd.is_write()
+            || matches!(cmd, Command::Publish { .. })
+            || (matches!(cmd, Command::Exec)
+                && self.conns.get(&id).is_some_and(|c| {
+                    c.multi.as_ref().is_some_and(|q| {
+                        q.iter()
+                            .any(|item| matches!(item, TxItem::Run(cmd) if cmd.is_write()))
+                    })
+                }));
+        if waits && !p.waiting.contains(&id) {
+            p.waiting.push(id);
+        }
+        waits
+    }
+
+    /// When the pause should end, if one is in force (the poll wakes for it).
+    pub(super) fn pause_deadline(&self) -> Option<Instant> {
+        self.pause.as_ref().map(|p| p.until)
+    }
+
+    /// Ends the pause once its time has passed (each loop turn).
+    pub(super) fn end_pause_if_due(&mut self) {
+        if self.pause.as_ref().is_some_and(|p| self.now >= p.until) {
+            self.end_pause();
+        }
+    }
+
+    /// Ends the pause and runs the commands that waited for it, connection by connection
+    /// in the order they started waiting.
+    fn end_pause(&mut self) {
+        if let Some(p) = self.pause.take() {
+            for id in p.waiting {
+                self.resume(id);
+            }
         }
     }
 
