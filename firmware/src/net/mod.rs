@@ -513,7 +513,14 @@ impl Net {
             }
             let parsed = Command::parse(args);
             // RESP2's subscribed mode: only the subscription commands, PING, QUIT and RESET.
-            if parsed.is_ok() && in_subscribed_mode(c.proto, &c.subs) {
+            // (After the unknown-command, arity and unknown-subcommand errors, which Redis
+            // gives first; before the command's own argument errors.)
+            let lookup_error = matches!(
+                &parsed,
+                Err(e) if e.0.starts_with("ERR unknown subcommand '")
+                    || e.0.starts_with("ERR wrong number of arguments")
+            );
+            if !lookup_error && in_subscribed_mode(c.proto, &c.subs) {
                 if let Some(r) = refused_when_subscribed(args) {
                     if c.in_flight > 0 {
                         return;
