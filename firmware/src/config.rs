@@ -128,6 +128,10 @@ pub struct Args {
     /// SLOWLOG: entries kept (default 128).
     #[arg(long)]
     pub slowlog_max_len: Option<usize>,
+    /// LATENCY: record commands that take at least this many milliseconds from dispatch to
+    /// reply (default 0: off).
+    #[arg(long)]
+    pub latency_monitor_threshold: Option<u64>,
     /// TCP keepalive: first probe after this many idle seconds (default 300; 0: off).
     #[arg(long)]
     pub tcp_keepalive: Option<u32>,
@@ -216,6 +220,8 @@ struct FileConfig {
     slowlog_log_slower_than: Option<i64>,
     #[serde(alias = "slowlog_max_len")]
     slowlog_max_len: Option<usize>,
+    #[serde(alias = "latency_monitor_threshold")]
+    latency_monitor_threshold: Option<u64>,
     #[serde(alias = "tcp_keepalive")]
     tcp_keepalive: Option<u32>,
     #[serde(alias = "proto_max_bulk_len")]
@@ -325,6 +331,8 @@ pub struct DriveConfig {
     pub slowlog_log_slower_than: i64,
     /// `slowlog-max-len`.
     pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold` in milliseconds (0: off).
+    pub latency_monitor_threshold: u64,
 }
 
 impl DriveConfig {
@@ -497,6 +505,10 @@ impl DriveConfig {
                 .slowlog_max_len
                 .or(file.slowlog_max_len)
                 .unwrap_or(crate::net::DEFAULT_SLOWLOG_MAX_LEN),
+            latency_monitor_threshold: args
+                .latency_monitor_threshold
+                .or(file.latency_monitor_threshold)
+                .unwrap_or(0),
         })
     }
 }

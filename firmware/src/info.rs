@@ -44,6 +44,7 @@ const SUBCOMMANDS: &[(&str, &[&str])] = &[
     ("acl", &["whoami", "users", "list"]),
     ("pubsub", &["channels", "numsub", "numpat"]),
     ("slowlog", &["get", "len", "reset"]),
+    ("latency", &["latest", "history", "reset"]),
     (
         "cluster",
         &[
@@ -100,6 +101,14 @@ impl CommandStats {
             Some(sub_base(i) + j)
         });
         Some(sub.unwrap_or(row))
+    }
+
+    /// Whether a row's command has the table's `fast` flag (a subcommand: its command's).
+    #[must_use]
+    pub fn is_fast(row: usize) -> bool {
+        let name = Self::row_name(row);
+        let command = name.split('|').next().unwrap_or_default();
+        kvproto::command::lookup(command.as_bytes()).is_some_and(|s| s.flags.contains(&"fast"))
     }
 
     /// The name a row is shown under: `get`, `client|id`.

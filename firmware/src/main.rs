@@ -216,6 +216,10 @@ fn reported_settings(
             cfg.slowlog_log_slower_than.to_string(),
         ),
         ("slowlog-max-len".into(), cfg.slowlog_max_len.to_string()),
+        (
+            "latency-monitor-threshold".into(),
+            cfg.latency_monitor_threshold.to_string(),
+        ),
     ];
     v.push((
         "durability".into(),
@@ -516,6 +520,7 @@ fn main() -> anyhow::Result<()> {
         copy_values: ablate.copy_values,
         slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
         slowlog_max_len: cfg.slowlog_max_len,
+        latency_monitor_threshold_ms: cfg.latency_monitor_threshold,
     };
     let net = Net::new(
         poll,

@@ -255,6 +255,12 @@ pub enum Command {
     SlowlogLen,
     /// `SLOWLOG RESET`.
     SlowlogReset,
+    /// `LATENCY LATEST`.
+    LatencyLatest,
+    /// `LATENCY HISTORY event`.
+    LatencyHistory(Bytes),
+    /// `LATENCY RESET [event...]` (none: every event).
+    LatencyReset(Vec<Bytes>),
     Shutdown {
         nosave: bool,
     },
@@ -875,6 +881,19 @@ fn parse_pubsub(a: &[Bytes]) -> Result<Command, CommandError> {
     }
 }
 
+/// `LATENCY <subcommand> ...` (LATEST, HISTORY, RESET).
+fn parse_latency(a: &[Bytes]) -> Result<Command, CommandError> {
+    let rest = &a[1..];
+    match (lower(&a[0]).as_slice(), rest) {
+        (b"latest", []) => Ok(Command::LatencyLatest),
+        (b"latest", _) => Err(wrong_args("latency|latest")),
+        (b"history", [event]) => Ok(Command::LatencyHistory(event.clone())),
+        (b"history", _) => Err(wrong_args("latency|history")),
+        (b"reset", events) => Ok(Command::LatencyReset(events.to_vec())),
+        _ => Err(unknown_subcommand(&a[0], "LATENCY")),
+    }
+}
+
 /// `SLOWLOG <subcommand> ...`.
 fn parse_slowlog(a: &[Bytes]) -> Result<Command, CommandError> {
     let rest = &a[1..];
@@ -1141,6 +1160,7 @@ impl Command {
             "pubsub" => parse_pubsub(a)?,
             "reset" => Self::Reset,
             "slowlog" => parse_slowlog(a)?,
+            "latency" => parse_latency(a)?,
             "hset" | "hmset" if a.len() % 2 == 0 => return Err(wrong_args(spec.name)),
             "hset" | "hmset" => Self::HSet {
                 key: key(),
@@ -1297,6 +1317,7 @@ impl Command {
             Self::PubSubChannels(_) | Self::PubSubNumSub(_) | Self::PubSubNumPat => "pubsub",
             Self::Reset => "reset",
             Self::SlowlogGet(_) | Self::SlowlogLen | Self::SlowlogReset => "slowlog",
+            Self::LatencyLatest | Self::LatencyHistory(_) | Self::LatencyReset(_) => "latency",
             Self::Shutdown { .. } => "shutdown",
             Self::HSet { hmset: true, .. } => "hmset",
             Self::HSet { .. } => "hset",
@@ -1832,6 +1853,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "server",
         "O(N)",
         "SLOWLOG GET, LEN and RESET."
+    ),
+    spec!(
+        "latency",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "server",
+        "O(1)",
+        "LATENCY LATEST, HISTORY and RESET (events of latency-monitor-threshold)."
     ),
     spec!(
         "shutdown",

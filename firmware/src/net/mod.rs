@@ -16,6 +16,7 @@
 mod admission;
 mod auth;
 mod conn;
+mod latency;
 pub mod limits;
 pub mod liveness;
 mod local;
@@ -101,6 +102,8 @@ pub struct NetConfig {
     pub slowlog_slower_than_usec: i64,
     /// `slowlog-max-len`.
     pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold` in milliseconds (0: off).
+    pub latency_monitor_threshold_ms: u64,
 }
 
 /// The network thread's state.
@@ -137,6 +140,8 @@ pub struct Net {
     slowlog: Slowlog,
     /// CLIENT PAUSE in force.
     pause: Option<session::Pause>,
+    /// The latency monitor (LATENCY).
+    latency: latency::Latency,
 }
 
 impl Net {
@@ -191,6 +196,7 @@ impl Net {
             to_flush: Vec::new(),
             slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
             pause: None,
+            latency: latency::Latency::new(cfg.latency_monitor_threshold_ms),
             cfg,
         })
     }
@@ -771,6 +777,7 @@ impl Net {
         self.metrics
             .command_stats
             .called(row, slowlog::micros(took), failed);
+        self.latency.record(row, took);
         if self.slowlog.wants(took) {
             let (peer, name) = self
                 .conns
@@ -805,6 +812,7 @@ impl Net {
                         self.metrics
                             .command_stats
                             .called(row, slowlog::micros(took), r.is_error());
+                        self.latency.record(row, took);
                         if self.slowlog.wants(took) {
                             let (peer, name) = (c.peer, c.name.clone());
                             self.slowlog.record(

@@ -1,7 +1,7 @@
 //! Connection commands on `ls-net` that reach past the calling connection's own fields:
 //! RESET, CLIENT KILL (which closes other connections), CLIENT NO-EVICT / NO-TOUCH, CLIENT
 //! PAUSE / UNPAUSE (commands wait in their connection's backlog, in order, until the pause
-//! ends), and the SLOWLOG commands.
+//! ends), and the SLOWLOG and LATENCY commands.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ pub(super) fn is_session(cmd: &Command) -> bool {
             | Command::SlowlogGet(_)
             | Command::SlowlogLen
             | Command::SlowlogReset
+            | Command::LatencyLatest
+            | Command::LatencyHistory(_)
+            | Command::LatencyReset(_)
     )
 }
 
@@ -149,6 +152,9 @@ impl Net {
                 self.slowlog.reset();
                 reply(Reply::ok())
             }
+            Command::LatencyLatest => reply(self.latency.latest()),
+            Command::LatencyHistory(event) => reply(self.latency.history(&event)),
+            Command::LatencyReset(events) => reply(self.latency.reset(&events)),
             other => reply(Reply::error(format!(
                 "ERR internal: '{}' is not a session command",
                 other.name()
