@@ -88,12 +88,18 @@ pub struct System {
 }
 
 /// Every system, LightStore first.
-pub const SYSTEMS: [System; 9] = [
+pub const SYSTEMS: [System; 10] = [
     System {
         name: "lightstore-local",
         access: Access::InProcess,
         peer: false,
         reads_from: "device (io_uring O_DIRECT) behind a value cache of 1/16 of the data (the peers' block cache); keytables in DRAM",
+    },
+    System {
+        name: PLP,
+        access: Access::InProcess,
+        peer: false,
+        reads_from: "as lightstore-local; writes acknowledged when their pages complete, without a device flush (a power-protected write cache, the paper's card)",
     },
     System {
         name: "lightstore-net",
@@ -154,6 +160,12 @@ fn device_mib(data_mib: u64) -> u64 {
 
 /// The raw device's row name.
 pub const DEVICE: &str = "device/file";
+
+/// LightStore in-process in plp mode (`EngineConfig::flush_writes` off): a batch is
+/// acknowledged when its pages complete, as the device ceiling's writes and the peers without
+/// a WAL are. `lightstore-local` is the durable mode (a device flush before each
+/// acknowledgement), the match of the peers with a synced WAL.
+pub const PLP: &str = "lightstore-local/plp";
 
 fn system(name: &str) -> anyhow::Result<System> {
     SYSTEMS
@@ -897,6 +909,8 @@ fn add_ratios(rows: &mut [Row], c: &Ceiling) {
         };
         r.ratio_to_device = Some(r.ops_per_sec / c.ops(w, vs as usize));
         let base = match system(&r.system).map(|s| s.access) {
+            // Durable against durable, acknowledged-without-flush against the same.
+            Ok(Access::InProcess) if r.system.ends_with("/no-wal") => PLP,
             Ok(Access::InProcess) => "lightstore-local",
             Ok(_) => "lightstore-net",
             Err(_) => continue,
@@ -941,7 +955,7 @@ impl RunOne {
     pub fn run(&self) -> anyhow::Result<()> {
         let s = system(&self.system)?;
         let out = match s.access {
-            Access::InProcess if s.name == "lightstore-local" => {
+            Access::InProcess if s.name == "lightstore-local" || s.name == PLP => {
                 let bench = LocalBench {
                     quick: true,
                     scratch: self.dir.clone(),
@@ -954,6 +968,7 @@ impl RunOne {
                     dev as Arc<dyn hwftl_sim::AppendDevice>,
                     lsm::EngineConfig {
                         value_cache_bytes: self.cache_bytes,
+                        flush_writes: s.name != PLP,
                         ..lsm::EngineConfig::default()
                     },
                 )?;
@@ -1106,11 +1121,15 @@ mod tests {
             row("lightstore-net", 5_000.0),
             row("rocksdb-blobdb/wal-sync", 5_000.0),
             row("redis", 20_000.0),
+            row(PLP, 20_000.0),
+            row("rocksdb-leveled/no-wal", 10_000.0),
         ];
         add_ratios(&mut rows, &c);
         assert_eq!(rows[0].ratio_to_device, Some(0.5));
         assert_eq!(rows[2].ratio_to_lightstore, Some(0.5));
         assert_eq!(rows[3].ratio_to_lightstore, Some(4.0));
+        // Peers without a WAL are compared with LightStore without a flush per write.
+        assert_eq!(rows[5].ratio_to_lightstore, Some(0.5));
         assert!(device_rows(&c)
             .iter()
             .all(|r| r.ratio_to_device == Some(1.0)));

@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use bytes::Bytes;
+use kvproto::command::Collection;
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
 use crate::info::{self, Metrics};
-use crate::keyspace::{self as ks, HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER};
+use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
 use crate::store::{
     self, now_ms, KeyFound, KeyRead, PendingCommit, SetOptions, Store, StoreError, WriteGroup,
 };
@@ -415,6 +416,51 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
                     .map_or(Reply::Null, Reply::Double)
             }),
         ),
+        // Collection reads whose records are known by name: read like HLEN and HMGET, so
+        // they never wait on the engine thread and are answered inline when cached.
+        Command::Collection(Collection::SCard(key) | Collection::LLen(key)) => {
+            let tag = if matches!(cmd, Command::Collection(Collection::SCard(_))) {
+                SET
+            } else {
+                LIST
+            };
+            (
+                key,
+                Vec::new(),
+                Read::Record(tag),
+                tag,
+                // A list header starts with its count, as the other headers are.
+                Box::new(|f| {
+                    let n = f.values.first().and_then(Option::as_deref);
+                    Reply::Integer(n.map_or(0, |v| ks::decode_count(v) as i64))
+                }),
+            )
+        }
+        Command::Collection(Collection::HVals(key)) => (
+            key,
+            Vec::new(),
+            Read::All(HASH_FIELD),
+            HASH,
+            Box::new(|f| Reply::Array(f.pairs.into_iter().map(|(_, v)| Reply::Bulk(v)).collect())),
+        ),
+        Command::Collection(Collection::ZMScore { key, members }) => (
+            key,
+            members.clone(),
+            Read::Subs(ZSET_MEMBER),
+            ZSET,
+            Box::new(|f| {
+                Reply::Array(
+                    f.values
+                        .iter()
+                        .map(|v| {
+                            v.as_deref()
+                                .and_then(ks::decode_score)
+                                .map_or(Reply::Null, Reply::Double)
+                        })
+                        .collect(),
+                )
+            }),
+        ),
         Command::GetRange { key, start, end } => {
             let (start, end) = (*start, *end);
             (
@@ -589,7 +635,11 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 limit,
             } => {
                 let Some((offset, count)) = limit_window(*limit) else {
-                    return Ok(Reply::Array(Vec::new()));
+                    // A negative offset answers nothing, after the type check.
+                    return match store.kind(key)? {
+                        Some(ZSET) | None => Ok(Reply::Array(Vec::new())),
+                        Some(_) => Err(StoreError::WrongType),
+                    };
                 };
                 let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
                 scored_members(found, *withscores, proto)
@@ -617,6 +667,7 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
             }
+            Command::Collection(c) => crate::collections::read(store, c, proto),
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the engine thread",
                 other.name()
@@ -774,6 +825,7 @@ fn read_in_group(
                 }
                 Reply::Integer(n)
             }
+            Command::Collection(c) => crate::collections::read(g, c, proto),
             other => read_one(store, metrics, other, proto),
         })
     })();
@@ -1032,7 +1084,12 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
 /// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
 fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
     let plain = is_plain_write(cmd);
-    for k in cmd.keys() {
+    // SINTERSTORE and its twins only read their sources: the destination is the one change.
+    let written = match cmd {
+        Command::Collection(Collection::SCombineStore { dst, .. }) => vec![&dst[..]],
+        _ => cmd.keys(),
+    };
+    for k in written {
         let e = group_keys.entry(k.to_vec()).or_insert(true);
         *e = *e && plain;
     }
@@ -1276,13 +1333,13 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                     Reply::ok()
                 }
             }
+            Command::Collection(c) => crate::collections::write(g, c, proto),
             other => Reply::error(format!(
                 "ERR internal: '{}' was routed to the writer thread",
                 other.name()
             )),
         })
     })();
-    let _ = proto;
     r.unwrap_or_else(|e| err(&e))
 }
 

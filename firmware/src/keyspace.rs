@@ -12,6 +12,14 @@
 //! | `m` | `m` len(key) u32 BE, key, member | the member's score, f64 LE |
 //! | `o` | `o` len(key) u32 BE, key, sortable score (8 bytes BE), member | empty: the score order |
 //! | `x` | `x` key | expiry deadline of string `key`, unix milliseconds u64 LE |
+//! | `t` | `t` key | set: member count, u64 LE |
+//! | `e` | `e` len(key) u32 BE, key, member | empty: the member (so set reads walk DRAM keytables only) |
+//! | `l` | `l` key | list: item count u64 LE, then the head position and the position after the tail, i64 LE each |
+//! | `i` | `i` len(key) u32 BE, key, position (i64 with its sign bit flipped, 8 bytes BE) | the item's value |
+//!
+//! A list's items sit at consecutive positions `head .. tail`: LPUSH writes `head - 1`,
+//! RPUSH `tail`, so pushes and pops at either end touch one item and the header. Removing
+//! from the middle (LREM, LINSERT, LSET keeps positions) renumbers the items on one side.
 //!
 //! The length prefix keeps one key's sub-records contiguous and apart from a longer key
 //! that shares its prefix.
@@ -32,9 +40,69 @@ pub const ZSET_MEMBER: u8 = b'm';
 pub const ZSET_ORDER: u8 = b'o';
 /// Tag of expiry records.
 pub const EXPIRY: u8 = b'x';
+/// Tag of set headers.
+pub const SET: u8 = b't';
+/// Tag of set member records.
+pub const SET_MEMBER: u8 = b'e';
+/// Tag of list headers.
+pub const LIST: u8 = b'l';
+/// Tag of list item records.
+pub const LIST_ITEM: u8 = b'i';
 
 /// The tags of user-visible keys, in SCAN order.
-pub const TOP_LEVEL: [u8; 3] = [STRING, HASH, ZSET];
+pub const TOP_LEVEL: [u8; 5] = [STRING, HASH, ZSET, SET, LIST];
+
+/// The sub-record tags a key of type `kind` owns (removed and renamed with it).
+pub fn sub_tags(kind: u8) -> &'static [u8] {
+    match kind {
+        HASH => &[HASH_FIELD],
+        ZSET => &[ZSET_MEMBER, ZSET_ORDER],
+        SET => &[SET_MEMBER],
+        LIST => &[LIST_ITEM],
+        _ => &[],
+    }
+}
+
+/// The type a sub-record tag belongs to.
+pub fn owner_of(sub_tag: u8) -> u8 {
+    match sub_tag {
+        ZSET_MEMBER | ZSET_ORDER => ZSET,
+        SET_MEMBER => SET,
+        LIST_ITEM => LIST,
+        _ => HASH,
+    }
+}
+
+/// Position bytes of a list item that sort as the signed positions do.
+pub fn list_position(pos: i64) -> [u8; 8] {
+    ((pos as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// Inverse of [`list_position`]; `None` when the bytes are not 8 long.
+#[cfg(test)]
+pub fn position_from(b: &[u8]) -> Option<i64> {
+    let b: [u8; 8] = b.try_into().ok()?;
+    Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+}
+
+/// A list header: (item count, head position, position after the tail).
+pub fn decode_list_header(v: &[u8]) -> (u64, i64, i64) {
+    let word = |i: usize| {
+        v.get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    (word(0), word(1) as i64, word(2) as i64)
+}
+
+/// Encodes a list header (see [`decode_list_header`]).
+pub fn encode_list_header(count: u64, head: i64, tail: i64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24);
+    v.extend_from_slice(&count.to_le_bytes());
+    v.extend_from_slice(&head.to_le_bytes());
+    v.extend_from_slice(&tail.to_le_bytes());
+    v
+}
 
 /// Redis type of a top-level tag, as TYPE and SCAN TYPE name it.
 pub fn type_name(tag: u8) -> &'static str {
@@ -42,6 +110,8 @@ pub fn type_name(tag: u8) -> &'static str {
         STRING => "string",
         HASH => "hash",
         ZSET => "zset",
+        SET => "set",
+        LIST => "list",
         _ => "none",
     }
 }
@@ -179,5 +249,18 @@ mod tests {
         assert!(end.as_deref().is_some_and(|e| a.as_slice() < e));
         assert_eq!(prefix_end(&[1, 255, 255]), Some(vec![2]));
         assert_eq!(prefix_end(&[255]), None);
+    }
+
+    #[test]
+    fn list_positions_sort_as_signed_numbers() {
+        let ps = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
+        for w in ps.windows(2) {
+            assert!(list_position(w[0]) < list_position(w[1]), "{w:?}");
+        }
+        for p in ps {
+            assert_eq!(position_from(&list_position(p)), Some(p));
+        }
+        let h = encode_list_header(3, -2, 1);
+        assert_eq!(decode_list_header(&h), (3, -2, 1));
     }
 }

@@ -15,6 +15,7 @@
 
 mod acl;
 mod cluster;
+mod collections;
 mod config;
 mod crash;
 mod exec;

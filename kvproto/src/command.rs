@@ -8,6 +8,9 @@ use bytes::Bytes;
 
 use crate::reply::Reply;
 
+pub mod types;
+pub use types::Collection;
+
 /// A request that is not a valid command. `Display` is the full error reply text
 /// (`ERR ...`, `WRONGTYPE ...`), ready for [`Reply::error`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -375,6 +378,8 @@ pub enum Command {
     },
     /// `KEYS pattern`.
     Keys(Bytes),
+    /// The set commands and the rest of the hash and sorted-set commands ([`types`]).
+    Collection(Collection),
 }
 
 /// Parses a Redis integer as `string2ll` does: optional `-`, no `+`, no leading zeros.
@@ -1265,7 +1270,10 @@ impl Command {
                 nx: spec.name == "renamenx",
             },
             "keys" => Self::Keys(key()),
-            _ => return Err(unknown_command(args)),
+            _ => match types::parse(spec.name, a) {
+                Some(c) => Self::Collection(c?),
+                None => return Err(unknown_command(args)),
+            },
         })
     }
 
@@ -1357,6 +1365,7 @@ impl Command {
             Self::Rename { nx: false, .. } => "rename",
             Self::Rename { nx: true, .. } => "renamenx",
             Self::Keys(_) => "keys",
+            Self::Collection(c) => c.name(),
         }
     }
 
@@ -1400,6 +1409,7 @@ impl Command {
                 ks.iter().map(|k| &k[..]).collect()
             }
             Self::MSet(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
+            Self::Collection(c) => c.keys(),
             _ => Vec::new(),
         }
     }
@@ -2018,6 +2028,645 @@ pub const COMMANDS: &[CommandSpec] = &[
         "sorted-set",
         "O(log(N)+M)",
         "Returns members in a score range."
+    ),
+    // Collection commands (command/types.rs).
+    spec!(
+        "sadd",
+        -3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(1) per member",
+        "Adds members to a set."
+    ),
+    spec!(
+        "srem",
+        -3,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(N)",
+        "Removes members from a set."
+    ),
+    spec!(
+        "smembers",
+        2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "set",
+        "O(N)",
+        "Returns every member of a set."
+    ),
+    spec!(
+        "sismember",
+        3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(1)",
+        "Whether a member is in a set."
+    ),
+    spec!(
+        "smismember",
+        -3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(N)",
+        "Whether each member is in a set."
+    ),
+    spec!(
+        "scard",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(1)",
+        "Returns the number of members of a set."
+    ),
+    spec!(
+        "spop",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "set",
+        "O(N)",
+        "Removes and returns random members."
+    ),
+    spec!(
+        "srandmember",
+        -2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "set",
+        "O(N)",
+        "Returns random members."
+    ),
+    spec!(
+        "sinter",
+        -2,
+        ["readonly"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N*M)",
+        "Intersects sets."
+    ),
+    spec!(
+        "sunion",
+        -2,
+        ["readonly"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N)",
+        "Unites sets."
+    ),
+    spec!(
+        "sdiff",
+        -2,
+        ["readonly"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N)",
+        "Subtracts sets."
+    ),
+    spec!(
+        "sinterstore",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N*M)",
+        "Stores the intersection of sets."
+    ),
+    spec!(
+        "sunionstore",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N)",
+        "Stores the union of sets."
+    ),
+    spec!(
+        "sdiffstore",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        1,
+        "set",
+        "O(N)",
+        "Stores the difference of sets."
+    ),
+    spec!(
+        "sintercard",
+        -3,
+        ["readonly"],
+        0,
+        0,
+        0,
+        "set",
+        "O(N*M)",
+        "Counts the intersection of sets."
+    ),
+    spec!(
+        "smove",
+        4,
+        ["write", "fast"],
+        1,
+        2,
+        1,
+        "set",
+        "O(1)",
+        "Moves a member between sets."
+    ),
+    spec!(
+        "sscan",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "set",
+        "O(1) per call",
+        "Iterates the members of a set."
+    ),
+    spec!(
+        "hincrby",
+        4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Increments a field by an integer."
+    ),
+    spec!(
+        "hincrbyfloat",
+        4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Increments a field by a float."
+    ),
+    spec!(
+        "hkeys",
+        2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns every field of a hash."
+    ),
+    spec!(
+        "hvals",
+        2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns every value of a hash."
+    ),
+    spec!(
+        "hsetnx",
+        4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Sets a field only if it does not exist."
+    ),
+    spec!(
+        "hstrlen",
+        3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1)",
+        "Returns the length of a field's value."
+    ),
+    spec!(
+        "hrandfield",
+        -2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(N)",
+        "Returns random fields."
+    ),
+    spec!(
+        "hscan",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "hash",
+        "O(1) per call",
+        "Iterates the fields of a hash."
+    ),
+    spec!(
+        "zrange",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a range of ranks, scores or names."
+    ),
+    spec!(
+        "zrevrange",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a range of ranks, highest first."
+    ),
+    spec!(
+        "zrevrangebyscore",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a score range, highest first."
+    ),
+    spec!(
+        "zrangebylex",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a name range."
+    ),
+    spec!(
+        "zrevrangebylex",
+        -4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Returns members in a name range, highest first."
+    ),
+    spec!(
+        "zrank",
+        -3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Returns a member's rank."
+    ),
+    spec!(
+        "zrevrank",
+        -3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Returns a member's rank, highest first."
+    ),
+    spec!(
+        "zmscore",
+        -3,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(N)",
+        "Returns the scores of members."
+    ),
+    spec!(
+        "zincrby",
+        4,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Increments a member's score."
+    ),
+    spec!(
+        "zcount",
+        4,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Counts members in a score range."
+    ),
+    spec!(
+        "zlexcount",
+        4,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N))",
+        "Counts members in a name range."
+    ),
+    spec!(
+        "zpopmin",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)*M)",
+        "Removes and returns the lowest-scored members."
+    ),
+    spec!(
+        "zpopmax",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)*M)",
+        "Removes and returns the highest-scored members."
+    ),
+    spec!(
+        "zremrangebyscore",
+        4,
+        ["write"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Removes members in a score range."
+    ),
+    spec!(
+        "zremrangebyrank",
+        4,
+        ["write"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Removes members in a range of ranks."
+    ),
+    spec!(
+        "zremrangebylex",
+        4,
+        ["write"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(log(N)+M)",
+        "Removes members in a name range."
+    ),
+    spec!(
+        "zscan",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "sorted-set",
+        "O(1) per call",
+        "Iterates the members and scores of a sorted set."
+    ),
+    spec!(
+        "lpush",
+        -3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1) per item",
+        "Prepends items to a list."
+    ),
+    spec!(
+        "rpush",
+        -3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1) per item",
+        "Appends items to a list."
+    ),
+    spec!(
+        "lpushx",
+        -3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1) per item",
+        "Prepends items to an existing list."
+    ),
+    spec!(
+        "rpushx",
+        -3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1) per item",
+        "Appends items to an existing list."
+    ),
+    spec!(
+        "lpop",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Removes and returns items from the head."
+    ),
+    spec!(
+        "rpop",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Removes and returns items from the tail."
+    ),
+    spec!(
+        "lrange",
+        4,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "list",
+        "O(S+N)",
+        "Returns a range of items."
+    ),
+    spec!(
+        "llen",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1)",
+        "Returns the length of a list."
+    ),
+    spec!(
+        "lindex",
+        3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1)",
+        "Returns the item at an index."
+    ),
+    spec!(
+        "lset",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "list",
+        "O(1)",
+        "Sets the item at an index."
+    ),
+    spec!(
+        "lrem",
+        4,
+        ["write"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Removes items equal to a value."
+    ),
+    spec!(
+        "ltrim",
+        4,
+        ["write"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Keeps only a range of items."
+    ),
+    spec!(
+        "linsert",
+        5,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Inserts an item before or after another."
+    ),
+    spec!(
+        "lmove",
+        5,
+        ["write", "denyoom"],
+        1,
+        2,
+        1,
+        "list",
+        "O(1)",
+        "Moves an item between lists."
+    ),
+    spec!(
+        "rpoplpush",
+        3,
+        ["write", "denyoom"],
+        1,
+        2,
+        1,
+        "list",
+        "O(1)",
+        "Moves the tail item of a list to the head of another."
+    ),
+    spec!(
+        "lpos",
+        -3,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "list",
+        "O(N)",
+        "Returns the indexes of items equal to a value."
     ),
     spec!(
         "cluster",

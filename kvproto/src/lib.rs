@@ -21,6 +21,7 @@ pub mod reply;
 pub mod request;
 
 pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
+pub use command::types::{LexBound, ScanOf, SetOp, ZRangeBy};
 pub use command::{
     ClientKill, ClientKillFilters, ClientType, Command, CommandError, CommandSpec, Expire,
     ExpireCondition, ScoreBound, SetCondition, TtlKind, ZAddOptions,

@@ -20,9 +20,6 @@ use anyhow::{bail, Context};
 /// The fuzz targets, in the order they run.
 pub const TARGETS: &[&str] = &["framer", "command", "cluster_map", "nbd"];
 
-/// Seconds each target runs in the smoke of `cargo xtask test`.
-pub const FUZZ_SMOKE_SECONDS: u64 = 12;
-
 /// Longest one input may take before libFuzzer reports it as a hang (seconds).
 const INPUT_TIMEOUT_SECS: u64 = 10;
 

@@ -65,6 +65,8 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::GetDel(_)
         | Command::Append { .. }
         | Command::Rename { .. } => Route::Writer,
+        Command::Collection(_) if cmd.is_write() => Route::Writer,
+        Command::Collection(_) => Route::Engine,
         _ => Route::Here,
     }
 }

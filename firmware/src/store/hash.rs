@@ -1,0 +1,81 @@
+//! Hashes: a header `h`+key holding the field count and one `f` record per field
+//! ([`crate::keyspace`]). HEXISTS from DRAM; HSET and HDEL keep the count exact.
+
+use bytes::Bytes;
+
+use super::{Result, Store, StoreError, WriteGroup};
+use crate::keyspace::{self as ks, HASH, HASH_FIELD};
+
+impl Store {
+    /// HEXISTS, from DRAM only.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_exists(&self, key: &[u8], field: &[u8]) -> Result<bool> {
+        match self.kind(key)? {
+            None => Ok(false),
+            Some(HASH) => {
+                let k = ks::sub(HASH_FIELD, key, field);
+                Ok(self.db.value_lens(&[&k])?[0].is_some())
+            }
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+}
+
+impl WriteGroup<'_> {
+    /// HSET: how many fields were new.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_set(&mut self, key: &[u8], pairs: &[(Bytes, Bytes)]) -> Result<i64> {
+        let kind = self.kind(key)?;
+        let mut count = match kind {
+            None => 0,
+            Some(HASH) => ks::decode_count(&self.read(&ks::top(HASH, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        // A new hash has no fields in the engine (DEL removes them with the header): only
+        // this group's own writes can hold one, so the engine is not asked per field.
+        let new_hash = kind.is_none();
+        let mut added = 0;
+        for (field, value) in pairs {
+            let fk = ks::sub(HASH_FIELD, key, field);
+            let present = if new_hash {
+                self.overlay.get(&fk).is_some_and(Option::is_some)
+            } else {
+                self.present(&fk)?
+            };
+            if !present {
+                added += 1;
+                count += 1;
+            }
+            self.put(fk, value.clone());
+        }
+        self.write_count(HASH, key, count);
+        Ok(added)
+    }
+
+    /// HDEL: how many fields were removed.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn hash_del(&mut self, key: &[u8], fields: &[Bytes]) -> Result<i64> {
+        let mut count = match self.kind(key)? {
+            None => return Ok(0),
+            Some(HASH) => ks::decode_count(&self.read(&ks::top(HASH, key))?.unwrap_or_default()),
+            Some(_) => return Err(StoreError::WrongType),
+        };
+        let mut removed = 0;
+        for field in fields {
+            let fk = ks::sub(HASH_FIELD, key, field);
+            if self.present(&fk)? {
+                self.del(fk);
+                removed += 1;
+                count = count.saturating_sub(1);
+            }
+        }
+        self.write_count(HASH, key, count);
+        Ok(removed)
+    }
+}

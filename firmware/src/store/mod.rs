@@ -1,0 +1,524 @@
+//! The drive's data model over the engine: strings, hashes and sorted sets as records in one
+//! ordered key space ([`crate::keyspace`]), string expiry, and the reads and the write groups
+//! the engine and writer threads run.
+//!
+//! Reads ([`Store`] methods) go straight to the engine; existence, type and length checks use
+//! the DRAM-cached keytables only. Writes go through a [`WriteGroup`]: the writer thread
+//! applies many clients' commands to one group (read-your-writes through its overlay), then
+//! commits it as one atomic engine batch — a group commit.
+//!
+//! This module owns [`Store`] (the engine, the expiry index, the scan cursors, the counters),
+//! its errors, type lookup and FLUSHALL; the rest is split by concern:
+//! [`read`] (one key's asynchronous read, GET/MGET, LS.RANGE), [`write`] (the [`WriteGroup`]
+//! core: overlay, commit, DEL, RENAME), [`string`], [`hash`], [`zset`] (each family's
+//! commands), [`expiry`] (deadlines, TTL, the sweep), [`watch`] (WATCH's versions) and
+//! [`scan`] (SCAN, KEYS, DBSIZE); [`set`] and [`list`] hold the set and list families, [`hash_more`] and [`zset_more`] the
+//! commands added to hashes and sorted sets, and [`view`] the read
+//! interface the collection reads share (applied state or a group's state).
+
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lsm::{Engine, EngineError, WriteOp};
+use parking_lot::{Mutex, RwLock};
+
+use crate::keyspace::{self as ks, EXPIRY, STRING};
+
+pub mod expiry;
+pub mod hash;
+pub mod hash_more;
+pub mod list;
+pub mod read;
+pub mod scan;
+pub mod set;
+pub mod string;
+pub mod view;
+pub mod watch;
+pub mod write;
+pub mod zset;
+pub mod zset_more;
+
+pub use expiry::ttl_reply;
+pub use read::{KeyFound, KeyRead};
+pub use string::SetOptions;
+pub use watch::{WatchedKey, Watches};
+pub use write::{PendingCommit, WriteGroup};
+
+use scan::Cursors;
+
+/// Keys deleted per engine batch by FLUSHALL and large deletions (and keys walked per
+/// engine call by the chunked range walks).
+const DELETE_CHUNK: usize = 4096;
+
+/// Why a data command failed; `reply_text` is what the client sees.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The key holds another type.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// INCR on a value that is not an integer.
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    /// INCR past i64.
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    /// ZADD INCR produced NaN.
+    #[error("ERR resulting score is not a number (NaN)")]
+    NanScore,
+    /// SCAN with a cursor this drive did not hand out (or forgot).
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
+    /// RENAME of a key that does not exist.
+    #[error("ERR no such key")]
+    NoSuchKey,
+    /// An expiry time that overflows (the command's name is in the text).
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpire(&'static str),
+    /// EXPIRE and friends on a hash or sorted set: only strings carry deadlines so far.
+    #[error("ERR this drive keeps expiry times for string keys only (hashes and sorted sets cannot expire yet)")]
+    ExpiryUnsupported,
+    /// A command error Redis reports only after looking at the key (its full text).
+    #[error("{0}")]
+    Refused(String),
+    /// The engine refused or failed.
+    #[error("ERR {0}")]
+    Engine(#[from] EngineError),
+}
+
+impl StoreError {
+    /// The error reply's text (without the leading `-`). A write to a drive opened
+    /// read-only gets Redis's `READONLY` code, which clients know.
+    ///
+    /// A failed write says which outcome it had (docs/ARCHITECTURE.md, *Write outcomes*):
+    /// "not applied" (it never will be: safe to retry), or "outcome unknown" (it may or may
+    /// not be durable and may reappear after a restart: read back before retrying). Every
+    /// other write error is refused before anything reached the device (not applied). The
+    /// engine's messages say so themselves (`EngineError::WriteNotApplied`,
+    /// `EngineError::OutcomeUnknown`).
+    pub fn reply_text(&self) -> String {
+        match self {
+            StoreError::Engine(EngineError::ReadOnly) => {
+                "READONLY the drive was opened read-only to recover a damaged device \
+                 (--recover-read-only): writes are refused"
+                    .into()
+            }
+
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Result of a store operation.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The data model over one engine.
+pub struct Store {
+    db: Engine,
+    /// WATCH's per-key versions.
+    pub watches: Watches,
+    /// Deadline (unix ms) of every string key that has one.
+    expiries: RwLock<HashMap<Vec<u8>, u64>>,
+    cursors: Mutex<Cursors>,
+    /// Hit, miss and expiry counters (shared with asynchronous reads in flight).
+    pub counters: Arc<KeyspaceCounters>,
+}
+
+/// Keyspace counters INFO reports.
+#[derive(Debug, Default)]
+pub struct KeyspaceCounters {
+    /// Keys found expired and removed.
+    pub expired_keys: AtomicU64,
+    /// Reads that found their key.
+    pub keyspace_hits: AtomicU64,
+    /// Reads that did not.
+    pub keyspace_misses: AtomicU64,
+}
+
+impl KeyspaceCounters {
+    fn count_hit(&self, hit: bool) {
+        if hit {
+            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Store {
+    /// Wraps an open engine, loading the expiry index.
+    ///
+    /// # Errors
+    /// Engine read errors.
+    pub fn open(db: Engine) -> Result<Store> {
+        let mut expiries = HashMap::new();
+        let end = ks::prefix_end(&[EXPIRY]);
+        for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
+            if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
+                expiries.insert(key.to_vec(), deadline);
+            }
+        }
+        Ok(Store {
+            db,
+            watches: Watches::default(),
+            expiries: RwLock::new(expiries),
+            cursors: Mutex::new(Cursors {
+                next: 1,
+                by_id: BTreeMap::new(),
+            }),
+            counters: Arc::new(KeyspaceCounters::default()),
+        })
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &Engine {
+        &self.db
+    }
+
+    /// Gives the engine back (for a clean close).
+    pub fn into_engine(self) -> Engine {
+        self.db
+    }
+
+    /// Whether string `key` has passed its deadline.
+    pub(super) fn expired(&self, key: &[u8], now: u64) -> bool {
+        let ex = self.expiries.read();
+        !ex.is_empty() && ex.get(key).is_some_and(|&d| d <= now)
+    }
+
+    /// The type tag of `key` (one of [`ks::TOP_LEVEL`]), from DRAM only.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        let keys: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let lens = self.db.value_lens(&refs)?;
+        for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
+            if len.is_some() && !(tag == STRING && self.expired(key, now_ms())) {
+                return Ok(Some(tag));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// FLUSHALL: deletes every key, in batches.
+///
+/// # Errors
+/// Engine errors (keys deleted before the failure stay deleted).
+pub fn flush_all(store: &Store) -> Result<()> {
+    let r = (|| {
+        loop {
+            let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
+            if keys.is_empty() {
+                break;
+            }
+            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
+            store.db.write(&ops)?;
+        }
+        store.expiries.write().clear();
+        store.cursors.lock().by_id.clear();
+        Ok(())
+    })();
+    // Even a failed FLUSHALL may have deleted some keys: WATCHers must see a change.
+    store.touch_all_watched();
+    r
+}
+
+/// Parses a Redis integer string strictly (no spaces, no leading `+`, no leading zeros).
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && s.starts_with('0'))
+        || s.starts_with("-0")
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
+    use lsm::EngineConfig;
+
+    use crate::keyspace::{HASH, HASH_FIELD, ZSET, ZSET_MEMBER};
+
+    #[test]
+    fn failed_writes_say_which_outcome_they_had() {
+        let not_applied = StoreError::Engine(EngineError::WriteNotApplied(
+            hwftl_sim::DeviceError::PoweredOff,
+        ));
+        let text = not_applied.reply_text();
+        assert!(text.starts_with("ERR write not applied"), "{text}");
+        assert!(text.contains("safe to retry"), "{text}");
+        let unknown = StoreError::Engine(EngineError::OutcomeUnknown {
+            reason: "the device flush after its pages failed".into(),
+        });
+        let text = unknown.reply_text();
+        assert!(text.starts_with("ERR write outcome unknown"), "{text}");
+        assert!(text.contains("may or may not be durable"), "{text}");
+    }
+
+    fn store() -> Store {
+        let g = Geometry {
+            channels: 2,
+            ways: 2,
+            blocks_per_chip: 32,
+            pages_per_block: 8,
+            spare_blocks_per_chip: 1,
+        };
+        let dev =
+            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
+        Store::open(Engine::open(dev, EngineConfig::default()).unwrap()).unwrap()
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn types_exclude_each_other_and_set_replaces_any_type() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        g.hash_set(b"h", &[(b("f1"), b("v1")), (b("f2"), b("v2"))])
+            .unwrap();
+        assert!(matches!(g.incr_by(b"h", 1), Err(StoreError::WrongType)));
+        g.commit().unwrap();
+        let as_string = s.read_key(b"h", &KeyRead::Record { tag: STRING }).unwrap();
+        assert_eq!(
+            (as_string.kind, &as_string.values[..]),
+            (Some(HASH), &[None][..])
+        );
+        let h = s.read_key(b"h", &KeyRead::Record { tag: HASH }).unwrap();
+        assert_eq!(h.kind, Some(HASH));
+        assert_eq!(h.values[0].as_deref().map(ks::decode_count), Some(2));
+        let all = s
+            .read_key(
+                b"h",
+                &KeyRead::AllSubs {
+                    sub_tag: HASH_FIELD,
+                },
+            )
+            .unwrap();
+        assert_eq!(all.pairs, vec![(b("f1"), b("v1")), (b("f2"), b("v2"))]);
+        let mut g = WriteGroup::new(&s);
+        g.set(b"h", b("str"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        assert_eq!(s.kind(b"h").unwrap(), Some(STRING));
+        let now = s
+            .read_key(
+                b"h",
+                &KeyRead::AllSubs {
+                    sub_tag: HASH_FIELD,
+                },
+            )
+            .unwrap();
+        assert_eq!((now.kind, now.pairs.len()), (Some(STRING), 0));
+        assert_eq!(
+            s.engine()
+                .count_keys(&[HASH_FIELD], Some(&[HASH_FIELD + 1]))
+                .unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn zset_orders_by_score_and_moves_members() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        let o = kvproto::ZAddOptions::default();
+        g.zadd(b"z", &o, &[(3.0, b("c")), (1.0, b("a")), (-2.0, b("b"))])
+            .unwrap();
+        g.zadd(b"z", &o, &[(5.0, b("a"))]).unwrap();
+        g.commit().unwrap();
+        let all = s
+            .zrange_by_score(
+                b"z",
+                (f64::NEG_INFINITY, true),
+                (f64::INFINITY, true),
+                0,
+                None,
+            )
+            .unwrap();
+        let names: Vec<&[u8]> = all.iter().map(|(m, _)| &m[..]).collect();
+        assert_eq!(names, vec![&b"b"[..], b"c", b"a"]);
+        let some = s
+            .zrange_by_score(b"z", (-2.0, false), (5.0, true), 1, Some(5))
+            .unwrap();
+        assert_eq!(some.len(), 1);
+        let z = s.read_key(b"z", &KeyRead::Record { tag: ZSET }).unwrap();
+        assert_eq!(z.values[0].as_deref().map(ks::decode_count), Some(3));
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.zrem(b"z", &[b("a"), b("nope")]).unwrap(), 1);
+        g.commit().unwrap();
+        let names = [b("a"), b("c")];
+        let scores = s
+            .read_key(
+                b"z",
+                &KeyRead::Subs {
+                    sub_tag: ZSET_MEMBER,
+                    names: &names,
+                },
+            )
+            .unwrap();
+        let scores: Vec<Option<f64>> = scores
+            .values
+            .iter()
+            .map(|v| v.as_deref().and_then(ks::decode_score))
+            .collect();
+        assert_eq!(scores, vec![None, Some(3.0)]);
+        // No such key: nothing, and no type.
+        let none = s.read_key(b"nope", &KeyRead::Record { tag: ZSET }).unwrap();
+        assert_eq!(
+            none,
+            KeyFound {
+                kind: None,
+                values: vec![None],
+                pairs: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn scan_returns_every_key_across_types_once() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        for i in 0..50 {
+            g.set(format!("s{i}").as_bytes(), b("v"), SetOptions::default())
+                .unwrap();
+            g.hash_set(format!("h{i}").as_bytes(), &[(b("f"), b("v"))])
+                .unwrap();
+        }
+        g.commit().unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, keys) = s.scan(cursor, None, 7, None).unwrap();
+            for k in keys {
+                assert!(seen.insert(k));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        assert_eq!(seen.len(), 100);
+        assert_eq!(s.dbsize().unwrap(), 100);
+        assert!(matches!(
+            s.scan(999_999, None, 10, None),
+            Err(StoreError::InvalidCursor)
+        ));
+    }
+
+    #[test]
+    fn watch_versions_track_only_watched_keys_and_break_on_applied_writes() {
+        let s = store();
+        let w = vec![s.watch(b"a"), s.watch(b"b")];
+        let again = s.watch(b"a");
+        assert!(!s.watch_broken(&w));
+        s.touch_watched([&b"c"[..]]);
+        assert!(
+            !s.watch_broken(&w),
+            "an unwatched key's write breaks nothing"
+        );
+        s.touch_watched([&b"b"[..]]);
+        assert!(s.watch_broken(&w));
+        assert!(!s.watch_broken(std::slice::from_ref(&again)));
+        s.unwatch(&w);
+        assert_eq!(s.watches.keys.lock().len(), 1, "a still watched by `again`");
+        s.unwatch(std::slice::from_ref(&again));
+        assert!(
+            s.watches.keys.lock().is_empty(),
+            "the table holds only watched keys"
+        );
+        let f = vec![s.watch(b"x")];
+        flush_all(&s).unwrap();
+        assert!(s.watch_broken(&f), "FLUSHALL breaks every watch");
+        s.unwatch(&f);
+        // A watched string whose deadline passes breaks the watch before any sweep.
+        let mut g = WriteGroup::new(&s);
+        g.set(b"e", b("v"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        let e = vec![s.watch(b"e")];
+        let mut g = WriteGroup::new(&s);
+        g.expire_key(b"e", 1, false, None, "pexpire").unwrap();
+        g.commit().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(s.watch_broken(&e));
+    }
+
+    #[test]
+    fn sets_and_lists_keep_counts_and_types() {
+        let s = store();
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.set_add(b"s", &[b("a"), b("b"), b("a")]).unwrap(), 2);
+        assert_eq!(
+            g.list_push(b"l", &[b("x"), b("y")], false, false).unwrap(),
+            2
+        );
+        assert_eq!(g.list_push(b"l", &[b("w")], true, false).unwrap(), 3);
+        assert!(matches!(
+            g.set_add(b"l", &[b("a")]),
+            Err(StoreError::WrongType)
+        ));
+        // Read-your-writes inside the group.
+        assert_eq!(set::members(&g, b"s").unwrap(), vec![b("a"), b("b")]);
+        g.commit().unwrap();
+        assert_eq!(s.kind(b"s").unwrap(), Some(ks::SET));
+        assert_eq!(s.kind(b"l").unwrap(), Some(ks::LIST));
+        assert_eq!(set::card(&s, b"s").unwrap(), 2);
+        assert_eq!(
+            list::range(&s, b"l", 0, -1).unwrap(),
+            vec![b("w"), b("x"), b("y")]
+        );
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(
+            g.list_pop(b"l", false, 5).unwrap(),
+            Some(vec![b("y"), b("x"), b("w")])
+        );
+        assert_eq!(g.set_pop(b"s", 10).unwrap().map(|m| m.len()), Some(2));
+        g.commit().unwrap();
+        assert_eq!(s.dbsize().unwrap(), 0, "emptied collections leave no key");
+        assert_eq!(
+            s.engine().count_keys(&[], None).unwrap(),
+            0,
+            "nor any record"
+        );
+    }
+
+    #[test]
+    fn integers_parse_strictly() {
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"0"), Some(0));
+        for bad in [
+            &b""[..],
+            b"+1",
+            b"01",
+            b" 1",
+            b"1.0",
+            b"99999999999999999999",
+            b"-0",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+}

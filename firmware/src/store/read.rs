@@ -1,0 +1,434 @@
+//! Reads that never wait on the engine thread: one key's type and records as of one
+//! instant ([`KeyRequest`], [`Store::read_key_async`] and its cached twin), GET and MGET
+//! ([`Store::get_strings_async`]), `LS.RANGE`, and the DRAM-only STRLEN and EXISTS.
+
+use bytes::Bytes;
+use lsm::{Probes, RangeRead};
+
+use super::{now_ms, KeyspaceCounters, Result, Store, StoreError};
+use crate::keyspace::{self as ks, STRING};
+
+/// Value bytes after which an `LS.RANGE` reply stops early (the client continues from its
+/// last key), so one command cannot make the drive buffer gigabytes.
+pub const RANGE_REPLY_BYTES: u64 = 64 << 20;
+
+/// Receives the pairs of [`Store::range_strings_async`].
+pub type OnPairs = Box<dyn FnOnce(Result<Vec<(Bytes, Bytes)>>) + Send>;
+
+/// Receives the values of [`Store::get_strings_async`] in key order (`None`: missing or
+/// expired), and for each key named in `typed` whether it holds another type.
+pub type OnStrings = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, Vec<bool>) + Send>;
+
+/// What one key's read asks for (see [`Store::read_key_async`]).
+#[derive(Debug, Clone, Copy)]
+pub enum KeyRead<'a> {
+    /// The key's own record under `tag`: a string's value, a hash's or sorted set's count.
+    Record {
+        /// `s` (string), `h` (hash) or `z` (sorted set): see [`crate::keyspace`].
+        tag: u8,
+    },
+    /// Records under the key by name: hash fields (`f`) or sorted-set members'
+    /// scores (`m`).
+    Subs {
+        /// The records' tag.
+        sub_tag: u8,
+        /// Field or member names.
+        names: &'a [Bytes],
+    },
+    /// Every record under the key with `sub_tag`, in name order (HGETALL).
+    AllSubs {
+        /// The records' tag.
+        sub_tag: u8,
+    },
+}
+
+/// What [`Store::read_key_async`] found, as of one instant.
+#[derive(Debug, Default, PartialEq)]
+pub struct KeyFound {
+    /// The key's type (a tag of [`ks::TOP_LEVEL`]); `None`: no such key (or expired).
+    pub kind: Option<u8>,
+    /// [`KeyRead::Record`] and [`KeyRead::Subs`]: the values in order (all `None` when the
+    /// key does not exist).
+    pub values: Vec<Option<Bytes>>,
+    /// [`KeyRead::AllSubs`]: (name, value) pairs in name order.
+    pub pairs: Vec<(Bytes, Bytes)>,
+}
+
+/// Receives the result of [`Store::read_key_async`].
+pub type OnKey = Box<dyn FnOnce(Result<KeyFound>) + Send>;
+
+/// The engine keys of one key's read (see [`Store::read_key_async`]).
+pub(super) struct KeyRequest {
+    /// Records read by name (or the key's own record).
+    keys: Vec<Vec<u8>>,
+    /// Type records of the key, the command's own type first: at most one exists, so the
+    /// engine stops at the first it finds (and, for a read of the key's own record, asks
+    /// only when that record is missing).
+    probes: Vec<Vec<u8>>,
+    finish: KeyFinish,
+    /// `AllSubs`: the records' prefix and its end.
+    range: Option<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+/// Turns what the engine found into a [`KeyFound`].
+#[derive(Clone)]
+pub(super) struct KeyFinish {
+    /// The key is a string past its deadline.
+    expired: bool,
+    names: usize,
+    prefix_len: usize,
+    /// `Record`: the type whose record was read (found means the key has that type).
+    record: Option<u8>,
+    /// The type of each probe, in order.
+    probe_tags: Vec<u8>,
+}
+
+/// The type a record tag belongs to: hash fields to hashes, members to sorted sets.
+pub(super) fn owner_type(sub_tag: u8) -> u8 {
+    ks::owner_of(sub_tag)
+}
+
+impl KeyRequest {
+    fn new(key: &[u8], what: &KeyRead<'_>, expired: bool) -> KeyRequest {
+        let mut keys = Vec::new();
+        let mut range = None;
+        let (own, record) = match what {
+            KeyRead::Record { tag } => {
+                keys.push(ks::top(*tag, key));
+                (*tag, Some(*tag))
+            }
+            KeyRead::Subs { sub_tag, names } => {
+                keys.extend(names.iter().map(|n| ks::sub(*sub_tag, key, n)));
+                (owner_type(*sub_tag), None)
+            }
+            KeyRead::AllSubs { sub_tag } => {
+                let prefix = ks::sub_prefix(*sub_tag, key);
+                let end = ks::prefix_end(&prefix);
+                range = Some((prefix, end));
+                (owner_type(*sub_tag), None)
+            }
+        };
+        // The own record is among the keys read by a `Record` read: not probed again.
+        let probe_tags: Vec<u8> = std::iter::once(own)
+            .filter(|_| record.is_none())
+            .chain(ks::TOP_LEVEL.into_iter().filter(|&t| t != own))
+            .collect();
+        KeyRequest {
+            probes: probe_tags.iter().map(|&t| ks::top(t, key)).collect(),
+            finish: KeyFinish {
+                expired,
+                names: keys.len(),
+                prefix_len: range.as_ref().map_or(0, |(p, _): &(Vec<u8>, _)| p.len()),
+                record,
+                probe_tags,
+            },
+            keys,
+            range,
+        }
+    }
+
+    fn key_refs(&self) -> Vec<&[u8]> {
+        self.keys.iter().map(Vec::as_slice).collect()
+    }
+
+    fn probe_refs(&self) -> Vec<&[u8]> {
+        self.probes.iter().map(Vec::as_slice).collect()
+    }
+
+    /// How the engine answers the probes (see [`KeyRequest::probes`]).
+    fn probes<'a>(&self, refs: &'a [&'a [u8]]) -> Probes<'a> {
+        if self.finish.record.is_some() {
+            Probes::FirstOfUnlessFound(refs)
+        } else {
+            Probes::FirstOf(refs)
+        }
+    }
+
+    fn range(&self) -> Option<RangeRead<'_>> {
+        self.range.as_ref().map(|(prefix, end)| RangeRead {
+            start: prefix,
+            end: end.as_deref(),
+            limit: usize::MAX,
+            max_bytes: u64::MAX,
+            skip: None,
+        })
+    }
+}
+
+impl KeyFinish {
+    /// The key's type (a string past its deadline counts as missing) and its records; a
+    /// missing key shows none.
+    fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
+        let kind = match self.record {
+            Some(tag) if found.values.first().is_some_and(Option::is_some) => Some(tag),
+            _ => self
+                .probe_tags
+                .iter()
+                .zip(&found.present)
+                .find(|(_, &p)| p)
+                .map(|(&t, _)| t),
+        };
+        let kind = kind.filter(|&t| !(t == STRING && self.expired));
+        counters.count_hit(kind.is_some());
+        if kind.is_none() {
+            // Leftovers of no live key (an expired string) are not shown.
+            return KeyFound {
+                kind,
+                values: vec![None; self.names],
+                pairs: Vec::new(),
+            };
+        }
+        let skip = self.prefix_len;
+        KeyFound {
+            kind,
+            values: found.values,
+            pairs: found
+                .pairs
+                .into_iter()
+                .map(|(k, v)| (Bytes::from(k).slice(skip..), v))
+                .collect(),
+        }
+    }
+}
+
+impl Store {
+    /// GET answered from DRAM alone when it can be: the string value of `key` if the key is
+    /// a live, unexpired string whose value the value cache holds whole. `None` otherwise
+    /// (missing, expired, another type, not cached): the general path answers those.
+    pub fn get_string_cached(&self, key: &[u8]) -> Option<Bytes> {
+        /// Keys up to this long are tagged on the stack (no allocation).
+        const STACK_KEY: usize = 128;
+        if self.expired(key, now_ms()) {
+            return None;
+        }
+        let mut stack = [0u8; STACK_KEY];
+        let heap;
+        let tagged: &[u8] = if key.len() < STACK_KEY {
+            stack[0] = STRING;
+            stack[1..=key.len()].copy_from_slice(key);
+            &stack[..=key.len()]
+        } else {
+            heap = ks::top(STRING, key);
+            &heap
+        };
+        let v = self.db.get_cached(tagged)?;
+        self.counters.count_hit(true);
+        Some(v)
+    }
+
+    /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
+    /// has a deadline).
+    pub(super) fn expired_mask(&self, keys: &[&[u8]], now: u64) -> Vec<bool> {
+        let ex = self.expiries.read();
+        if ex.is_empty() {
+            return vec![false; keys.len()];
+        }
+        keys.iter()
+            .map(|k| ex.get(*k).is_some_and(|&d| d <= now))
+            .collect()
+    }
+
+    /// MGET answered at once when DRAM holds all of it (the value pages in the value cache):
+    /// the string values of `keys` (`None`: missing, expired or of another type); `None`
+    /// when a page would have to come from the device, or the engine failed.
+    pub fn get_strings_now(&self, keys: &[&[u8]]) -> Option<Vec<Option<Bytes>>> {
+        let expired = self.expired_mask(keys, now_ms());
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let found = self
+            .db
+            .lookup_cached(&refs, Probes::NONE, None)
+            .ok()
+            .flatten()?;
+        Some(
+            found
+                .values
+                .into_iter()
+                .zip(expired)
+                .map(|(v, exp)| {
+                    let v = if exp { None } else { v };
+                    self.counters.count_hit(v.is_some());
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    /// String values of many keys without waiting for the device: the reads are submitted
+    /// and `done` runs on the engine's poller thread once they are all in (or here, when
+    /// nothing needs reading). A value within one device page arrives as a slice of the
+    /// page read, without a copy. Expiry is judged when the reads are issued. For each key
+    /// in `typed`, `done` also learns whether it holds a hash or a sorted set, looked up at
+    /// the same instant as the values (so a GET answers nil or WRONGTYPE consistently).
+    /// `done` must be short and must not call into the store.
+    pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[&[u8]], done: OnStrings) {
+        let expired = self.expired_mask(keys, now_ms());
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probe_keys: Vec<Vec<u8>> = typed
+            .iter()
+            .flat_map(|k| {
+                ks::TOP_LEVEL
+                    .iter()
+                    .filter(|&&t| t != STRING)
+                    .map(|&t| ks::top(t, k))
+            })
+            .collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        let counters = self.counters.clone();
+        self.db.multi_get_async_probed(
+            &refs,
+            &probes,
+            Box::new(move |r, present| {
+                let other_type: Vec<bool> = present
+                    .chunks(ks::TOP_LEVEL.len() - 1)
+                    .map(|p| p.iter().any(|&b| b))
+                    .collect();
+                let out = r.map_err(StoreError::from).map(|values| {
+                    values
+                        .into_iter()
+                        .zip(expired)
+                        .map(|(v, exp)| {
+                            let v = if exp { None } else { v };
+                            counters.count_hit(v.is_some());
+                            v
+                        })
+                        .collect()
+                });
+                done(out, other_type);
+            }),
+        );
+    }
+
+    /// One key's read without waiting (the reading commands other than GET, MGET and the
+    /// DRAM-only ones): the key's type is judged from DRAM and its records are read, all as
+    /// of one instant, so the reply is consistent (a type check and a value read never
+    /// straddle a write). The value pages go to the device and `done` runs on the engine's
+    /// poller thread once they are in (or here when nothing needs reading). A string past
+    /// its deadline counts as missing. `done` must be short and must not call into the
+    /// store.
+    pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
+        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
+        let range = req.range();
+        let counters = self.counters.clone();
+        let finish = req.finish.clone();
+        self.db.lookup_async(
+            &keys,
+            req.probes(&probe_refs),
+            range.as_ref(),
+            Box::new(move |r| {
+                done(
+                    r.map_err(StoreError::from)
+                        .map(|l| finish.finish(l, &counters)),
+                )
+            }),
+        );
+    }
+
+    /// [`Store::read_key_async`] answered at once when DRAM holds everything it needs (the
+    /// value pages in the value cache); `None` when a page would have to come from the
+    /// device, or the engine failed (the asynchronous read then reports it).
+    pub fn read_key_now(&self, key: &[u8], what: &KeyRead<'_>) -> Option<KeyFound> {
+        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
+        let range = req.range();
+        let found = self
+            .db
+            .lookup_cached(&keys, req.probes(&probe_refs), range.as_ref())
+            .ok()
+            .flatten()?;
+        Some(req.finish.finish(found, &self.counters))
+    }
+
+    /// [`Store::read_key_async`], waiting for the result.
+    ///
+    /// # Errors
+    /// Engine errors.
+    #[cfg(test)]
+    pub fn read_key(&self, key: &[u8], what: &KeyRead<'_>) -> Result<KeyFound> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.read_key_async(
+            key,
+            what,
+            Box::new(move |r| {
+                // The caller is waiting on the other end.
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv()
+            .map_err(|_| StoreError::Engine(lsm::EngineError::Closed))?
+    }
+
+    /// STRLEN, from DRAM only.
+    ///
+    /// # Errors
+    /// `WrongType`, engine errors.
+    pub fn strlen(&self, key: &[u8]) -> Result<i64> {
+        match self.kind(key)? {
+            None => Ok(0),
+            Some(STRING) => {
+                let k = ks::top(STRING, key);
+                Ok(self.db.value_lens(&[&k])?[0].map_or(0, i64::from))
+            }
+            Some(_) => Err(StoreError::WrongType),
+        }
+    }
+
+    /// How many of `keys` exist (a key named twice counts twice), from DRAM only.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn exists(&self, keys: &[&[u8]]) -> Result<i64> {
+        let mut n = 0;
+        for k in keys {
+            if self.kind(k)?.is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// `LS.RANGE` without waiting: up to `count` string keys with `start <= key < end` (an
+    /// empty `end`: no upper bound) and their values, in key order, expired keys left out.
+    /// Keys and values are taken at one instant; `done` runs on the engine's poller thread.
+    /// The reply stops early after the pair whose values pass [`RANGE_REPLY_BYTES`], so a
+    /// client continues from its last key; only an empty reply means the range is done.
+    pub fn range_strings_async(&self, start: &[u8], end: &[u8], count: usize, done: OnPairs) {
+        let from = ks::top(STRING, start);
+        let to = if end.is_empty() {
+            ks::prefix_end(&[STRING])
+        } else {
+            Some(ks::top(STRING, end))
+        };
+        if to.as_deref().is_some_and(|t| t <= from.as_slice()) {
+            return done(Ok(Vec::new()));
+        }
+        let now = now_ms();
+        let expiries = self.expiries.read();
+        // Judged under the engine lock as the keys are taken. The expiry read lock is held
+        // across the engine call; no code waits for the expiry lock while it holds the
+        // engine lock, so the order cannot deadlock.
+        let skip =
+            |k: &[u8]| !expiries.is_empty() && expiries.get(&k[1..]).is_some_and(|&d| d <= now);
+        let range = RangeRead {
+            start: &from,
+            end: to.as_deref(),
+            limit: count,
+            max_bytes: RANGE_REPLY_BYTES,
+            skip: Some(&skip),
+        };
+        self.db.range_async(
+            &range,
+            Box::new(move |r| {
+                done(r.map_err(StoreError::from).map(|pairs| {
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| (Bytes::from(k).slice(1..), v))
+                        .collect()
+                }));
+            }),
+        );
+        drop(expiries);
+    }
+}

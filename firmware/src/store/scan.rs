@@ -1,0 +1,168 @@
+//! Walks of the whole keyspace: SCAN (cursors remembered on the drive), KEYS and DBSIZE.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::{now_ms, Result, Store, StoreError, DELETE_CHUNK};
+use crate::keyspace::{self as ks, STRING};
+
+/// Scan cursors remembered at once (the oldest is forgotten first).
+const MAX_SCAN_CURSORS: usize = 16_384;
+
+/// Position of a SCAN: which top-level range, and the last key returned in it.
+#[derive(Debug, Clone)]
+pub(super) struct ScanPosition {
+    pub(super) tag_index: usize,
+    pub(super) after: Option<Vec<u8>>,
+}
+
+/// SCAN cursors handed out, by number.
+#[derive(Default)]
+pub(super) struct Cursors {
+    pub(super) next: u64,
+    pub(super) by_id: BTreeMap<u64, ScanPosition>,
+}
+
+/// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
+pub type ScanPage = (u64, Vec<Bytes>);
+
+impl Store {
+    /// KEYS: every live key matching `pattern`, walked in key order in chunks (the keyspace
+    /// is never held whole; only the matches are). A pattern with a literal prefix walks
+    /// only the keys with that prefix.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn keys(&self, pattern: &[u8]) -> Result<Vec<Bytes>> {
+        let literal = literal_prefix(pattern);
+        let now = now_ms();
+        let mut out = Vec::new();
+        for tag in ks::TOP_LEVEL {
+            let prefix = ks::top(tag, &literal);
+            let end = ks::prefix_end(&prefix);
+            let mut from = prefix.clone();
+            loop {
+                let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
+                for k in &keys {
+                    let user = k.get(1..).unwrap_or_default();
+                    if tag == STRING && self.expired(user, now) {
+                        continue;
+                    }
+                    if kvproto::glob::glob_match(pattern, user) {
+                        out.push(Bytes::copy_from_slice(user));
+                    }
+                }
+                match keys.last() {
+                    Some(l) if keys.len() == DELETE_CHUNK => {
+                        from = l.clone();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn dbsize(&self) -> Result<i64> {
+        let mut n = 0u64;
+        for tag in ks::TOP_LEVEL {
+            let end = ks::prefix_end(&[tag]);
+            n += self.db.count_keys(&[tag], end.as_deref())?;
+        }
+        let now = now_ms();
+        let expired = self.expiries.read().values().filter(|&&d| d <= now).count() as u64;
+        Ok(n.saturating_sub(expired) as i64)
+    }
+
+    /// One SCAN step: up to about `count` keys from where `cursor` left off, matching
+    /// `pattern` and `kind`. A key present for the whole scan is returned (keys are walked
+    /// in order and the cursor remembers the last one).
+    ///
+    /// # Errors
+    /// `InvalidCursor`, engine errors.
+    pub fn scan(
+        &self,
+        cursor: u64,
+        pattern: Option<&[u8]>,
+        count: usize,
+        kind: Option<&[u8]>,
+    ) -> Result<ScanPage> {
+        let mut pos = if cursor == 0 {
+            ScanPosition {
+                tag_index: 0,
+                after: None,
+            }
+        } else {
+            self.cursors
+                .lock()
+                .by_id
+                .get(&cursor)
+                .cloned()
+                .ok_or(StoreError::InvalidCursor)?
+        };
+        let count = count.max(1);
+        let now = now_ms();
+        let mut out = Vec::new();
+        let mut visited = 0;
+        while pos.tag_index < ks::TOP_LEVEL.len() && visited < count {
+            let tag = ks::TOP_LEVEL[pos.tag_index];
+            let start = match &pos.after {
+                Some(a) => {
+                    let mut s = a.clone();
+                    s.push(0);
+                    s
+                }
+                None => vec![tag],
+            };
+            let end = ks::prefix_end(&[tag]);
+            let keys = self
+                .db
+                .range_keys(&start, end.as_deref(), count - visited)?;
+            if keys.len() < count - visited {
+                pos.tag_index += 1;
+                pos.after = None;
+            } else {
+                pos.after = keys.last().cloned();
+            }
+            visited += keys.len();
+            let type_ok =
+                kind.is_none_or(|t| t.eq_ignore_ascii_case(ks::type_name(tag).as_bytes()));
+            for k in keys {
+                let user = k.get(1..).unwrap_or_default();
+                if tag == STRING && self.expired(user, now) {
+                    continue;
+                }
+                if type_ok && pattern.is_none_or(|p| kvproto::glob::glob_match(p, user)) {
+                    out.push(Bytes::copy_from_slice(user));
+                }
+            }
+        }
+        if pos.tag_index >= ks::TOP_LEVEL.len() {
+            return Ok((0, out));
+        }
+        let mut c = self.cursors.lock();
+        let id = c.next;
+        c.next += 1;
+        c.by_id.insert(id, pos);
+        while c.by_id.len() > MAX_SCAN_CURSORS {
+            c.by_id.pop_first();
+        }
+        Ok((id, out))
+    }
+}
+
+/// The bytes of a glob pattern before its first special character (every key it matches
+/// starts with them).
+pub(super) fn literal_prefix(pattern: &[u8]) -> Vec<u8> {
+    pattern
+        .iter()
+        .take_while(|b| !matches!(b, b'*' | b'?' | b'[' | b'\\'))
+        .copied()
+        .collect()
+}

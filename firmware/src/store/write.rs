@@ -1,0 +1,386 @@
+//! The [`WriteGroup`] core: the overlay that gives a group's commands read-your-writes, the
+//! type lookup and record walks as the group sees them, removal of a key of any type, DEL,
+//! RENAME, and the commit (synchronous, or started and finished as a [`PendingCommit`]).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use foldhash::{HashMap, HashMapExt};
+use lsm::WriteOp;
+
+use super::expiry::DeadlineChange;
+use super::{now_ms, Result, Store, StoreError};
+use crate::keyspace::{self as ks, EXPIRY, STRING};
+
+/// A group whose engine batch is on the device ([`WriteGroup::try_submit`]).
+pub struct PendingCommit {
+    write: Option<lsm::PendingWrite>,
+    deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    value_bytes: u64,
+}
+
+impl PendingCommit {
+    /// Waits until the group is durable and applied, then publishes its expiry changes;
+    /// returns the value bytes it wrote.
+    ///
+    /// # Errors
+    /// The engine's failure: nothing of the group is applied.
+    pub fn finish(self, store: &Store) -> Result<u64> {
+        if let Some(w) = self.write {
+            store.db.finish_write(w)?;
+        }
+        let mut ex = store.expiries.write();
+        for (k, c) in self.deadlines {
+            match c {
+                DeadlineChange::Set(d) => {
+                    ex.insert(k, d);
+                }
+                DeadlineChange::Clear => {
+                    ex.remove(&k);
+                }
+            }
+        }
+        Ok(self.value_bytes)
+    }
+}
+
+/// Many commands' writes gathered for one atomic engine batch, with read-your-writes.
+pub struct WriteGroup<'s> {
+    pub(super) store: &'s Store,
+    /// Latest state of every engine key this group wrote (`None`: deleted).
+    pub(super) overlay: BTreeMap<Vec<u8>, Option<Bytes>>,
+    pub(super) deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    pub(super) bytes: usize,
+}
+
+impl<'s> WriteGroup<'s> {
+    /// An empty group over `store`.
+    pub fn new(store: &'s Store) -> WriteGroup<'s> {
+        WriteGroup {
+            store,
+            overlay: BTreeMap::new(),
+            deadlines: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes of keys and values gathered so far.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn put(&mut self, key: Vec<u8>, value: Bytes) {
+        self.bytes += key.len() + value.len();
+        self.overlay.insert(key, Some(value));
+    }
+
+    pub(super) fn del(&mut self, key: Vec<u8>) {
+        self.bytes += key.len();
+        self.overlay.insert(key, None);
+    }
+
+    pub(super) fn read(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => Ok(self.store.db.get(key)?.map(Bytes::from)),
+        }
+    }
+
+    pub(super) fn present(&self, key: &[u8]) -> Result<bool> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.is_some()),
+            None => Ok(self.store.db.value_lens(&[key])?[0].is_some()),
+        }
+    }
+
+    pub(super) fn deadline(&self, key: &[u8]) -> Option<u64> {
+        match self.deadlines.get(key) {
+            Some(DeadlineChange::Set(d)) => Some(*d),
+            Some(DeadlineChange::Clear) => None,
+            None => self.store.expiries.read().get(key).copied(),
+        }
+    }
+
+    pub(super) fn set_deadline(&mut self, key: &[u8], change: DeadlineChange) {
+        let x = ks::top(EXPIRY, key);
+        match change {
+            DeadlineChange::Set(d) => self.put(x, Bytes::copy_from_slice(&d.to_le_bytes())),
+            DeadlineChange::Clear => {
+                if self.deadline(key).is_none() {
+                    return;
+                }
+                self.del(x);
+            }
+        }
+        self.deadlines.insert(key.to_vec(), change);
+    }
+
+    /// Writes a hash's or sorted set's header (its member count); a count of 0 deletes it.
+    pub(super) fn write_count(&mut self, tag: u8, key: &[u8], count: u64) {
+        if count == 0 {
+            self.del(ks::top(tag, key));
+        } else {
+            self.put(
+                ks::top(tag, key),
+                Bytes::copy_from_slice(&count.to_le_bytes()),
+            );
+        }
+    }
+
+    /// The type of `key` as this group sees it.
+    pub(super) fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
+        let live_string = || self.deadline(key).is_none_or(|d| d > now_ms());
+        if tops.iter().all(|t| !self.overlay.contains_key(t)) {
+            // Untouched by this group: one engine call for the type records.
+            let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
+            let lens = self.store.db.value_lens(&refs)?;
+            for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
+                if len.is_some() && (tag != STRING || live_string()) {
+                    return Ok(Some(tag));
+                }
+            }
+            return Ok(None);
+        }
+        for (&tag, top) in ks::TOP_LEVEL.iter().zip(&tops) {
+            if self.present(top)? && (tag != STRING || live_string()) {
+                return Ok(Some(tag));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every engine key in `[prefix, prefix_end)` as this group sees it.
+    pub(super) fn keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let end = ks::prefix_end(prefix);
+        let mut keys: std::collections::BTreeSet<Vec<u8>> = self
+            .store
+            .db
+            .range_keys(prefix, end.as_deref(), usize::MAX)?
+            .into_iter()
+            .collect();
+        let upper = match &end {
+            Some(e) => std::ops::Bound::Excluded(e.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        for (k, v) in self
+            .overlay
+            .range((std::ops::Bound::Included(prefix.to_vec()), upper))
+        {
+            if v.is_some() {
+                keys.insert(k.clone());
+            } else {
+                keys.remove(k);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// Removes `key` whatever its type; whether it existed.
+    pub(super) fn remove_any(&mut self, key: &[u8]) -> Result<bool> {
+        let Some(kind) = self.kind(key)? else {
+            // An expired string still has records: drop them quietly.
+            if self.present(&ks::top(STRING, key))? {
+                self.del(ks::top(STRING, key));
+                self.set_deadline(key, DeadlineChange::Clear);
+            }
+            return Ok(false);
+        };
+        match kind {
+            STRING => {
+                self.del(ks::top(STRING, key));
+                self.set_deadline(key, DeadlineChange::Clear);
+            }
+            kind => {
+                for &tag in ks::sub_tags(kind) {
+                    for k in self.keys_under(&ks::sub_prefix(tag, key))? {
+                        self.del(k);
+                    }
+                }
+                self.del(ks::top(kind, key));
+            }
+        }
+        Ok(true)
+    }
+
+    /// DEL: how many keys existed.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn delete(&mut self, keys: &[Bytes]) -> Result<i64> {
+        let mut n = 0;
+        for k in keys {
+            if self.remove_any(k)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The type of `key` as this group sees it (for reads inside a transaction).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn key_type(&self, key: &[u8]) -> Result<Option<u8>> {
+        self.kind(key)
+    }
+
+    /// The record `engine_key` as this group sees it.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn record(&self, engine_key: &[u8]) -> Result<Option<Bytes>> {
+        self.read(engine_key)
+    }
+
+    /// Every record under `prefix`, with its engine key, as this group sees them.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn records_under(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        let mut out = Vec::new();
+        for k in self.keys_under(prefix)? {
+            if let Some(v) = self.read(&k)? {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The engine keys under `prefix` as this group sees them.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn engine_keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.keys_under(prefix)
+    }
+
+    /// The user keys of the top-level records (strings, hashes, sorted sets) this group wrote
+    /// or deleted.
+    pub fn written_top_keys(&self) -> Vec<Vec<u8>> {
+        self.overlay
+            .keys()
+            .filter(|k| k.first().is_some_and(|t| ks::TOP_LEVEL.contains(t)))
+            .map(|k| k[1..].to_vec())
+            .collect()
+    }
+
+    /// The deadline of string `key` as this group sees it.
+    pub fn deadline_of(&self, key: &[u8]) -> Option<u64> {
+        self.deadline(key)
+    }
+
+    /// RENAME / RENAMENX: moves every record of `key` (and its deadline) to `new_key`.
+    /// Returns false when `nx` and `new_key` exists (or both names are the same key).
+    ///
+    /// # Errors
+    /// `NoSuchKey`, engine errors.
+    pub fn rename(&mut self, key: &[u8], new_key: &[u8], nx: bool) -> Result<bool> {
+        let Some(kind) = self.kind(key)? else {
+            return Err(StoreError::NoSuchKey);
+        };
+        if key == new_key {
+            return Ok(!nx);
+        }
+        if self.kind(new_key)?.is_some() {
+            if nx {
+                return Ok(false);
+            }
+            self.remove_any(new_key)?;
+        } else {
+            // Leftovers of an expired string under the new name go first.
+            self.remove_any(new_key)?;
+        }
+        for &tag in ks::sub_tags(kind) {
+            let from = ks::sub_prefix(tag, key);
+            let to = ks::sub_prefix(tag, new_key);
+            for (k, v) in self.records_under(&from)? {
+                let mut nk = to.clone();
+                nk.extend_from_slice(&k[from.len()..]);
+                self.put(nk, v);
+            }
+        }
+        let top = self.read(&ks::top(kind, key))?.unwrap_or_default();
+        let deadline = self.deadline(key);
+        self.remove_any(key)?;
+        self.put(ks::top(kind, new_key), top);
+        if kind == STRING {
+            match deadline {
+                Some(d) => self.set_deadline(new_key, DeadlineChange::Set(d)),
+                None => self.set_deadline(new_key, DeadlineChange::Clear),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Commits the group as one atomic engine batch; on success the group's deadline
+    /// changes take effect. Returns the value bytes handed to the engine.
+    ///
+    /// # Errors
+    /// The engine's refusal or failure: nothing of the group is applied.
+    pub fn commit(self) -> Result<u64> {
+        if self.overlay.is_empty() {
+            return Ok(0);
+        }
+        let mut value_bytes = 0u64;
+        let ops: Vec<WriteOp<'_>> = self
+            .overlay
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => {
+                    value_bytes += v.len() as u64;
+                    WriteOp::Put(k, v)
+                }
+                None => WriteOp::Delete(k),
+            })
+            .collect();
+        self.store.db.write(&ops)?;
+        let mut ex = self.store.expiries.write();
+        for (k, c) in self.deadlines {
+            match c {
+                DeadlineChange::Set(d) => {
+                    ex.insert(k, d);
+                }
+                DeadlineChange::Clear => {
+                    ex.remove(&k);
+                }
+            }
+        }
+        Ok(value_bytes)
+    }
+
+    /// Starts the group's engine batch without waiting for it (see
+    /// [`Engine::try_submit_write`]); [`PendingCommit::finish`] waits and publishes its
+    /// expiry changes. `Ok(None)`: the engine cannot start it now (finish an earlier group,
+    /// or [`WriteGroup::commit`] when none is in flight). Once started, the group is spent.
+    ///
+    /// # Errors
+    /// The engine's refusal: nothing of the group is applied.
+    pub fn try_submit(&mut self) -> Result<Option<PendingCommit>> {
+        let mut value_bytes = 0u64;
+        let ops: Vec<WriteOp<'_>> = self
+            .overlay
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => {
+                    value_bytes += v.len() as u64;
+                    WriteOp::Put(k, v)
+                }
+                None => WriteOp::Delete(k),
+            })
+            .collect();
+        let write = if ops.is_empty() {
+            None
+        } else {
+            match self.store.db.try_submit_write(&ops)? {
+                Some(w) => Some(w),
+                None => return Ok(None),
+            }
+        };
+        Ok(Some(PendingCommit {
+            write,
+            deadlines: std::mem::take(&mut self.deadlines),
+            value_bytes,
+        }))
+    }
+}
