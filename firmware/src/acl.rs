@@ -83,7 +83,8 @@ pub struct User {
     rules: Vec<&'static str>,
     /// `~*` given: the user may touch every key.
     all_keys: bool,
-    /// `&*` given (only shown by ACL LIST: the drive has no pub/sub).
+    /// `&*` given: the user may use every pub/sub channel (without it, none: SUBSCRIBE,
+    /// PSUBSCRIBE and PUBLISH answer NOPERM).
     all_channels: bool,
 }
 
@@ -113,6 +114,12 @@ impl User {
             all_channels: true,
             ..User::new(DEFAULT_USER)
         }
+    }
+
+    /// Whether the user may use pub/sub channels (`&*`).
+    #[must_use]
+    pub fn all_channels(&self) -> bool {
+        self.all_channels
     }
 
     /// The classes this user may not run (what a connection checks).
@@ -351,7 +358,7 @@ fn apply_rule(user: &mut User, rule: &str) -> Result<(), String> {
         }
         "~*" | "allkeys" => user.all_keys = true,
         "resetkeys" => user.all_keys = false,
-        // The drive has no pub/sub: channel rules restrict nothing (ACL LIST shows them).
+        // Channels are all or nothing: `&*` or none (pattern rules like `&news:*` are refused).
         "&*" | "allchannels" => user.all_channels = true,
         "resetchannels" => user.all_channels = false,
         "+@all" | "allcommands" => {
@@ -424,6 +431,10 @@ fn hex(d: &PasswordDigest) -> String {
 pub fn noperm_error(user: &str, name: &str) -> String {
     format!("NOPERM User {user} has no permissions to run the '{name}' command")
 }
+
+/// Redis 7.2's error for SUBSCRIBE, PSUBSCRIBE or PUBLISH by a user without channel
+/// permissions (`resetchannels`, no `&*`).
+pub const NOPERM_CHANNEL: &str = "NOPERM No permissions to access a channel";
 
 #[cfg(test)]
 mod tests {

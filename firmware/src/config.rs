@@ -121,6 +121,17 @@ pub struct Args {
     /// Close a client idle for this many seconds (0: never, the default).
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// SLOWLOG: log commands that take at least this many microseconds from dispatch to
+    /// reply (default 10000; 0: every command; negative: none).
+    #[arg(long, allow_hyphen_values = true)]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// SLOWLOG: entries kept (default 128).
+    #[arg(long)]
+    pub slowlog_max_len: Option<usize>,
+    /// LATENCY: record commands that take at least this many milliseconds from dispatch to
+    /// reply (default 0: off).
+    #[arg(long)]
+    pub latency_monitor_threshold: Option<u64>,
     /// TCP keepalive: first probe after this many idle seconds (default 300; 0: off).
     #[arg(long)]
     pub tcp_keepalive: Option<u32>,
@@ -205,6 +216,12 @@ struct FileConfig {
     #[serde(alias = "value_cache_size")]
     value_cache_size: Option<String>,
     timeout: Option<u64>,
+    #[serde(alias = "slowlog_log_slower_than")]
+    slowlog_log_slower_than: Option<i64>,
+    #[serde(alias = "slowlog_max_len")]
+    slowlog_max_len: Option<usize>,
+    #[serde(alias = "latency_monitor_threshold")]
+    latency_monitor_threshold: Option<u64>,
     #[serde(alias = "tcp_keepalive")]
     tcp_keepalive: Option<u32>,
     #[serde(alias = "proto_max_bulk_len")]
@@ -310,6 +327,12 @@ pub struct DriveConfig {
     pub recover_read_only: bool,
     /// Value cache size in bytes (0: off).
     pub value_cache_bytes: u64,
+    /// `slowlog-log-slower-than` in microseconds (negative: off).
+    pub slowlog_log_slower_than: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold` in milliseconds (0: off).
+    pub latency_monitor_threshold: u64,
 }
 
 impl DriveConfig {
@@ -420,12 +443,12 @@ impl DriveConfig {
             pending > 0 && budget > 0,
             "client-pending-limit and client-query-budget must be above 0"
         );
-        let output = match args
+        let (output, output_pubsub) = match args
             .client_output_buffer_limit
             .or(file.client_output_buffer_limit)
         {
-            Some(s) => parse_output_limit(&s)?,
-            None => defaults.output,
+            Some(s) => parse_output_limit(&s, (defaults.output, defaults.output_pubsub))?,
+            None => (defaults.output, defaults.output_pubsub),
         };
         Ok(DriveConfig {
             bind: args
@@ -456,6 +479,7 @@ impl DriveConfig {
                 pending,
                 budget,
                 output,
+                output_pubsub,
             },
             liveness: LivenessConfig {
                 timeout_secs: args
@@ -473,6 +497,18 @@ impl DriveConfig {
             ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
             recover_read_only: args.recover_read_only || file.recover_read_only.unwrap_or(false),
             value_cache_bytes: parse_size(&value_cache)?,
+            slowlog_log_slower_than: args
+                .slowlog_log_slower_than
+                .or(file.slowlog_log_slower_than)
+                .unwrap_or(crate::net::DEFAULT_SLOWER_THAN_USEC),
+            slowlog_max_len: args
+                .slowlog_max_len
+                .or(file.slowlog_max_len)
+                .unwrap_or(crate::net::DEFAULT_SLOWLOG_MAX_LEN),
+            latency_monitor_threshold: args
+                .latency_monitor_threshold
+                .or(file.latency_monitor_threshold)
+                .unwrap_or(0),
         })
     }
 }
@@ -483,29 +519,45 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     toml::from_str(&text).with_context(|| format!("parsing the config file {}", path.display()))
 }
 
-/// Parses `client-output-buffer-limit`: `normal HARD SOFT SECONDS` (sizes as
-/// [`parse_size`]); the drive has only Redis's normal client class.
+/// Parses `client-output-buffer-limit`: one or more `CLASS HARD SOFT SECONDS` groups (sizes
+/// as [`parse_size`]) for Redis's `normal` and `pubsub` classes, as Redis's setting is
+/// written; a class not given keeps its value in `current` (`(normal, pubsub)`).
 ///
 /// # Errors
-/// Another class, a missing field, or a malformed size or number.
-pub fn parse_output_limit(s: &str) -> anyhow::Result<OutputLimit> {
+/// Another class (the drive has no replicas), a missing field, or a malformed size or
+/// number.
+pub fn parse_output_limit(
+    s: &str,
+    current: (OutputLimit, OutputLimit),
+) -> anyhow::Result<(OutputLimit, OutputLimit)> {
     let words: Vec<&str> = s.split_whitespace().collect();
-    let [class, hard, soft, secs] = words.as_slice() else {
-        anyhow::bail!("client-output-buffer-limit `{s}`: use `normal HARD SOFT SECONDS`");
-    };
     anyhow::ensure!(
-        class.eq_ignore_ascii_case("normal"),
-        "client-output-buffer-limit `{s}`: this drive has only the `normal` client class"
+        !words.is_empty() && words.len() % 4 == 0,
+        "client-output-buffer-limit `{s}`: use `normal HARD SOFT SECONDS [pubsub HARD SOFT SECONDS]`"
     );
     let bytes =
         |w: &str| -> anyhow::Result<usize> { usize::try_from(parse_size(w)?).context("too large") };
-    Ok(OutputLimit {
-        hard: bytes(hard).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
-        soft: bytes(soft).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
-        soft_seconds: secs
-            .parse()
-            .with_context(|| format!("client-output-buffer-limit `{s}`: seconds"))?,
-    })
+    let (mut normal, mut pubsub) = current;
+    for group in words.chunks_exact(4) {
+        let [class, hard, soft, secs] = group else {
+            continue;
+        };
+        let limit = OutputLimit {
+            hard: bytes(hard).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
+            soft: bytes(soft).with_context(|| format!("client-output-buffer-limit `{s}`"))?,
+            soft_seconds: secs
+                .parse()
+                .with_context(|| format!("client-output-buffer-limit `{s}`: seconds"))?,
+        };
+        match class.to_ascii_lowercase().as_str() {
+            "normal" => normal = limit,
+            "pubsub" => pubsub = limit,
+            _ => anyhow::bail!(
+                "client-output-buffer-limit `{s}`: this drive has the `normal` and `pubsub` client classes only"
+            ),
+        }
+    }
+    Ok((normal, pubsub))
 }
 
 /// Parses sizes like `512MiB`, `8GiB`, `1G`, `4096`.
@@ -548,12 +600,16 @@ mod tests {
     }
 
     #[test]
-    fn output_limits_parse_the_normal_class_only() {
-        let l = parse_output_limit("normal 1gb 256mb 60").unwrap();
+    fn output_limits_parse_the_normal_and_pubsub_classes() {
+        let d = (OutputLimit::default(), OutputLimit::pubsub_default());
+        let (l, p) = parse_output_limit("normal 1gb 256mb 60", d).unwrap();
+        assert_eq!(p, OutputLimit::pubsub_default());
         assert_eq!((l.hard, l.soft, l.soft_seconds), (1 << 30, 256 << 20, 60));
-        assert_eq!(parse_output_limit("normal 0 0 0").unwrap().hard, 0);
-        assert!(parse_output_limit("pubsub 1mb 1mb 1").is_err());
-        assert!(parse_output_limit("normal 1mb").is_err());
+        assert_eq!(parse_output_limit("normal 0 0 0", d).unwrap().0.hard, 0);
+        let (n, p) = parse_output_limit("pubsub 1mb 1mb 1", d).unwrap();
+        assert_eq!((n, p.hard, p.soft_seconds), (d.0, 1 << 20, 1));
+        assert!(parse_output_limit("replica 1mb 1mb 1", d).is_err());
+        assert!(parse_output_limit("normal 1mb", d).is_err());
     }
 
     #[test]

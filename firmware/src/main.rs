@@ -205,13 +205,22 @@ fn reported_settings(
         ),
         (
             "client-output-buffer-limit".into(),
-            cfg.buffers.output.reported(),
+            cfg.buffers.output_reported(),
         ),
         (
             "client-pending-limit".into(),
             cfg.buffers.pending.to_string(),
         ),
         ("client-query-budget".into(), cfg.buffers.budget.to_string()),
+        (
+            "slowlog-log-slower-than".into(),
+            cfg.slowlog_log_slower_than.to_string(),
+        ),
+        ("slowlog-max-len".into(), cfg.slowlog_max_len.to_string()),
+        (
+            "latency-monitor-threshold".into(),
+            cfg.latency_monitor_threshold.to_string(),
+        ),
     ];
     v.push((
         "durability".into(),
@@ -510,6 +519,9 @@ fn main() -> anyhow::Result<()> {
         reported: reported_settings(&cfg, &limits, fds.maxclients),
         cluster,
         copy_values: ablate.copy_values,
+        slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
+        slowlog_max_len: cfg.slowlog_max_len,
+        latency_monitor_threshold_ms: cfg.latency_monitor_threshold,
     };
     let net = Net::new(
         poll,

@@ -182,6 +182,12 @@ fn requirepass_answers_as_redis_server_does() {
             (0, "CONFIG GET requirepass", true),
             (0, "AUTH default s3cret", true),
             (0, "SET k v", true),
+            // RESET logs the connection out (the default user has a password).
+            (0, "RESET", true),
+            (0, "GET k", true),
+            (0, "RESET", true),
+            (0, "AUTH s3cret", true),
+            (0, "GET k", true),
         ],
     );
 }

@@ -104,6 +104,46 @@ pub struct ZAddOptions {
     pub incr: bool,
 }
 
+/// A client class, as `CLIENT KILL TYPE` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    /// `normal`: a client that is not subscribed.
+    Normal,
+    /// `master`: a replication primary (the drive has none).
+    Master,
+    /// `replica` / `slave`: a replica (the drive has none).
+    Replica,
+    /// `pubsub`: a client subscribed to a channel or pattern.
+    PubSub,
+}
+
+/// Which clients `CLIENT KILL` closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientKill {
+    /// The old form `CLIENT KILL ip:port`: replies `+OK`, or an error when no client has
+    /// that address.
+    Addr(Bytes),
+    /// The filter form: replies the number of clients closed.
+    Filters(ClientKillFilters),
+}
+
+/// The filters of `CLIENT KILL <filter> <value> ...` (every given filter must match).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientKillFilters {
+    /// `ID n`.
+    pub id: Option<u64>,
+    /// `TYPE normal|master|replica|slave|pubsub`.
+    pub kind: Option<ClientType>,
+    /// `ADDR ip:port`: the client's address.
+    pub addr: Option<Bytes>,
+    /// `LADDR ip:port`: the drive's address the client connected to.
+    pub laddr: Option<Bytes>,
+    /// `USER name` (checked against the users by the drive).
+    pub user: Option<Bytes>,
+    /// `SKIPME yes|no` (default yes): leave the calling client alone.
+    pub skipme: bool,
+}
+
 /// A parsed command.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)] // Variants are the Redis commands of the same name.
@@ -177,6 +217,53 @@ pub enum Command {
     ClientId,
     ClientInfo,
     ClientList,
+    // Pub/sub, RESET, CLIENT KILL / NO-EVICT / NO-TOUCH and SLOWLOG (served on `ls-net`).
+    /// `SUBSCRIBE channel...`.
+    Subscribe(Vec<Bytes>),
+    /// `UNSUBSCRIBE [channel...]` (none: every channel).
+    Unsubscribe(Vec<Bytes>),
+    /// `PSUBSCRIBE pattern...`.
+    PSubscribe(Vec<Bytes>),
+    /// `PUNSUBSCRIBE [pattern...]` (none: every pattern).
+    PUnsubscribe(Vec<Bytes>),
+    /// `PUBLISH channel message`.
+    Publish {
+        channel: Bytes,
+        message: Bytes,
+    },
+    /// `PUBSUB CHANNELS [pattern]`.
+    PubSubChannels(Option<Bytes>),
+    /// `PUBSUB NUMSUB [channel...]`.
+    PubSubNumSub(Vec<Bytes>),
+    /// `PUBSUB NUMPAT`.
+    PubSubNumPat,
+    /// `RESET`: the connection back to its state at connect.
+    Reset,
+    /// `CLIENT KILL ...`.
+    ClientKill(ClientKill),
+    /// `CLIENT NO-EVICT on|off`.
+    ClientNoEvict(bool),
+    /// `CLIENT NO-TOUCH on|off`.
+    ClientNoTouch(bool),
+    /// `CLIENT PAUSE milliseconds [WRITE|ALL]` (`all`: ALL, the default).
+    ClientPause {
+        millis: u64,
+        all: bool,
+    },
+    /// `CLIENT UNPAUSE`.
+    ClientUnpause,
+    /// `SLOWLOG GET [count]` (`None`: Redis's default of 10; `-1`: every entry).
+    SlowlogGet(Option<i64>),
+    /// `SLOWLOG LEN`.
+    SlowlogLen,
+    /// `SLOWLOG RESET`.
+    SlowlogReset,
+    /// `LATENCY LATEST`.
+    LatencyLatest,
+    /// `LATENCY HISTORY event`.
+    LatencyHistory(Bytes),
+    /// `LATENCY RESET [event...]` (none: every event).
+    LatencyReset(Vec<Bytes>),
     Shutdown {
         nosave: bool,
     },
@@ -680,7 +767,157 @@ fn parse_client(a: &[Bytes]) -> Result<Command, CommandError> {
         b"info" => exact(0, "client|info").map(|()| Command::ClientInfo),
         b"list" if !rest.is_empty() => Err(err(SYNTAX)),
         b"list" => Ok(Command::ClientList),
+        b"kill" if rest.is_empty() => Err(wrong_args("client|kill")),
+        b"kill" => parse_client_kill(rest).map(Command::ClientKill),
+        b"no-evict" => exact(1, "client|no-evict")
+            .and_then(|()| on_off(&rest[0]))
+            .map(Command::ClientNoEvict),
+        b"no-touch" => exact(1, "client|no-touch")
+            .and_then(|()| on_off(&rest[0]))
+            .map(Command::ClientNoTouch),
+        b"pause" => parse_client_pause(rest),
+        b"unpause" => exact(0, "client|unpause").map(|()| Command::ClientUnpause),
         _ => Err(unknown_subcommand(&a[0], "CLIENT")),
+    }
+}
+
+/// `CLIENT PAUSE`'s arguments: a timeout in milliseconds and an optional mode.
+fn parse_client_pause(a: &[Bytes]) -> Result<Command, CommandError> {
+    let Some(timeout) = a.first() else {
+        return Err(wrong_args("client|pause"));
+    };
+    let millis =
+        parse_i64(timeout).ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
+    if millis < 0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    if a.len() > 2 {
+        return Err(CommandError(
+            "ERR unknown subcommand or wrong number of arguments for 'PAUSE'. Try CLIENT HELP."
+                .to_owned(),
+        ));
+    }
+    let all = match a.get(1).map(|m| lower(m)) {
+        None => true,
+        Some(m) if m == b"all" => true,
+        Some(m) if m == b"write" => false,
+        Some(_) => return Err(err("ERR CLIENT PAUSE mode must be WRITE or ALL")),
+    };
+    Ok(Command::ClientPause {
+        millis: millis.unsigned_abs(),
+        all,
+    })
+}
+
+/// `on` / `off` (any case), else Redis's syntax error.
+fn on_off(v: &[u8]) -> Result<bool, CommandError> {
+    match lower(v).as_slice() {
+        b"on" => Ok(true),
+        b"off" => Ok(false),
+        _ => Err(err(SYNTAX)),
+    }
+}
+
+/// `CLIENT KILL`'s arguments: one address (the old form) or filter-value pairs.
+fn parse_client_kill(a: &[Bytes]) -> Result<ClientKill, CommandError> {
+    if let [addr] = a {
+        return Ok(ClientKill::Addr(addr.clone()));
+    }
+    let mut f = ClientKillFilters {
+        id: None,
+        kind: None,
+        addr: None,
+        laddr: None,
+        user: None,
+        skipme: true,
+    };
+    let mut i = 0;
+    while i < a.len() {
+        let Some(value) = a.get(i + 1) else {
+            return Err(err(SYNTAX));
+        };
+        match lower(&a[i]).as_slice() {
+            b"id" => {
+                let id = parse_i64(value)
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| err("ERR client-id should be greater than 0"))?;
+                f.id = Some(id.unsigned_abs());
+            }
+            b"type" => {
+                f.kind = Some(match lower(value).as_slice() {
+                    b"normal" => ClientType::Normal,
+                    b"master" => ClientType::Master,
+                    b"replica" | b"slave" => ClientType::Replica,
+                    b"pubsub" => ClientType::PubSub,
+                    _ => {
+                        return Err(CommandError(format!(
+                            "ERR Unknown client type '{}'",
+                            String::from_utf8_lossy(value)
+                        )))
+                    }
+                });
+            }
+            b"addr" => f.addr = Some(value.clone()),
+            b"laddr" => f.laddr = Some(value.clone()),
+            b"user" => f.user = Some(value.clone()),
+            b"skipme" => {
+                f.skipme = match lower(value).as_slice() {
+                    b"yes" => true,
+                    b"no" => false,
+                    _ => return Err(err(SYNTAX)),
+                };
+            }
+            _ => return Err(err(SYNTAX)),
+        }
+        i += 2;
+    }
+    Ok(ClientKill::Filters(f))
+}
+
+/// `PUBSUB <subcommand> ...`.
+fn parse_pubsub(a: &[Bytes]) -> Result<Command, CommandError> {
+    let rest = &a[1..];
+    match lower(&a[0]).as_slice() {
+        b"channels" => Ok(Command::PubSubChannels(rest.first().cloned())),
+        b"numsub" => Ok(Command::PubSubNumSub(rest.to_vec())),
+        b"numpat" if !rest.is_empty() => Err(wrong_args("pubsub|numpat")),
+        b"numpat" => Ok(Command::PubSubNumPat),
+        _ => Err(unknown_subcommand(&a[0], "PUBSUB")),
+    }
+}
+
+/// `LATENCY <subcommand> ...` (LATEST, HISTORY, RESET).
+fn parse_latency(a: &[Bytes]) -> Result<Command, CommandError> {
+    let rest = &a[1..];
+    match (lower(&a[0]).as_slice(), rest) {
+        (b"latest", []) => Ok(Command::LatencyLatest),
+        (b"latest", _) => Err(wrong_args("latency|latest")),
+        (b"history", [event]) => Ok(Command::LatencyHistory(event.clone())),
+        (b"history", _) => Err(wrong_args("latency|history")),
+        (b"reset", events) => Ok(Command::LatencyReset(events.to_vec())),
+        _ => Err(unknown_subcommand(&a[0], "LATENCY")),
+    }
+}
+
+/// `SLOWLOG <subcommand> ...`.
+fn parse_slowlog(a: &[Bytes]) -> Result<Command, CommandError> {
+    let rest = &a[1..];
+    let sub = lower(&a[0]);
+    match (sub.as_slice(), rest) {
+        (b"get", []) => Ok(Command::SlowlogGet(None)),
+        (b"get", [count]) => parse_i64(count)
+            .filter(|&n| n >= -1)
+            .map(|n| Command::SlowlogGet(Some(n)))
+            .ok_or_else(|| err("ERR count should be greater than or equal to -1")),
+        (b"len", []) => Ok(Command::SlowlogLen),
+        (b"reset", []) => Ok(Command::SlowlogReset),
+        (b"len", _) => Err(wrong_args("slowlog|len")),
+        (b"reset", _) => Err(wrong_args("slowlog|reset")),
+        (b"get", _) => Err(CommandError(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
+            String::from_utf8_lossy(&a[0])
+        ))),
+        _ => Err(unknown_subcommand(&a[0], "SLOWLOG")),
     }
 }
 
@@ -917,6 +1154,18 @@ impl Command {
             "command" => parse_command(a)?,
             "client" => parse_client(a)?,
             "shutdown" => parse_shutdown(a)?,
+            "subscribe" => Self::Subscribe(a.to_vec()),
+            "unsubscribe" => Self::Unsubscribe(a.to_vec()),
+            "psubscribe" => Self::PSubscribe(a.to_vec()),
+            "punsubscribe" => Self::PUnsubscribe(a.to_vec()),
+            "publish" => Self::Publish {
+                channel: a[0].clone(),
+                message: a[1].clone(),
+            },
+            "pubsub" => parse_pubsub(a)?,
+            "reset" => Self::Reset,
+            "slowlog" => parse_slowlog(a)?,
+            "latency" => parse_latency(a)?,
             "hset" | "hmset" if a.len() % 2 == 0 => return Err(wrong_args(spec.name)),
             "hset" | "hmset" => Self::HSet {
                 key: key(),
@@ -1062,7 +1311,21 @@ impl Command {
             | Self::ClientSetInfo { .. }
             | Self::ClientId
             | Self::ClientInfo
-            | Self::ClientList => "client",
+            | Self::ClientList
+            | Self::ClientKill(_)
+            | Self::ClientNoEvict(_)
+            | Self::ClientNoTouch(_)
+            | Self::ClientPause { .. }
+            | Self::ClientUnpause => "client",
+            Self::Subscribe(_) => "subscribe",
+            Self::Unsubscribe(_) => "unsubscribe",
+            Self::PSubscribe(_) => "psubscribe",
+            Self::PUnsubscribe(_) => "punsubscribe",
+            Self::Publish { .. } => "publish",
+            Self::PubSubChannels(_) | Self::PubSubNumSub(_) | Self::PubSubNumPat => "pubsub",
+            Self::Reset => "reset",
+            Self::SlowlogGet(_) | Self::SlowlogLen | Self::SlowlogReset => "slowlog",
+            Self::LatencyLatest | Self::LatencyHistory(_) | Self::LatencyReset(_) => "latency",
             Self::Shutdown { .. } => "shutdown",
             Self::HSet { hmset: true, .. } => "hmset",
             Self::HSet { .. } => "hset",
@@ -1511,7 +1774,106 @@ pub const COMMANDS: &[CommandSpec] = &[
         0,
         "connection",
         "O(1)",
-        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO and LIST."
+        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, PAUSE and UNPAUSE."
+    ),
+    spec!(
+        "subscribe",
+        -2,
+        ["pubsub", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N) where N is the number of channels to subscribe to.",
+        "Listens for messages published to channels."
+    ),
+    spec!(
+        "unsubscribe",
+        -1,
+        ["pubsub", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N) where N is the number of channels to unsubscribe.",
+        "Stops listening to messages posted to channels."
+    ),
+    spec!(
+        "psubscribe",
+        -2,
+        ["pubsub", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N) where N is the number of patterns to subscribe to.",
+        "Listens for messages published to channels that match one or more patterns."
+    ),
+    spec!(
+        "punsubscribe",
+        -1,
+        ["pubsub", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N) where N is the number of patterns to unsubscribe.",
+        "Stops listening to messages published to channels that match one or more patterns."
+    ),
+    spec!(
+        "publish",
+        3,
+        ["pubsub", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total number of subscribed patterns (by any client).",
+        "Posts a message to a channel (the clients of this drive only, also in cluster mode)."
+    ),
+    spec!(
+        "pubsub",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "pubsub",
+        "O(N)",
+        "PUBSUB CHANNELS, NUMSUB and NUMPAT."
+    ),
+    spec!(
+        "reset",
+        1,
+        ["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+        0,
+        0,
+        0,
+        "connection",
+        "O(1)",
+        "Resets the connection."
+    ),
+    spec!(
+        "slowlog",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "server",
+        "O(N)",
+        "SLOWLOG GET, LEN and RESET."
+    ),
+    spec!(
+        "latency",
+        -2,
+        [],
+        0,
+        0,
+        0,
+        "server",
+        "O(1)",
+        "LATENCY LATEST, HISTORY and RESET (events of latency-monitor-threshold)."
     ),
     spec!(
         "shutdown",
@@ -2900,6 +3262,126 @@ mod tests {
         assert_eq!(parse_i64(b" 1"), None);
         assert_eq!(parse_i64(b"-0"), None);
         assert_eq!(parse_i64(b""), None);
+    }
+
+    #[test]
+    fn pubsub_client_and_slowlog_commands_parse_as_redis_does() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(
+            cmd(&["SUBSCRIBE", "a", "b"]),
+            Ok(Command::Subscribe(vec![b("a"), b("b")]))
+        );
+        assert_eq!(cmd(&["unsubscribe"]), Ok(Command::Unsubscribe(Vec::new())));
+        assert_eq!(
+            err_text(&["subscribe"]),
+            "ERR wrong number of arguments for 'subscribe' command"
+        );
+        assert_eq!(
+            err_text(&["publish", "c"]),
+            "ERR wrong number of arguments for 'publish' command"
+        );
+        assert_eq!(cmd(&["pubsub", "NUMPAT"]), Ok(Command::PubSubNumPat));
+        assert_eq!(
+            err_text(&["pubsub", "numpat", "x"]),
+            "ERR wrong number of arguments for 'pubsub|numpat' command"
+        );
+        assert_eq!(
+            err_text(&["pubsub", "nope"]),
+            "ERR unknown subcommand 'nope'. Try PUBSUB HELP."
+        );
+        assert_eq!(
+            cmd(&["pubsub", "channels", "a*", "extra"]),
+            Ok(Command::PubSubChannels(Some(b("a*"))))
+        );
+        assert_eq!(cmd(&["RESET"]), Ok(Command::Reset));
+        assert_eq!(
+            err_text(&["reset", "x"]),
+            "ERR wrong number of arguments for 'reset' command"
+        );
+        assert_eq!(
+            cmd(&["client", "kill", "1.2.3.4:5"]),
+            Ok(Command::ClientKill(ClientKill::Addr(b("1.2.3.4:5"))))
+        );
+        assert_eq!(
+            cmd(&["client", "kill", "id", "7", "skipme", "NO", "type", "pubsub"]),
+            Ok(Command::ClientKill(ClientKill::Filters(
+                ClientKillFilters {
+                    id: Some(7),
+                    kind: Some(ClientType::PubSub),
+                    addr: None,
+                    laddr: None,
+                    user: None,
+                    skipme: false,
+                }
+            )))
+        );
+        assert_eq!(
+            err_text(&["client", "kill", "id", "0"]),
+            "ERR client-id should be greater than 0"
+        );
+        assert_eq!(
+            err_text(&["client", "kill", "type", "x"]),
+            "ERR Unknown client type 'x'"
+        );
+        assert_eq!(
+            err_text(&["client", "kill", "id", "5", "skipme"]),
+            "ERR syntax error"
+        );
+        assert_eq!(
+            err_text(&["client", "kill"]),
+            "ERR wrong number of arguments for 'client|kill' command"
+        );
+        assert_eq!(
+            cmd(&["client", "no-evict", "ON"]),
+            Ok(Command::ClientNoEvict(true))
+        );
+        assert_eq!(
+            err_text(&["client", "no-touch", "maybe"]),
+            "ERR syntax error"
+        );
+        assert_eq!(
+            cmd(&["client", "pause", "100", "write"]),
+            Ok(Command::ClientPause {
+                millis: 100,
+                all: false
+            })
+        );
+        assert_eq!(
+            cmd(&["client", "pause", "0"]),
+            Ok(Command::ClientPause {
+                millis: 0,
+                all: true
+            })
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "-1"]),
+            "ERR timeout is negative"
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "x"]),
+            "ERR timeout is not an integer or out of range"
+        );
+        assert_eq!(
+            err_text(&["client", "pause", "1", "both"]),
+            "ERR CLIENT PAUSE mode must be WRITE or ALL"
+        );
+        assert_eq!(cmd(&["slowlog", "get"]), Ok(Command::SlowlogGet(None)));
+        assert_eq!(
+            cmd(&["slowlog", "get", "-1"]),
+            Ok(Command::SlowlogGet(Some(-1)))
+        );
+        assert_eq!(
+            err_text(&["slowlog", "get", "-2"]),
+            "ERR count should be greater than or equal to -1"
+        );
+        assert_eq!(
+            err_text(&["slowlog", "len", "x"]),
+            "ERR wrong number of arguments for 'slowlog|len' command"
+        );
+        assert_eq!(
+            err_text(&["slowlog", "get", "1", "2"]),
+            "ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP."
+        );
     }
 
     #[test]

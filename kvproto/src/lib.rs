@@ -23,8 +23,8 @@ pub mod request;
 pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
 pub use command::types::{LexBound, ScanOf, SetOp, ZRangeBy};
 pub use command::{
-    Command, CommandError, CommandSpec, Expire, ExpireCondition, ScoreBound, SetCondition, TtlKind,
-    ZAddOptions,
+    ClientKill, ClientKillFilters, ClientType, Command, CommandError, CommandSpec, Expire,
+    ExpireCondition, ScoreBound, SetCondition, TtlKind, ZAddOptions,
 };
 pub use limits::Limits;
 pub use reply::{Protocol, Reply, VECTORED_MIN_PAYLOAD};

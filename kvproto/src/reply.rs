@@ -46,6 +46,9 @@ pub enum Reply {
     Double(f64),
     /// `=len` with `txt:` in RESP3, a bulk string in RESP2.
     Verbatim(Bytes),
+    /// `>n` out-of-band push in RESP3 (pub/sub messages and subscription replies), an array
+    /// in RESP2.
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -67,6 +70,54 @@ impl Reply {
         Self::Bulk(data.into())
     }
 
+    /// A bulk string of static text (names, fixed words).
+    #[must_use]
+    pub fn text(s: &'static str) -> Self {
+        Self::Bulk(Bytes::from_static(s.as_bytes()))
+    }
+
+    /// A RESP3 set (`~`, an array in RESP2) of bulk strings, for SMEMBERS-style replies.
+    #[must_use]
+    pub fn bulk_set(members: impl IntoIterator<Item = Bytes>) -> Self {
+        Self::Set(members.into_iter().map(Self::Bulk).collect())
+    }
+
+    /// A RESP3 map (`%`, a flat array in RESP2) of bulk-string pairs, for HGETALL-style
+    /// replies.
+    #[must_use]
+    pub fn bulk_map(pairs: impl IntoIterator<Item = (Bytes, Bytes)>) -> Self {
+        Self::Map(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (Self::Bulk(k), Self::Bulk(v)))
+                .collect(),
+        )
+    }
+
+    /// Members with their scores as Redis 7 answers `WITHSCORES`: in RESP3 an array of
+    /// `[member, double]` pairs, in RESP2 a flat array of member and score bulk strings.
+    /// (The encoding depends on the protocol, so the reply is built for one.)
+    #[must_use]
+    pub fn with_scores(pairs: impl IntoIterator<Item = (Bytes, f64)>, proto: Protocol) -> Self {
+        let mut items = Vec::new();
+        for (member, score) in pairs {
+            if proto == Protocol::Resp3 {
+                items.push(Self::Array(vec![Self::Bulk(member), Self::Double(score)]));
+            } else {
+                items.push(Self::Bulk(member));
+                items.push(Self::Double(score));
+            }
+        }
+        Self::Array(items)
+    }
+
+    /// A score or a missing one (ZSCORE, ZINCRBY, ZMSCORE items): a double (`,` in RESP3, a
+    /// bulk string in RESP2) or the null (`_` in RESP3, `$-1` in RESP2).
+    #[must_use]
+    pub fn score(score: Option<f64>) -> Self {
+        score.map_or(Self::Null, Self::Double)
+    }
+
     /// Whether this is an error reply.
     #[must_use]
     pub fn is_error(&self) -> bool {
@@ -79,7 +130,9 @@ impl Reply {
     pub fn payload_len(&self) -> usize {
         match self {
             Self::Bulk(b) => b.len(),
-            Self::Array(items) | Self::Set(items) => items.iter().map(Self::payload_len).sum(),
+            Self::Array(items) | Self::Set(items) | Self::Push(items) => {
+                items.iter().map(Self::payload_len).sum()
+            }
             Self::Map(pairs) => pairs
                 .iter()
                 .map(|(k, v)| k.payload_len() + v.payload_len())
@@ -112,7 +165,7 @@ impl Reply {
     pub fn vectored_copy_len(&self) -> usize {
         match self {
             Self::Bulk(b) if b.len() < VECTORED_MIN_PAYLOAD => b.len(),
-            Self::Array(items) | Self::Set(items) => {
+            Self::Array(items) | Self::Set(items) | Self::Push(items) => {
                 items.iter().map(Self::vectored_copy_len).sum()
             }
             Self::Map(pairs) => pairs
@@ -158,6 +211,12 @@ impl Reply {
             Self::NullArray => out.put_slice(b"*-1\r\n"),
             Self::Array(items) => {
                 header(out, b'*', len_i64(items.len()));
+                for item in items {
+                    item.encode_inner(proto, out, segments.as_deref_mut());
+                }
+            }
+            Self::Push(items) => {
+                header(out, if resp3 { b'>' } else { b'*' }, len_i64(items.len()));
                 for item in items {
                     item.encode_inner(proto, out, segments.as_deref_mut());
                 }
@@ -328,6 +387,48 @@ mod tests {
         assert_eq!(
             enc(&Reply::Set(vec![Reply::Integer(1)]), p),
             b"~1\r\n:1\r\n"
+        );
+        assert_eq!(
+            enc(&Reply::Push(vec![Reply::text("message"), Reply::Null]), p),
+            b">2\r\n$7\r\nmessage\r\n_\r\n"
+        );
+    }
+
+    #[test]
+    fn reply_helpers_follow_the_protocol() {
+        let pairs = || vec![(Bytes::from_static(b"m"), 1.5)];
+        assert_eq!(
+            enc(
+                &Reply::with_scores(pairs(), Protocol::Resp3),
+                Protocol::Resp3
+            ),
+            b"*1\r\n*2\r\n$1\r\nm\r\n,1.5\r\n"
+        );
+        assert_eq!(
+            enc(
+                &Reply::with_scores(pairs(), Protocol::Resp2),
+                Protocol::Resp2
+            ),
+            b"*2\r\n$1\r\nm\r\n$3\r\n1.5\r\n"
+        );
+        assert_eq!(enc(&Reply::score(None), Protocol::Resp3), b"_\r\n");
+        assert_eq!(
+            enc(
+                &Reply::bulk_set([Bytes::from_static(b"a")]),
+                Protocol::Resp3
+            ),
+            b"~1\r\n$1\r\na\r\n"
+        );
+        assert_eq!(
+            enc(
+                &Reply::bulk_map([(Bytes::from_static(b"f"), Bytes::from_static(b"v"))]),
+                Protocol::Resp2
+            ),
+            b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(
+            enc(&Reply::Push(vec![Reply::Integer(1)]), Protocol::Resp2),
+            b"*1\r\n:1\r\n"
         );
     }
 

@@ -45,6 +45,10 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("mvn", "maven"),
 ];
 
+/// Python modules from Debian the tests use (Debian's `/usr/bin/python3`), with their
+/// package: `firmware/tests/protocol.rs` drives the drive with redis-py.
+const DEBIAN_PYTHON_MODULES: &[(&str, &str)] = &[("redis", "python3-redis")];
+
 /// Where the tests record what they skipped (see [`check_skips`]).
 const SKIP_LOG_ENV: &str = "LIGHTSTORE_SKIP_LOG";
 
@@ -140,12 +144,29 @@ fn have(binary: &str) -> bool {
 /// Installs the missing Debian tools. Failing to install is reported, not fatal: the tests
 /// that need a tool say so and skip.
 fn ensure_debian_tools() {
-    let missing: Vec<&str> = DEBIAN_TOOLS
+    let mut missing: Vec<&str> = DEBIAN_TOOLS
         .iter()
         .filter(|(bin, _)| !have(bin))
         .map(|(_, pkg)| *pkg)
         .collect();
+    missing.extend(
+        DEBIAN_PYTHON_MODULES
+            .iter()
+            .filter(|(module, _)| !have_python_module(module))
+            .map(|(_, pkg)| *pkg),
+    );
+    missing.dedup();
     apt_install(&missing);
+}
+
+/// Whether Debian's Python 3 (`/usr/bin/python3`, not a virtualenv's) imports `module`.
+fn have_python_module(module: &str) -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import {module}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Installs Debian packages (`apt-get update` first); failing is reported, not fatal.

@@ -18,11 +18,13 @@ pub(super) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or 
 /// Redis's reply to `AUTH <password>` when the default user has no password.
 const AUTH_WITHOUT_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
 
-/// The class a command belongs to (for the ACL check). AUTH, HELLO and QUIT belong to none:
-/// every user may run them, as in Redis (their `no_auth` flag).
+/// The class a command belongs to (for the ACL check). AUTH, HELLO, QUIT and RESET belong to
+/// none: every user may run them, as in Redis (their `no_auth` flag).
 pub(super) fn class_of(cmd: &Command) -> Classes {
     match cmd {
-        Command::Auth { .. } | Command::Hello { .. } | Command::Quit => Classes::NONE,
+        Command::Auth { .. } | Command::Hello { .. } | Command::Quit | Command::Reset => {
+            Classes::NONE
+        }
         // Redis files INFO under @dangerous, not @read.
         Command::Info(_) => Classes::OTHER,
         _ => match route_of(cmd) {
@@ -91,6 +93,7 @@ pub(super) fn login(users: &Users, c: &mut Conn, user: &[u8], password: &[u8]) -
             c.authed = true;
             c.denied = u.denied();
             c.user = u.name.clone();
+            c.all_channels = u.all_channels();
             true
         }
         None => false,

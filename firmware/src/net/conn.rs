@@ -14,13 +14,14 @@ use kvproto::{Protocol, Reply, RequestParser};
 use mio::net::TcpStream;
 
 use super::limits::request_cost;
+use super::pubsub::Subscriptions;
 use super::route::Route;
 use super::transport::Transport;
 use super::MAX_QUEUED_PER_CONN;
 use crate::acl::Classes;
 use crate::cluster::ConnMode;
 use crate::exec::{Job, TxItem};
-use crate::info::Metrics;
+use crate::info::{CommandStats, Metrics};
 use crate::store::WatchedKey;
 
 /// Most segments handed to one vectored write.
@@ -96,6 +97,9 @@ impl Outbox {
     }
 }
 
+/// Bookkeeping bytes counted per held pub/sub message on top of its payload.
+const HELD_PUSH_OVERHEAD: usize = 64;
+
 /// Who a new connection runs as before any AUTH.
 pub(super) struct ConnAuth {
     /// Whether it may run commands already (no password for the default user).
@@ -104,6 +108,19 @@ pub(super) struct ConnAuth {
     pub(super) user: Arc<str>,
     /// The command classes that user may not run.
     pub(super) denied: Classes,
+    /// Whether that user may use pub/sub channels (`&*`).
+    pub(super) all_channels: bool,
+}
+
+/// A command sent to another thread, kept until its reply arrives (INFO commandstats and
+/// SLOWLOG measure it from dispatch to reply).
+pub(super) struct InFlight {
+    /// Its row of the command table (`None`: not counted, e.g. cluster admin commands).
+    pub(super) row: Option<usize>,
+    /// When it left `ls-net`.
+    pub(super) started: Instant,
+    /// The request, for SLOWLOG.
+    pub(super) args: Vec<Bytes>,
 }
 
 pub(super) struct Conn {
@@ -166,6 +183,26 @@ pub(super) struct Conn {
     pub(super) soft_since: Option<Instant>,
     /// Reading waits for the drive-wide budget.
     pub(super) budget_paused: bool,
+    /// Whether the user may use pub/sub channels (`&*`).
+    pub(super) all_channels: bool,
+    /// Channels and patterns it is subscribed to.
+    pub(super) subs: Subscriptions,
+    /// `CLIENT NO-EVICT on` (accepted and shown; the drive evicts no client for memory).
+    pub(super) no_evict: bool,
+    /// `CLIENT NO-TOUCH on` (accepted and shown; the drive keeps no access times).
+    pub(super) no_touch: bool,
+    /// When it connected (CLIENT LIST `age`).
+    pub(super) created: Instant,
+    /// The commandstats row of the last command it ran (CLIENT LIST `cmd`).
+    pub(super) last_cmd: Option<usize>,
+    /// The commands in flight, in order (see [`InFlight`]).
+    pub(super) inflight_meta: VecDeque<InFlight>,
+    /// Pub/sub messages waiting for the replies of the commands sent before their PUBLISH
+    /// ran (RESP3 lets a subscriber have commands in flight): each with the sequence number
+    /// of the first command sent after it.
+    pub(super) held_pushes: VecDeque<(u64, Reply)>,
+    /// Bytes of `held_pushes` (counted against the output limit).
+    pub(super) held_bytes: usize,
 }
 
 impl Conn {
@@ -215,6 +252,15 @@ impl Conn {
             stalled: None,
             soft_since: None,
             budget_paused: false,
+            all_channels: auth.all_channels,
+            subs: Subscriptions::default(),
+            no_evict: false,
+            no_touch: false,
+            created: now,
+            last_cmd: None,
+            inflight_meta: VecDeque::new(),
+            held_pushes: VecDeque::new(),
+            held_bytes: 0,
         }
     }
 
@@ -230,6 +276,38 @@ impl Conn {
     pub(super) fn hold_in_flight(&mut self, cost: usize) {
         self.pending_bytes += cost;
         self.inflight_costs.push_back(cost);
+    }
+
+    /// Delivers a pub/sub message: after the replies of every command sent so far (held
+    /// until they are written, if some are in flight), before the replies of any sent later.
+    pub(super) fn deliver_push(&mut self, push: Reply) {
+        if self.next_reply >= self.next_seq {
+            self.out.push(&push, self.proto);
+        } else {
+            self.held_bytes += push.payload_len() + HELD_PUSH_OVERHEAD;
+            self.held_pushes.push_back((self.next_seq, push));
+        }
+    }
+
+    /// Writes the held messages whose earlier replies have all been written.
+    pub(super) fn release_pushes(&mut self) {
+        while self
+            .held_pushes
+            .front()
+            .is_some_and(|(mark, _)| *mark <= self.next_reply)
+        {
+            if let Some((_, push)) = self.held_pushes.pop_front() {
+                self.held_bytes = self
+                    .held_bytes
+                    .saturating_sub(push.payload_len() + HELD_PUSH_OVERHEAD);
+                self.out.push(&push, self.proto);
+            }
+        }
+    }
+
+    /// Output bytes waiting: the output buffer and held messages.
+    pub(super) fn output_len(&self) -> usize {
+        self.out.len() + self.held_bytes
     }
 
     /// The oldest request in flight was answered.
@@ -306,24 +384,71 @@ pub(super) fn valid_client_name(n: &[u8]) -> bool {
     n.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
-pub(super) fn client_line(c: &Conn) -> String {
+/// The drive's address a client connected to (CLIENT LIST `laddr`, CLIENT KILL LADDR).
+pub(super) fn local_addr(c: &Conn) -> String {
+    c.transport
+        .tcp()
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default()
+}
+
+/// CLIENT LIST `flags`: `P` subscribed, `x` in MULTI, `e` no-evict, `T` no-touch, `N` none.
+fn client_flags(c: &Conn) -> String {
+    let mut f = String::new();
+    if c.subs.count() > 0 {
+        f.push('P');
+    }
+    if c.multi.is_some() {
+        f.push('x');
+    }
+    if c.no_evict {
+        f.push('e');
+    }
+    if c.no_touch {
+        f.push('T');
+    }
+    if f.is_empty() {
+        f.push('N');
+    }
+    f
+}
+
+/// One line of CLIENT LIST / CLIENT INFO, with Redis 7.2's fields in its order. `fd` is the
+/// socket's descriptor; the memory fields count the drive's own buffers (`argv-mem`: the
+/// bytes of requests framed and not answered; `multi-mem`: 0; `tot-mem`: buffers plus
+/// pending requests), `redir` is always -1 (no client-side caching).
+pub(super) fn client_line(c: &Conn, now: Instant) -> String {
     let name = c
         .name
         .as_deref()
         .map(String::from_utf8_lossy)
         .unwrap_or_default();
+    let age = now.saturating_duration_since(c.created).as_secs();
+    let idle = now.saturating_duration_since(c.last_active).as_secs();
+    let multi = c
+        .multi
+        .as_ref()
+        .map_or(-1, |q| i64::try_from(q.len()).unwrap_or(i64::MAX));
+    let qbuf_free = c.rbuf.capacity() - c.rbuf.len();
+    let tot_mem = c.rbuf.capacity() + c.output_len() + c.pending_bytes;
     format!(
-        "id={} addr={} laddr={} fd=0 name={} db=0 qbuf={} obl={} user={} resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd={} name={} age={age} idle={idle} flags={} db=0 sub={} psub={} ssub=0 multi={multi} qbuf={} qbuf-free={qbuf_free} argv-mem={} multi-mem=0 rbs={} rbp=0 obl={} oll=0 omem={} tot-mem={tot_mem} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
         c.id,
         c.peer,
-        c.transport
-            .tcp()
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
+        local_addr(c),
+        c.transport.tcp().as_raw_fd(),
         name,
+        client_flags(c),
+        c.subs.channels.len(),
+        c.subs.patterns.len(),
         c.rbuf.len(),
+        c.pending_bytes,
+        c.rbuf.capacity(),
         c.out.len(),
+        c.output_len(),
+        c.last_cmd
+            .map_or_else(|| "NULL".to_owned(), CommandStats::row_name),
         c.user,
         if c.proto == Protocol::Resp3 { 3 } else { 2 },
         c.lib_name

@@ -49,6 +49,12 @@ pub const DEFAULT_OUTPUT_HARD: usize = 1 << 30;
 pub const DEFAULT_OUTPUT_SOFT: usize = 256 << 20;
 /// Seconds a normal client may stay over the soft limit.
 pub const DEFAULT_OUTPUT_SOFT_SECONDS: u64 = 60;
+/// Output buffer hard limit of a subscribed client (Redis's `pubsub` class: 32 MiB).
+pub const DEFAULT_PUBSUB_OUTPUT_HARD: usize = 32 << 20;
+/// Output buffer soft limit of a subscribed client (8 MiB).
+pub const DEFAULT_PUBSUB_OUTPUT_SOFT: usize = 8 << 20;
+/// Seconds a subscribed client may stay over the soft limit.
+pub const DEFAULT_PUBSUB_OUTPUT_SOFT_SECONDS: u64 = 60;
 /// How far past what it holds the query buffer may be grown before bytes arrive.
 pub const GROW_AHEAD: usize = 256 << 10;
 /// Bytes read ahead of framing for a client that has not authenticated (10 arguments of
@@ -110,10 +116,20 @@ impl OutputLimit {
         now.duration_since(since) >= Duration::from_secs(self.soft_seconds)
     }
 
-    /// The setting as CONFIG GET shows it (Redis's `class hard soft seconds`).
+    /// Redis's default for the `pubsub` class: `32mb 8mb 60`.
     #[must_use]
-    pub fn reported(&self) -> String {
-        format!("normal {} {} {}", self.hard, self.soft, self.soft_seconds)
+    pub fn pubsub_default() -> OutputLimit {
+        OutputLimit {
+            hard: DEFAULT_PUBSUB_OUTPUT_HARD,
+            soft: DEFAULT_PUBSUB_OUTPUT_SOFT,
+            soft_seconds: DEFAULT_PUBSUB_OUTPUT_SOFT_SECONDS,
+        }
+    }
+
+    /// One class of the setting as CONFIG GET shows it (Redis's `class hard soft seconds`).
+    #[must_use]
+    pub fn reported(&self, class: &str) -> String {
+        format!("{class} {} {} {}", self.hard, self.soft, self.soft_seconds)
     }
 }
 
@@ -129,6 +145,29 @@ pub struct BufferLimits {
     pub budget: usize,
     /// `client-output-buffer-limit normal ...`.
     pub output: OutputLimit,
+    /// `client-output-buffer-limit pubsub ...`: clients subscribed to a channel or pattern.
+    pub output_pubsub: OutputLimit,
+}
+
+impl BufferLimits {
+    /// The output limit of `c`'s class (`pubsub` while it holds a subscription).
+    pub(super) fn output_of(&self, c: &Conn) -> OutputLimit {
+        if c.subs.count() > 0 {
+            self.output_pubsub
+        } else {
+            self.output
+        }
+    }
+
+    /// The setting as CONFIG GET shows it (both classes).
+    #[must_use]
+    pub fn output_reported(&self) -> String {
+        format!(
+            "{} {}",
+            self.output.reported("normal"),
+            self.output_pubsub.reported("pubsub")
+        )
+    }
 }
 
 impl Default for BufferLimits {
@@ -138,6 +177,7 @@ impl Default for BufferLimits {
             pending: DEFAULT_PENDING_LIMIT,
             budget: DEFAULT_QUERY_BUDGET,
             output: OutputLimit::default(),
+            output_pubsub: OutputLimit::pubsub_default(),
         }
     }
 }
@@ -286,7 +326,7 @@ impl Budget {
 /// Whether `c` must be disconnected for its output: over the `client-output-buffer-limit`
 /// (hard, or soft for its seconds), or over [`UNAUTH_OUTPUT_LIMIT`] before AUTH.
 pub(super) fn output_exceeded(c: &mut Conn, limit: &OutputLimit, now: Instant) -> bool {
-    let len = c.out.len();
+    let len = c.output_len();
     limit.exceeded(len, &mut c.soft_since, now) || (!c.authed && len > UNAUTH_OUTPUT_LIMIT)
 }
 

@@ -162,16 +162,21 @@ impl Net {
 
     /// How long the next poll may wait.
     pub(super) fn poll_timeout(&self) -> Duration {
-        if !self.live.stalled.is_empty() || self.budget.paused() > 0 {
+        let base = if !self.live.stalled.is_empty() || self.budget.paused() > 0 {
             STALL_RETRY
         } else {
             POLL_TIMEOUT
-        }
+        };
+        // A CLIENT PAUSE ends on time.
+        self.pause_deadline().map_or(base, |t| {
+            base.min(t.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Once per turn of the loop: retries stalled jobs, resumes clients the budget paused,
     /// retries accepting, and runs the sweep when due.
     pub(super) fn housekeeping(&mut self) {
+        self.end_pause_if_due();
         if !self.live.stalled.is_empty() {
             self.retry_stalled();
         }
@@ -226,6 +231,7 @@ impl Net {
                 Err(TrySendError::Disconnected(_)) => {
                     // Shutting down: nothing will answer it.
                     c.in_flight = c.in_flight.saturating_sub(1);
+                    c.inflight_meta.pop_back();
                     c.closing = true;
                     resumed.push(id);
                 }
@@ -266,7 +272,7 @@ impl Net {
             0 => None,
             s => Some(Duration::from_secs(s)),
         };
-        let output = self.cfg.buffers.output;
+        let limits = self.cfg.buffers;
         let mut idle = Vec::new();
         let mut over = Vec::new();
         for (&id, c) in &mut self.conns {
@@ -283,7 +289,11 @@ impl Net {
                     self.budget.update(c);
                 }
             }
-            if c.soft_since.is_some() && output.exceeded(c.out.len(), &mut c.soft_since, now) {
+            if c.soft_since.is_some()
+                && limits
+                    .output_of(c)
+                    .exceeded(c.output_len(), &mut c.soft_since, now)
+            {
                 over.push(id);
             }
         }

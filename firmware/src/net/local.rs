@@ -1,5 +1,6 @@
 //! Connection-level commands answered on `ls-net` itself (PING, AUTH, HELLO, CLIENT, COMMAND,
 //! CONFIG, MULTI and WATCH bookkeeping, CLUSTER), and the queueing of commands inside MULTI.
+//! Pub/sub is in [`super::pubsub`]; RESET, CLIENT KILL and SLOWLOG in [`super::session`].
 
 use std::sync::atomic::Ordering;
 
@@ -104,7 +105,18 @@ impl Net {
             reply: Some(r),
             close: false,
         };
+        if super::pubsub::is_pubsub(&cmd) {
+            let r = self.pubsub_command(id, cmd);
+            return Local {
+                reply: r,
+                close: false,
+            };
+        }
+        if super::session::is_session(&cmd) {
+            return self.session_command(id, cmd);
+        }
         let nconns = self.conns.len();
+        let now = self.now;
         let Some(c) = self.conns.get_mut(&id) else {
             return Local {
                 reply: None,
@@ -112,6 +124,9 @@ impl Net {
             };
         };
         match cmd {
+            Command::Ping(m) if super::pubsub::in_subscribed_mode(c.proto, &c.subs) => {
+                reply(super::pubsub::subscribed_pong(m))
+            }
             Command::Ping(None) => reply(Reply::Simple(Bytes::from_static(b"PONG"))),
             Command::Ping(Some(m)) | Command::Echo(m) => reply(Reply::Bulk(m)),
             Command::Quit => Local {
@@ -161,7 +176,7 @@ impl Net {
                 let s = |v: &'static str| Reply::Bulk(Bytes::from_static(v.as_bytes()));
                 reply(Reply::Map(vec![
                     (s("server"), s("redis")),
-                    (s("version"), s("7.2.0")),
+                    (s("version"), s(crate::info::REDIS_VERSION)),
                     (
                         s("proto"),
                         Reply::Integer(if proto == Protocol::Resp3 { 3 } else { 2 }),
@@ -203,14 +218,14 @@ impl Net {
                 reply(Reply::ok())
             }
             Command::ClientId => reply(Reply::Integer(c.id as i64)),
-            Command::ClientInfo => reply(Reply::Verbatim(Bytes::from(client_line(c)))),
+            Command::ClientInfo => reply(Reply::Verbatim(Bytes::from(client_line(c, now)))),
             Command::ClientList => {
                 let mut text = String::new();
                 let mut ids: Vec<&u64> = self.conns.keys().collect();
                 ids.sort_unstable();
                 for i in ids {
                     if let Some(other) = self.conns.get(i) {
-                        text.push_str(&client_line(other));
+                        text.push_str(&client_line(other, now));
                     }
                 }
                 reply(Reply::Verbatim(Bytes::from(text)))
@@ -371,6 +386,6 @@ pub(super) fn is_transaction_control(parsed: &Result<Command, kvproto::CommandEr
 pub(super) fn allowed_before_auth(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+        Command::Auth { .. } | Command::Hello { .. } | Command::Quit | Command::Reset
     )
 }

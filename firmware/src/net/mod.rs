@@ -16,16 +16,21 @@
 mod admission;
 mod auth;
 mod conn;
+mod latency;
 pub mod limits;
 pub mod liveness;
 mod local;
+mod pubsub;
 mod route;
+mod session;
+mod slowlog;
 mod transport;
 
 pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
 pub use limits::BufferLimits;
 pub use liveness::LivenessConfig;
 pub use route::MAX_KEY_BYTES;
+pub use slowlog::{DEFAULT_MAX_LEN as DEFAULT_SLOWLOG_MAX_LEN, DEFAULT_SLOWER_THAN_USEC};
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
@@ -37,16 +42,18 @@ use kvproto::{Command, Limits, Reply, RequestParser};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
-use self::conn::{frame_requests, Conn, ConnAuth, PROTOCOL_ERROR_MARK};
+use self::conn::{frame_requests, Conn, ConnAuth, InFlight, PROTOCOL_ERROR_MARK};
 use self::limits::{read_reserve, Budget, Hold};
 use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
+use self::pubsub::{in_subscribed_mode, refused_when_subscribed, PubSub};
 use self::route::{copy_values, key_too_long, route_of, Route};
+use self::slowlog::{Caller, Slowlog};
 use self::transport::Transport;
 use crate::acl::Users;
 use crate::cluster::{self, Admin, AdminOutcome, Gate};
 use crate::exec::{self, Done, Job, ReplySink, Transaction};
-use crate::info::Metrics;
+use crate::info::{CommandStats, Metrics};
 use crate::queue::{Receiver, Sender, TrySendError};
 use crate::store::Store;
 
@@ -91,6 +98,12 @@ pub struct NetConfig {
     /// The zero-copy ablation (`--ablate zero-copy`): SET values are copied once more
     /// before they go to the writer.
     pub copy_values: bool,
+    /// `slowlog-log-slower-than` (microseconds; negative: off).
+    pub slowlog_slower_than_usec: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold` in milliseconds (0: off).
+    pub latency_monitor_threshold_ms: u64,
 }
 
 /// The network thread's state.
@@ -118,6 +131,17 @@ pub struct Net {
     live: Liveness,
     /// The time, read once per turn of the loop.
     now: Instant,
+    /// Channel and pattern subscriptions.
+    pubsub: PubSub,
+    /// Connections given output by another's command (PUBLISH): written at the end of the
+    /// loop turn.
+    to_flush: Vec<u64>,
+    /// Slow commands (SLOWLOG).
+    slowlog: Slowlog,
+    /// CLIENT PAUSE in force.
+    pause: Option<session::Pause>,
+    /// The latency monitor (LATENCY).
+    latency: latency::Latency,
 }
 
 impl Net {
@@ -168,6 +192,11 @@ impl Net {
             budget: Budget::new(cfg.buffers.budget),
             live: Liveness::new(now),
             now,
+            pubsub: PubSub::default(),
+            to_flush: Vec::new(),
+            slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
+            pause: None,
+            latency: latency::Latency::new(cfg.latency_monitor_threshold_ms),
             cfg,
         })
     }
@@ -203,6 +232,9 @@ impl Net {
                 }
             }
             self.drain_replies();
+            for id in std::mem::take(&mut self.to_flush) {
+                self.flush(id);
+            }
             self.housekeeping();
         }
         // Last words to clients still connected are not owed: their in-flight writes finish
@@ -293,6 +325,7 @@ impl Net {
                         authed: self.cfg.users.open_by_default(),
                         denied: user.denied(),
                         user: user.name.clone(),
+                        all_channels: user.all_channels(),
                     },
                     self.now,
                 ),
@@ -301,6 +334,7 @@ impl Net {
     }
 
     fn close(&mut self, id: u64) {
+        self.unsubscribe_all(id);
         if let Some(mut c) = self.conns.remove(&id) {
             self.budget.release(&c);
             self.store.unwatch(&c.watched);
@@ -484,6 +518,42 @@ impl Net {
                 return;
             }
             let parsed = Command::parse(args);
+            // RESP2's subscribed mode: only the subscription commands, PING, QUIT and RESET.
+            // (After the unknown-command, arity and unknown-subcommand errors, which Redis
+            // gives first; before the command's own argument errors.)
+            let lookup_error = matches!(
+                &parsed,
+                Err(e) if e.0.starts_with("ERR unknown subcommand '")
+                    || e.0.starts_with("ERR wrong number of arguments")
+            );
+            if !lookup_error && in_subscribed_mode(c.proto, &c.subs) {
+                if let Some(r) = refused_when_subscribed(args) {
+                    if c.in_flight > 0 {
+                        return;
+                    }
+                    let (args, _) = c.take_request();
+                    if let Some(row) = CommandStats::row_of(&args) {
+                        self.metrics.command_stats.rejected(row);
+                    }
+                    c.out.push(&r, c.proto);
+                    continue;
+                }
+            }
+            // CLIENT PAUSE: the command waits at the front of the backlog until the pause
+            // ends (nothing after it overtakes it).
+            if c.authed {
+                if let Ok(cmd) = &parsed {
+                    if self.paused(id, cmd) {
+                        return;
+                    }
+                }
+            }
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let Some(args) = c.backlog.front() else {
+                return;
+            };
             if c.multi.is_some() && !is_transaction_control(&parsed) {
                 // Inside MULTI nothing is in flight (MULTI waited for it): queue and answer.
                 let (args, _) = c.take_request();
@@ -538,9 +608,19 @@ impl Net {
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);
+            let row = CommandStats::row_of(&args);
             let mut cmd = match parsed {
                 Ok(cmd) => cmd,
                 Err(e) => {
+                    if let Some(row) = row {
+                        // Arity is checked before a command runs; other argument errors
+                        // are the command's own (Redis counts them as failed calls).
+                        if kvproto::command::check_arity(&args).is_err() {
+                            self.metrics.command_stats.rejected(row);
+                        } else {
+                            self.metrics.command_stats.called(row, 0, true);
+                        }
+                    }
                     // Cluster mode's admin commands are not in kvproto's table.
                     let r = match Admin::of(&args) {
                         None => Reply::error(e.to_string()),
@@ -558,6 +638,11 @@ impl Net {
                                         c.in_flight += 1;
                                         c.in_flight_to = Route::Admin;
                                         c.hold_in_flight(cost);
+                                        c.inflight_meta.push_back(InFlight {
+                                            row: None,
+                                            started: self.now,
+                                            args: Vec::new(),
+                                        });
                                         continue;
                                     }
                                 }
@@ -569,16 +654,27 @@ impl Net {
                 }
             };
             if let Some(r) = redirect {
+                if let Some(row) = row {
+                    self.metrics.command_stats.rejected(row);
+                }
                 c.out.push(&r, c.proto);
                 continue;
             }
+            c.last_cmd = row;
             if route == Route::Here {
                 if !c.authed && !allowed_before_auth(&cmd) {
+                    if let Some(row) = row {
+                        self.metrics.command_stats.rejected(row);
+                    }
                     c.out
                         .push(&Reply::error("NOAUTH Authentication required."), c.proto);
                     continue;
                 }
+                let started = Instant::now();
                 let out = self.local(id, cmd);
+                let took = started.elapsed();
+                let failed = out.reply.as_ref().is_some_and(Reply::is_error);
+                self.timed(id, row, &args, took, failed);
                 let Some(c) = self.conns.get_mut(&id) else {
                     return;
                 };
@@ -595,6 +691,7 @@ impl Net {
             // A read DRAM answers whole is served here when it overtakes nothing (the
             // connection has no request in flight): no hand-off to the engine thread.
             if route == Route::Engine && c.in_flight == 0 && !self.cfg.copy_values {
+                let started = Instant::now();
                 if let Some(r) = exec::try_read_now(&self.store, &self.metrics, &cmd, c.proto) {
                     self.metrics
                         .value_bytes_moved
@@ -603,6 +700,8 @@ impl Net {
                         .reads_answered_inline
                         .fetch_add(1, Ordering::Relaxed);
                     c.out.push(&r, c.proto);
+                    let failed = r.is_error();
+                    self.timed(id, row, &args, started.elapsed(), failed);
                     continue;
                 }
             }
@@ -648,6 +747,11 @@ impl Net {
             c.in_flight += 1;
             c.in_flight_to = route;
             c.hold_in_flight(cost);
+            c.inflight_meta.push_back(InFlight {
+                row,
+                started: self.now,
+                args,
+            });
             if let Some(job) = stalled {
                 // The worker is behind: keep the job here, stop reading this client, and
                 // retry on a timer (`liveness`), so the loop never waits on a queue.
@@ -655,6 +759,36 @@ impl Net {
                 self.stall(id);
                 return;
             }
+        }
+    }
+
+    /// Counts a command answered on this thread (commandstats, SLOWLOG).
+    fn timed(
+        &mut self,
+        id: u64,
+        row: Option<usize>,
+        args: &[bytes::Bytes],
+        took: Duration,
+        failed: bool,
+    ) {
+        let Some(row) = row else {
+            return;
+        };
+        self.metrics
+            .command_stats
+            .called(row, slowlog::micros(took), failed);
+        self.latency.record(row, took);
+        if self.slowlog.wants(took) {
+            let (peer, name) = self
+                .conns
+                .get(&id)
+                .map(|c| (c.peer.to_string(), c.name.clone().unwrap_or_default()))
+                .unwrap_or_default();
+            self.slowlog
+                .record(&CommandStats::row_name(row), args, took, || Caller {
+                    peer,
+                    name,
+                });
         }
     }
 
@@ -672,11 +806,33 @@ impl Net {
             while let Some(r) = reply {
                 c.in_flight = c.in_flight.saturating_sub(1);
                 c.answered();
+                if let Some(f) = c.inflight_meta.pop_front() {
+                    let took = self.now.saturating_duration_since(f.started);
+                    if let Some(row) = f.row {
+                        self.metrics
+                            .command_stats
+                            .called(row, slowlog::micros(took), r.is_error());
+                        self.latency.record(row, took);
+                        if self.slowlog.wants(took) {
+                            let (peer, name) = (c.peer, c.name.clone());
+                            self.slowlog.record(
+                                &CommandStats::row_name(row),
+                                &f.args,
+                                took,
+                                || Caller {
+                                    peer: peer.to_string(),
+                                    name: name.unwrap_or_default(),
+                                },
+                            );
+                        }
+                    }
+                }
                 c.next_reply += 1;
                 self.metrics
                     .value_bytes_moved
                     .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
                 c.out.push(&r, c.proto);
+                c.release_pushes();
                 reply = c.early.remove(&c.next_reply);
             }
             if touched.last() != Some(&d.conn) {
@@ -726,11 +882,11 @@ impl Net {
 
     /// Writes what the socket takes; closes a closing connection once flushed.
     fn flush(&mut self, id: u64) {
-        let limit = self.cfg.buffers.output;
         let now = self.now;
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        let limit = self.cfg.buffers.output_of(c);
         let mut dead = false;
         while !c.out.is_empty() {
             match c.out.write_to(&mut c.transport) {
@@ -761,7 +917,7 @@ impl Net {
         if limits::output_exceeded(c, &limit, now) {
             tracing::info!(
                 client = id,
-                bytes = c.out.len(),
+                bytes = c.output_len(),
                 "closing a client over the output buffer limit"
             );
             self.metrics

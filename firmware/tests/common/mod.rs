@@ -318,3 +318,55 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// Sends one command as a RESP array of bulk strings.
+pub fn send(s: &mut TcpStream, args: &[&[u8]]) {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&out).unwrap();
+}
+
+/// Reads one RESP2/RESP3 reply (a push frame counts as one) and returns its raw bytes.
+pub fn read_frame(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    read_value(s, &mut out);
+    out
+}
+
+fn read_line(s: &mut TcpStream, out: &mut Vec<u8>) -> Vec<u8> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        s.read_exact(&mut b).expect("a reply");
+        line.push(b[0]);
+    }
+    out.extend_from_slice(&line);
+    line.truncate(line.len() - 2);
+    line
+}
+
+fn read_value(s: &mut TcpStream, out: &mut Vec<u8>) {
+    let line = read_line(s, out);
+    let n = || -> i64 { String::from_utf8_lossy(&line[1..]).parse().unwrap() };
+    match line[0] {
+        b'$' | b'=' | b'!' if n() >= 0 => {
+            let mut body = vec![0u8; n() as usize + 2];
+            s.read_exact(&mut body).unwrap();
+            out.extend_from_slice(&body);
+        }
+        b'*' | b'~' | b'>' => (0..n().max(0)).for_each(|_| read_value(s, out)),
+        b'%' | b'|' => (0..2 * n()).for_each(|_| read_value(s, out)),
+        _ => {}
+    }
+}
+
+/// Sends one command (words split on spaces) and reads its reply's raw bytes.
+pub fn ask(s: &mut TcpStream, cmd: &str) -> Vec<u8> {
+    let words: Vec<&[u8]> = cmd.split(' ').map(str::as_bytes).collect();
+    send(s, &words);
+    read_frame(s)
+}
