@@ -10,45 +10,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
 
-use common::{Drive, RedisServer};
+use common::{read_frame as read_reply, Drive, RedisServer};
 
-/// Reads one RESP2/RESP3 reply and returns its bytes.
-fn read_reply(s: &mut TcpStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    read_value(s, &mut out);
-    out
-}
-
-fn read_line(s: &mut TcpStream, out: &mut Vec<u8>) -> Vec<u8> {
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while !line.ends_with(b"\r\n") {
-        s.read_exact(&mut b).expect("reply");
-        line.push(b[0]);
-    }
-    out.extend_from_slice(&line);
-    line.truncate(line.len() - 2);
-    line
-}
-
-fn read_value(s: &mut TcpStream, out: &mut Vec<u8>) {
-    let line = read_line(s, out);
-    let n = || -> i64 { String::from_utf8_lossy(&line[1..]).parse().unwrap() };
-    match line[0] {
-        b'$' | b'=' | b'!' if n() >= 0 => {
-            let mut body = vec![0u8; n() as usize + 2];
-            s.read_exact(&mut body).unwrap();
-            out.extend_from_slice(&body);
-        }
-        b'*' | b'~' | b'>' => (0..n().max(0)).for_each(|_| read_value(s, out)),
-        b'%' => (0..2 * n()).for_each(|_| read_value(s, out)),
-        _ => {}
-    }
-}
 
 /// Sends one inline command and reads its reply.
 fn ask(s: &mut TcpStream, cmd: &str) -> String {
