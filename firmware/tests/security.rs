@@ -16,7 +16,6 @@ use std::process::Command;
 
 use common::{read_frame as read_reply, Drive, RedisServer};
 
-
 /// Sends one inline command and reads its reply.
 fn ask(s: &mut TcpStream, cmd: &str) -> String {
     s.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::view::{count_of, holds, random_names, walk, View};
+use super::view::{count_of, holds, random_names, sub_names, View};
 use super::{parse_i64, Result, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD};
 
@@ -14,16 +14,7 @@ use crate::keyspace::{self as ks, HASH, HASH_FIELD};
 /// # Errors
 /// `WrongType`, engine errors.
 pub fn fields<V: View + ?Sized>(v: &V, key: &[u8]) -> Result<Vec<Bytes>> {
-    if !holds(v, key, HASH)? {
-        return Ok(Vec::new());
-    }
-    let prefix = ks::sub_prefix(HASH_FIELD, key);
-    let mut out = Vec::new();
-    walk(v, &prefix, None, |k| {
-        out.push(Bytes::copy_from_slice(&k[prefix.len()..]));
-        Ok(true)
-    })?;
-    Ok(out)
+    sub_names(v, key, HASH, HASH_FIELD)
 }
 
 /// The values of `names` in hash `key` (`None`: no such field).

@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 
-use super::view::{holds, View};
+use super::view::{holds, rank_window, View};
 use super::{Result, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, LIST, LIST_ITEM};
 
@@ -31,24 +31,6 @@ fn index_of(i: i64, n: u64) -> Option<u64> {
     (0..n).contains(&i).then(|| i.unsigned_abs())
 }
 
-/// Ranks `start ..= stop` (negative from the end) of `n` items as (first, last).
-fn window(start: i64, stop: i64, n: u64) -> Option<(u64, u64)> {
-    let n = i64::try_from(n).unwrap_or(i64::MAX);
-    let start = if start < 0 {
-        start.saturating_add(n)
-    } else {
-        start
-    }
-    .max(0);
-    let stop = if stop < 0 {
-        stop.saturating_add(n)
-    } else {
-        stop
-    }
-    .min(n - 1);
-    (start <= stop && start < n).then(|| (start.unsigned_abs(), stop.unsigned_abs()))
-}
-
 /// LLEN.
 ///
 /// # Errors
@@ -69,7 +51,7 @@ pub fn range<V: View + ?Sized>(v: &V, key: &[u8], start: i64, stop: i64) -> Resu
         return Ok(Vec::new());
     }
     let (n, head, _) = header(v, key)?;
-    let Some((first, last)) = window(start, stop, n) else {
+    let Some((first, last)) = rank_window(start, stop, n) else {
         return Ok(Vec::new());
     };
     let mut out = Vec::with_capacity((last - first + 1) as usize);
@@ -238,7 +220,7 @@ impl WriteGroup<'_> {
             return Ok(());
         }
         let (n, head, tail) = header(self, key)?;
-        let (first, last) = window(start, stop, n).map_or((0, None), |(f, l)| (f, Some(l)));
+        let (first, last) = rank_window(start, stop, n).map_or((0, None), |(f, l)| (f, Some(l)));
         let keep_from = head + first as i64;
         let keep_to = last.map_or(keep_from, |l| head + l as i64 + 1);
         for pos in (head..keep_from).chain(keep_to.max(keep_from)..tail) {
@@ -366,7 +348,7 @@ impl WriteGroup<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{index_of, window};
+    use super::{index_of, rank_window};
 
     #[test]
     fn indexes_follow_redis() {
@@ -374,9 +356,9 @@ mod tests {
         assert_eq!(index_of(-1, 3), Some(2));
         assert_eq!(index_of(3, 3), None);
         assert_eq!(index_of(-4, 3), None);
-        assert_eq!(window(0, -1, 3), Some((0, 2)));
-        assert_eq!(window(1, 0, 3), None);
-        assert_eq!(window(-10, 10, 3), Some((0, 2)));
-        assert_eq!(window(0, -1, 0), None);
+        assert_eq!(rank_window(0, -1, 3), Some((0, 2)));
+        assert_eq!(rank_window(1, 0, 3), None);
+        assert_eq!(rank_window(-10, 10, 3), Some((0, 2)));
+        assert_eq!(rank_window(0, -1, 0), None);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use super::view::{count_of, holds, pick_at, random_names, walk, Picker, View};
+use super::view::{count_of, holds, pick_at, random_names, sub_names, walk, Picker, View};
 use super::{Result, WriteGroup};
 use crate::keyspace::{self as ks, SET, SET_MEMBER};
 
@@ -20,16 +20,7 @@ pub use kvproto::SetOp;
 /// # Errors
 /// `WrongType`, engine errors.
 pub fn members<V: View + ?Sized>(v: &V, key: &[u8]) -> Result<Vec<Bytes>> {
-    if !holds(v, key, SET)? {
-        return Ok(Vec::new());
-    }
-    let prefix = ks::sub_prefix(SET_MEMBER, key);
-    let mut out = Vec::new();
-    walk(v, &prefix, None, |k| {
-        out.push(Bytes::copy_from_slice(&k[prefix.len()..]));
-        Ok(true)
-    })?;
-    Ok(out)
+    sub_names(v, key, SET, SET_MEMBER)
 }
 
 /// SISMEMBER / SMISMEMBER: whether each of `names` is a member.

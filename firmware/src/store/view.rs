@@ -149,6 +149,52 @@ pub fn walk<V: View + ?Sized>(
     }
 }
 
+/// The names under `key`'s records of `sub_tag` (a hash's fields, a set's members), in byte
+/// order; empty when `key` does not exist.
+///
+/// # Errors
+/// `WrongType` when `key` holds another type than `type_tag`; engine errors.
+pub fn sub_names<V: View + ?Sized>(
+    v: &V,
+    key: &[u8],
+    type_tag: u8,
+    sub_tag: u8,
+) -> Result<Vec<Bytes>> {
+    if !holds(v, key, type_tag)? {
+        return Ok(Vec::new());
+    }
+    let prefix = ks::sub_prefix(sub_tag, key);
+    let mut out = Vec::new();
+    walk(v, &prefix, None, |k| {
+        out.push(Bytes::copy_from_slice(&k[prefix.len()..]));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Ranks `start ..= stop` (negative from the end) of `n` ordered items (a list, a
+/// sorted set) as a forward window
+/// (first, last); `None` when empty.
+pub fn rank_window(start: i64, stop: i64, n: u64) -> Option<(u64, u64)> {
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        start.saturating_add(n)
+    } else {
+        start
+    }
+    .max(0);
+    let stop = if stop < 0 {
+        stop.saturating_add(n)
+    } else {
+        stop
+    };
+    let stop = stop.min(n - 1);
+    if start > stop || start >= n {
+        return None;
+    }
+    Some((start.unsigned_abs(), stop.unsigned_abs()))
+}
+
 /// Whether `key` holds type `want`: `Ok(false)` when it does not exist, `WrongType` when it
 /// holds another type.
 ///

@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use kvproto::{LexBound, ScoreBound, ZRangeBy};
 
-use super::view::{count_of, holds, walk, View};
+use super::view::{count_of, holds, rank_window, walk, View};
 use super::{Result, WriteGroup};
 use crate::keyspace::{self as ks, ZSET, ZSET_MEMBER, ZSET_ORDER};
 
@@ -138,28 +138,6 @@ fn walk_range<V: View + ?Sized>(
         }
         ZRangeBy::Rank(..) => Ok(()),
     }
-}
-
-/// Ranks `start ..= stop` (negative from the end) of a set of `n` as a forward window
-/// (first, last); `None` when empty.
-fn rank_window(start: i64, stop: i64, n: u64) -> Option<(u64, u64)> {
-    let n = i64::try_from(n).unwrap_or(i64::MAX);
-    let start = if start < 0 {
-        start.saturating_add(n)
-    } else {
-        start
-    }
-    .max(0);
-    let stop = if stop < 0 {
-        stop.saturating_add(n)
-    } else {
-        stop
-    };
-    let stop = stop.min(n - 1);
-    if start > stop || start >= n {
-        return None;
-    }
-    Some((start.unsigned_abs(), stop.unsigned_abs()))
 }
 
 /// The entries at forward positions `first ..= last` of the walk of `by` (all entries for
