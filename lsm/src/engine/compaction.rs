@@ -374,7 +374,7 @@ impl Inner {
     }
 
     /// The ablation of metadata-only compaction (`EngineConfig::compaction_moves_values`):
-    /// reads every value `t` points to and writes it again at the head, ~1 MiB at a time;
+    /// reads every value `t` points to and writes it again at the head, [`GC_BATCH_BYTES`] at a time;
     /// returns the run with the new pointers. The old copies become garbage.
     pub(super) fn move_run_values(&mut self, t: &KeyTable) -> Result<KeyTable> {
         let mut out = KeyTableBuilder::new(t.id());

@@ -2,6 +2,7 @@
 //! live values to the head, and releasing reclaimed segments.
 
 use super::recovery::READ_ATTEMPTS;
+use super::write::{BatchFailure, BatchKind};
 use super::*;
 
 /// The error of a garbage-collection step that found a victim page it cannot use.
@@ -21,8 +22,11 @@ pub(super) const GC_MOVE_RESERVE: usize = 1;
 /// mark, before the keytables' headroom is added).
 pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 
-/// Live values relocated per write batch during garbage collection.
-pub(super) const GC_BATCH_BYTES: usize = 1 << 20;
+/// Live values relocated per write batch during garbage collection: 64 values of 8 KiB
+/// share one packed page of indirect records, and the batch's pages (65) fit the device's
+/// tags beside the reads and client batches in flight, so its submission does not wait
+/// for tags with the write lock held.
+pub(super) const GC_BATCH_BYTES: usize = 512 << 10;
 
 /// Pages of reclaimed segments released together: one manifest write (and one wait for
 /// reads in flight) for all of them, not one per segment. On small segments the manifest
@@ -64,6 +68,76 @@ pub(super) struct GcReadAhead {
     pub(super) reads: crate::io::InFlight,
 }
 
+/// The moves of a garbage-collection step on their way to the device: pipelined batches
+/// (submitted with the write lock held and the pipeline empty, then on the device while the
+/// lock is free) and the value bytes they move.
+#[derive(Default)]
+pub(super) struct GcWrites {
+    /// Tickets of the pipelined batches and their page completions, in ticket order.
+    pub(super) batches: Vec<(u64, Arc<GroupDone>)>,
+    /// Value bytes moved by all of them.
+    pub(super) bytes: u64,
+}
+
+/// The device flush that makes garbage collection's moves durable before they are applied,
+/// when client batches are acknowledged only once durable: a client batch laid out after a
+/// move batch is applied (and acknowledged) only after it, and a move batch whose pages
+/// were still in the device's write cache at a power cut would leave a hole that stops
+/// recovery's replay before the client's batch. Shared with clients' flushes through the
+/// [`FlushGate`].
+pub(super) struct GcFlush {
+    pub(super) gate: Arc<FlushGate>,
+    pub(super) dev: Arc<dyn AppendDevice>,
+}
+
+impl GcWrites {
+    /// Waits for every page of every batch and, with `flush`, for a device flush after
+    /// them: one result per batch, in order.
+    pub(super) fn wait(
+        &self,
+        flush: Option<&GcFlush>,
+    ) -> Vec<std::result::Result<(), BatchFailure>> {
+        let mut out: Vec<std::result::Result<(), BatchFailure>> = self
+            .batches
+            .iter()
+            .map(|(_, done)| done.wait().map_err(BatchFailure::Page))
+            .collect();
+        if let Some(f) = flush {
+            if !out.is_empty() && out.iter().all(std::result::Result::is_ok) {
+                if let Err(e) = f.gate.flush(|| device_flush(f.dev.as_ref())) {
+                    // The first batch fails with it, and every batch after it with that one
+                    // (`apply_ready`).
+                    out[0] = Err(BatchFailure::Flush(e));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A garbage-collection step whose moves were submitted but are not yet applied:
+/// [`Inner::gc_step`] returns it, and [`Inner::gc_step_done`] finishes it once the moves'
+/// pages are back.
+pub(super) struct GcStarted {
+    /// The moves in flight (none when the step wrote nothing).
+    pub(super) writes: GcWrites,
+    /// What the step did, once its moves are applied.
+    step: GcStep,
+    /// The victim, when this step reached its end: it leaves the log only after its last
+    /// moves are applied.
+    finished: Option<GcCursor>,
+}
+
+impl GcStarted {
+    fn no_writes(step: GcStep) -> GcStarted {
+        GcStarted {
+            writes: GcWrites::default(),
+            step,
+            finished: None,
+        }
+    }
+}
+
 /// What one garbage-collection step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum GcStep {
@@ -100,51 +174,114 @@ impl Inner {
             .collect()
     }
 
-    /// One step of reclaiming a value-log segment: picks a victim when none is in progress,
-    /// then reads the next window of its pages (`gc_window_pages`, more when a
-    /// raw value runs past the window), rewrites the values in it that are still live at
-    /// the head through the write path, and when the whole segment is done, trims it.
-    /// Liveness is judged and the moves are written in the same call, under the engine
-    /// lock, so no write can slip in between; between steps the lock is free for readers.
-    pub(super) fn gc_step(&mut self) -> Result<GcStep> {
-        let r = self.gc_step_inner();
-        if let Err(e) = &r {
-            if let (Some(c), EngineError::GcRefused { .. } | EngineError::Corrupt(_)) =
-                (self.gc_cursor, e)
-            {
-                // A page of the victim cannot be read or fails its checksum: what it holds
-                // is not known, so the victim is not reclaimed (nothing is guessed empty).
-                // It stays in the log, and garbage collection takes other victims.
-                tracing::error!(
-                    log_seg = c.log_seg,
-                    "garbage collection refused a victim and will not pick it again: {e}"
-                );
-                self.gc_refused.insert(c.log_seg);
-                self.stats.gc_steps_refused += 1;
-                self.gc_cursor = None;
-                self.gc_pending.clear();
-                self.gc_pending_bytes = 0;
-                if let Some(ahead) = self.gc_read_ahead.take() {
-                    ahead.reads.wait();
-                }
-                // Not a maintenance failure: writers waiting for free segments are not failed
-                // for it, and the next step takes another victim.
-                return Ok(GcStep::Progress);
-            }
-            // Moves read in earlier steps may be lost with the error, and the cursor is past
-            // their pages: the victim starts again from its first page (liveness is judged
-            // afresh, so nothing is moved twice or missed).
-            self.gc_cursor = None;
-            self.gc_pending.clear();
-            self.gc_pending_bytes = 0;
-            if let Some(ahead) = self.gc_read_ahead.take() {
-                ahead.reads.wait();
-            }
+    /// One step of reclaiming a value-log segment, called with the write lock held and the
+    /// pipeline empty: picks a victim when none is in progress, then reads the next window of
+    /// its pages (`gc_window_pages`, more when a raw value runs past the window), judges
+    /// which values in it are still live and submits their moves to the head as pipelined
+    /// batches. The caller then frees the write lock while the moves are on the device (client
+    /// batches are laid out after them, so a client's overwrite is newer than a move in the log,
+    /// in sequence numbers and in replay order) and hands their outcome to
+    /// [`Inner::gc_step_done`], which applies them and, at the victim's end, takes the victim
+    /// out of the log. Liveness is judged with nothing in flight, so no write can slip in
+    /// between the judgement and the layout.
+    pub(super) fn gc_step(&mut self) -> Result<GcStarted> {
+        match self.gc_step_inner() {
+            Ok(started) => Ok(started),
+            // Not a maintenance failure: writers waiting for free segments are not failed
+            // for a refused victim, and the next step takes another one.
+            Err(e) if self.gc_step_failed(&e) => Ok(GcStarted::no_writes(GcStep::Progress)),
+            Err(e) => Err(e),
         }
-        r
     }
 
-    pub(super) fn gc_step_inner(&mut self) -> Result<GcStep> {
+    /// Finishes a step from [`Inner::gc_step`] once its moves' pages are back (`pages`: one
+    /// result per batch, in order): records each batch's outcome, applies every batch ready
+    /// (the moves and any client batches behind them, in ticket order) and, when every move
+    /// was applied and the step reached its victim's end, takes the victim out of the log.
+    /// Returns the step and whether reclaimed segments should be released now (the caller
+    /// releases them with the pipeline empty).
+    ///
+    /// # Errors
+    /// A move batch that failed on the device: the victim starts again at its first page in
+    /// a later step (liveness is judged afresh, so nothing is moved twice or missed).
+    pub(super) fn gc_step_done(
+        &mut self,
+        started: GcStarted,
+        pages: Vec<std::result::Result<(), BatchFailure>>,
+    ) -> Result<(GcStep, bool)> {
+        if let Err(e) = self.apply_gc_batches(&started.writes.batches, pages) {
+            self.gc_step_failed(&e);
+            return Err(e);
+        }
+        if let Some(c) = self.gc_cursor.as_mut() {
+            c.moved += started.writes.bytes;
+        }
+        let Some(victim) = started.finished else {
+            return Ok((started.step, false));
+        };
+        let moved = victim.moved + started.writes.bytes;
+        let log_seg = victim.log_seg;
+        let Some(meta) = self.log_segs.get(&log_seg).cloned() else {
+            return Ok((started.step, false));
+        };
+        tracing::debug!(
+            log_seg,
+            written = meta.written,
+            dead = meta.dead,
+            moved,
+            "reclaimed a value-log segment"
+        );
+        let tail = self.tail_dead.remove(&log_seg).unwrap_or(0)
+            + self
+                .frozen
+                .as_mut()
+                .and_then(|f| f.tail_dead.remove(&log_seg))
+                .unwrap_or(0);
+        if let Some(mut m) = self.log_segs.remove(&log_seg) {
+            m.dead = m.dead.saturating_sub(tail);
+            self.gc_reclaimed.push(m);
+        }
+        self.stats.gc_segments += 1;
+        self.stats.gc_bytes_moved += moved;
+        let pages = self.gc_reclaimed.len() as u64 * u64::from(self.g.pages_per_segment());
+        // Released now when enough has gathered, or when the moves of one more victim might
+        // not find a free segment.
+        let release = pages >= GC_RELEASE_PAGES || self.free.len() <= RESERVED_SEGMENTS + 1;
+        Ok((started.step, release))
+    }
+
+    /// After a failed step: a victim that cannot be read is refused for good (returns
+    /// `true`); otherwise the moves read so far are dropped and the victim starts again from
+    /// its first page.
+    fn gc_step_failed(&mut self, e: &EngineError) -> bool {
+        let mut refused = false;
+        if let (Some(c), EngineError::GcRefused { .. } | EngineError::Corrupt(_)) =
+            (self.gc_cursor, e)
+        {
+            // A page of the victim cannot be read or fails its checksum: what it holds is
+            // not known, so the victim is not reclaimed (nothing is guessed empty). It stays
+            // in the log, and garbage collection takes other victims.
+            tracing::error!(
+                log_seg = c.log_seg,
+                "garbage collection refused a victim and will not pick it again: {e}"
+            );
+            self.gc_refused.insert(c.log_seg);
+            self.stats.gc_steps_refused += 1;
+            refused = true;
+        }
+        // Moves read in earlier steps may be lost with the error, and the cursor is past
+        // their pages: the victim starts again from its first page (liveness is judged
+        // afresh, so nothing is moved twice or missed).
+        self.gc_cursor = None;
+        self.gc_pending.clear();
+        self.gc_pending_bytes = 0;
+        if let Some(ahead) = self.gc_read_ahead.take() {
+            ahead.reads.wait();
+        }
+        refused
+    }
+
+    fn gc_step_inner(&mut self) -> Result<GcStarted> {
         let cursor = match self.gc_cursor {
             Some(c) => c,
             None => {
@@ -169,7 +306,7 @@ impl Inner {
                     victim = self.cfg.gc_policy.pick(&self.gc_candidates());
                 }
                 let Some(log_seg) = victim else {
-                    return Ok(GcStep::Idle);
+                    return Ok(GcStarted::no_writes(GcStep::Idle));
                 };
                 GcCursor {
                     log_seg,
@@ -184,7 +321,7 @@ impl Inner {
         let log_seg = cursor.log_seg;
         let Some(meta) = self.log_segs.get(&log_seg).cloned() else {
             self.gc_cursor = None;
-            return Ok(GcStep::Idle);
+            return Ok(GcStarted::no_writes(GcStep::Idle));
         };
         let seg = SegmentId(meta.segment);
         let end = meta.sealed_end.unwrap_or(0);
@@ -344,49 +481,33 @@ impl Inner {
         self.read_ahead(log_seg, page, end);
         // Moves are written in large batches (a batch's indirect records share one packed
         // page), so they may wait for later steps; they are judged live again when written.
-        let moved = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
-            self.write_gc_moves()?
+        let writes = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
+            self.submit_gc_moves()?
         } else {
-            0
+            GcWrites::default()
         };
         self.stats.gc_steps += 1;
         let cursor = GcCursor {
             log_seg,
             next_page: page,
-            moved: cursor.moved + moved,
+            moved: cursor.moved,
             in_sync,
         };
         if page < end {
             self.gc_cursor = Some(cursor);
-            return Ok(GcStep::Progress);
+            return Ok(GcStarted {
+                writes,
+                step: GcStep::Progress,
+                finished: None,
+            });
         }
+        // The victim leaves the log once these last moves are applied (`gc_step_done`).
         self.gc_cursor = None;
-        tracing::debug!(
-            log_seg,
-            written = meta.written,
-            dead = meta.dead,
-            moved = cursor.moved,
-            "reclaimed a value-log segment"
-        );
-        let tail = self.tail_dead.remove(&log_seg).unwrap_or(0)
-            + self
-                .frozen
-                .as_mut()
-                .and_then(|f| f.tail_dead.remove(&log_seg))
-                .unwrap_or(0);
-        if let Some(mut m) = self.log_segs.remove(&log_seg) {
-            m.dead = m.dead.saturating_sub(tail);
-            self.gc_reclaimed.push(m);
-        }
-        self.stats.gc_segments += 1;
-        self.stats.gc_bytes_moved += cursor.moved;
-        let pages = self.gc_reclaimed.len() as u64 * u64::from(self.g.pages_per_segment());
-        // Released now when enough has gathered, or when the moves of one more victim might
-        // not find a free segment.
-        if pages >= GC_RELEASE_PAGES || self.free.len() <= RESERVED_SEGMENTS + 1 {
-            self.release_reclaimed()?;
-        }
-        Ok(GcStep::Reclaimed)
+        Ok(GcStarted {
+            writes,
+            step: GcStep::Reclaimed,
+            finished: Some(cursor),
+        })
     }
 
     /// Frees the segments garbage collection reclaimed: one manifest write without their log
@@ -618,10 +739,17 @@ impl Inner {
         Ok(pages)
     }
 
-    /// Writes the pending moves whose values are still live (a client may have overwritten
+    /// Submits the pending moves whose values are still live (a client may have overwritten
     /// or deleted a key since its value was read: that move is dropped), a group commit per
-    /// ~[`GC_BATCH_BYTES`]; returns the value bytes moved.
-    pub(super) fn write_gc_moves(&mut self) -> Result<u64> {
+    /// ~[`GC_BATCH_BYTES`], down the write pipeline ([`BatchKind::GcMoves`]); a batch that
+    /// cannot be pipelined (a value spanning segments) is written synchronously here, as
+    /// before. Called with the pipeline empty, so every earlier write is applied and the
+    /// liveness judgement is exact.
+    pub(super) fn submit_gc_moves(&mut self) -> Result<GcWrites> {
+        debug_assert!(
+            self.pipeline.is_empty(),
+            "moves judged with batches in flight"
+        );
         let pending = std::mem::take(&mut self.gc_pending);
         self.gc_pending_bytes = 0;
         let live: Vec<(Vec<u8>, Vec<u8>)> = pending
@@ -629,31 +757,93 @@ impl Inner {
             .filter(|m| self.lookup(&m.key) == Some(Slot::Value(m.from)))
             .map(|m| (m.key, m.value))
             .collect();
-        self.in_gc = true;
-        let moved: Result<u64> = (|| {
-            let mut bytes = 0;
-            let mut start = 0;
-            while start < live.len() {
-                let mut end = start;
-                let mut batch_bytes = 0;
-                while end < live.len() && (end == start || batch_bytes < GC_BATCH_BYTES) {
-                    batch_bytes += live[end].0.len() + live[end].1.len() + RECORD_HEADER;
-                    end += 1;
-                }
-                let ops: Vec<WriteOp<'_>> = live[start..end]
-                    .iter()
-                    .map(|(k, v)| WriteOp::Put(k, v))
-                    .collect();
-                self.write(&ops)?;
-                bytes += live[start..end]
-                    .iter()
-                    .map(|(_, v)| v.len() as u64)
-                    .sum::<u64>();
-                start = end;
+        let mut writes = GcWrites::default();
+        let mut start = 0;
+        while start < live.len() {
+            let mut end = start;
+            let mut batch_bytes = 0;
+            while end < live.len() && (end == start || batch_bytes < GC_BATCH_BYTES) {
+                batch_bytes += live[end].0.len() + live[end].1.len() + RECORD_HEADER;
+                end += 1;
             }
-            Ok(bytes)
-        })();
-        self.in_gc = false;
-        moved
+            let ops: Vec<WriteOp<'_>> = live[start..end]
+                .iter()
+                .map(|(k, v)| WriteOp::Put(k, v))
+                .collect();
+            let spans = live[start..end]
+                .iter()
+                .any(|(k, v)| self.put_spans(k.len(), v.len()));
+            let submitted = if spans {
+                // Alone and synchronously: nothing of this step may be in flight before it.
+                self.wait_gc_batches(&mut writes).and_then(|()| {
+                    self.in_gc = true;
+                    let r = self.write(&ops);
+                    self.in_gc = false;
+                    r
+                })
+            } else {
+                let bound = self.page_bound(&ops);
+                self.start_batch(&ops, bound, BatchKind::GcMoves)
+                    .map(|batch| writes.batches.push(batch))
+            };
+            if let Err(e) = submitted {
+                // Nothing of a failed step stays in flight: the batches already submitted
+                // are waited for and applied (they moved live values; they are correct).
+                self.wait_gc_batches(&mut writes)?;
+                return Err(e);
+            }
+            writes.bytes += live[start..end]
+                .iter()
+                .map(|(_, v)| v.len() as u64)
+                .sum::<u64>();
+            start = end;
+        }
+        Ok(writes)
+    }
+
+    /// The flush move batches need before they are applied (see [`GcFlush`]), if any.
+    pub(super) fn gc_flush(&self) -> Option<GcFlush> {
+        self.cfg.flush_writes.then(|| GcFlush {
+            gate: self.flush_gate.clone(),
+            dev: self.dev.clone(),
+        })
+    }
+
+    /// Waits (the write lock held) for move batches already submitted and applies them, so a
+    /// synchronous write can follow with the pipeline empty.
+    fn wait_gc_batches(&mut self, writes: &mut GcWrites) -> Result<()> {
+        if writes.batches.is_empty() {
+            return Ok(());
+        }
+        let flush = self.gc_flush();
+        let pages = writes.wait(flush.as_ref());
+        let batches = std::mem::take(&mut writes.batches);
+        self.apply_gc_batches(&batches, pages)
+    }
+
+    /// Records the page outcome of each move batch (`pages`, in the same order), applies
+    /// every batch ready in ticket order, and takes the move batches' outcomes: the first
+    /// failure, if any.
+    fn apply_gc_batches(
+        &mut self,
+        batches: &[(u64, Arc<GroupDone>)],
+        pages: Vec<std::result::Result<(), BatchFailure>>,
+    ) -> Result<()> {
+        for ((ticket, _), io) in batches.iter().zip(pages) {
+            self.record_io(*ticket, io);
+        }
+        self.apply_ready();
+        let mut failure = None;
+        for (ticket, _) in batches {
+            let outcome = self.outcomes.remove(ticket).unwrap_or_else(|| {
+                Err(EngineError::OutcomeUnknown {
+                    reason: "a garbage-collection batch was not applied".into(),
+                })
+            });
+            if let Err(e) = outcome {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
     }
 }

@@ -11,7 +11,21 @@
 //! |---|---|---|
 //! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
 //! | compaction | take the input runs; claim pages; install, write the manifest, release segments | merge the runs; write the pages |
-//! | GC step | the whole step (its moves are judged live and written at the head with no batch in flight) | between steps: writers run |
+//! | GC step | with no batch in flight: read the victim's window (read ahead in the step before), judge liveness, lay out and submit the moves; then apply them in ticket order; release reclaimed segments (drained again) | the moves' pages (and, durable mode, a flush) on the device while client batches are laid out behind them; between steps |
+//!
+//! **Why a GC step's moves may be on the device with the write lock free.** They are
+//! judged live and laid out with the pipeline empty, so every batch before them is applied
+//! and a key still pointing into the victim is live. A client batch admitted while they are
+//! in flight is laid out after them: later in the log and in sequence numbers, applied after
+//! them (ticket order) and replayed after them, so its overwrite wins in memory and after a
+//! restart alike. The victim leaves the log only once its last moves are applied, and its
+//! segment is trimmed only by the release (pipeline drained, manifest written, readers'
+//! epochs waited for). In durable mode the moves are flushed before they are applied: a
+//! client batch behind them is acknowledged only after them, and a move left in the
+//! device's write cache at a power cut would be a hole that stops replay before it. A move
+//! batch that fails fails the batches behind it (as any failed batch) and restarts the
+//! victim from its first page. While moves are in flight they count at most
+//! `GC_PIPELINE_SHARE` (half) of the pipeline's pages.
 //!
 //! **Why the lock-free parts are safe.** The frozen memtable is immutable once rotated out
 //! (writers insert only into the active one), and the levels change only by flush and
@@ -325,21 +339,49 @@ impl Core {
         g.install_compaction(&c, written, dead.len() as u64)
     }
 
-    /// One garbage-collection step, with no batch in flight; releases what was reclaimed
-    /// when collection is no longer due.
+    /// One garbage-collection step. Under the write lock with the pipeline drained: read
+    /// the victim's window (mostly read ahead in the previous step), judge liveness, lay out
+    /// and submit the moves. Then, with the write lock free, wait for the moves' pages while
+    /// client batches are laid out behind them and readers go on; then, under the lock again,
+    /// apply them (and the clients' batches ready behind them) in ticket order. Releases what
+    /// was reclaimed (with the pipeline drained again) when enough has gathered or
+    /// collection is no longer due.
     fn gc_step(&self) -> Result<()> {
         let mut g = self.inner.lock();
         self.quiesce(&mut g);
-        let step = g.gc_step();
-        let done = match &step {
-            Ok(GcStep::Idle) => {
-                g.maint.gc_idle = true;
-                true
+        let started = match g.gc_step() {
+            Ok(s) => s,
+            Err(e) => {
+                // The failed step's state is reset (nothing of it is in flight); free what
+                // was already reclaimed. The step's error is the one reported.
+                if let Err(r) = g.release_reclaimed() {
+                    tracing::warn!(error = %r, "releasing reclaimed segments failed");
+                }
+                return Err(e);
             }
-            Ok(_) => !g.gc_due(),
-            Err(_) => true,
         };
-        if done {
+        let step = if started.writes.batches.is_empty() {
+            g.gc_step_done(started, Vec::new())
+        } else {
+            let flush = g.gc_flush();
+            drop(g);
+            let pages = started.writes.wait(flush.as_ref());
+            g = self.inner.lock();
+            let r = g.gc_step_done(started, pages);
+            // Clients whose batches were applied behind the moves.
+            self.applied.notify_all();
+            r
+        };
+        let (done, release) = match &step {
+            Ok((GcStep::Idle, _)) => {
+                g.maint.gc_idle = true;
+                (true, false)
+            }
+            Ok((_, release)) => (!g.gc_due(), *release),
+            Err(_) => (true, false),
+        };
+        if done || release {
+            self.quiesce(&mut g);
             let released = g.release_reclaimed();
             step.and(released).map(|_| ())
         } else {

@@ -16,6 +16,25 @@ pub(super) const FLUSH_JOIN_WAIT: std::time::Duration = std::time::Duration::fro
 /// Larger batches are written synchronously, alone.
 pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
 
+/// Pipeline pages a batch of garbage collection's moves counts at most, whatever its size:
+/// clients keep the rest of [`PIPELINE_PAGES`] while it is on the device. Recovery's bound on
+/// batches in flight ([`super::recovery::MAX_IN_FLIGHT_BATCHES`], `PIPELINE_PAGES / 2 + 1`)
+/// still holds: GC batches are submitted only with the pipeline empty (their liveness is
+/// judged on everything applied), each counts `GC_PIPELINE_SHARE` pages when it is that
+/// large or its bound (two or more) when smaller, and client batches join them only while
+/// the pipeline's count stays within `PIPELINE_PAGES`, two or more pages each; so no more
+/// than `PIPELINE_PAGES / 2` batches of either kind are ever in flight.
+pub(super) const GC_PIPELINE_SHARE: u64 = PIPELINE_PAGES / 2;
+
+/// Who a pipelined batch is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BatchKind {
+    /// A client's: counted as user bytes, fills the value cache, leaves the client reserve.
+    Client,
+    /// Garbage collection's moves (see [`Inner::start_batch`]).
+    GcMoves,
+}
+
 /// How long a submission waits for a free device tag before giving up.
 pub(super) const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -250,13 +269,7 @@ impl Engine {
                 .map_err(BatchFailure::Flush);
         }
         let mut g = self.core.inner.lock();
-        if let Some(b) = g.pipeline.get_mut(&ticket) {
-            // A page refused at submission already failed the batch.
-            b.io = Some(match b.io.take() {
-                Some(Err(e)) => Err(e),
-                _ => io,
-            });
-        }
+        g.record_io(ticket, io);
         g.apply_ready();
         self.core.applied.notify_all();
         while g.applied_upto < ticket {
@@ -499,7 +512,7 @@ impl Inner {
         ops: &[WriteOp<'_>],
         bound: u64,
     ) -> Result<PendingWrite> {
-        let (ticket, pages) = self.start_batch(ops, bound)?;
+        let (ticket, pages) = self.start_batch(ops, bound, BatchKind::Client)?;
         Ok(PendingWrite {
             state: PendingState::OnDevice {
                 ticket,
@@ -510,19 +523,41 @@ impl Inner {
         })
     }
 
-    /// Lays out a client batch and submits its pages in order (the lock held, so batches
-    /// reach each segment's write pointer in order). Returns its ticket, the channel its page
-    /// completions arrive on and how many were submitted.
-    #[allow(clippy::type_complexity)]
+    /// Lays out a batch and submits its pages in order (the lock held, so batches reach
+    /// each segment's write pointer in order). Returns its ticket and the completion its
+    /// pages report to.
+    ///
+    /// A [`BatchKind::GcMoves`] batch is laid out as garbage collection's synchronous moves
+    /// were (the GC reserve, no value-cache fill, no user bytes) and counts at most half the
+    /// pipeline's pages, so clients keep the other half while it is on the device (see
+    /// [`GC_PIPELINE_SHARE`]).
     pub(super) fn start_batch(
         &mut self,
         ops: &[WriteOp<'_>],
         bound: u64,
+        kind: BatchKind,
     ) -> Result<(u64, Arc<GroupDone>)> {
+        let gc = kind == BatchKind::GcMoves;
         let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
-        let reserve = if any_put { RESERVED_SEGMENTS } else { 0 };
-        let (pages, updates) = self.build_batch(ops, reserve)?;
-        let cache_fill = self.cache_copies(&pages);
+        let reserve = match (gc, any_put) {
+            (true, _) => GC_MOVE_RESERVE,
+            (false, true) => RESERVED_SEGMENTS,
+            (false, false) => 0,
+        };
+        self.in_gc = gc;
+        let built = self.build_batch(ops, reserve);
+        self.in_gc = false;
+        let (pages, updates) = built?;
+        let cache_fill = if gc {
+            Vec::new()
+        } else {
+            self.cache_copies(&pages)
+        };
+        let bound = if gc {
+            bound.min(GC_PIPELINE_SHARE)
+        } else {
+            bound
+        };
         let n = pages.len();
         let group = GroupDone::new(n);
         // All pages with one doorbell; from the first refusal on (a full queue: the later
@@ -591,7 +626,7 @@ impl Inner {
                     .into_iter()
                     .map(|(k, seq, s)| (Box::from(k), seq, s))
                     .collect(),
-                user_bytes: Self::user_bytes(ops),
+                user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
                 pages: bound,
                 io: refused.map(|e| Err(BatchFailure::Page(e))),
                 cache_fill,
@@ -599,6 +634,17 @@ impl Inner {
             },
         );
         Ok((ticket, group))
+    }
+
+    /// Records how a pipelined batch's pages (and its flush, if any) went, making it ready to
+    /// apply. A page refused at submission already failed the batch.
+    pub(super) fn record_io(&mut self, ticket: u64, io: std::result::Result<(), BatchFailure>) {
+        if let Some(b) = self.pipeline.get_mut(&ticket) {
+            b.io = Some(match b.io.take() {
+                Some(Err(e)) => Err(e),
+                _ => io,
+            });
+        }
     }
 
     /// Applies, in ticket order, every pipelined batch whose pages have all completed. A
