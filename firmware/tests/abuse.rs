@@ -583,6 +583,9 @@ fn half_open_reset_and_garbage_clients() {
         "abuse garbage: {} payloads, {closed_by_drive} closed by the drive with a protocol error",
         garbage.len()
     );
+    // A new connection: `con` has been idle longer than the drive's 1 s timeout on a slow
+    // machine, and the timeout rightly closed it.
+    let mut con = d.conn();
     assert!(info_field(&mut con, "stats", "total_error_replies_protocol") > 0);
     check_after(&d, "half-open, reset and garbage clients");
     // The idle timeout (1 s) closes the silent half-open clients.
