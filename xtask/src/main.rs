@@ -210,6 +210,9 @@ fn nix_is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// The drive binary the adapters' tests start (see `adapters/tests/common`).
+const DRIVE_BIN_ENV: &str = "LIGHTSTORE_BIN";
+
 fn cargo(args: &[&str], extra: &[String]) -> anyhow::Result<()> {
     cargo_env(args, extra, &[])
 }
@@ -294,7 +297,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .join("test-skips.log");
             let _ = std::fs::create_dir_all(log.parent().unwrap_or(std::path::Path::new(".")));
             let _ = std::fs::remove_file(&log);
-            let tested = cargo_env(&["test", "--workspace"], &args, &[(SKIP_LOG_ENV, &log)]);
+            // Build every test target first: `cargo test --workspace` builds the drive binary
+            // with the workspace's test features, and the adapters' tests start that binary
+            // (LIGHTSTORE_BIN) instead of building it again alone, which resolves features
+            // differently and rebuilt half the dependency tree (minutes on two cores).
+            cargo(&["test", "--workspace", "--no-run"], &[])?;
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| std::env::current_dir().map(|d| d.join("target")), |t| {
+                    Ok(std::path::PathBuf::from(t))
+                })?;
+            let drive = std::path::absolute(target.join("debug").join("lightstore"))?;
+            let tested = cargo_env(
+                &["test", "--workspace"],
+                &args,
+                &[(SKIP_LOG_ENV, &log), (DRIVE_BIN_ENV, &drive)],
+            );
             let skips = check_skips(&log);
             tested?;
             skips?;

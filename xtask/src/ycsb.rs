@@ -160,6 +160,15 @@ fn target_dir(root: &Path) -> PathBuf {
 /// `cargo test --workspace` has already made, so the test suite does not compile the
 /// workspace a second time in release mode.
 fn build_drive(root: &Path, release: bool) -> anyhow::Result<PathBuf> {
+    // `cargo xtask test` names the dev drive it built with the workspace's test features:
+    // building it again alone resolves features differently and recompiles dependencies.
+    if let (false, Some(bin)) = (release, std::env::var_os("LIGHTSTORE_BIN")) {
+        let bin = PathBuf::from(bin);
+        if !bin.exists() {
+            bail!("LIGHTSTORE_BIN={} does not exist", bin.display());
+        }
+        return Ok(bin);
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(&cargo);
     build.args(["build", "-p", "firmware", "--bin", "lightstore"]);

@@ -15,12 +15,21 @@ pub const TEST_CAPACITY: &str = "1GiB";
 
 /// The `lightstore` drive binary of this build, built on first use.
 ///
-/// `cargo test --workspace` builds it too, but not necessarily before this crate's tests
-/// run, so the first caller runs `cargo build -p firmware --bin lightstore` into the same
-/// target directory and profile as this test binary (a no-op when it is up to date).
+/// `cargo xtask test` builds every test target first and names the drive it built in
+/// `LIGHTSTORE_BIN`, which is used as it is. Otherwise (`cargo test -p adapters`) the first
+/// caller runs `cargo build -p firmware --bin lightstore` into the same target directory
+/// and profile as this test binary (a no-op when it is up to date).
 pub fn lightstore_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("LIGHTSTORE_BIN").map(PathBuf::from) {
+            assert!(
+                bin.exists(),
+                "LIGHTSTORE_BIN={} does not exist",
+                bin.display()
+            );
+            return bin;
+        }
         // target/<profile>/deps/<this test> -> target/<profile>
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
