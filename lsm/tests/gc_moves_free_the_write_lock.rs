@@ -93,7 +93,8 @@ impl HoldDevice {
                 }
                 Err(r) => match r.buf {
                     Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
-                        s.queued.push_front((outer, lba, Command::Write { lba, buf }));
+                        s.queued
+                            .push_front((outer, lba, Command::Write { lba, buf }));
                         drop(s);
                         std::thread::sleep(Duration::from_micros(200));
                     }
@@ -113,8 +114,8 @@ impl AppendDevice for HoldDevice {
         let mut s = self.state.lock().unwrap();
         if let Command::Write { lba, buf } = &cmd {
             let lba = *lba;
-            let is_move_page = buf[..8] == MARK[..]
-                && std::thread::current().name() == Some("lsm-maint");
+            let is_move_page =
+                buf[..8] == MARK[..] && std::thread::current().name() == Some("lsm-maint");
             if s.held_segments.is_empty() && self.armed.load(SeqCst) && is_move_page {
                 s.held_segments.insert(self.segment(lba));
                 self.seen.store(true, SeqCst);
@@ -269,14 +270,19 @@ fn clients_go_on_while_garbage_collection_moves_are_on_the_device() {
     };
     let (read_back, read) = {
         let db = db.clone();
-        returns_within(Duration::from_secs(3), move || db.get(&key(KEYS - 2)).unwrap())
+        returns_within(Duration::from_secs(3), move || {
+            db.get(&key(KEYS - 2)).unwrap()
+        })
     };
     hold.release();
     let stats = stats.join().unwrap();
     let submitted = submit.join().unwrap();
     let read = read.join().unwrap();
     let rounds = writer.join().unwrap();
-    assert!(stats_back, "stats waited for garbage collection's moves on the device");
+    assert!(
+        stats_back,
+        "stats waited for garbage collection's moves on the device"
+    );
     assert!(
         submit_back,
         "a client's try_submit_write waited for garbage collection's moves on the device"
@@ -311,7 +317,11 @@ fn clients_go_on_while_garbage_collection_moves_are_on_the_device() {
     let ftl = Arc::new(Ftl::open(&backend, DeviceConfig::new(g)).unwrap());
     let db = Engine::open(ftl as Arc<dyn AppendDevice>, cfg.clone()).unwrap();
     for k in 0..KEYS {
-        assert_eq!(db.get(&key(k)).unwrap(), Some(expect(k)), "key {k} after reopen");
+        assert_eq!(
+            db.get(&key(k)).unwrap(),
+            Some(expect(k)),
+            "key {k} after reopen"
+        );
     }
     db.close().unwrap();
     assert_fsck_clean(&backend, DeviceConfig::new(g), cfg);

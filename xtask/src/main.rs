@@ -302,10 +302,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // (LIGHTSTORE_BIN) instead of building it again alone, which resolves features
             // differently and rebuilt half the dependency tree (minutes on two cores).
             cargo(&["test", "--workspace", "--no-run"], &[])?;
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| std::env::current_dir().map(|d| d.join("target")), |t| {
-                    Ok(std::path::PathBuf::from(t))
-                })?;
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+                || std::env::current_dir().map(|d| d.join("target")),
+                |t| Ok(std::path::PathBuf::from(t)),
+            )?;
             let drive = std::path::absolute(target.join("debug").join("lightstore"))?;
             let tested = cargo_env(
                 &["test", "--workspace"],
