@@ -1,31 +1,36 @@
 //! The memtable (L0 in the paper): recent writes as a sorted map from key to the pointer of
 //! the value already placed in the value log, so values are never copied into it.
 //!
-//! **Concurrency.** One writer at a time (the engine's write lock serialises callers of
-//! [`MemTable::insert`]) and any number of readers that take no lock at all. The map is a
-//! lock-free skip list (`crossbeam-skiplist`) that is *insert-only*: every version of a key is
-//! its own entry, ordered by key and then newest sequence number first, and nothing is
-//! removed until the whole memtable is dropped (after it was flushed and the last reader that
-//! could see it let go of its `Arc`). So:
+//! **Concurrency.** Any number of inserters and any number of readers, none of which takes
+//! a lock of the table's own beyond a hash-map shard's for a moment. The engine inserts the
+//! batches it applies from several threads at once, each batch's versions under sequence
+//! numbers of its own (distinct, and in the order the batches were laid out), and publishes
+//! a sequence number only once every batch numbered up to it is wholly in (see
+//! `engine::write`). The map is a lock-free skip list (`crossbeam-skiplist`) that is
+//! *insert-only*: every version of a key is its own entry, ordered by key and then newest
+//! sequence number first, and nothing is removed until the whole memtable is dropped (after
+//! it was flushed and the last reader that could see it let go of its `Arc`). So:
 //!
 //! - a reader never sees a half-written entry (the skip list publishes a node whole);
 //! - a reader reading at sequence number `s` ([`MemTable::get`], [`MemCursor`]) ignores
-//!   every version newer than `s`. The engine publishes `s` only after a whole batch is in
-//!   (batches take their sequence numbers in the order they are applied), so a reader sees a
-//!   batch all or nothing, and two reads with the same `s` see the same memtable state;
-//! - garbage accounting stays exact: the writer learns the version an insert shadows from
-//!   the entry that follows the new one (no other writer can slip in between);
-//! - a point lookup first asks the table's [`NewestIndex`] (a hash map of each key's newest
-//!   version, changed only by the writer), so it costs one hash probe, not a skip-list
-//!   descent. The writer records a version there and in the skip list, and publishes the
-//!   batch's sequence number (a release store) after both; a reader loads
+//!   every version newer than `s`. Since `s` is published only after every batch numbered
+//!   up to it is in, a reader sees a batch all or nothing, and two reads with the same `s`
+//!   see the same memtable state, whatever else is being inserted meanwhile;
+//! - garbage accounting stays exact whatever order inserts run in: the table's
+//!   [`NewestIndex`] (a hash map of each key's newest version) decides what an insert
+//!   shadows, comparing sequence numbers under the map's shard lock: the previous newest
+//!   version when the new one is newer, else the new version itself (a later batch's insert
+//!   of the key ran first). Each version but a key's newest is reported exactly once;
+//! - a point lookup first asks the [`NewestIndex`], so it costs one hash probe, not a
+//!   skip-list descent. An inserter records a version there and then in the skip list, both
+//!   before its batch's sequence number is published (a release store); a reader loads
 //!   that number `s` (acquire) before it looks. So every version numbered `s` or older is
-//!   in the index when the reader looks (the map's shard lock orders the reader's probe
-//!   after the writer's update), and the index's entry for a key is numbered at least as
-//!   new as the newest version the reader may see: an entry numbered `s` or older *is* that
-//!   version; a key absent from the index has no version the reader may see; only an entry
-//!   newer than `s` (a batch applied after the reader's view was taken) sends the reader to
-//!   the skip list, which finds the newest version numbered `s` or older.
+//!   in both when the reader looks (the map's shard lock orders the reader's probe after
+//!   the update), and the index's entry for a key is numbered at least as new as the newest
+//!   version the reader may see: an entry numbered `s` or older *is* that version; a key
+//!   absent from the index has no version the reader may see; only an entry newer than `s`
+//!   (a batch not yet published to the reader) sends the reader to the skip list, which
+//!   finds the newest version numbered `s` or older.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -54,8 +59,8 @@ const INDEX_OVERHEAD: usize = 48;
 
 /// Each key's newest version in one memtable, by hash: a point lookup costs one hash probe
 /// instead of a skip-list descent (which visits a few dozen nodes, most of them cache
-/// misses, in a table of tens of thousands of versions). Only the single writer changes it,
-/// after it inserted the version into the skip list; see the module docs for why a reader
+/// misses, in a table of tens of thousands of versions). Inserters change it before they
+/// insert the version into the skip list; see the module docs for why a reader
 /// at sequence number `s` may trust what it finds here whenever the entry's sequence
 /// number is `s` or older.
 #[derive(Debug)]
@@ -70,17 +75,42 @@ impl NewestIndex {
         }
     }
 
-    /// Records version `seq` of `key` as its newest. Returns the key's shared copy (every
-    /// version of a key in the table shares one allocation with the index) and whether the
-    /// key is new to the table.
-    fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool) {
+    /// Records version `seq` of `key`, which becomes the key's newest unless a newer one is
+    /// already recorded (another batch's insert that ran first: inserts of different batches
+    /// may run at the same time, in any order). Returns the key's shared copy (every version
+    /// of a key in the table shares one allocation with the index), whether the key is new
+    /// to the table, and what the new version shadows: the newest version recorded before
+    /// it when it is newer, or the new version itself when a newer one came first.
+    ///
+    /// The comparison and the update are one step under the map's shard lock, so of any
+    /// set of versions of a key, each one but the newest is reported shadowed exactly once,
+    /// whatever the order the inserts run in.
+    fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool, Option<Slot>) {
+        let update = |newest: &mut (u64, Slot)| {
+            if newest.0 < seq {
+                let old = newest.1;
+                *newest = (seq, slot);
+                Some(old)
+            } else {
+                Some(slot)
+            }
+        };
         if let Some(mut e) = self.map.get_mut(&*key) {
-            *e.value_mut() = (seq, slot);
-            return (e.key().clone(), false);
+            let shadowed = update(e.value_mut());
+            return (e.key().clone(), false, shadowed);
         }
         let shared: Arc<[u8]> = Arc::from(key);
-        self.map.insert(shared.clone(), (seq, slot));
-        (shared, true)
+        match self.map.entry(shared.clone()) {
+            dashmap::Entry::Occupied(mut e) => {
+                // Another insert of the key got in between: share its copy.
+                let shadowed = update(e.get_mut());
+                (e.key().clone(), false, shadowed)
+            }
+            dashmap::Entry::Vacant(e) => {
+                e.insert((seq, slot));
+                (shared, true, None)
+            }
+        }
     }
 
     /// The key's newest version, if the table holds one.
@@ -217,7 +247,7 @@ pub struct MemTable {
     map: SkipMap<VersionKey, Slot>,
     newest: NewestIndex,
     bytes: AtomicUsize,
-    /// Distinct keys (counted by the single writer).
+    /// Distinct keys (counted by the insert that brought each key in).
     keys: AtomicUsize,
 }
 
@@ -244,27 +274,26 @@ impl MemTable {
         }
     }
 
-    /// Adds version `seq` of `key` (newer than every version already in the table) and
-    /// returns the version it shadows. Callers are serialised by the engine's write lock;
-    /// readers may run concurrently.
+    /// Adds version `seq` of `key` and returns the version it shadows (see
+    /// [`MemTable::insert_owned`]).
     #[cfg(test)]
     pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
         self.insert_owned(key.into(), seq, slot)
     }
 
-    /// As [`MemTable::insert`], taking the key's allocation (the write path hands over the
-    /// copy it made when the batch was laid out: one allocation per key, not two).
-    ///
-    /// One skip-list search: versions are ordered newest first within a key and `seq` is
-    /// newer than every version in the table, so the entry right after the new one is the
-    /// version it shadows, if it is of the same key (no other writer inserts in between, and
-    /// nothing is ever removed).
+    /// Adds version `seq` of `key` (no version of the key with that number is in the table),
+    /// taking the key's allocation (the write path hands over the copy it made when the
+    /// batch was laid out), and returns the version that is now shadowed: the key's newest
+    /// version before this one, or this one itself when a newer version is already in (a
+    /// later batch whose insert ran first). Callers may run concurrently (see the module
+    /// docs): the [`NewestIndex`] decides what is shadowed, one key at a time, and the skip
+    /// list takes concurrent inserts of distinct entries.
     pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
         let len = key.len();
         // Index first, then the skip list; both before the batch is published (see the
         // module docs).
-        let (key, new_key) = self.newest.record(key, seq, slot);
-        let e = self.map.insert(
+        let (key, new_key, shadowed) = self.newest.record(key, seq, slot);
+        self.map.insert(
             VersionKey {
                 prefix: key_prefix(&key),
                 key,
@@ -272,15 +301,9 @@ impl MemTable {
             },
             slot,
         );
-        let shadowed = e
-            .next()
-            .filter(|n| n.key().user_key() == e.key().user_key())
-            .map(|n| *n.value());
         let mut bytes = ENTRY_OVERHEAD;
         if new_key {
             bytes += len + INDEX_OVERHEAD;
-        }
-        if shadowed.is_none() {
             self.keys.fetch_add(1, AtomicOrdering::Relaxed);
         }
         self.bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
@@ -495,6 +518,62 @@ mod tests {
             assert_eq!(m.get(k.as_bytes(), u64::from(i)), None);
         }
         assert!((0..1000u32).all(|i| m.latest(format!("other{i}").as_bytes()).is_none()));
+    }
+
+    /// Inserts of different batches run at once and in any order: every version but each
+    /// key's newest is reported shadowed exactly once, the newest is what reads see, and
+    /// each key is counted once.
+    #[test]
+    fn concurrent_inserts_report_each_shadowed_version_once() {
+        const THREADS: u64 = 4;
+        const PER_THREAD: u64 = 5_000;
+        const KEYS: u64 = 64;
+        for round in 0..4u64 {
+            let m = std::sync::Arc::new(MemTable::with_budget(1 << 20));
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let m = m.clone();
+                    std::thread::spawn(move || {
+                        let mut shadowed = Vec::new();
+                        for i in 0..PER_THREAD {
+                            // Distinct sequence numbers, interleaved across threads.
+                            let seq = 1 + i * THREADS + t;
+                            let k = ((seq * 7 + round) % KEYS).to_be_bytes();
+                            if let Some(s) = m.insert(&k, seq, v(seq as u32)) {
+                                shadowed.push(s);
+                            }
+                        }
+                        shadowed
+                    })
+                })
+                .collect();
+            let mut shadowed: Vec<Slot> = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect();
+            let total = THREADS * PER_THREAD;
+            let mut newest = std::collections::BTreeMap::new();
+            for seq in 1..=total {
+                newest.insert((seq * 7 + round) % KEYS, seq);
+            }
+            let mut expected: Vec<Slot> = (1..=total)
+                .filter(|seq| newest.get(&((seq * 7 + round) % KEYS)) != Some(seq))
+                .map(|seq| v(seq as u32))
+                .collect();
+            let order = |s: &Slot| match s {
+                Slot::Value(p) => p.len,
+                _ => u32::MAX,
+            };
+            shadowed.sort_by_key(order);
+            expected.sort_by_key(order);
+            assert_eq!(shadowed, expected, "round {round}");
+            assert_eq!(m.len() as u64, KEYS);
+            for (k, seq) in &newest {
+                assert_eq!(m.latest(&k.to_be_bytes()), Some(v(*seq as u32)));
+                // An older view still finds the newest version at or before it.
+                assert_eq!(m.get(&k.to_be_bytes(), *seq - 1).is_some(), *seq > KEYS);
+            }
+        }
     }
 
     #[test]

@@ -346,8 +346,12 @@ struct Inner {
     pipeline_pages: u64,
     /// Ticket of the next pipelined batch.
     next_ticket: u64,
-    /// Every ticket up to this one has been applied or failed.
+    /// Every ticket up to this one has been applied (in the memtable and visible) or
+    /// failed, and has left the pipeline.
     applied_upto: u64,
+    /// Every ticket up to this one has its outcome decided and, if it succeeded, its
+    /// updates handed to an inserter (see [`Inner::claim_ready`]); `applied_upto` follows.
+    claimed_upto: u64,
     /// Tickets below this fail: they were on the device when an earlier batch failed.
     poisoned_below: u64,
     /// Outcomes of applied batches, until their writers collect them.
@@ -478,6 +482,7 @@ impl Engine {
             pipeline_pages: 0,
             next_ticket: 1,
             applied_upto: 0,
+            claimed_upto: 0,
             poisoned_below: 0,
             outcomes: HashMap::new(),
             quiescers: 0,

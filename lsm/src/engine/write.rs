@@ -72,6 +72,62 @@ pub(super) struct InFlight {
     /// Completion of its pages (a flush about to start waits briefly for it: see
     /// [`Engine::flush_companions`]).
     done: Arc<GroupDone>,
+    /// Its newest sequence number (what reads may see once it is applied).
+    max_seq: u64,
+    /// Set when [`Inner::claim_ready`] handed its updates to an inserter (its outcome is
+    /// then decided); it leaves the pipeline when the insert is done and every batch before
+    /// it left ([`Inner::settle_applied`]).
+    insertion: Option<Arc<Insertion>>,
+}
+
+/// A batch's memtable insert, run by whichever thread claimed it (see
+/// [`Inner::claim_ready`]), with or without the write lock.
+#[derive(Debug, Default)]
+pub(super) struct Insertion {
+    /// Set (release) once every update of the batch is in the memtable and the values they
+    /// shadowed are in `shadowed`.
+    done: AtomicBool,
+    /// Values the batch's updates shadowed, counted as garbage when it settles.
+    shadowed: Mutex<Vec<Invalidated>>,
+}
+
+impl Insertion {
+    /// An insertion with nothing to insert (a failed batch's).
+    fn finished() -> Arc<Insertion> {
+        let i = Insertion::default();
+        i.done.store(true, Ordering::Release);
+        Arc::new(i)
+    }
+}
+
+/// A claimed batch's updates and cache pages, to be inserted by the thread that claimed them
+/// (see [`Inner::claim_ready`]).
+pub(super) struct ApplyJob {
+    updates: Vec<(Box<[u8]>, u64, Slot)>,
+    cache_fill: Vec<(PageAddr, Bytes)>,
+    insertion: Arc<Insertion>,
+}
+
+impl ApplyJob {
+    /// Inserts the batch's updates into `mem` and its pages into the value cache, then marks
+    /// the insertion done. Needs no lock: inserts of different batches may run at once (see
+    /// the memtable's module docs); the batch is visible only once it settles.
+    pub(super) fn run(self, mem: &MemTable, cache: Option<&ValueCache>) {
+        let mut shadowed = Vec::new();
+        for (k, seq, slot) in self.updates {
+            let len = k.len();
+            if let Some(Slot::Value(old)) = mem.insert_owned(k, seq, slot) {
+                shadowed.push((len, old));
+            }
+        }
+        if let Some(cache) = cache {
+            for (addr, page) in self.cache_fill {
+                cache.insert(addr, page);
+            }
+        }
+        *self.insertion.shadowed.lock() = shadowed;
+        self.insertion.done.store(true, Ordering::Release);
+    }
 }
 
 /// How a batch failed on the device, which decides what its writer is told (see
@@ -270,7 +326,19 @@ impl Engine {
         }
         let mut g = self.core.inner.lock();
         g.record_io(ticket, io);
-        g.apply_ready();
+        let jobs = g.claim_ready();
+        if !jobs.is_empty() {
+            // The memtable inserts run with the write lock free: other batches are laid
+            // out, and other finishers insert theirs, meanwhile. The active memtable cannot
+            // be rotated away before these batches settle (rotation drains the pipeline).
+            let (mem, side) = (g.mem.clone(), g.side.clone());
+            drop(g);
+            for job in jobs {
+                job.run(&mem, side.cache.as_deref());
+            }
+            g = self.core.inner.lock();
+        }
+        g.settle_applied(false);
         self.core.applied.notify_all();
         while g.applied_upto < ticket {
             self.core.applied.wait(&mut g);
@@ -619,6 +687,7 @@ impl Inner {
         self.next_ticket += 1;
         self.pages_since_checkpoint += n as u64;
         self.pipeline_pages += bound;
+        let max_seq = updates.iter().map(|(_, seq, _)| *seq).max().unwrap_or(0);
         self.pipeline.insert(
             ticket,
             InFlight {
@@ -631,6 +700,8 @@ impl Inner {
                 io: refused.map(|e| Err(BatchFailure::Page(e))),
                 cache_fill,
                 done: group.clone(),
+                max_seq,
+                insertion: None,
             },
         );
         Ok((ticket, group))
@@ -647,48 +718,110 @@ impl Inner {
         }
     }
 
-    /// Applies, in ticket order, every pipelined batch whose pages have all completed. A
-    /// failed batch fails those submitted after it too (they may sit behind its hole).
+    /// Applies, in ticket order, every pipelined batch whose pages have all completed, with
+    /// the write lock held (garbage collection's path): claims them ([`Inner::claim_ready`]),
+    /// inserts them here, and waits for every batch claimed before them by other threads to
+    /// be inserted too, so that on return every claimed batch has settled
+    /// ([`Inner::settle_applied`]) and its outcome is in `outcomes`.
     pub(super) fn apply_ready(&mut self) {
+        let jobs = self.claim_ready();
+        let (mem, side) = (self.mem.clone(), self.side.clone());
+        for job in jobs {
+            job.run(&mem, side.cache.as_deref());
+        }
+        self.settle_applied(true);
+    }
+
+    /// Claims, in ticket order, every pipelined batch whose pages have all completed (and
+    /// every batch before it): decides its outcome (a failed batch fails those after it too:
+    /// they may sit behind its hole) and returns the updates of those that succeeded, for
+    /// the caller to insert, with or without the write lock ([`ApplyJob::run`]). They stay
+    /// in the pipeline until they settle.
+    ///
+    /// Why claiming is in ticket order: a batch's updates may go into the memtable only
+    /// once every batch before it is known to have succeeded (a failure poisons the batches
+    /// after it, which must then never be inserted).
+    pub(super) fn claim_ready(&mut self) -> Vec<ApplyJob> {
+        let mut jobs = Vec::new();
         loop {
-            let t = self.applied_upto + 1;
-            let ready = self.pipeline.get(&t).is_some_and(|b| b.io.is_some());
-            if !ready {
-                return;
-            }
-            let Some(b) = self.pipeline.remove(&t) else {
-                return;
+            let t = self.claimed_upto + 1;
+            let Some(b) = self.pipeline.get_mut(&t) else {
+                break;
             };
-            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            if b.io.is_none() {
+                break;
+            }
+            self.claimed_upto = t;
             let outcome = match b.io {
                 Some(Ok(())) if t >= self.poisoned_below => {
                     self.stats.user_bytes_written += b.user_bytes;
-                    for (k, seq, slot) in b.updates {
-                        self.apply_owned(k, seq, slot);
-                    }
-                    // The whole batch is in: reads may see it.
-                    self.publish_seq();
-                    self.fill_cache(b.cache_fill);
+                    let insertion = Arc::new(Insertion::default());
+                    b.insertion = Some(insertion.clone());
+                    jobs.push(ApplyJob {
+                        updates: std::mem::take(&mut b.updates),
+                        cache_fill: std::mem::take(&mut b.cache_fill),
+                        insertion,
+                    });
                     Ok(())
                 }
-                other => {
+                _ => {
+                    b.insertion = Some(Insertion::finished());
+                    b.max_seq = 0;
+                    let updates = std::mem::take(&mut b.updates);
+                    let failure = match b.io.take() {
+                        Some(Err(f)) => Some(f),
+                        _ => None,
+                    };
                     // Its records are garbage; the head may hold a hole.
-                    for (k, _, slot) in &b.updates {
+                    for (k, _, slot) in &updates {
                         if let Slot::Value(p) = slot {
                             self.mark_dead(&[(k.len(), *p)]);
                         }
                     }
                     self.abandon_head_after_failure();
                     self.poisoned_below = self.poisoned_below.max(self.next_ticket);
-                    Err(match other {
-                        Some(Err(f)) => Self::write_outcome(Some(f), false),
-                        _ => Self::write_outcome(None, true),
-                    })
+                    let aborted = failure.is_none();
+                    Err(Self::write_outcome(failure, aborted))
                 }
             };
             self.outcomes.insert(t, outcome);
+        }
+        jobs
+    }
+
+    /// Takes out of the pipeline, in ticket order, every claimed batch whose insert is done,
+    /// counts the values their updates shadowed as garbage, and publishes the newest
+    /// sequence number of the settled prefix: a batch becomes visible to reads only when it
+    /// and every batch before it are wholly in the memtable. With `wait`, waits for inserts
+    /// other threads are running (they need no lock to finish), so every claimed batch
+    /// settles.
+    pub(super) fn settle_applied(&mut self, wait: bool) {
+        loop {
+            let t = self.applied_upto + 1;
+            let Some(b) = self.pipeline.get(&t) else {
+                break;
+            };
+            let Some(insertion) = b.insertion.clone() else {
+                break;
+            };
+            if !insertion.done.load(Ordering::Acquire) {
+                if wait {
+                    std::thread::yield_now();
+                    continue;
+                }
+                break;
+            }
+            let Some(b) = self.pipeline.remove(&t) else {
+                break;
+            };
+            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            let shadowed = std::mem::take(&mut *insertion.shadowed.lock());
+            self.mark_dead(&shadowed);
+            self.applied_seq = self.applied_seq.max(b.max_seq);
             self.applied_upto = t;
         }
+        // The whole settled prefix is in: reads may see it.
+        self.publish_seq();
     }
 
     /// Checks a batch's keys and value sizes; returns whether it holds a put.
