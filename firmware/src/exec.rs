@@ -18,8 +18,9 @@
 //!   replies go out once it is durable and applied, in order. A command touching a key of
 //!   a group still in flight waits for it (unless both are plain SETs), because groups are
 //!   built from the engine's applied state. Between batches it removes expired keys.
-//!   Memtable flushes, compactions and GC run inside the engine's write path, on this
-//!   thread.
+//!   Memtable flushes, compactions and GC never run here: they run on the engine's own
+//!   `lsm-maint` thread, and a write that reaches one of the engine's watermarks waits
+//!   for it (a write stall, counted in INFO).
 
 use std::collections::VecDeque;
 
@@ -1084,9 +1085,11 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
 /// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
 fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
     let plain = is_plain_write(cmd);
-    // SINTERSTORE and its twins only read their sources: the destination is the one change.
+    // SINTERSTORE and its twins, and COPY, only read their sources: the destination is the
+    // one change.
     let written = match cmd {
         Command::Collection(Collection::SCombineStore { dst, .. }) => vec![&dst[..]],
+        Command::Copy { destination, .. } => vec![&destination[..]],
         _ => cmd.keys(),
     };
     for k in written {
@@ -1325,6 +1328,16 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
             }
             Command::GetDel(key) => bulk_or_null(g.get_del(key)?),
             Command::Append { key, value } => Reply::Integer(g.append(key, value)?),
+            Command::SetRange { key, offset, value } => {
+                Reply::Integer(g.set_range(key, *offset, value)?)
+            }
+            Command::MSetNx(pairs) => Reply::Integer(i64::from(g.mset_nx(pairs)?)),
+            Command::IncrByFloat { key, delta } => Reply::Bulk(g.incr_by_float(key, delta)?),
+            Command::Copy {
+                source,
+                destination,
+                replace,
+            } => Reply::Integer(i64::from(g.copy(source, destination, *replace)?)),
             Command::Rename { key, new_key, nx } => {
                 let done = g.rename(key, new_key, *nx)?;
                 if *nx {

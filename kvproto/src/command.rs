@@ -370,6 +370,26 @@ pub enum Command {
         key: Bytes,
         value: Bytes,
     },
+    /// `SETRANGE key offset value` (the offset checked: an integer, not negative).
+    SetRange {
+        key: Bytes,
+        offset: u64,
+        value: Bytes,
+    },
+    /// `MSETNX key value [key value ...]`: all or none, only when no key exists.
+    MSetNx(Vec<(Bytes, Bytes)>),
+    /// `INCRBYFLOAT key increment` (the increment is checked where Redis checks it: after
+    /// the key's type and value, so it travels as text).
+    IncrByFloat {
+        key: Bytes,
+        delta: Bytes,
+    },
+    /// `COPY source destination [DB 0] [REPLACE]`.
+    Copy {
+        source: Bytes,
+        destination: Bytes,
+        replace: bool,
+    },
     Type(Bytes),
     /// RENAME (`nx == false`) and RENAMENX.
     Rename {
@@ -434,6 +454,35 @@ fn lower(s: &[u8]) -> Vec<u8> {
 }
 
 /// `ERR wrong number of arguments for 'name' command`.
+/// `COPY source destination [DB index] [REPLACE]`: the drive has database 0 only.
+fn parse_copy(a: &[Bytes]) -> Result<Command, CommandError> {
+    let mut replace = false;
+    let mut i = 2;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        if opt == b"replace" {
+            replace = true;
+            i += 1;
+        } else if opt == b"db" && i + 1 < a.len() {
+            // Any database but 0 is out of the drive's range (it has one).
+            if int(&a[i + 1])? != 0 {
+                return Err(err("ERR DB index is out of range"));
+            }
+            i += 2;
+        } else {
+            return Err(err(SYNTAX));
+        }
+    }
+    if a[0] == a[1] {
+        return Err(err("ERR source and destination objects are the same"));
+    }
+    Ok(Command::Copy {
+        source: a[0].clone(),
+        destination: a[1].clone(),
+        replace,
+    })
+}
+
 fn wrong_args(name: &str) -> CommandError {
     CommandError(format!(
         "ERR wrong number of arguments for '{name}' command"
@@ -1256,6 +1305,21 @@ impl Command {
                 key: key(),
                 value: a[1].clone(),
             },
+            "setrange" => {
+                let offset = int(&a[1])?;
+                Self::SetRange {
+                    key: key(),
+                    offset: u64::try_from(offset).map_err(|_| err("ERR offset is out of range"))?,
+                    value: a[2].clone(),
+                }
+            }
+            "msetnx" if a.len() % 2 != 0 => return Err(wrong_args("msetnx")),
+            "msetnx" => Self::MSetNx(pairs(a)),
+            "incrbyfloat" => Self::IncrByFloat {
+                key: key(),
+                delta: a[1].clone(),
+            },
+            "copy" => parse_copy(a)?,
             "type" => Self::Type(key()),
             "unlink" => Self::Del(a.to_vec()),
             "touch" => Self::Exists(a.to_vec()),
@@ -1362,6 +1426,10 @@ impl Command {
             Self::SetNx { .. } => "setnx",
             Self::GetDel(_) => "getdel",
             Self::Append { .. } => "append",
+            Self::SetRange { .. } => "setrange",
+            Self::MSetNx(_) => "msetnx",
+            Self::IncrByFloat { .. } => "incrbyfloat",
+            Self::Copy { .. } => "copy",
             Self::Type(_) => "type",
             Self::Rename { nx: false, .. } => "rename",
             Self::Rename { nx: true, .. } => "renamenx",
@@ -1404,12 +1472,19 @@ impl Command {
             | Self::SetNx { key: k, .. }
             | Self::GetDel(k)
             | Self::Append { key: k, .. }
+            | Self::SetRange { key: k, .. }
+            | Self::IncrByFloat { key: k, .. }
             | Self::Type(k) => vec![&k[..]],
             Self::Rename { key, new_key, .. } => vec![&key[..], &new_key[..]],
+            Self::Copy {
+                source,
+                destination,
+                ..
+            } => vec![&source[..], &destination[..]],
             Self::MGet(ks) | Self::Del(ks) | Self::Exists(ks) | Self::Watch(ks) => {
                 ks.iter().map(|k| &k[..]).collect()
             }
-            Self::MSet(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
+            Self::MSet(pairs) | Self::MSetNx(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
             Self::Collection(c) => c.keys(),
             _ => Vec::new(),
         }
@@ -1454,6 +1529,32 @@ mod tests {
         );
         assert_eq!(err_text(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
         assert_eq!(err_text(&["incrby", "k", "1.5"]), NOT_INTEGER);
+        assert_eq!(err_text(&["setrange", "k", "x", "v"]), NOT_INTEGER);
+        assert_eq!(
+            err_text(&["setrange", "k", "-1", "v"]),
+            "ERR offset is out of range"
+        );
+        assert_eq!(
+            err_text(&["msetnx", "a", "1", "b"]),
+            "ERR wrong number of arguments for 'msetnx' command"
+        );
+        assert_eq!(
+            err_text(&["copy", "a", "a"]),
+            "ERR source and destination objects are the same"
+        );
+        assert_eq!(
+            err_text(&["copy", "a", "b", "db", "1"]),
+            "ERR DB index is out of range"
+        );
+        assert_eq!(err_text(&["copy", "a", "b", "db", "x"]), NOT_INTEGER);
+        assert_eq!(err_text(&["copy", "a", "b", "db"]), SYNTAX);
+        assert_eq!(err_text(&["copy", "a", "b", "bogus"]), SYNTAX);
+        assert!(matches!(
+            cmd(&["copy", "a", "b", "DB", "0", "REPLACE"]),
+            Ok(Command::Copy { replace: true, .. })
+        ));
+        // INCRBYFLOAT's increment is judged after the key's type, as Redis does.
+        assert!(cmd(&["incrbyfloat", "k", "x"]).is_ok_and(|c| c.is_write()));
         assert_eq!(
             err_text(&["mset", "a", "1", "b"]),
             "ERR wrong number of arguments for 'mset' command"

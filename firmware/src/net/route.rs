@@ -64,6 +64,10 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::SetNx { .. }
         | Command::GetDel(_)
         | Command::Append { .. }
+        | Command::SetRange { .. }
+        | Command::MSetNx(_)
+        | Command::IncrByFloat { .. }
+        | Command::Copy { .. }
         | Command::Rename { .. } => Route::Writer,
         Command::Collection(_) if cmd.is_write() => Route::Writer,
         Command::Collection(_) => Route::Engine,

@@ -251,7 +251,16 @@ pub mod float_text {
     /// # Errors
     /// `current` not a float; a result that is NaN or infinite.
     pub fn add(current: &[u8], delta: &[u8]) -> Result<Bytes> {
-        let not_float = || StoreError::Refused("ERR hash value is not a float".into());
+        add_as(current, delta, "ERR hash value is not a float")
+    }
+
+    /// As [`add`], with `not_float` the error for a value or increment that is not a float
+    /// (INCRBYFLOAT's text differs from HINCRBYFLOAT's).
+    ///
+    /// # Errors
+    /// `current` or `delta` not a float; a result that is NaN or infinite.
+    pub fn add_as(current: &[u8], delta: &[u8], not_float: &str) -> Result<Bytes> {
+        let not_float = || StoreError::Refused(not_float.into());
         let cur = float(current).ok_or_else(not_float)?;
         let inc = float(delta).ok_or_else(not_float)?;
         if let Some(d) = decimal(current)

@@ -137,7 +137,12 @@ impl KeyRequest {
 
     /// How the engine answers the probes (see [`KeyRequest::probes`]).
     fn probes<'a>(&self, refs: &'a [&'a [u8]]) -> Probes<'a> {
-        if self.finish.record.is_some() {
+        if self.finish.expired {
+            // A string past its deadline is no key, but its record stays until the sweep
+            // removes it, so a live key of another type (a hash written over the expired
+            // name) may be there beside it: every type is probed.
+            Probes::Each(refs)
+        } else if self.finish.record.is_some() {
             Probes::FirstOfUnlessFound(refs)
         } else {
             Probes::FirstOf(refs)
@@ -159,16 +164,21 @@ impl KeyFinish {
     /// The key's type (a string past its deadline counts as missing) and its records; a
     /// missing key shows none.
     fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
+        // A string past its deadline is no key, but its record stays until the sweep
+        // removes it: a key of another type written since (HSET on the expired name) is
+        // the live one.
+        let live = |t: u8| !(t == STRING && self.expired);
         let kind = match self.record {
-            Some(tag) if found.values.first().is_some_and(Option::is_some) => Some(tag),
+            Some(tag) if live(tag) && found.values.first().is_some_and(Option::is_some) => {
+                Some(tag)
+            }
             _ => self
                 .probe_tags
                 .iter()
                 .zip(&found.present)
-                .find(|(_, &p)| p)
+                .find(|(&t, &p)| p && live(t))
                 .map(|(&t, _)| t),
         };
-        let kind = kind.filter(|&t| !(t == STRING && self.expired));
         counters.count_hit(kind.is_some());
         if kind.is_none() {
             // Leftovers of no live key (an expired string) are not shown.

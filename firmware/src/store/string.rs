@@ -1,10 +1,16 @@
-//! String writes: SET with its options, INCRBY, GETEX, GETDEL, APPEND.
+//! String writes: SET with its options, INCRBY, INCRBYFLOAT, GETEX, GETDEL, APPEND, SETRANGE,
+//! MSETNX.
 
 use bytes::Bytes;
 
 use super::expiry::DeadlineChange;
+use super::hash_more::float_text;
 use super::{now_ms, parse_i64, Result, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, STRING};
+
+/// Longest string SETRANGE may make: Redis's `checkStringLength` limit (its default
+/// `proto-max-bulk-len`, 512 MB, which is also the engine's default largest value).
+pub const MAX_STRING_BYTES: u64 = 512 << 20;
 
 /// The SET command's options, resolved.
 #[derive(Debug, Clone, Copy, Default)]
@@ -155,5 +161,72 @@ impl WriteGroup<'_> {
                 Ok(n)
             }
         }
+    }
+    /// SETRANGE: the string's length after `value` is written at `offset` (zero bytes fill
+    /// any gap). An empty `value` changes nothing (and creates no key); the deadline is kept.
+    ///
+    /// # Errors
+    /// `WrongType`, a result longer than [`MAX_STRING_BYTES`], engine errors.
+    pub fn set_range(&mut self, key: &[u8], offset: u64, value: &Bytes) -> Result<i64> {
+        let old = self.string_value(key)?;
+        if value.is_empty() {
+            return Ok(old.map_or(0, |v| v.len() as i64));
+        }
+        let end = offset.saturating_add(value.len() as u64);
+        if end > MAX_STRING_BYTES {
+            return Err(StoreError::Refused(
+                "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
+            ));
+        }
+        // Both fit in memory: at most MAX_STRING_BYTES.
+        let (start, end) = (offset as usize, end as usize);
+        let existed = old.is_some();
+        let mut v = old.map(|o| o.to_vec()).unwrap_or_default();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[start..end].copy_from_slice(value);
+        let n = v.len() as i64;
+        self.put(ks::top(STRING, key), Bytes::from(v));
+        if !existed {
+            // A new key: no deadline a removed one may have left.
+            self.set_deadline(key, DeadlineChange::Clear);
+        }
+        Ok(n)
+    }
+
+    /// MSETNX: sets every pair (and returns `true`) only when none of the keys exists, of
+    /// any type.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn mset_nx(&mut self, pairs: &[(Bytes, Bytes)]) -> Result<bool> {
+        for (k, _) in pairs {
+            if self.kind(k)?.is_some() {
+                return Ok(false);
+            }
+        }
+        for (k, v) in pairs {
+            self.set(k, v.clone(), SetOptions::default())?;
+        }
+        Ok(true)
+    }
+
+    /// INCRBYFLOAT: the new value's text, as Redis writes it (see [`float_text`]); a missing
+    /// key counts as 0, and the deadline is kept.
+    ///
+    /// # Errors
+    /// `WrongType`; the value or the increment not a float; a result that is not finite;
+    /// engine errors.
+    pub fn incr_by_float(&mut self, key: &[u8], delta: &[u8]) -> Result<Bytes> {
+        let old = self.string_value(key)?;
+        let existed = old.is_some();
+        let current = old.unwrap_or_else(|| Bytes::from_static(b"0"));
+        let text = float_text::add_as(&current, delta, "ERR value is not a valid float")?;
+        self.put(ks::top(STRING, key), text.clone());
+        if !existed {
+            self.set_deadline(key, DeadlineChange::Clear);
+        }
+        Ok(text)
     }
 }

@@ -270,6 +270,41 @@ impl<'s> WriteGroup<'s> {
         self.deadline(key)
     }
 
+    /// COPY: writes a copy of every record of `source` (and its deadline) under
+    /// `destination`; `false` when `source` does not exist, or `destination` does and
+    /// `replace` is not set. (The parser refuses a copy of a key onto itself.)
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn copy(&mut self, source: &[u8], destination: &[u8], replace: bool) -> Result<bool> {
+        let Some(kind) = self.kind(source)? else {
+            return Ok(false);
+        };
+        if self.kind(destination)?.is_some() && !replace {
+            return Ok(false);
+        }
+        // The destination's old records (of any type, or an expired string's leftovers).
+        self.remove_any(destination)?;
+        for &tag in ks::sub_tags(kind) {
+            let from = ks::sub_prefix(tag, source);
+            let to = ks::sub_prefix(tag, destination);
+            for (k, v) in self.records_under(&from)? {
+                let mut nk = to.clone();
+                nk.extend_from_slice(&k[from.len()..]);
+                self.put(nk, v);
+            }
+        }
+        let top = self.read(&ks::top(kind, source))?.unwrap_or_default();
+        self.put(ks::top(kind, destination), top);
+        if kind == STRING {
+            match self.deadline(source) {
+                Some(d) => self.set_deadline(destination, DeadlineChange::Set(d)),
+                None => self.set_deadline(destination, DeadlineChange::Clear),
+            }
+        }
+        Ok(true)
+    }
+
     /// RENAME / RENAMENX: moves every record of `key` (and its deadline) to `new_key`.
     /// Returns false when `nx` and `new_key` exists (or both names are the same key).
     ///

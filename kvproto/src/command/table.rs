@@ -1535,6 +1535,50 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Appends to a string value."
     ),
     spec!(
+        "setrange",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1), not counting the time taken to copy the new string in place.",
+        "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."
+    ),
+    spec!(
+        "msetnx",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        2,
+        "string",
+        "O(N) where N is the number of keys to set.",
+        "Atomically modifies the string values of one or more keys only when all keys don't exist."
+    ),
+    spec!(
+        "incrbyfloat",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        "string",
+        "O(1)",
+        "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."
+    ),
+    spec!(
+        "copy",
+        -3,
+        ["write", "denyoom"],
+        1,
+        2,
+        1,
+        "generic",
+        "O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
+        "Copies the value of a key to a new key."
+    ),
+    spec!(
         "type",
         2,
         ["readonly", "fast"],

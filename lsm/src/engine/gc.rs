@@ -106,7 +106,7 @@ impl GcWrites {
             if !out.is_empty() && out.iter().all(std::result::Result::is_ok) {
                 if let Err(e) = f.gate.flush(|| device_flush(f.dev.as_ref())) {
                     // The first batch fails with it, and every batch after it with that one
-                    // (`apply_ready`).
+                    // (`claim_ready`).
                     out[0] = Err(BatchFailure::Flush(e));
                 }
             }

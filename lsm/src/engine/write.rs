@@ -963,7 +963,7 @@ impl Inner {
             });
         }
         if let Err(e) = written {
-            // Its records are garbage, as a failed pipelined batch's (`apply_ready`).
+            // Its records are garbage, as a failed pipelined batch's (`claim_ready`).
             for (k, _, slot) in &updates {
                 if let Slot::Value(p) = slot {
                     self.mark_dead(&[(k.len(), *p)]);
