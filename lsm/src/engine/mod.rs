@@ -3,7 +3,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `write` | client batches: validation, the write pipeline (tickets, apply in order), group commit |
+//! | `write` | client batches: validation, the write pipeline (tickets; claimed and made visible in ticket order, inserted into the memtable concurrently by their finishers), group commit |
 //! | `layout` | laying a batch out in value-log pages at the head (packed, raw, long keys, spanning values) |
 //! | `read` | GET / multi-get / ranges: resolving keys to value pointers and reading the pages |
 //! | `flush` | memtable -> L0 keytable run |

@@ -1,5 +1,13 @@
-//! Client write batches: validation, the pipeline of batches on the device (applied in
-//! ticket order once durable), the synchronous path, and applying updates to the memtable.
+//! Client write batches: validation, the pipeline of batches on the device, the synchronous
+//! path, and applying updates to the memtable.
+//!
+//! A pipelined batch is applied in three steps once durable: *claimed* under the write lock
+//! in ticket order ([`Inner::claim_ready`]: its outcome decided, its updates handed to the
+//! claiming thread), *inserted* into the memtable with no lock ([`ApplyJob::run`]: several
+//! finishers at once), and *settled* under the lock in ticket order
+//! ([`Inner::settle_applied`]: garbage counted, out of the pipeline, its sequence number
+//! published). Why that is safe is in docs/ARCHITECTURE.md (*Concurrency*) and the
+//! memtable's module docs.
 
 use super::gc::GC_MOVE_RESERVE;
 use super::maintain::STALL_POLL;
