@@ -285,6 +285,13 @@ impl<'s> WriteGroup<'s> {
         }
         // The destination's old records (of any type, or an expired string's leftovers).
         self.remove_any(destination)?;
+        self.write_copy(kind, source, destination)?;
+        Ok(true)
+    }
+
+    /// Writes every record of `source` (a key of type `kind`) under `destination`, and a
+    /// string's deadline with it; `destination` holds nothing (its records were removed).
+    fn write_copy(&mut self, kind: u8, source: &[u8], destination: &[u8]) -> Result<()> {
         for &tag in ks::sub_tags(kind) {
             let from = ks::sub_prefix(tag, source);
             let to = ks::sub_prefix(tag, destination);
@@ -302,7 +309,7 @@ impl<'s> WriteGroup<'s> {
                 None => self.set_deadline(destination, DeadlineChange::Clear),
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// RENAME / RENAMENX: moves every record of `key` (and its deadline) to `new_key`.
@@ -326,25 +333,8 @@ impl<'s> WriteGroup<'s> {
             // Leftovers of an expired string under the new name go first.
             self.remove_any(new_key)?;
         }
-        for &tag in ks::sub_tags(kind) {
-            let from = ks::sub_prefix(tag, key);
-            let to = ks::sub_prefix(tag, new_key);
-            for (k, v) in self.records_under(&from)? {
-                let mut nk = to.clone();
-                nk.extend_from_slice(&k[from.len()..]);
-                self.put(nk, v);
-            }
-        }
-        let top = self.read(&ks::top(kind, key))?.unwrap_or_default();
-        let deadline = self.deadline(key);
+        self.write_copy(kind, key, new_key)?;
         self.remove_any(key)?;
-        self.put(ks::top(kind, new_key), top);
-        if kind == STRING {
-            match deadline {
-                Some(d) => self.set_deadline(new_key, DeadlineChange::Set(d)),
-                None => self.set_deadline(new_key, DeadlineChange::Clear),
-            }
-        }
         Ok(true)
     }
 
