@@ -32,12 +32,15 @@
 use std::fmt;
 
 use super::levels;
-use super::recovery::{read_page_patiently, TailRead};
+use super::recovery::{read_pages_patiently, ReadAhead, TailRead};
 use super::*;
 use crate::merge::{run_source, LevelCursor, Merge, Source};
 
 /// Live values whose pointers are checked together.
 const VALUE_BATCH: usize = 4096;
+
+/// Pages of live values read together (8 KiB each) by the pointer check.
+const INLINE_PAGES_READ: usize = 256;
 
 /// What kind of problem a [`Finding`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -474,6 +477,7 @@ impl Inner {
         let pps = self.g.pages_per_segment();
         // Inline values by their page, so each packed page is read once.
         let mut inline: BTreeMap<(u32, u32), Vec<InlineValue>> = BTreeMap::new();
+        let mut raw: Vec<(Vec<u8>, ValuePtr)> = Vec::new();
         for (key, p) in batch.drain(..) {
             let mut dangling = None;
             for run in p.runs(pps) {
@@ -512,7 +516,58 @@ impl Inner {
                     .entry((p.log_seg, page))
                     .or_default()
                     .push((key, offset, p.len)),
-                ValueLoc::Raw { .. } => match self.read_values(&[Some(p)]) {
+                ValueLoc::Raw { .. } => raw.push((key, p)),
+            }
+        }
+        self.fsck_raw_values(&raw, r);
+        // The packed pages in order, [`INLINE_PAGES_READ`] at a time with a window of reads
+        // in flight (one page per device round trip made this check slow).
+        let inline: Vec<_> = inline.into_iter().collect();
+        let mut retries = 0;
+        for chunk in inline.chunks(INLINE_PAGES_READ) {
+            let mut lbas = Vec::with_capacity(chunk.len());
+            for &((log_seg, page), _) in chunk {
+                lbas.push(self.g.lba(SegmentId(self.segment_of(log_seg)?), page));
+            }
+            let reads = read_pages_patiently(&self.poller, &lbas, |_, _| Ok(()), &mut retries)?;
+            for (((log_seg, page), values), read) in chunk.iter().zip(reads) {
+                self.fsck_inline_page((*log_seg, *page), values, read, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Verifies raw values (their pages against the pointer's crc), about
+    /// [`INLINE_PAGES_READ`] pages' worth at a time with a window of reads in flight; a
+    /// group that fails is read again value by value, so each finding names its key.
+    fn fsck_raw_values(&self, raw: &[(Vec<u8>, ValuePtr)], r: &mut FsckReport) {
+        let pps = self.g.pages_per_segment();
+        let mut rest = raw;
+        while !rest.is_empty() {
+            let mut pages = 0usize;
+            let n = rest
+                .iter()
+                .take_while(|(_, p)| {
+                    let fits = pages < INLINE_PAGES_READ;
+                    pages += p
+                        .runs(pps)
+                        .iter()
+                        .map(|run| run.count as usize)
+                        .sum::<usize>();
+                    fits
+                })
+                .count()
+                .max(1);
+            let (group, after) = rest.split_at(n);
+            rest = after;
+            let ptrs: Vec<Option<ValuePtr>> = group.iter().map(|(_, p)| Some(*p)).collect();
+            if self.read_values(&ptrs).is_ok() {
+                r.values_checked += group.len() as u64;
+                r.value_bytes_checked += group.iter().map(|(_, p)| u64::from(p.len)).sum::<u64>();
+                continue;
+            }
+            for (key, p) in group {
+                match self.read_values(&[Some(*p)]) {
                     Ok(_) => {
                         r.values_checked += 1;
                         r.value_bytes_checked += u64::from(p.len);
@@ -521,90 +576,92 @@ impl Inner {
                         FindingKind::Checksum,
                         format!(
                             "key {}: its value ({} bytes from page {} of log segment {}): {e}",
-                            show(&key),
+                            show(key),
                             p.len,
                             p.runs(pps).first().map_or(0, |run| run.first),
                             p.log_seg
                         ),
                     )),
-                },
+                }
             }
         }
-        for ((log_seg, page), values) in inline {
-            let segment = self.segment_of(log_seg)?;
-            let buf = match self.fsck_read(self.g.lba(SegmentId(segment), page))? {
-                PageRead::Page(b) => b,
-                PageRead::Unwritten => {
-                    r.findings.push(Finding::new(
-                        FindingKind::Dangling,
-                        format!(
-                            "page {page} of log segment {log_seg} was never written, and {} \
+    }
+
+    /// Checks that packed page `page` of log segment `log_seg` (as `read` returned it) holds
+    /// the records `values` point to.
+    fn fsck_inline_page(
+        &self,
+        (log_seg, page): (u32, u32),
+        values: &[InlineValue],
+        read: PageRead,
+        r: &mut FsckReport,
+    ) -> Result<()> {
+        let segment = self.segment_of(log_seg)?;
+        let buf = match read {
+            PageRead::Page(b) => b,
+            PageRead::Unwritten => {
+                r.findings.push(Finding::new(
+                    FindingKind::Dangling,
+                    format!(
+                        "page {page} of log segment {log_seg} was never written, and {} \
                              live values point into it (key {} first)",
-                            values.len(),
-                            show(&values[0].0)
-                        ),
-                    ));
-                    continue;
-                }
-                PageRead::Failed(why) => {
-                    r.findings.push(Finding::new(
-                        FindingKind::Checksum,
-                        format!(
-                            "page {page} of log segment {log_seg} (device segment {segment}), \
+                        values.len(),
+                        show(&values[0].0)
+                    ),
+                ));
+                return Ok(());
+            }
+            PageRead::Failed(why) => {
+                r.findings.push(Finding::new(
+                    FindingKind::Checksum,
+                    format!(
+                        "page {page} of log segment {log_seg} (device segment {segment}), \
                              holding {} live values (key {} first), cannot be read: {why}",
-                            values.len(),
-                            show(&values[0].0)
-                        ),
-                    ));
-                    continue;
-                }
-            };
-            let records =
-                check_page(&buf, log_seg, page).and_then(|info| parse_records(&buf, &info));
-            let records = match records {
-                Ok(recs) => recs,
-                Err(e) => {
-                    r.findings.push(Finding::new(
-                        FindingKind::Checksum,
-                        format!(
-                            "page {page} of log segment {log_seg} (device segment {segment}), \
+                        values.len(),
+                        show(&values[0].0)
+                    ),
+                ));
+                return Ok(());
+            }
+        };
+        let records = check_page(&buf, log_seg, page).and_then(|info| parse_records(&buf, &info));
+        let records = match records {
+            Ok(recs) => recs,
+            Err(e) => {
+                r.findings.push(Finding::new(
+                    FindingKind::Checksum,
+                    format!(
+                        "page {page} of log segment {log_seg} (device segment {segment}), \
                              holding {} live values (key {} first): {e}",
-                            values.len(),
-                            show(&values[0].0)
-                        ),
-                    ));
-                    continue;
-                }
-            };
-            for (key, offset, len) in values {
-                let found = records.iter().any(|rec| {
-                    matches!(rec.kind, RecordKind::Put)
-                        && rec.payload_offset == offset
-                        && rec.value_len == len
-                        && rec.key == key
-                });
-                if found {
-                    r.values_checked += 1;
-                    r.value_bytes_checked += u64::from(len);
-                } else {
-                    r.findings.push(Finding::new(
-                        FindingKind::Dangling,
-                        format!(
-                            "key {}: page {page} of log segment {log_seg} holds no record of it \
+                        values.len(),
+                        show(&values[0].0)
+                    ),
+                ));
+                return Ok(());
+            }
+        };
+        for (key, offset, len) in values {
+            let found = records.iter().any(|rec| {
+                matches!(rec.kind, RecordKind::Put)
+                    && rec.payload_offset == *offset
+                    && rec.value_len == *len
+                    && rec.key == key.as_slice()
+            });
+            if found {
+                r.values_checked += 1;
+                r.value_bytes_checked += u64::from(*len);
+            } else {
+                r.findings.push(Finding::new(
+                    FindingKind::Dangling,
+                    format!(
+                        "key {}: page {page} of log segment {log_seg} holds no record of it \
                              at offset {offset} ({len} bytes)",
-                            show(&key)
-                        ),
-                    ));
-                }
+                        show(key)
+                    ),
+                ));
             }
         }
         Ok(())
-    }
-
-    /// Reads one page, again up to [`super::recovery::READ_ATTEMPTS`] times while it fails.
-    fn fsck_read(&self, lba: Lba) -> Result<PageRead> {
-        let mut retries = 0;
-        read_page_patiently(&self.poller, lba, |_| Ok(()), &mut retries)
     }
 
     /// Checks every packed page of log segment `m` (device write pointer `wp`), as garbage
@@ -623,8 +680,17 @@ impl Inner {
         // cannot be told from a packed page, so a bad one is passed over.
         let mut in_sync = true;
         let mut page = 0u32;
+        let mut ahead = ReadAhead::default();
+        let mut retries = 0;
         while page < end {
-            let buf = match self.fsck_read(self.g.lba(seg, page))? {
+            let read = ahead.read(
+                &self.poller,
+                &self.g,
+                (seg, page, end),
+                |_| Ok(()),
+                &mut retries,
+            )?;
+            let buf = match read {
                 PageRead::Page(b) => b,
                 PageRead::Unwritten => {
                     r.unwritten_pages += 1;

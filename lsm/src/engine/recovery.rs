@@ -114,15 +114,104 @@ pub(super) fn read_page_patiently(
     )))
 }
 
-/// Value-log tail pages read ahead during replay (see [`Inner::read_tail_page_ahead`]).
+/// Reads `lbas` with up to [`IO_WINDOW`] reads in flight, and each read that failed (or whose
+/// page `check` refuses) again on its own as [`read_page_patiently`] reads it; counts those
+/// second reads and their attempts in `retries`. One result per LBA, in order. Reading the
+/// pages of a walk one device round trip at a time made the offline check of a small test
+/// device take over a second (a futex hand-off with the poller per page).
+///
+/// # Errors
+/// Device errors other than a failed read (out of tags, powered off, ...).
+pub(super) fn read_pages_patiently(
+    poller: &Poller,
+    lbas: &[Lba],
+    check: impl Fn(Lba, &[u8]) -> std::result::Result<(), String>,
+    retries: &mut u64,
+) -> Result<Vec<TailRead>> {
+    let cmds = lbas
+        .iter()
+        .map(|&lba| Command::Read {
+            lba,
+            buf: PageBuf::for_read(),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(lbas.len());
+    for (&lba, read) in lbas.iter().zip(poller.run(cmds, IO_WINDOW)) {
+        out.push(match read.and_then(Completion::into_buf) {
+            Ok(Some(buf)) if check(lba, &buf).is_ok() => TailRead::Page(buf),
+            Err(DeviceError::Unwritten { .. }) => TailRead::Unwritten,
+            // Failed or refused: read again on its own, and that is a retry.
+            _ => {
+                *retries += 1;
+                read_page_patiently(poller, lba, |b| check(lba, b), retries)?
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// Pages of one device segment read ahead in windows of [`IO_WINDOW`] for a walk that
+/// goes forward through the segment, possibly skipping pages (replay, the offline check).
 #[derive(Default)]
-struct TailAhead {
+pub(super) struct ReadAhead {
     /// The device segment of the window, if any.
     seg: Option<u32>,
     /// Its first page.
     first: u32,
     /// What each read returned, taken when used.
     pages: Vec<Option<std::result::Result<Option<PageBuf>, DeviceError>>>,
+}
+
+impl ReadAhead {
+    /// Page `page` of segment `seg` (whose readable pages end at `end`): from the window
+    /// when its read came back usable; otherwise (or when the window is elsewhere: a new
+    /// window of up to [`IO_WINDOW`] pages from `page` is read first, all in flight at once)
+    /// as [`read_page_patiently`] reads it, which counts as a retry in `retries`, as do its
+    /// own attempts after the first.
+    ///
+    /// # Errors
+    /// Device errors other than a failed read (out of tags, powered off, ...).
+    pub(super) fn read(
+        &mut self,
+        poller: &Poller,
+        g: &Geometry,
+        at: (SegmentId, u32, u32),
+        check: impl Fn(&[u8]) -> std::result::Result<(), String>,
+        retries: &mut u64,
+    ) -> Result<TailRead> {
+        let (seg, page, end) = at;
+        let covered = self.seg == Some(seg.0)
+            && page >= self.first
+            && page - self.first < self.pages.len() as u32;
+        if !covered {
+            let last = end.min(page.saturating_add(IO_WINDOW as u32)).max(page + 1);
+            let cmds = (page..last)
+                .map(|p| Command::Read {
+                    lba: g.lba(seg, p),
+                    buf: PageBuf::for_read(),
+                })
+                .collect();
+            self.pages = poller
+                .run(cmds, IO_WINDOW)
+                .into_iter()
+                .map(|r| Some(r.and_then(Completion::into_buf)))
+                .collect();
+            self.seg = Some(seg.0);
+            self.first = page;
+        }
+        let slot = self
+            .pages
+            .get_mut((page - self.first) as usize)
+            .and_then(Option::take);
+        match slot {
+            Some(Ok(Some(buf))) if check(&buf).is_ok() => return Ok(TailRead::Page(buf)),
+            Some(Err(DeviceError::Unwritten { .. })) => return Ok(TailRead::Unwritten),
+            // Failed or refused: read again on its own, and that is a retry.
+            Some(_) => *retries += 1,
+            None => {}
+        }
+        read_page_patiently(poller, g.lba(seg, page), check, retries)
+    }
 }
 
 impl Inner {
@@ -388,7 +477,7 @@ impl Inner {
         let mut batch_start: (u32, u32) = metas
             .get(from.0)
             .map_or(self.checkpoint, |m| (m.log_seg, from.1));
-        let mut ahead = TailAhead::default();
+        let mut ahead = ReadAhead::default();
         for (mi, m) in metas.iter().enumerate().skip(from.0) {
             let seg = SegmentId(m.segment);
             let wp = wps[mi];
@@ -596,52 +685,25 @@ impl Inner {
         Ok(SpanEnd::End(pending_batch.map(|_| batch_start)))
     }
 
-    /// Page `page` of tail segment `seg` (which ends at `end`), from the window read ahead
-    /// when it came back usable; otherwise (or when the window is elsewhere: a new window of
-    /// up to [`IO_WINDOW`] pages is read first, all in flight at once) as
-    /// [`Inner::read_tail_page`] reads it, again and again. Replaying one page per device
-    /// round trip made crash recovery of small single-write batches slow (1338 one-page
-    /// batches took ~180 ms); the judgement of each page is unchanged.
+    /// Page `page` of tail segment `seg` (which ends at `end`) through the replay's
+    /// read-ahead window (see [`ReadAhead::read`]). Replaying one page per device round trip
+    /// made crash recovery of small single-write batches slow (1338 one-page batches took
+    /// ~180 ms); the judgement of each page is unchanged.
     fn read_tail_page_ahead(
         &mut self,
-        ahead: &mut TailAhead,
+        ahead: &mut ReadAhead,
         seg: SegmentId,
         page: u32,
         end: u32,
         check: impl Fn(&[u8]) -> std::result::Result<(), String>,
     ) -> Result<TailRead> {
-        let covered = ahead.seg == Some(seg.0)
-            && page >= ahead.first
-            && page - ahead.first < ahead.pages.len() as u32;
-        if !covered {
-            let last = end.min(page.saturating_add(IO_WINDOW as u32)).max(page + 1);
-            let cmds = (page..last)
-                .map(|p| Command::Read {
-                    lba: self.g.lba(seg, p),
-                    buf: PageBuf::for_read(),
-                })
-                .collect();
-            ahead.pages = self
-                .poller
-                .run(cmds, IO_WINDOW)
-                .into_iter()
-                .map(|r| Some(r.and_then(Completion::into_buf)))
-                .collect();
-            ahead.seg = Some(seg.0);
-            ahead.first = page;
-        }
-        let slot = ahead
-            .pages
-            .get_mut((page - ahead.first) as usize)
-            .and_then(Option::take);
-        match slot {
-            Some(Ok(Some(buf))) if check(&buf).is_ok() => return Ok(TailRead::Page(buf)),
-            Some(Err(DeviceError::Unwritten { .. })) => return Ok(TailRead::Unwritten),
-            // Failed or refused: read again on its own, and that is a retry.
-            Some(_) => self.stats.recovery_read_retries += 1,
-            None => {}
-        }
-        self.read_tail_page(self.g.lba(seg, page), check)
+        ahead.read(
+            &self.poller,
+            &self.g,
+            (seg, page, end),
+            check,
+            &mut self.stats.recovery_read_retries,
+        )
     }
 
     /// Reads one page of the value-log tail, again up to [`READ_ATTEMPTS`] times while the
