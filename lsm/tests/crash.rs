@@ -72,7 +72,7 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
         _ => rng.gen_range(8193..24000),
     };
     let seed: u8 = rng.gen();
-    repeat_period(len, |i| i.wrapping_mul(31) ^ seed)
+    common::repeat_period(len, |i| i.wrapping_mul(31) ^ seed)
 }
 
 type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
@@ -340,16 +340,4 @@ fn run_with(volatile_cache: bool, iterations: u32, seed: u64, engine: EngineConf
         "volatile cache {volatile_cache}: {cuts} cuts, {gc_segments} segments reclaimed, {gc_moved} live bytes moved by GC"
     );
     gc_moved
-}
-
-/// `len` bytes of the 256-byte period `byte(0..=255)`, copied a period at a time (a byte at
-/// a time cost seconds per case in a debug build: values reach hundreds of KiB).
-fn repeat_period(len: usize, byte: impl Fn(u8) -> u8) -> Vec<u8> {
-    let period: Vec<u8> = (0..=255u8).map(byte).collect();
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        let n = (len - v.len()).min(period.len());
-        v.extend_from_slice(&period[..n]);
-    }
-    v
 }

@@ -133,7 +133,7 @@ impl Case {
             },
         };
         let seed: u8 = rng.gen();
-        repeat_period(len, |i| i.wrapping_mul(29) ^ seed)
+        common::repeat_period(len, |i| i.wrapping_mul(29) ^ seed)
     }
 
     /// Device commands before the cut.
@@ -873,16 +873,4 @@ fn soak() {
         matrix().len(),
         started.elapsed().as_secs_f64()
     );
-}
-
-/// `len` bytes of the 256-byte period `byte(0..=255)`, copied a period at a time (a byte at
-/// a time cost seconds per case in a debug build: values reach hundreds of KiB).
-fn repeat_period(len: usize, byte: impl Fn(u8) -> u8) -> Vec<u8> {
-    let period: Vec<u8> = (0..=255u8).map(byte).collect();
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        let n = (len - v.len()).min(period.len());
-        v.extend_from_slice(&period[..n]);
-    }
-    v
 }

@@ -152,17 +152,7 @@ fn live_bytes_never_undercount_after_a_failed_layout_and_a_crash() {
 const VALUE: usize = 8192;
 
 fn versioned(key: u32, version: u32) -> Vec<u8> {
-    // A stamp (key, version, block) at the head of every 512-byte block over a fill byte of
-    // the pair: a value of another key or version, or a misplaced page, cannot compare equal.
-    // (Stamping every 8 bytes cost a third of this suite's time in a debug build.)
-    let fill = (key as u8) ^ (version as u8).rotate_left(3) ^ 0x5a;
-    let mut v = vec![fill; VALUE];
-    for (i, block) in v.chunks_mut(512).enumerate() {
-        block[..8].copy_from_slice(
-            &(u64::from(key) << 40 | u64::from(version) << 16 | i as u64).to_le_bytes(),
-        );
-    }
-    v
+    common::stamped_value(key, version, VALUE)
 }
 
 /// A client batch fails on the device (a hole), the next puts run garbage collection with

@@ -232,3 +232,30 @@ pub fn first_log_page(ftl: &Ftl, page: u32) -> hwftl_sim::Lba {
         .unwrap();
     ftl.geometry().lba(SegmentId(segment), page)
 }
+
+/// `len` bytes of the 256-byte period `byte(0..=255)`, copied a period at a time (a byte at
+/// a time cost seconds per case in a debug build: values reach hundreds of KiB).
+pub fn repeat_period(len: usize, byte: impl Fn(u8) -> u8) -> Vec<u8> {
+    let period: Vec<u8> = (0..=255u8).map(byte).collect();
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        let n = (len - v.len()).min(period.len());
+        v.extend_from_slice(&period[..n]);
+    }
+    v
+}
+
+/// A value of `len` bytes for version `version` of key number `key`: a stamp (key, version,
+/// block) at the head of every 512-byte block over a fill byte of the pair, so a value of
+/// another key or version, or a misplaced page, cannot compare equal. (Stamping every 8
+/// bytes cost a third of a suite's time in a debug build.)
+pub fn stamped_value(key: u32, version: u32, len: usize) -> Vec<u8> {
+    let fill = (key as u8) ^ (version as u8).rotate_left(3) ^ 0x5a;
+    let mut v = vec![fill; len];
+    for (i, block) in v.chunks_mut(512).enumerate() {
+        let stamp = (u64::from(key) << 40 | u64::from(version) << 16 | i as u64).to_le_bytes();
+        let n = block.len().min(stamp.len());
+        block[..n].copy_from_slice(&stamp[..n]);
+    }
+    v
+}
