@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hwftl_sim::{AppendDevice, Command, Completion, DeviceError, Rejected, Wait};
+use hwftl_sim::{AppendDevice, Command, Completion, DeviceError, Lba, PageBuf, Rejected, Wait};
 use parking_lot::{Condvar, Mutex};
 
 /// Called with a command's completion, or with the error that lost it.
@@ -127,6 +127,16 @@ impl GroupDone {
 pub(crate) struct Poller {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// One page read per LBA, each into a fresh buffer (for [`Poller::run`]).
+pub(crate) fn page_reads(lbas: &[Lba]) -> Vec<Command> {
+    lbas.iter()
+        .map(|&lba| Command::Read {
+            lba,
+            buf: PageBuf::for_read(),
+        })
+        .collect()
 }
 
 impl Poller {

@@ -691,13 +691,7 @@ impl Inner {
     ) -> Result<Vec<Option<PageBuf>>> {
         let first = range.start;
         let lbas: Vec<Lba> = range.map(|p| self.g.lba(seg, p)).collect();
-        let cmds = lbas
-            .iter()
-            .map(|&lba| Command::Read {
-                lba,
-                buf: PageBuf::for_read(),
-            })
-            .collect();
+        let cmds = crate::io::page_reads(&lbas);
         let results = self.poller.run(cmds, IO_WINDOW);
         let mut pages = Vec::with_capacity(results.len());
         for (i, (r, lba)) in results.into_iter().zip(lbas).enumerate() {

@@ -672,13 +672,7 @@ impl Inner {
     }
 
     fn read_pages(&self, lbas: &[Lba]) -> Result<Vec<PageBuf>> {
-        let cmds = lbas
-            .iter()
-            .map(|&lba| Command::Read {
-                lba,
-                buf: PageBuf::for_read(),
-            })
-            .collect();
+        let cmds = crate::io::page_reads(lbas);
         self.run_io(cmds)?
             .into_iter()
             .map(|c| {

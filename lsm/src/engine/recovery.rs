@@ -128,13 +128,7 @@ pub(super) fn read_pages_patiently(
     check: impl Fn(Lba, &[u8]) -> std::result::Result<(), String>,
     retries: &mut u64,
 ) -> Result<Vec<TailRead>> {
-    let cmds = lbas
-        .iter()
-        .map(|&lba| Command::Read {
-            lba,
-            buf: PageBuf::for_read(),
-        })
-        .collect();
+    let cmds = crate::io::page_reads(lbas);
     let mut out = Vec::with_capacity(lbas.len());
     for (&lba, read) in lbas.iter().zip(poller.run(cmds, IO_WINDOW)) {
         out.push(match read.and_then(Completion::into_buf) {
