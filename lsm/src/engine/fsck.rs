@@ -40,7 +40,7 @@ use crate::merge::{run_source, LevelCursor, Merge, Source};
 const VALUE_BATCH: usize = 4096;
 
 /// Pages of live values read together (8 KiB each) by the pointer check.
-const INLINE_PAGES_READ: usize = 256;
+const PAGES_READ_TOGETHER: usize = 256;
 
 /// What kind of problem a [`Finding`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -520,16 +520,16 @@ impl Inner {
             }
         }
         self.fsck_raw_values(&raw, r);
-        // The packed pages in order, [`INLINE_PAGES_READ`] at a time with a window of reads
+        // The packed pages in order, [`PAGES_READ_TOGETHER`] at a time with a window of reads
         // in flight (one page per device round trip made this check slow).
         let inline: Vec<_> = inline.into_iter().collect();
         let mut retries = 0;
-        for chunk in inline.chunks(INLINE_PAGES_READ) {
+        for chunk in inline.chunks(PAGES_READ_TOGETHER) {
             let mut lbas = Vec::with_capacity(chunk.len());
             for &((log_seg, page), _) in chunk {
                 lbas.push(self.g.lba(SegmentId(self.segment_of(log_seg)?), page));
             }
-            let reads = read_pages_patiently(&self.poller, &lbas, |_, _| Ok(()), &mut retries)?;
+            let reads = read_pages_patiently(&self.poller, &lbas, &mut retries)?;
             for (((log_seg, page), values), read) in chunk.iter().zip(reads) {
                 self.fsck_inline_page((*log_seg, *page), values, read, r)?;
             }
@@ -538,7 +538,7 @@ impl Inner {
     }
 
     /// Verifies raw values (their pages against the pointer's crc), about
-    /// [`INLINE_PAGES_READ`] pages' worth at a time with a window of reads in flight; a
+    /// [`PAGES_READ_TOGETHER`] pages' worth at a time with a window of reads in flight; a
     /// group that fails is read again value by value, so each finding names its key.
     fn fsck_raw_values(&self, raw: &[(Vec<u8>, ValuePtr)], r: &mut FsckReport) {
         let pps = self.g.pages_per_segment();
@@ -548,7 +548,7 @@ impl Inner {
             let n = rest
                 .iter()
                 .take_while(|(_, p)| {
-                    let fits = pages < INLINE_PAGES_READ;
+                    let fits = pages < PAGES_READ_TOGETHER;
                     pages += p
                         .runs(pps)
                         .iter()
@@ -604,7 +604,7 @@ impl Inner {
                     FindingKind::Dangling,
                     format!(
                         "page {page} of log segment {log_seg} was never written, and {} \
-                             live values point into it (key {} first)",
+                         live values point into it (key {} first)",
                         values.len(),
                         show(&values[0].0)
                     ),
@@ -616,7 +616,7 @@ impl Inner {
                     FindingKind::Checksum,
                     format!(
                         "page {page} of log segment {log_seg} (device segment {segment}), \
-                             holding {} live values (key {} first), cannot be read: {why}",
+                         holding {} live values (key {} first), cannot be read: {why}",
                         values.len(),
                         show(&values[0].0)
                     ),
@@ -632,7 +632,7 @@ impl Inner {
                     FindingKind::Checksum,
                     format!(
                         "page {page} of log segment {log_seg} (device segment {segment}), \
-                             holding {} live values (key {} first): {e}",
+                         holding {} live values (key {} first): {e}",
                         values.len(),
                         show(&values[0].0)
                     ),
@@ -655,7 +655,7 @@ impl Inner {
                     FindingKind::Dangling,
                     format!(
                         "key {}: page {page} of log segment {log_seg} holds no record of it \
-                             at offset {offset} ({len} bytes)",
+                         at offset {offset} ({len} bytes)",
                         show(key)
                     ),
                 ));
