@@ -1,10 +1,11 @@
 //! `cargo xtask`: the project's tasks.
 //!
-//! - `cargo xtask test [ARGS]`: installs the Debian tools the tests use when they are missing
-//!   (`apt-get update` first), then runs every test of the workspace (`cargo test --workspace`)
-//!   and, without ARGS, the read-epoch protocol under shuttle (`cargo test --workspace
-//!   --features lsm/shuttle --lib epoch::`). The fuzz targets run in `cargo xtask fuzz` (their seed corpora
-//!   are replayed by the stable tests).
+//! - `cargo xtask test [--jobs N] [ARGS]`: installs the Debian tools the tests use when they
+//!   are missing (`apt-get update` first), builds every test target of the workspace and runs
+//!   the test binaries N at a time, longest first (see `testrun`), with the doc tests and the
+//!   read-epoch protocol under shuttle (`cargo test --workspace --features lsm/shuttle --lib
+//!   epoch::`) as two more jobs. With ARGS it is plain `cargo test --workspace ARGS`. The fuzz
+//!   targets run in `cargo xtask fuzz` (their seed corpora are replayed by the stable tests).
 //! - `cargo xtask fuzz [--seconds N] [--target NAME]`: the cargo-fuzz targets of `fuzz/`
 //!   (nightly; cargo-fuzz installed if missing), each for N seconds (see `fuzz`).
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
@@ -20,6 +21,7 @@
 
 mod cluster;
 mod fuzz;
+mod testrun;
 mod ycsb;
 
 use std::process::{Command, ExitCode};
@@ -100,7 +102,11 @@ struct Cli {
 enum Task {
     /// Install missing test tools, then run every test of the workspace.
     Test {
-        /// Passed to `cargo test` (e.g. a test name filter, or `-- --nocapture`).
+        /// Test binaries run at once (default: the host's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Passed to `cargo test` (e.g. a test name filter, or `-- --nocapture`); with
+        /// ARGS the binaries run one at a time through `cargo test`, without the shuttle step.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -290,53 +296,75 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.task {
-        Task::Test { args } => {
+        Task::Test {
+            jobs: jobs_flag,
+            args,
+        } => {
             ensure_debian_tools();
             let log = std::env::current_dir()?
                 .join("target")
                 .join("test-skips.log");
             let _ = std::fs::create_dir_all(log.parent().unwrap_or(std::path::Path::new(".")));
             let _ = std::fs::remove_file(&log);
-            // Build every test target first: `cargo test --workspace` builds the drive binary
-            // with the workspace's test features, and the adapters' tests start that binary
-            // (LIGHTSTORE_BIN) instead of building it again alone, which resolves features
-            // differently and rebuilt half the dependency tree (minutes on two cores).
-            cargo(&["test", "--workspace", "--no-run"], &[])?;
-            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-                || std::env::current_dir().map(|d| d.join("target")),
-                |t| Ok(std::path::PathBuf::from(t)),
-            )?;
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .context("no workspace root")?
+                .to_path_buf();
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+            // The adapters' and xtask's tests start the drive binary that `cargo test
+            // --workspace` built with the workspace's test features (LIGHTSTORE_BIN) instead
+            // of building it again alone, which resolves features differently and rebuilt half
+            // the dependency tree (minutes on two cores).
             let drive = std::path::absolute(target.join("debug").join("lightstore"))?;
-            let tested = cargo_env(
-                &["test", "--workspace"],
-                &args,
-                &[(SKIP_LOG_ENV, &log), (DRIVE_BIN_ENV, &drive)],
-            );
+            let env = [
+                (SKIP_LOG_ENV, log.as_path()),
+                (DRIVE_BIN_ENV, drive.as_path()),
+            ];
+            if !args.is_empty() {
+                // A filter or harness flags: plain `cargo test`, one binary at a time.
+                cargo(&["test", "--workspace", "--no-run"], &[])?;
+                let tested = cargo_env(&["test", "--workspace"], &args, &env);
+                let skips = check_skips(&log);
+                tested?;
+                return skips;
+            }
+            let mut jobs = testrun::build_test_binaries(&root)?;
+            jobs.push(testrun::Job::cargo(
+                "doc tests",
+                &root,
+                &["test", "--workspace", "--doc"],
+            ));
+            // The read-epoch protocol under shuttle's randomised scheduler (its atomics and
+            // locks are swapped for shuttle's by the feature, so it builds and runs alone).
+            // The whole workspace is selected so that dependencies resolve with the features
+            // the build above used: `-p lsm` alone rebuilt a third of the dependency tree
+            // (four minutes on two cores); this rebuilds only lsm and the libraries on it,
+            // while the other jobs run.
+            jobs.push(testrun::Job::cargo(
+                testrun::SHUTTLE_JOB,
+                &root,
+                &[
+                    "test",
+                    "--workspace",
+                    "--features",
+                    "lsm/shuttle",
+                    "--lib",
+                    "epoch::",
+                ],
+            ));
+            testrun::order(&mut jobs, &target);
+            let workers = jobs_flag.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
+            });
+            let tested = testrun::run(jobs, workers, &env, &target);
             let skips = check_skips(&log);
             tested?;
             skips?;
-            if args.is_empty() {
-                // The read-epoch protocol under shuttle's randomised scheduler (its atomics
-                // and locks are swapped for shuttle's by the feature, so it runs alone). The
-                // whole workspace is selected so that dependencies resolve with the features
-                // the build above used: `-p lsm` alone rebuilt a third of the dependency tree
-                // (four minutes on two cores); this rebuilds only lsm and the libraries on it.
-                cargo(
-                    &[
-                        "test",
-                        "--workspace",
-                        "--features",
-                        "lsm/shuttle",
-                        "--lib",
-                        "epoch::",
-                    ],
-                    &[],
-                )?;
-                // The fuzz targets themselves (nightly, ASan: a cold build of their own
-                // dependency tree costs several CPU-minutes) run in `cargo xtask fuzz`; the
-                // committed seed corpora are replayed through the same checks by the stable
-                // tests above (`kvproto/tests/fuzz_corpus.rs`, `adapters/tests/fuzz_corpus.rs`).
-            }
+            // The fuzz targets themselves (nightly, ASan: a cold build of their own dependency
+            // tree costs several CPU-minutes) run in `cargo xtask fuzz`; the committed seed
+            // corpora are replayed through the same checks by the stable tests above
+            // (`kvproto/tests/fuzz_corpus.rs`, `adapters/tests/fuzz_corpus.rs`).
             Ok(())
         }
         Task::Fuzz { seconds, target } => match target {
