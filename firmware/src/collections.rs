@@ -264,6 +264,40 @@ fn coll_scan<V: View + ?Sized>(
     ]))
 }
 
+/// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) run without waiting against the
+/// group: `Some(reply)` when it has its answer now (an item, or an error such as WRONGTYPE),
+/// `None` when every list it waits on is empty (or missing) and it would block. Keys are
+/// tried in argument order, as Redis does: the first non-empty list answers, and a key of
+/// another type met before it is a WRONGTYPE error.
+pub fn try_unblocked(g: &mut WriteGroup<'_>, cmd: &Collection) -> Option<Reply> {
+    let mut attempt = || -> Result<Option<Reply>> {
+        match cmd {
+            Collection::BPop { keys, left, .. } => {
+                for key in keys {
+                    if let Some(v) = g.list_pop(key, *left, 1)?.and_then(|mut p| p.pop()) {
+                        return Ok(Some(Reply::Array(vec![
+                            Reply::Bulk(key.clone()),
+                            Reply::Bulk(v),
+                        ])));
+                    }
+                }
+                Ok(None)
+            }
+            Collection::BLMove {
+                src,
+                dst,
+                from_left,
+                to_left,
+                ..
+            } => Ok(g
+                .list_move(src, dst, *from_left, *to_left)?
+                .map(Reply::Bulk)),
+            _ => Ok(None),
+        }
+    };
+    attempt().unwrap_or_else(|e| Some(err(&e)))
+}
+
 /// Applies a writing collection command to the group; its reply (sent once committed).
 pub fn write(g: &mut WriteGroup<'_>, cmd: &Collection, proto: Protocol) -> Reply {
     write_result(g, cmd, proto).unwrap_or_else(|e| err(&e))
@@ -352,6 +386,9 @@ fn write_result(g: &mut WriteGroup<'_>, cmd: &Collection, proto: Protocol) -> Re
         } => g
             .list_move(src, dst, *from_left, *to_left)?
             .map_or(Reply::Null, Reply::Bulk),
+        // Inside MULTI a blocking command does not block (Redis): nil when empty.
+        C::BPop { .. } => try_unblocked(g, cmd).unwrap_or(Reply::NullArray),
+        C::BLMove { .. } => try_unblocked(g, cmd).unwrap_or(Reply::Null),
         other => read(&*g, other, proto),
     })
 }

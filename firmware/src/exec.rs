@@ -34,6 +34,7 @@ use bytes::Bytes;
 use kvproto::command::Collection;
 use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 
+use crate::blocking::{BlockHandle, BlockHandles, Blocked};
 use crate::info::{self, Metrics};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
 use crate::store::{
@@ -85,6 +86,9 @@ pub struct Job {
     pub seq: u64,
     /// EXEC's transaction (`cmd` is then [`Command::Exec`]).
     pub tx: Option<Box<Transaction>>,
+    /// A blocking command's cancellation handle (BLPOP and the like outside MULTI: the
+    /// writer may park it, see [`crate::blocking`]).
+    pub block: Option<Arc<BlockHandle>>,
 }
 
 /// A reply for connection `conn`.
@@ -977,11 +981,35 @@ impl InFlightGroups {
 /// The writer thread's loop: returns when the queue closes (after the last group is
 /// committed). Up to [`MAX_GROUPS_IN_FLIGHT`] groups are on the device at once; the next is
 /// gathered while they are written.
-pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink: &ReplySink) {
+pub fn writer_loop(
+    store: &Store,
+    metrics: &Metrics,
+    jobs: &Receiver<Job>,
+    sink: &ReplySink,
+    handles: &BlockHandles,
+) {
     let mut in_flight = InFlightGroups::new();
+    let mut blocked = Blocked::new(handles);
     loop {
+        // Blocked clients whose timeout ran out get their nil (and cancelled ones leave).
+        if !blocked.is_empty() {
+            let timed_out = blocked.expire(now_ms());
+            sink.send_all(
+                timed_out
+                    .into_iter()
+                    .map(|(conn, seq, reply)| Done { conn, seq, reply })
+                    .collect(),
+            );
+            metrics
+                .blocked_clients
+                .store(blocked.len() as u64, Ordering::Relaxed);
+        }
         let first = if in_flight.groups.is_empty() {
-            match jobs.recv_timeout(EXPIRY_SWEEP) {
+            // Asleep no longer than the next blocked client's deadline.
+            let wait = blocked.next_deadline().map_or(EXPIRY_SWEEP, |d| {
+                Duration::from_millis(d.saturating_sub(now_ms())).min(EXPIRY_SWEEP)
+            });
+            match jobs.recv_timeout(wait) {
                 Ok(j) => j,
                 Err(RecvTimeoutError::Timeout) => {
                     sweep_expired(store);
@@ -1023,11 +1051,36 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 group_keys.clear();
                 sink.send_all(replies);
             }
+            let mut wrote: Vec<Bytes> = Vec::new();
             if let Some(tx) = job.tx.take() {
                 // The transaction's writes join this (fresh) group: one atomic batch.
                 let reply =
                     run_transaction(&mut group, &mut group_keys, store, metrics, &tx, job.proto);
                 pending.push((job.conn, job.seq, reply));
+                if !blocked.is_empty() {
+                    wrote = group_keys
+                        .keys()
+                        .map(|k| Bytes::copy_from_slice(k))
+                        .collect();
+                }
+            } else if let (Command::Collection(c), Some(handle)) = (&job.cmd, job.block.take()) {
+                // BLPOP and the like: answered now if a list has an item, else parked.
+                if in_flight.conflicts(&job.cmd) {
+                    in_flight.drain(store, metrics, sink);
+                }
+                let before = group.bytes();
+                match crate::collections::try_unblocked(&mut group, c) {
+                    Some(reply) => {
+                        if group.bytes() != before {
+                            wrote = served_keys(c, &reply);
+                            note_written(&mut group_keys, &wrote);
+                        }
+                        pending.push((job.conn, job.seq, reply));
+                    }
+                    None => {
+                        blocked.park(job.conn, job.seq, c.clone(), handle, now_ms());
+                    }
+                }
             } else if matches!(job.cmd, Command::FlushAll) {
                 let reply = match store::flush_all(store) {
                     Ok(()) => Reply::ok(),
@@ -1042,8 +1095,28 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
                 }
+                let before = group.bytes();
                 let reply = apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto);
                 pending.push((job.conn, job.seq, reply));
+                if !blocked.is_empty() && group.bytes() != before {
+                    wrote = job
+                        .cmd
+                        .keys()
+                        .into_iter()
+                        .map(Bytes::copy_from_slice)
+                        .collect();
+                }
+            }
+            // Clients blocked on a list this command filled are served now, in this group,
+            // before the next command (Redis serves them right after the command).
+            if !blocked.is_empty() && !wrote.is_empty() {
+                let mut batch = Serving {
+                    group: &mut group,
+                    group_keys: &mut group_keys,
+                    pending: &mut pending,
+                    in_flight: &mut in_flight,
+                };
+                batch.serve_ready(&mut blocked, wrote, store, metrics, sink);
             }
             if taken < MAX_BATCH && group.bytes() < GROUP_BYTES {
                 next = jobs.try_recv().ok();
@@ -1076,6 +1149,87 @@ pub fn writer_loop(store: &Store, metrics: &Metrics, jobs: &Receiver<Job>, sink:
         }
     }
     in_flight.drain(store, metrics, sink);
+}
+
+/// The group being built, as serving blocked clients needs it.
+struct Serving<'a, 'g> {
+    group: &'a mut WriteGroup<'g>,
+    group_keys: &'a mut GroupKeys,
+    pending: &'a mut GroupReplies,
+    in_flight: &'a mut InFlightGroups,
+}
+
+impl Serving<'_, '_> {
+    /// Serves the clients blocked on `ready` (keys just written): for each key, while it
+    /// holds a non-empty list and has a live waiter, the oldest waiter's command runs again
+    /// without blocking in this group and its reply joins the group's (see
+    /// [`crate::blocking`]). A served BLMOVE's destination becomes ready in turn.
+    fn serve_ready(
+        &mut self,
+        blocked: &mut Blocked,
+        ready: Vec<Bytes>,
+        store: &Store,
+        metrics: &Metrics,
+        sink: &ReplySink,
+    ) {
+        let mut ready: VecDeque<Bytes> =
+            ready.into_iter().filter(|k| blocked.waits_on(k)).collect();
+        while let Some(key) = ready.pop_front() {
+            while let Some(w) = blocked.first_on(&key) {
+                // Only a list with an item wakes a waiter (a key that became another type
+                // leaves them waiting, as in Redis).
+                if !matches!(store::list::len(&*self.group, &key), Ok(n) if n > 0) {
+                    break;
+                }
+                let cmd = Command::Collection(w.cmd);
+                if self.in_flight.conflicts(&cmd) {
+                    self.in_flight.drain(store, metrics, sink);
+                }
+                let Command::Collection(c) = &cmd else {
+                    break;
+                };
+                let before = self.group.bytes();
+                let Some(reply) = crate::collections::try_unblocked(self.group, c) else {
+                    break;
+                };
+                if self.group.bytes() != before {
+                    let wrote = served_keys(c, &reply);
+                    note_written(self.group_keys, &wrote);
+                    for k in wrote {
+                        if k != key && blocked.waits_on(&k) && !ready.contains(&k) {
+                            ready.push_back(k);
+                        }
+                    }
+                }
+                if let Some((conn, seq)) = blocked.served(w.id) {
+                    self.pending.push((conn, seq, reply));
+                }
+            }
+        }
+        metrics
+            .blocked_clients
+            .store(blocked.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The keys a blocking command that got its answer wrote: BLPOP's the key it popped (named
+/// in its reply), BLMOVE's both lists.
+fn served_keys(cmd: &Collection, reply: &Reply) -> Vec<Bytes> {
+    match (cmd, reply) {
+        (Collection::BLMove { src, dst, .. }, _) => vec![src.clone(), dst.clone()],
+        (Collection::BPop { .. }, Reply::Array(kv)) => match kv.first() {
+            Some(Reply::Bulk(k)) => vec![k.clone()],
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// Records `keys` as written (not plainly) in the group's key set.
+fn note_written(group_keys: &mut GroupKeys, keys: &[Bytes]) {
+    for k in keys {
+        group_keys.insert(k.to_vec(), false);
+    }
 }
 
 /// Records the user keys `cmd` writes in its group's key set (`true` while every write to

@@ -191,6 +191,8 @@ pub struct Metrics {
     pub port: u16,
     /// Clients connected now.
     pub connected_clients: AtomicU64,
+    /// Clients waiting in BLPOP, BRPOP, BLMOVE or BRPOPLPUSH (set by the writer thread).
+    pub blocked_clients: AtomicU64,
     /// Connections accepted since start.
     pub total_connections: AtomicU64,
     /// Connections refused (maxclients, protected mode).
@@ -249,6 +251,7 @@ impl Metrics {
             started: Instant::now(),
             port,
             connected_clients: AtomicU64::new(0),
+            blocked_clients: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             commands_processed: AtomicU64::new(0),
@@ -345,9 +348,10 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
     if wants(sections, "clients") {
         let _ = write!(
             s,
-            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:0\r\n\
+            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:{}\r\n\
              buffered_request_bytes:{}\r\nclients_paused_budget:{}\r\n\r\n",
             load(&m.connected_clients),
+            load(&m.blocked_clients),
             load(&m.buffered_request_bytes),
             load(&m.clients_paused_budget),
         );

@@ -14,6 +14,7 @@
 //! `mio` waker). A panic on any thread ends the process (`crash`). See docs/ARCHITECTURE.md.
 
 mod acl;
+mod blocking;
 mod cluster;
 mod collections;
 mod config;
@@ -508,6 +509,7 @@ fn main() -> anyhow::Result<()> {
         max_bulk_len: cfg.proto_max_bulk_len,
         ..Limits::default()
     };
+    let block_handles = blocking::BlockHandles::default();
     let net_cfg = NetConfig {
         users,
         tls: tls_config,
@@ -522,6 +524,7 @@ fn main() -> anyhow::Result<()> {
         slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
         slowlog_max_len: cfg.slowlog_max_len,
         latency_monitor_threshold_ms: cfg.latency_monitor_threshold,
+        block_handles: block_handles.clone(),
     };
     let net = Net::new(
         poll,
@@ -547,7 +550,7 @@ fn main() -> anyhow::Result<()> {
     let writer_thread = {
         let (store, metrics) = (store.clone(), metrics.clone());
         spawn("ls-writer", move || {
-            exec::writer_loop(&store, &metrics, &writer_rx, &sink);
+            exec::writer_loop(&store, &metrics, &writer_rx, &sink, &block_handles);
         })?
     };
     let net_thread = spawn("ls-net", move || {

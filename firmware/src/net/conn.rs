@@ -179,6 +179,9 @@ pub(super) struct Conn {
     /// A job its worker's queue had no room for (counted in flight; nothing else runs
     /// before it leaves).
     pub(super) stalled: Option<(Route, Job)>,
+    /// A blocking command in flight (its sequence number and cancellation handle): nothing
+    /// more of this connection runs until it is answered, and closing cancels it.
+    pub(super) blocked: Option<(u64, Arc<crate::blocking::BlockHandle>)>,
     /// Since when its output has been over the soft limit.
     pub(super) soft_since: Option<Instant>,
     /// Reading waits for the drive-wide budget.
@@ -250,6 +253,7 @@ impl Conn {
             held: 0,
             framed: 0,
             stalled: None,
+            blocked: None,
             soft_since: None,
             budget_paused: false,
             all_channels: auth.all_channels,
@@ -401,6 +405,9 @@ fn client_flags(c: &Conn) -> String {
     }
     if c.multi.is_some() {
         f.push('x');
+    }
+    if c.blocked.is_some() {
+        f.push('b');
     }
     if c.no_evict {
         f.push('e');

@@ -104,6 +104,8 @@ pub struct NetConfig {
     pub slowlog_max_len: usize,
     /// `latency-monitor-threshold` in milliseconds (0: off).
     pub latency_monitor_threshold_ms: u64,
+    /// Makes the cancellation handles of blocking commands (shared with the writer's table).
+    pub block_handles: crate::blocking::BlockHandles,
 }
 
 /// The network thread's state.
@@ -336,6 +338,10 @@ impl Net {
     fn close(&mut self, id: u64) {
         self.unsubscribe_all(id);
         if let Some(mut c) = self.conns.remove(&id) {
+            if let Some((_, h)) = c.blocked.take() {
+                // Never served now: no item is popped for a client that is gone.
+                h.cancel();
+            }
             self.budget.release(&c);
             self.store.unwatch(&c.watched);
             c.transport.close_notify();
@@ -499,6 +505,11 @@ impl Net {
             }
             if c.stalled.is_some() {
                 // Its worker's queue was full: nothing may overtake that job.
+                return;
+            }
+            if c.blocked.is_some() {
+                // A blocking command waits for its list: the client's later commands wait
+                // for its reply (Redis runs nothing of a blocked client).
                 return;
             }
             let Some(args) = c.backlog.front() else {
@@ -721,12 +732,22 @@ impl Net {
             } else {
                 None
             };
+            // BLPOP and the like may wait in the writer: the handle lets a close cancel it.
+            let block = match &cmd {
+                Command::Collection(b) if b.block_timeout_ms().is_some() => {
+                    let h = self.cfg.block_handles.handle();
+                    c.blocked = Some((c.next_seq, h.clone()));
+                    Some(h)
+                }
+                _ => None,
+            };
             let job = Job {
                 conn: id,
                 proto: c.proto,
                 cmd,
                 seq: c.next_seq,
                 tx,
+                block,
             };
             c.next_seq += 1;
             let sent = match route {
@@ -827,6 +848,12 @@ impl Net {
                         }
                     }
                 }
+                if c.blocked
+                    .as_ref()
+                    .is_some_and(|(seq, _)| *seq == c.next_reply)
+                {
+                    c.blocked = None;
+                }
                 c.next_reply += 1;
                 self.metrics
                     .value_bytes_moved
@@ -877,6 +904,12 @@ impl Net {
             if c.eof && c.in_flight == 0 && c.backlog.is_empty() {
                 c.closing = true;
             }
+            if c.eof && c.blocked.is_some() {
+                // The peer went while blocked: Redis frees such a client at once (an item
+                // popped for it would be lost). `flush` closes it, which cancels the wait.
+                c.backlog.clear();
+                c.closing = true;
+            }
         }
     }
 
@@ -925,7 +958,12 @@ impl Net {
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }
-        let done = c.closing && c.out.is_empty() && !held && c.in_flight == 0;
+        // A blocked command is not waited for: closing cancels it (`close`), and it would
+        // never be answered otherwise.
+        let done = c.closing
+            && c.out.is_empty()
+            && !held
+            && (c.in_flight == 0 || c.blocked.is_some());
         if dead || done {
             self.close(id);
         }

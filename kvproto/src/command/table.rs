@@ -1249,6 +1249,50 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Moves the tail item of a list to the head of another."
     ),
     spec!(
+        "blpop",
+        -3,
+        ["write", "blocking"],
+        1,
+        -2,
+        1,
+        "list",
+        "O(N) where N is the number of keys",
+        "Removes and returns the first item of the first non-empty list, or blocks until one is available."
+    ),
+    spec!(
+        "brpop",
+        -3,
+        ["write", "blocking"],
+        1,
+        -2,
+        1,
+        "list",
+        "O(N) where N is the number of keys",
+        "Removes and returns the last item of the first non-empty list, or blocks until one is available."
+    ),
+    spec!(
+        "blmove",
+        6,
+        ["write", "denyoom", "blocking"],
+        1,
+        2,
+        1,
+        "list",
+        "O(1)",
+        "Moves an item between lists, or blocks until one is available."
+    ),
+    spec!(
+        "brpoplpush",
+        4,
+        ["write", "denyoom", "blocking"],
+        1,
+        2,
+        1,
+        "list",
+        "O(1)",
+        "Moves the tail item of a list to the head of another, or blocks until one is available."
+    ),
+    spec!(
         "lpos",
         -3,
         ["readonly"],

@@ -247,6 +247,40 @@ pub enum Collection {
         to_left: bool,
         name: &'static str,
     },
+    /// `BLPOP key [key ...] timeout` and BRPOP: the first non-empty list's end, or wait for
+    /// one (`timeout_ms` 0: for ever).
+    BPop {
+        keys: Vec<Bytes>,
+        left: bool,
+        timeout_ms: u64,
+    },
+    /// `BLMOVE src dst LEFT|RIGHT LEFT|RIGHT timeout` and `BRPOPLPUSH src dst timeout`: LMOVE,
+    /// or wait for `src` to have an item (`timeout_ms` 0: for ever).
+    BLMove {
+        src: Bytes,
+        dst: Bytes,
+        from_left: bool,
+        to_left: bool,
+        timeout_ms: u64,
+        name: &'static str,
+    },
+}
+
+/// A blocking command's timeout in seconds (a float, as Redis 7 reads it: rounded up to the
+/// millisecond), with Redis's errors.
+fn block_timeout(v: &[u8]) -> Result<u64, CommandError> {
+    let secs =
+        super::parse_f64(v).ok_or_else(|| err("ERR timeout is not a float or out of range"))?;
+    let ms = (secs * 1000.0).ceil();
+    if ms > i64::MAX as f64 {
+        return Err(err("ERR timeout is out of range"));
+    }
+    if ms < 0.0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    // Below i64::MAX and not negative: the cast is exact up to f64's precision.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(ms as u64)
 }
 
 /// `ERR value is out of range, must be positive`.
@@ -684,6 +718,40 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                 to_left: true,
                 name: "rpoplpush",
             },
+            // The timeout is read first, as Redis does (a bad timeout wins over a bad key).
+            "blpop" | "brpop" => {
+                let (timeout, keys) = a.split_last().ok_or_else(|| super::wrong_args(name))?;
+                C::BPop {
+                    timeout_ms: block_timeout(timeout)?,
+                    keys: keys.to_vec(),
+                    left: name == "blpop",
+                }
+            }
+            "blmove" => {
+                // The ends are read before the timeout, as Redis does.
+                let side = |s: &[u8]| match lower(s).as_slice() {
+                    b"left" => Ok(true),
+                    b"right" => Ok(false),
+                    _ => Err(err(SYNTAX)),
+                };
+                let (from_left, to_left) = (side(&a[2])?, side(&a[3])?);
+                C::BLMove {
+                    src: key(),
+                    dst: a[1].clone(),
+                    from_left,
+                    to_left,
+                    timeout_ms: block_timeout(&a[4])?,
+                    name: "blmove",
+                }
+            }
+            "brpoplpush" => C::BLMove {
+                timeout_ms: block_timeout(&a[2])?,
+                src: key(),
+                dst: a[1].clone(),
+                from_left: false,
+                to_left: true,
+                name: "brpoplpush",
+            },
             _ => return Ok(None),
         }))
     })();
@@ -701,6 +769,18 @@ fn set_op(name: &str) -> SetOp {
 }
 
 impl Collection {
+    /// How long a blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) may wait, in
+    /// milliseconds (0: for ever); `None` for every other command.
+    #[must_use]
+    pub fn block_timeout_ms(&self) -> Option<u64> {
+        match self {
+            Collection::BPop { timeout_ms, .. } | Collection::BLMove { timeout_ms, .. } => {
+                Some(*timeout_ms)
+            }
+            _ => None,
+        }
+    }
+
     /// The command's name as in the command table.
     #[must_use]
     pub fn name(&self) -> &'static str {
@@ -741,7 +821,10 @@ impl Collection {
             C::ZRange { name, .. }
             | C::ZRemRange { name, .. }
             | C::Push { name, .. }
-            | C::LMove { name, .. } => name,
+            | C::LMove { name, .. }
+            | C::BLMove { name, .. } => name,
+            C::BPop { left: true, .. } => "blpop",
+            C::BPop { .. } => "brpop",
             C::Pop { left: true, .. } => "lpop",
             C::Pop { .. } => "rpop",
             C::LRange { .. } => "lrange",
@@ -777,7 +860,10 @@ impl Collection {
             C::SCombineStore { dst, keys, .. } => std::iter::once(&dst[..])
                 .chain(keys.iter().map(|k| &k[..]))
                 .collect(),
-            C::SMove { src, dst, .. } | C::LMove { src, dst, .. } => vec![&src[..], &dst[..]],
+            C::SMove { src, dst, .. } | C::LMove { src, dst, .. } | C::BLMove { src, dst, .. } => {
+                vec![&src[..], &dst[..]]
+            }
+            C::BPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
             C::SAdd { key, .. }
             | C::SRem { key, .. }
             | C::SMembers(key)
@@ -877,5 +963,56 @@ mod tests {
         assert_eq!(err_text(&["sscan", "s", "x"]), "ERR invalid cursor");
         assert!(cmd(&["sadd", "s", "a"]).is_ok_and(|c| c.is_write()));
         assert!(cmd(&["sinter", "a", "b"]).is_ok_and(|c| !c.is_write() && c.keys().len() == 2));
+    }
+
+    #[test]
+    fn blocking_pops_parse_their_timeout_first_as_redis_does() {
+        let Ok(Command::Collection(Collection::BPop {
+            keys,
+            left,
+            timeout_ms,
+        })) = cmd(&["BLPOP", "a", "b", "1.5"])
+        else {
+            panic!("BLPOP parses");
+        };
+        assert_eq!((keys.len(), left, timeout_ms), (2, true, 1500));
+        // Rounded up to the millisecond, 0 waits for ever.
+        let t = |v: &str| match cmd(&["brpop", "k", v]) {
+            Ok(Command::Collection(c)) => c.block_timeout_ms(),
+            _ => None,
+        };
+        assert_eq!(t("0.0001"), Some(1));
+        assert_eq!(t("0"), Some(0));
+        assert_eq!(
+            err_text(&["blpop", "k", "x"]),
+            "ERR timeout is not a float or out of range"
+        );
+        assert_eq!(
+            err_text(&["blpop", "k", "nan"]),
+            "ERR timeout is not a float or out of range"
+        );
+        assert_eq!(err_text(&["blpop", "k", "-1"]), "ERR timeout is negative");
+        assert_eq!(
+            err_text(&["blpop", "k", "inf"]),
+            "ERR timeout is out of range"
+        );
+        assert!(err_text(&["blpop", "k"]).starts_with("ERR wrong number of arguments"));
+        // BLMOVE reads its ends before its timeout.
+        assert_eq!(err_text(&["blmove", "s", "d", "up", "left", "x"]), SYNTAX);
+        assert_eq!(
+            err_text(&["blmove", "s", "d", "left", "left", "x"]),
+            "ERR timeout is not a float or out of range"
+        );
+        let mv = cmd(&["brpoplpush", "s", "d", "2"]).unwrap();
+        assert!(mv.is_write());
+        assert_eq!(mv.keys(), vec![&b"s"[..], &b"d"[..]]);
+        let Command::Collection(c) = mv else {
+            panic!("a collection command");
+        };
+        assert_eq!(c.block_timeout_ms(), Some(2000));
+        assert!(cmd(&["lpop", "k"]).is_ok_and(|c| match c {
+            Command::Collection(c) => c.block_timeout_ms().is_none(),
+            _ => false,
+        }));
     }
 }

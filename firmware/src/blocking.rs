@@ -1,0 +1,347 @@
+//! Blocked clients: the writer thread's table of BLPOP, BRPOP, BLMOVE and BRPOPLPUSH
+//! commands waiting for a list to have an item.
+//!
+//! **Where a wait lives.** A blocking command is a write, so it goes to `ls-writer` like
+//! LPOP. There it is first run as its non-blocking twin against the write group being
+//! built (so it sees every earlier write, its own group's included); if every list it names
+//! is empty it is *parked* here instead of answered: no reply is sent, and `ls-net`, which
+//! saw it leave as a blocking command, runs nothing more of that connection until its reply
+//! comes (Redis: a blocked client's later commands wait). Nothing else waits: the writer
+//! goes on with other clients' commands.
+//!
+//! **Who wakes it.** After each command (or EXEC) the writer applied, the keys it wrote that
+//! someone waits on are *ready*; for each, while the key holds a non-empty list and has
+//! waiters, the oldest waiter's command is run again, non-blocking, in the same write group
+//! (Redis 7.2 re-executes a served command the same way): so the push and the pops it
+//! serves are one atomic group commit, the pusher is answered first (its reply is earlier
+//! in the group) and waiters are served in the order they blocked. A served BLMOVE writes
+//! its destination, which may make that key ready in turn. A waiter blocked on several keys
+//! leaves every key's queue once served.
+//!
+//! **Timeouts** are kept in a deadline-ordered set; the writer looks at it every turn and
+//! sleeps no longer than the next deadline, answering a timed-out waiter with Redis's nil
+//! (a null array, BLMOVE's too: Redis answers every timed-out list wait so).
+//!
+//! **A client that leaves.** `ls-net` holds a [`BlockHandle`] for each blocking command it
+//! sent and cancels it when the connection closes (the peer's end of stream or reset,
+//! CLIENT KILL, the output limit, shutdown). A cancelled waiter is never
+//! served, so no item is popped for a client that is gone; the writer drops cancelled
+//! waiters lazily (when one is cancelled it prunes the table at its next turn). The one
+//! window left is Redis's own: a client that goes between being served and reading its
+//! reply loses that item (Redis has written it into a socket the peer then resets).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use foldhash::{HashMap, HashMapExt};
+use kvproto::command::Collection;
+use kvproto::Reply;
+
+/// A parked command's cancellation flag, shared by `ls-net` (which cancels it when its
+/// connection closes) and the writer (which never serves a cancelled waiter).
+#[derive(Debug)]
+pub struct BlockHandle {
+    cancelled: AtomicBool,
+    /// The table's count of cancellations not yet pruned.
+    to_prune: Arc<AtomicUsize>,
+}
+
+impl BlockHandle {
+    /// Cancels the wait: the command will never be served or answered.
+    pub fn cancel(&self) {
+        if !self.cancelled.swap(true, Ordering::AcqRel) {
+            self.to_prune.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+/// Makes the handles of one drive's parked commands (they all report to its table).
+#[derive(Clone, Debug, Default)]
+pub struct BlockHandles {
+    to_prune: Arc<AtomicUsize>,
+}
+
+impl BlockHandles {
+    /// A handle for a command about to be sent to the writer.
+    #[must_use]
+    pub fn handle(&self) -> Arc<BlockHandle> {
+        Arc::new(BlockHandle {
+            cancelled: AtomicBool::new(false),
+            to_prune: self.to_prune.clone(),
+        })
+    }
+}
+
+/// One parked command.
+struct Waiter {
+    conn: u64,
+    seq: u64,
+    cmd: Collection,
+    /// When it times out (ms since the epoch); `None`: never.
+    deadline: Option<u64>,
+    handle: Arc<BlockHandle>,
+}
+
+impl Waiter {
+    /// The keys it waits on (BLPOP's keys, BLMOVE's source).
+    fn keys(&self) -> Vec<Bytes> {
+        match &self.cmd {
+            Collection::BPop { keys, .. } => keys.clone(),
+            Collection::BLMove { src, .. } => vec![src.clone()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A waiter's command, to run again when one of its keys is ready.
+pub struct Wakeup {
+    /// Its id in the table (pass to [`Blocked::served`] once answered).
+    pub id: u64,
+    /// The blocking command.
+    pub cmd: Collection,
+}
+
+/// The table of parked commands (owned by the writer thread).
+pub struct Blocked {
+    next_id: u64,
+    waiters: HashMap<u64, Waiter>,
+    /// Waiter ids per key, in the order they blocked.
+    by_key: HashMap<Bytes, VecDeque<u64>>,
+    /// (deadline, id) of the waiters that time out.
+    deadlines: BTreeSet<(u64, u64)>,
+    to_prune: Arc<AtomicUsize>,
+}
+
+impl Blocked {
+    /// An empty table for the commands whose handles `handles` makes.
+    #[must_use]
+    pub fn new(handles: &BlockHandles) -> Blocked {
+        Blocked {
+            next_id: 0,
+            waiters: HashMap::new(),
+            by_key: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            to_prune: handles.to_prune.clone(),
+        }
+    }
+
+    /// How many commands wait (INFO `blocked_clients`).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Whether nothing waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Whether some command waits on `key`.
+    #[must_use]
+    pub fn waits_on(&self, key: &[u8]) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    /// Parks `cmd` (a blocking command that found nothing) of request `seq` on `conn`;
+    /// `now_ms`: the time its timeout counts from. A command whose handle was already
+    /// cancelled is dropped.
+    pub fn park(
+        &mut self,
+        conn: u64,
+        seq: u64,
+        cmd: Collection,
+        handle: Arc<BlockHandle>,
+        now_ms: u64,
+    ) {
+        if handle.is_cancelled() {
+            return;
+        }
+        let deadline = match cmd.block_timeout_ms() {
+            Some(0) | None => None,
+            Some(ms) => Some(now_ms.saturating_add(ms)),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let w = Waiter {
+            conn,
+            seq,
+            cmd,
+            deadline,
+            handle,
+        };
+        for k in w.keys() {
+            let q = self.by_key.entry(k).or_default();
+            // BLPOP k k: one place in the queue is enough.
+            if q.back() != Some(&id) {
+                q.push_back(id);
+            }
+        }
+        if let Some(d) = deadline {
+            self.deadlines.insert((d, id));
+        }
+        self.waiters.insert(id, w);
+    }
+
+    /// The oldest live waiter on `key`, if any (cancelled ones met on the way are dropped).
+    pub fn first_on(&mut self, key: &[u8]) -> Option<Wakeup> {
+        loop {
+            let id = *self.by_key.get(key)?.front()?;
+            let Some(w) = self.waiters.get(&id) else {
+                // Left already (served through another key): not in this queue any more.
+                self.unlink(key, id);
+                continue;
+            };
+            if w.handle.is_cancelled() {
+                self.remove(id);
+                continue;
+            }
+            return Some(Wakeup {
+                id,
+                cmd: w.cmd.clone(),
+            });
+        }
+    }
+
+    /// Takes waiter `id` out of the table once it has its answer; its (connection,
+    /// sequence number) for the reply.
+    pub fn served(&mut self, id: u64) -> Option<(u64, u64)> {
+        self.remove(id).map(|w| (w.conn, w.seq))
+    }
+
+    /// The earliest deadline (ms since the epoch), if any waiter has one.
+    #[must_use]
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(d, _)| d)
+    }
+
+    /// Answers every waiter whose deadline is at or before `now_ms` with Redis's nil, and
+    /// drops cancelled waiters; the replies to send, as (connection, sequence, reply).
+    pub fn expire(&mut self, now_ms: u64) -> Vec<(u64, u64, Reply)> {
+        if self.to_prune.swap(0, Ordering::AcqRel) > 0 {
+            let gone: Vec<u64> = self
+                .waiters
+                .iter()
+                .filter(|(_, w)| w.handle.is_cancelled())
+                .map(|(&id, _)| id)
+                .collect();
+            for id in gone {
+                self.remove(id);
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(&(d, id)) = self.deadlines.first() {
+            if d > now_ms {
+                break;
+            }
+            if let Some(w) = self.remove(id) {
+                if !w.handle.is_cancelled() {
+                    // Redis answers a null array for every list wait, BLMOVE's too.
+                    out.push((w.conn, w.seq, Reply::NullArray));
+                }
+            }
+        }
+        out
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for k in w.keys() {
+            self.unlink(&k, id);
+        }
+        if let Some(d) = w.deadline {
+            self.deadlines.remove(&(d, id));
+        }
+        Some(w)
+    }
+
+    fn unlink(&mut self, key: &[u8], id: u64) {
+        if let Some(q) = self.by_key.get_mut(key) {
+            q.retain(|&x| x != id);
+            if q.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bpop(keys: &[&str], timeout_ms: u64) -> Collection {
+        Collection::BPop {
+            keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
+            left: true,
+            timeout_ms,
+        }
+    }
+
+    fn table() -> (Blocked, BlockHandles) {
+        let handles = BlockHandles::default();
+        (Blocked::new(&handles), handles)
+    }
+
+    #[test]
+    fn waiters_are_woken_in_the_order_they_blocked_and_leave_every_key() {
+        let (mut b, h) = table();
+        b.park(1, 10, bpop(&["a", "b"], 0), h.handle(), 0);
+        b.park(2, 20, bpop(&["b"], 0), h.handle(), 0);
+        let first = b.first_on(b"b").unwrap();
+        assert_eq!(b.served(first.id), Some((1, 10)));
+        assert!(!b.waits_on(b"a"), "served through b, it left a's queue too");
+        let second = b.first_on(b"b").unwrap();
+        assert_eq!(b.served(second.id), Some((2, 20)));
+        assert!(b.is_empty() && b.first_on(b"b").is_none());
+    }
+
+    #[test]
+    fn a_cancelled_waiter_is_never_woken_and_is_pruned() {
+        let (mut b, h) = table();
+        let gone = h.handle();
+        b.park(1, 1, bpop(&["q"], 0), gone.clone(), 0);
+        b.park(2, 1, bpop(&["q"], 0), h.handle(), 0);
+        gone.cancel();
+        let w = b.first_on(b"q").unwrap();
+        assert_eq!(b.served(w.id), Some((2, 1)));
+        let late = h.handle();
+        b.park(3, 1, bpop(&["r"], 0), late.clone(), 0);
+        late.cancel();
+        assert!(b.expire(0).is_empty());
+        assert!(b.is_empty() && !b.waits_on(b"r"));
+        // Cancelled before it was parked: never parked.
+        let early = h.handle();
+        early.cancel();
+        b.park(4, 1, bpop(&["s"], 0), early, 0);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn timeouts_answer_nil_in_deadline_order_and_zero_waits_for_ever() {
+        let (mut b, h) = table();
+        b.park(1, 1, bpop(&["a"], 500), h.handle(), 1000);
+        b.park(2, 1, bpop(&["a"], 0), h.handle(), 1000);
+        let mv = Collection::BLMove {
+            src: Bytes::from_static(b"a"),
+            dst: Bytes::from_static(b"d"),
+            from_left: true,
+            to_left: true,
+            timeout_ms: 100,
+            name: "blmove",
+        };
+        b.park(3, 1, mv, h.handle(), 1000);
+        assert_eq!(b.next_deadline(), Some(1100));
+        assert!(b.expire(1099).is_empty());
+        let out = b.expire(1500);
+        let shapes: Vec<(u64, Reply)> = out.into_iter().map(|(c, _, r)| (c, r)).collect();
+        assert_eq!(shapes, vec![(3, Reply::NullArray), (1, Reply::NullArray)]);
+        assert_eq!(b.next_deadline(), None);
+        assert!(b.waits_on(b"a"), "the one without a timeout still waits");
+    }
+}
