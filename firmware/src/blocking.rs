@@ -1,5 +1,6 @@
 //! Blocked clients: the writer thread's table of BLPOP, BRPOP, BLMOVE and BRPOPLPUSH
-//! commands waiting for a list to have an item.
+//! commands waiting for a list to have an item, and BZPOPMIN and BZPOPMAX waiting for a
+//! sorted set.
 //!
 //! **Where a wait lives.** A blocking command is a write, so it goes to `ls-writer` like
 //! LPOP. There it is first run as its non-blocking twin against the write group being
@@ -10,7 +11,8 @@
 //! goes on with other clients' commands.
 //!
 //! **Who wakes it.** After each command (or EXEC) the writer applied, the keys it wrote that
-//! someone waits on are *ready*; for each, while the key holds a non-empty list and has
+//! someone waits on are *ready*; for each, while the key holds the type its oldest waiter
+//! waits for (a list, a sorted set: the drive keeps no empty collection) and has
 //! waiters, the oldest waiter's command is run again, non-blocking, in the same write group
 //! (Redis 7.2 re-executes a served command the same way): so the push and the pops it
 //! serves are one atomic group commit, the pusher is answered first (its reply is earlier
@@ -89,10 +91,10 @@ struct Waiter {
 }
 
 impl Waiter {
-    /// The keys it waits on (BLPOP's keys, BLMOVE's source).
+    /// The keys it waits on (BLPOP's and BZPOPMIN's keys, BLMOVE's source).
     fn keys(&self) -> Vec<Bytes> {
         match &self.cmd {
-            Collection::BPop { keys, .. } => keys.clone(),
+            Collection::BPop { keys, .. } | Collection::BZPop { keys, .. } => keys.clone(),
             Collection::BLMove { src, .. } => vec![src.clone()],
             _ => Vec::new(),
         }

@@ -264,10 +264,11 @@ fn coll_scan<V: View + ?Sized>(
     ]))
 }
 
-/// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) run without waiting against the
-/// group: `Some(reply)` when it has its answer now (an item, or an error such as WRONGTYPE),
-/// `None` when every list it waits on is empty (or missing) and it would block. Keys are
-/// tried in argument order, as Redis does: the first non-empty list answers, and a key of
+/// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX) run without
+/// waiting against the group: `Some(reply)` when it has its answer now (an item, or an
+/// error such as WRONGTYPE), `None` when every list (sorted set) it waits on is missing and
+/// it would block. Keys are
+/// tried in argument order, as Redis does: the first non-empty one answers, and a key of
 /// another type met before it is a WRONGTYPE error.
 pub fn try_unblocked(g: &mut WriteGroup<'_>, cmd: &Collection) -> Option<Reply> {
     let mut attempt = || -> Result<Option<Reply>> {
@@ -278,6 +279,18 @@ pub fn try_unblocked(g: &mut WriteGroup<'_>, cmd: &Collection) -> Option<Reply> 
                         return Ok(Some(Reply::Array(vec![
                             Reply::Bulk(key.clone()),
                             Reply::Bulk(v),
+                        ])));
+                    }
+                }
+                Ok(None)
+            }
+            Collection::BZPop { keys, max, .. } => {
+                for key in keys {
+                    if let Some((member, score)) = g.zset_pop(key, *max, 1)?.into_iter().next() {
+                        return Ok(Some(Reply::Array(vec![
+                            Reply::Bulk(key.clone()),
+                            Reply::Bulk(member),
+                            Reply::Double(score),
                         ])));
                     }
                 }
@@ -387,7 +400,7 @@ fn write_result(g: &mut WriteGroup<'_>, cmd: &Collection, proto: Protocol) -> Re
             .list_move(src, dst, *from_left, *to_left)?
             .map_or(Reply::Null, Reply::Bulk),
         // Inside MULTI a blocking command does not block (Redis): nil when empty.
-        C::BPop { .. } => try_unblocked(g, cmd).unwrap_or(Reply::NullArray),
+        C::BPop { .. } | C::BZPop { .. } => try_unblocked(g, cmd).unwrap_or(Reply::NullArray),
         C::BLMove { .. } => try_unblocked(g, cmd).unwrap_or(Reply::Null),
         other => read(&*g, other, proto),
     })

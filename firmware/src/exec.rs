@@ -1176,9 +1176,16 @@ impl Serving<'_, '_> {
             ready.into_iter().filter(|k| blocked.waits_on(k)).collect();
         while let Some(key) = ready.pop_front() {
             while let Some(w) = blocked.first_on(&key) {
-                // Only a list with an item wakes a waiter (a key that became another type
-                // leaves them waiting, as in Redis).
-                if !matches!(store::list::len(&*self.group, &key), Ok(n) if n > 0) {
+                // Only the type it waits for wakes a waiter (a key that became another type
+                // leaves them waiting, as in Redis; an empty collection does not exist).
+                let wanted = match w.cmd {
+                    Collection::BZPop { .. } => ZSET,
+                    _ => LIST,
+                };
+                if !matches!(
+                    crate::store::view::holds(&*self.group, &key, wanted),
+                    Ok(true)
+                ) {
                     break;
                 }
                 let cmd = Command::Collection(w.cmd);
@@ -1212,15 +1219,17 @@ impl Serving<'_, '_> {
     }
 }
 
-/// The keys a blocking command that got its answer wrote: BLPOP's the key it popped (named
-/// in its reply), BLMOVE's both lists.
+/// The keys a blocking command that got its answer wrote: BLPOP's and BZPOPMIN's the key it
+/// popped (named in its reply), BLMOVE's both lists.
 fn served_keys(cmd: &Collection, reply: &Reply) -> Vec<Bytes> {
     match (cmd, reply) {
         (Collection::BLMove { src, dst, .. }, _) => vec![src.clone(), dst.clone()],
-        (Collection::BPop { .. }, Reply::Array(kv)) => match kv.first() {
-            Some(Reply::Bulk(k)) => vec![k.clone()],
-            _ => Vec::new(),
-        },
+        (Collection::BPop { .. } | Collection::BZPop { .. }, Reply::Array(kv)) => {
+            match kv.first() {
+                Some(Reply::Bulk(k)) => vec![k.clone()],
+                _ => Vec::new(),
+            }
+        }
         _ => Vec::new(),
     }
 }

@@ -1,4 +1,5 @@
-//! Blocking list commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH), proved by difference: each
+//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX), proved by
+//! difference: each
 //! scenario runs with several raw connections against redis-server and against the drive,
 //! and the two transcripts (every reply's bytes, in the order the scenario read them) must
 //! be equal. A scenario waits until the server reports its clients blocked (INFO
@@ -184,6 +185,45 @@ fn scenarios(addr: SocketAddr) -> Vec<(&'static str, Transcript)> {
     t.ask(&mut c, "EXISTS morph");
     out.push(("other types and renames", t));
 
+    // Sorted sets: BZPOPMIN/BZPOPMAX answer at once, wake on ZADD in the order they
+    // blocked, and a list at the key wakes no one.
+    let mut t = Transcript::default();
+    let (mut a, mut b, mut c) = (connect(addr), connect(addr), connect(addr));
+    for cmd in [
+        "BZPOPMIN",
+        "BZPOPMIN z x",
+        "BZPOPMAX z -1",
+        "ZADD z1 1 one 2 two 3 three",
+        "BZPOPMIN nothing z1 0",
+        "BZPOPMAX z1 0",
+        "RPUSH zl item",
+        "BZPOPMIN zl 0",
+        "BZPOPMIN missing zl z1 0",
+        "BLPOP z1 0",
+        "MULTI",
+        "BZPOPMAX nothing 0",
+        "BZPOPMIN z1 0",
+        "EXEC",
+        "EXISTS z1",
+    ] {
+        t.ask(&mut c, cmd);
+    }
+    send(&mut a, &words("BZPOPMAX zq 0"));
+    wait_blocked(&mut probe, 1);
+    send(&mut b, &words("BZPOPMIN zq 0"));
+    wait_blocked(&mut probe, 2);
+    t.ask(&mut c, "RPUSH zq not-a-zset");
+    t.ask(&mut c, "DEL zq");
+    t.ask(&mut c, "ZADD zq 1.5 a 2.5 b 3.5 c");
+    t.reply(&mut a, "a: BZPOPMAX zq");
+    t.reply(&mut b, "b: BZPOPMIN zq");
+    t.ask(&mut c, "ZRANGE zq 0 -1 WITHSCORES");
+    t.ask(&mut c, "HELLO 3");
+    t.0.pop();
+    t.ask(&mut c, "BZPOPMIN zq 0");
+    t.ask(&mut c, "BZPOPMIN zq 0.05");
+    out.push(("sorted sets", t));
+
     // Inside a transaction: the pops run after EXEC, in the same step.
     let mut t = Transcript::default();
     let (mut a, mut c) = (connect(addr), connect(addr));
@@ -368,9 +408,16 @@ fn producers_and_blocked_consumers_see_every_item_exactly_once() {
                         if r == b"*-1\r\n" {
                             continue;
                         }
-                        let moved = String::from_utf8_lossy(&r).lines().nth(1).unwrap().to_string();
+                        let moved = String::from_utf8_lossy(&r)
+                            .lines()
+                            .nth(1)
+                            .unwrap()
+                            .to_string();
                         let back = ask(&mut s, &format!("RPOP {mine}"));
-                        assert_eq!(String::from_utf8_lossy(&back).lines().nth(1).unwrap(), moved);
+                        assert_eq!(
+                            String::from_utf8_lossy(&back).lines().nth(1).unwrap(),
+                            moved
+                        );
                         moved
                     };
                     got.lock().unwrap().push(item);

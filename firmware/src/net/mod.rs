@@ -960,10 +960,8 @@ impl Net {
         }
         // A blocked command is not waited for: closing cancels it (`close`), and it would
         // never be answered otherwise.
-        let done = c.closing
-            && c.out.is_empty()
-            && !held
-            && (c.in_flight == 0 || c.blocked.is_some());
+        let done =
+            c.closing && c.out.is_empty() && !held && (c.in_flight == 0 || c.blocked.is_some());
         if dead || done {
             self.close(id);
         }

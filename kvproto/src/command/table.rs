@@ -1040,6 +1040,28 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Removes and returns the highest-scored members."
     ),
     spec!(
+        "bzpopmin",
+        -3,
+        ["write", "blocking", "fast"],
+        1,
+        -2,
+        1,
+        "sorted-set",
+        "O(log(N)) with N being the number of elements in the sorted set.",
+        "Removes and returns the lowest-scored member of the first non-empty sorted set, or blocks until one is available."
+    ),
+    spec!(
+        "bzpopmax",
+        -3,
+        ["write", "blocking", "fast"],
+        1,
+        -2,
+        1,
+        "sorted-set",
+        "O(log(N)) with N being the number of elements in the sorted set.",
+        "Removes and returns the highest-scored member of the first non-empty sorted set, or blocks until one is available."
+    ),
+    spec!(
         "zremrangebyscore",
         4,
         ["write"],

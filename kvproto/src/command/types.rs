@@ -254,6 +254,13 @@ pub enum Collection {
         left: bool,
         timeout_ms: u64,
     },
+    /// `BZPOPMIN key [key ...] timeout` and BZPOPMAX: the first non-empty sorted set's
+    /// lowest (highest) member, or wait for one (`timeout_ms` 0: for ever).
+    BZPop {
+        keys: Vec<Bytes>,
+        max: bool,
+        timeout_ms: u64,
+    },
     /// `BLMOVE src dst LEFT|RIGHT LEFT|RIGHT timeout` and `BRPOPLPUSH src dst timeout`: LMOVE,
     /// or wait for `src` to have an item (`timeout_ms` 0: for ever).
     BLMove {
@@ -628,6 +635,14 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                 max: name == "zpopmax",
                 count: a.get(1).map(|c| positive_count(c)).transpose()?,
             },
+            "bzpopmin" | "bzpopmax" => {
+                let (timeout, keys) = a.split_last().ok_or_else(|| super::wrong_args(name))?;
+                C::BZPop {
+                    timeout_ms: block_timeout(timeout)?,
+                    keys: keys.to_vec(),
+                    max: name == "bzpopmax",
+                }
+            }
             "zremrangebyscore" => C::ZRemRange {
                 key: key(),
                 by: ZRangeBy::Score(score_bound(&a[1])?, score_bound(&a[2])?),
@@ -769,14 +784,15 @@ fn set_op(name: &str) -> SetOp {
 }
 
 impl Collection {
-    /// How long a blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) may wait, in
+    /// How long a blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX)
+    /// may wait, in
     /// milliseconds (0: for ever); `None` for every other command.
     #[must_use]
     pub fn block_timeout_ms(&self) -> Option<u64> {
         match self {
-            Collection::BPop { timeout_ms, .. } | Collection::BLMove { timeout_ms, .. } => {
-                Some(*timeout_ms)
-            }
+            Collection::BPop { timeout_ms, .. }
+            | Collection::BZPop { timeout_ms, .. }
+            | Collection::BLMove { timeout_ms, .. } => Some(*timeout_ms),
             _ => None,
         }
     }
@@ -825,6 +841,8 @@ impl Collection {
             | C::BLMove { name, .. } => name,
             C::BPop { left: true, .. } => "blpop",
             C::BPop { .. } => "brpop",
+            C::BZPop { max: false, .. } => "bzpopmin",
+            C::BZPop { .. } => "bzpopmax",
             C::Pop { left: true, .. } => "lpop",
             C::Pop { .. } => "rpop",
             C::LRange { .. } => "lrange",
@@ -863,7 +881,7 @@ impl Collection {
             C::SMove { src, dst, .. } | C::LMove { src, dst, .. } | C::BLMove { src, dst, .. } => {
                 vec![&src[..], &dst[..]]
             }
-            C::BPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
+            C::BPop { keys, .. } | C::BZPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
             C::SAdd { key, .. }
             | C::SRem { key, .. }
             | C::SMembers(key)
@@ -1002,6 +1020,16 @@ mod tests {
         assert_eq!(
             err_text(&["blmove", "s", "d", "left", "left", "x"]),
             "ERR timeout is not a float or out of range"
+        );
+        let Ok(Command::Collection(Collection::BZPop { keys, max, .. })) =
+            cmd(&["bzpopmax", "z1", "z2", "0"])
+        else {
+            panic!("BZPOPMAX parses");
+        };
+        assert_eq!((keys.len(), max), (2, true));
+        assert_eq!(
+            err_text(&["bzpopmin", "z", "-2"]),
+            "ERR timeout is negative"
         );
         let mv = cmd(&["brpoplpush", "s", "d", "2"]).unwrap();
         assert!(mv.is_write());
