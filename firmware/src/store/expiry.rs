@@ -1,8 +1,83 @@
-//! String deadlines: the DRAM index of `x` records ([`Store::deadline`]), TTL and its
-//! family, EXPIRE/PERSIST in a group, and the sweep that removes expired strings.
+//! String deadlines: the DRAM index of `x` records ([`Store::deadline`], by key and by time:
+//! [`Deadlines`]), TTL and its family, EXPIRE/PERSIST in a group, and the sweep that removes
+//! expired strings.
+
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 
 use super::{now_ms, Result, Store, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, STRING};
+
+/// The deadlines in DRAM: each key's (for the lazy check on every read, one hash lookup)
+/// and the same ordered by time, so the sweep and DBSIZE find the keys that are due in
+/// O(due) instead of visiting every key that has a deadline.
+#[derive(Default)]
+pub(super) struct Deadlines {
+    by_key: HashMap<Vec<u8>, u64>,
+    by_time: BTreeSet<(u64, Vec<u8>)>,
+}
+
+impl Deadlines {
+    /// An empty index.
+    pub(super) fn new() -> Deadlines {
+        Deadlines {
+            by_key: HashMap::new(),
+            by_time: BTreeSet::new(),
+        }
+    }
+
+    /// `key`'s deadline (unix ms), if it has one.
+    pub(super) fn get(&self, key: &[u8]) -> Option<&u64> {
+        self.by_key.get(key)
+    }
+
+    /// Sets `key`'s deadline (replacing the one it had).
+    pub(super) fn insert(&mut self, key: Vec<u8>, deadline: u64) {
+        if let Some(old) = self.by_key.insert(key.clone(), deadline) {
+            self.by_time.remove(&(old, key.clone()));
+        }
+        self.by_time.insert((deadline, key));
+    }
+
+    /// Forgets `key`'s deadline.
+    pub(super) fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.by_key.remove(key) {
+            self.by_time.remove(&(old, key.to_vec()));
+        }
+    }
+
+    /// Keys with a deadline.
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Whether no key has a deadline.
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Forgets every deadline (FLUSHALL).
+    pub(super) fn clear(&mut self) {
+        self.by_key.clear();
+        self.by_time.clear();
+    }
+
+    /// Keys whose deadline is at or before `now`, earliest first, at most `limit`.
+    pub(super) fn due(&self, now: u64, limit: usize) -> Vec<Vec<u8>> {
+        self.by_time
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .take(limit)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// How many keys are due at `now` (passed their deadline, not yet removed).
+    pub(super) fn due_count(&self, now: u64) -> usize {
+        self.by_time.iter().take_while(|(d, _)| *d <= now).count()
+    }
+}
 
 impl Store {
     /// The deadline (unix ms) of string `key`, if it has one.
@@ -24,16 +99,10 @@ impl Store {
         self.expiries.read().len()
     }
 
-    /// Keys whose deadline has passed, at most `limit`.
+    /// Keys whose deadline has passed, at most `limit`, earliest first (O(due): the index
+    /// is ordered by deadline).
     pub fn due_expiries(&self, limit: usize) -> Vec<Vec<u8>> {
-        let now = now_ms();
-        self.expiries
-            .read()
-            .iter()
-            .filter(|(_, &d)| d <= now)
-            .take(limit)
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.expiries.read().due(now_ms(), limit)
     }
 }
 
@@ -148,5 +217,29 @@ impl WriteGroup<'_> {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deadlines;
+
+    #[test]
+    fn the_index_by_time_follows_every_change_by_key() {
+        let mut d = Deadlines::new();
+        d.insert(b"a".to_vec(), 30);
+        d.insert(b"b".to_vec(), 10);
+        d.insert(b"c".to_vec(), 20);
+        // Moved later: due no more at 20.
+        d.insert(b"b".to_vec(), 40);
+        assert_eq!(d.due(20, 10), vec![b"c".to_vec()]);
+        assert_eq!(d.due_count(35), 2);
+        assert_eq!(d.due(100, 2), vec![b"c".to_vec(), b"a".to_vec()]);
+        d.remove(b"c");
+        d.remove(b"missing");
+        assert_eq!(d.due(100, 10), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!((d.len(), d.get(b"b").copied()), (2, Some(40)));
+        d.clear();
+        assert!(d.is_empty() && d.due(u64::MAX, 10).is_empty());
     }
 }

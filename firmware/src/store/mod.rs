@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 
-use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -128,8 +127,8 @@ pub struct Store {
     db: Engine,
     /// WATCH's per-key versions.
     pub watches: Watches,
-    /// Deadline (unix ms) of every string key that has one.
-    expiries: RwLock<HashMap<Vec<u8>, u64>>,
+    /// Deadline (unix ms) of every string key that has one, by key and by time.
+    expiries: RwLock<expiry::Deadlines>,
     cursors: Mutex<Cursors>,
     /// Hit, miss and expiry counters (shared with asynchronous reads in flight).
     pub counters: Arc<KeyspaceCounters>,
@@ -162,7 +161,7 @@ impl Store {
     /// # Errors
     /// Engine read errors.
     pub fn open(db: Engine) -> Result<Store> {
-        let mut expiries = HashMap::new();
+        let mut expiries = expiry::Deadlines::new();
         let end = ks::prefix_end(&[EXPIRY]);
         for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
             if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {

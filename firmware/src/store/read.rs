@@ -234,7 +234,7 @@ impl Store {
             return vec![false; keys.len()];
         }
         keys.iter()
-            .map(|k| ex.get(*k).is_some_and(|&d| d <= now))
+            .map(|k| ex.get(k).is_some_and(|&d| d <= now))
             .collect()
     }
 

@@ -76,7 +76,7 @@ impl Store {
             n += self.db.count_keys(&[tag], end.as_deref())?;
         }
         let now = now_ms();
-        let expired = self.expiries.read().values().filter(|&&d| d <= now).count() as u64;
+        let expired = self.expiries.read().due_count(now) as u64;
         Ok(n.saturating_sub(expired) as i64)
     }
 
