@@ -27,8 +27,9 @@
 //! **A client that leaves.** `ls-net` holds a [`BlockHandle`] for each blocking command it
 //! sent and cancels it when the connection closes (the peer's end of stream or reset,
 //! CLIENT KILL, the output limit, shutdown). A cancelled waiter is never
-//! served, so no item is popped for a client that is gone; the writer drops cancelled
-//! waiters lazily (when one is cancelled it prunes the table at its next turn). The one
+//! served, so no item is popped for a client that is gone; at its next turn the writer
+//! answers it nil (so a half-closed connection still gets the replies it is owed and then
+//! closes) and drops it. A command that arrives cancelled pops nothing either. The one
 //! window left is Redis's own: a client that goes between being served and reading its
 //! reply loses that item (Redis has written it into a socket the peer then resets).
 
@@ -58,7 +59,9 @@ impl BlockHandle {
         }
     }
 
-    fn is_cancelled(&self) -> bool {
+    /// Whether its client went.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
     }
 }
@@ -152,8 +155,8 @@ impl Blocked {
     }
 
     /// Parks `cmd` (a blocking command that found nothing) of request `seq` on `conn`;
-    /// `now_ms`: the time its timeout counts from. A command whose handle was already
-    /// cancelled is dropped.
+    /// `now_ms`: the time its timeout counts from. A command whose handle is cancelled
+    /// (already, or later) is answered nil by the next [`Blocked::expire`].
     pub fn park(
         &mut self,
         conn: u64,
@@ -162,9 +165,6 @@ impl Blocked {
         handle: Arc<BlockHandle>,
         now_ms: u64,
     ) {
-        if handle.is_cancelled() {
-            return;
-        }
         let deadline = match cmd.block_timeout_ms() {
             Some(0) | None => None,
             Some(ms) => Some(now_ms.saturating_add(ms)),
@@ -191,24 +191,24 @@ impl Blocked {
         self.waiters.insert(id, w);
     }
 
-    /// The oldest live waiter on `key`, if any (cancelled ones met on the way are dropped).
-    pub fn first_on(&mut self, key: &[u8]) -> Option<Wakeup> {
-        loop {
-            let id = *self.by_key.get(key)?.front()?;
-            let Some(w) = self.waiters.get(&id) else {
-                // Left already (served through another key): not in this queue any more.
-                self.unlink(key, id);
-                continue;
-            };
-            if w.handle.is_cancelled() {
-                self.remove(id);
-                continue;
-            }
-            return Some(Wakeup {
-                id,
-                cmd: w.cmd.clone(),
-            });
-        }
+    /// The ids of the waiters on `key`, in the order they blocked.
+    #[must_use]
+    pub fn queue(&self, key: &[u8]) -> Vec<u64> {
+        self.by_key
+            .get(key)
+            .map(|q| q.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Waiter `id`'s command, unless it left or was cancelled (a cancelled waiter is never
+    /// served: [`Blocked::expire`] answers it).
+    #[must_use]
+    pub fn wakeup(&self, id: u64) -> Option<Wakeup> {
+        let w = self.waiters.get(&id)?;
+        (!w.handle.is_cancelled()).then(|| Wakeup {
+            id,
+            cmd: w.cmd.clone(),
+        })
     }
 
     /// Takes waiter `id` out of the table once it has its answer; its (connection,
@@ -223,9 +223,13 @@ impl Blocked {
         self.deadlines.first().map(|&(d, _)| d)
     }
 
-    /// Answers every waiter whose deadline is at or before `now_ms` with Redis's nil, and
-    /// drops cancelled waiters; the replies to send, as (connection, sequence, reply).
+    /// Answers Redis's nil to every waiter whose deadline is at or before `now_ms` and to
+    /// every cancelled one (its client went: if it only half-closed, the nil lets its
+    /// connection finish; if it is gone, the reply is dropped); the replies to send, as
+    /// (connection, sequence, reply). Redis answers a null array to every timed-out list or
+    /// sorted-set wait, BLMOVE's too.
     pub fn expire(&mut self, now_ms: u64) -> Vec<(u64, u64, Reply)> {
+        let mut out = Vec::new();
         if self.to_prune.swap(0, Ordering::AcqRel) > 0 {
             let gone: Vec<u64> = self
                 .waiters
@@ -234,19 +238,17 @@ impl Blocked {
                 .map(|(&id, _)| id)
                 .collect();
             for id in gone {
-                self.remove(id);
+                if let Some(w) = self.remove(id) {
+                    out.push((w.conn, w.seq, Reply::NullArray));
+                }
             }
         }
-        let mut out = Vec::new();
         while let Some(&(d, id)) = self.deadlines.first() {
             if d > now_ms {
                 break;
             }
             if let Some(w) = self.remove(id) {
-                if !w.handle.is_cancelled() {
-                    // Redis answers a null array for every list wait, BLMOVE's too.
-                    out.push((w.conn, w.seq, Reply::NullArray));
-                }
+                out.push((w.conn, w.seq, Reply::NullArray));
             }
         }
         out
@@ -295,32 +297,34 @@ mod tests {
         let (mut b, h) = table();
         b.park(1, 10, bpop(&["a", "b"], 0), h.handle(), 0);
         b.park(2, 20, bpop(&["b"], 0), h.handle(), 0);
-        let first = b.first_on(b"b").unwrap();
+        assert_eq!(b.queue(b"b"), vec![0, 1]);
+        let first = b.wakeup(b.queue(b"b")[0]).unwrap();
         assert_eq!(b.served(first.id), Some((1, 10)));
         assert!(!b.waits_on(b"a"), "served through b, it left a's queue too");
-        let second = b.first_on(b"b").unwrap();
+        let second = b.wakeup(b.queue(b"b")[0]).unwrap();
         assert_eq!(b.served(second.id), Some((2, 20)));
-        assert!(b.is_empty() && b.first_on(b"b").is_none());
+        assert!(b.is_empty() && b.queue(b"b").is_empty());
     }
 
     #[test]
-    fn a_cancelled_waiter_is_never_woken_and_is_pruned() {
+    fn a_cancelled_waiter_is_never_woken_and_is_answered_nil() {
         let (mut b, h) = table();
         let gone = h.handle();
-        b.park(1, 1, bpop(&["q"], 0), gone.clone(), 0);
+        b.park(1, 7, bpop(&["q"], 0), gone.clone(), 0);
         b.park(2, 1, bpop(&["q"], 0), h.handle(), 0);
         gone.cancel();
-        let w = b.first_on(b"q").unwrap();
-        assert_eq!(b.served(w.id), Some((2, 1)));
-        let late = h.handle();
-        b.park(3, 1, bpop(&["r"], 0), late.clone(), 0);
-        late.cancel();
-        assert!(b.expire(0).is_empty());
-        assert!(b.is_empty() && !b.waits_on(b"r"));
-        // Cancelled before it was parked: never parked.
+        gone.cancel();
+        let ids = b.queue(b"q");
+        assert!(b.wakeup(ids[0]).is_none(), "cancelled: never served");
+        let live = b.wakeup(ids[1]).unwrap();
+        assert_eq!(b.served(live.id), Some((2, 1)));
+        assert_eq!(b.expire(0), vec![(1, 7, Reply::NullArray)]);
+        assert!(b.is_empty() && !b.waits_on(b"q"));
+        // Cancelled before it was parked: answered at the next turn all the same.
         let early = h.handle();
         early.cancel();
-        b.park(4, 1, bpop(&["s"], 0), early, 0);
+        b.park(4, 3, bpop(&["s"], 0), early, 0);
+        assert_eq!(b.expire(0), vec![(4, 3, Reply::NullArray)]);
         assert!(b.is_empty());
     }
 

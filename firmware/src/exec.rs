@@ -37,6 +37,7 @@ use kvproto::{Command, Protocol, Reply, ScoreBound, SetCondition};
 use crate::blocking::{BlockHandle, BlockHandles, Blocked};
 use crate::info::{self, Metrics};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
+use crate::store::view::View as _;
 use crate::store::{
     self, now_ms, KeyFound, KeyRead, PendingCommit, SetOptions, Store, StoreError, WriteGroup,
 };
@@ -1069,7 +1070,13 @@ pub fn writer_loop(
                     in_flight.drain(store, metrics, sink);
                 }
                 let before = group.bytes();
-                match crate::collections::try_unblocked(&mut group, c) {
+                // Its client went before it ran: nothing is popped for it.
+                let attempt = if handle.is_cancelled() {
+                    Some(Reply::NullArray)
+                } else {
+                    crate::collections::try_unblocked(&mut group, c)
+                };
+                match attempt {
                     Some(reply) => {
                         if group.bytes() != before {
                             wrote = served_keys(c, &reply);
@@ -1160,10 +1167,11 @@ struct Serving<'a, 'g> {
 }
 
 impl Serving<'_, '_> {
-    /// Serves the clients blocked on `ready` (keys just written): for each key, while it
-    /// holds a non-empty list and has a live waiter, the oldest waiter's command runs again
-    /// without blocking in this group and its reply joins the group's (see
-    /// [`crate::blocking`]). A served BLMOVE's destination becomes ready in turn.
+    /// Serves the clients blocked on `ready` (keys just written): for each key, its live
+    /// waiters in the order they blocked, each while the key still holds the type it waits
+    /// for: the command runs again without blocking in this group and its reply joins the
+    /// group's (see [`crate::blocking`]). A served BLMOVE's destination becomes ready in
+    /// turn.
     fn serve_ready(
         &mut self,
         blocked: &mut Blocked,
@@ -1175,29 +1183,33 @@ impl Serving<'_, '_> {
         let mut ready: VecDeque<Bytes> =
             ready.into_iter().filter(|k| blocked.waits_on(k)).collect();
         while let Some(key) = ready.pop_front() {
-            while let Some(w) = blocked.first_on(&key) {
-                // Only the type it waits for wakes a waiter (a key that became another type
-                // leaves them waiting, as in Redis; an empty collection does not exist).
+            for id in blocked.queue(&key) {
+                // Only the type it waits for wakes a waiter: one waiting for another type
+                // is passed over (as in Redis); a missing key wakes no one (the drive keeps
+                // no empty collection).
+                let Ok(Some(now)) = self.group.key_kind(&key) else {
+                    break;
+                };
+                let Some(w) = blocked.wakeup(id) else {
+                    continue;
+                };
                 let wanted = match w.cmd {
                     Collection::BZPop { .. } => ZSET,
                     _ => LIST,
                 };
-                if !matches!(
-                    crate::store::view::holds(&*self.group, &key, wanted),
-                    Ok(true)
-                ) {
-                    break;
+                if now != wanted {
+                    continue;
                 }
                 let cmd = Command::Collection(w.cmd);
                 if self.in_flight.conflicts(&cmd) {
                     self.in_flight.drain(store, metrics, sink);
                 }
                 let Command::Collection(c) = &cmd else {
-                    break;
+                    continue;
                 };
                 let before = self.group.bytes();
                 let Some(reply) = crate::collections::try_unblocked(self.group, c) else {
-                    break;
+                    continue;
                 };
                 if self.group.bytes() != before {
                     let wrote = served_keys(c, &reply);

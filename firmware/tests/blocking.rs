@@ -218,6 +218,17 @@ fn scenarios(addr: SocketAddr) -> Vec<(&'static str, Transcript)> {
     t.reply(&mut a, "a: BZPOPMAX zq");
     t.reply(&mut b, "b: BZPOPMIN zq");
     t.ask(&mut c, "ZRANGE zq 0 -1 WITHSCORES");
+    // Waiters of both types on one key: a push serves the list waiter behind the sorted-set
+    // one, which waits on for a ZADD.
+    send(&mut a, &words("BZPOPMIN mixed 0"));
+    wait_blocked(&mut probe, 1);
+    send(&mut b, &words("BLPOP mixed 0"));
+    wait_blocked(&mut probe, 2);
+    t.ask(&mut c, "RPUSH mixed item");
+    t.reply(&mut b, "b: BLPOP mixed");
+    wait_blocked(&mut probe, 1);
+    t.ask(&mut c, "ZADD mixed 7 member");
+    t.reply(&mut a, "a: BZPOPMIN mixed");
     t.ask(&mut c, "HELLO 3");
     t.0.pop();
     t.ask(&mut c, "BZPOPMIN zq 0");
@@ -316,14 +327,38 @@ fn a_client_that_leaves_while_blocked_loses_no_item() {
     wait_blocked(&mut probe, 0);
     assert_eq!(ask(&mut probe, "RPUSH jobs j1"), b":1\r\n");
     assert_eq!(ask(&mut probe, "LRANGE jobs 0 -1"), b"*1\r\n$2\r\nj1\r\n");
-    // The half-closed client got no item either, and the drive closed it (end of stream,
-    // not the 20 s read timeout).
+    // The half-closed client got nil, not the item, and then the drive closed it (end of
+    // stream, not the 20 s read timeout).
     let mut rest = Vec::new();
     assert!(
         half.read_to_end(&mut rest).is_ok(),
         "the drive closes a client that went while blocked"
     );
-    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    assert_eq!(rest, b"*-1\r\n", "{}", String::from_utf8_lossy(&rest));
+    // Half-closed right after a push and a pop that has an item: the replies it is owed
+    // still come, and the item is either in its reply or still in the list, never lost.
+    let mut quick = connect(drive.addr);
+    let mut both = Vec::new();
+    for cmd in ["RPUSH jobs3 j3", "BLPOP jobs3 0"] {
+        let w = words(cmd);
+        both.extend_from_slice(format!("*{}\r\n", w.len()).as_bytes());
+        for x in w {
+            both.extend_from_slice(format!("${}\r\n", x.len()).as_bytes());
+            both.extend_from_slice(x);
+            both.extend_from_slice(b"\r\n");
+        }
+    }
+    std::io::Write::write_all(&mut quick, &both).unwrap();
+    quick.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut replies = Vec::new();
+    assert!(quick.read_to_end(&mut replies).is_ok());
+    let replies = String::from_utf8_lossy(&replies).into_owned();
+    let left = ask(&mut probe, "LLEN jobs3");
+    match replies.as_str() {
+        ":1\r\n*2\r\n$5\r\njobs3\r\n$2\r\nj3\r\n" => assert_eq!(left, b":0\r\n"),
+        ":1\r\n*-1\r\n" => assert_eq!(left, b":1\r\n"),
+        other => panic!("unexpected replies {other:?}"),
+    }
     // A live waiter still gets the next one.
     let mut live = connect(drive.addr);
     send(&mut live, &words("BLPOP jobs2 0"));
@@ -361,6 +396,11 @@ fn blocked_clients_hold_up_no_one_and_time_out_in_time() {
         took >= Duration::from_millis(300) && took < Duration::from_secs(3),
         "{took:?}"
     );
+    // The wait is not run time: no SLOWLOG entry (threshold 10 ms), yet a counted call.
+    let slow = String::from_utf8_lossy(&ask(&mut probe, "SLOWLOG GET 128")).to_lowercase();
+    assert!(!slow.contains("blpop"), "{slow}");
+    let stats = String::from_utf8_lossy(&ask(&mut probe, "INFO commandstats")).into_owned();
+    assert!(stats.contains("cmdstat_blpop:calls="), "{stats}");
     // Every waiter is served by one push each.
     for (i, w) in waiters.iter_mut().enumerate() {
         assert_eq!(ask(&mut probe, &format!("RPUSH idle{i} x")), b":1\r\n");

@@ -240,7 +240,13 @@ impl Net {
             self.housekeeping();
         }
         // Last words to clients still connected are not owed: their in-flight writes finish
-        // in the writer thread before the engine closes.
+        // in the writer thread before the engine closes. Their blocked commands are
+        // cancelled first, so the writes still queued pop nothing for a reply no one reads.
+        for c in self.conns.values_mut() {
+            if let Some((_, h)) = c.blocked.take() {
+                h.cancel();
+            }
+        }
         Ok(())
     }
 
@@ -827,7 +833,18 @@ impl Net {
             while let Some(r) = reply {
                 c.in_flight = c.in_flight.saturating_sub(1);
                 c.answered();
-                if let Some(f) = c.inflight_meta.pop_front() {
+                // A blocking command's wait is not its run time: as in Redis, it counts as a
+                // call without time and never enters SLOWLOG or the latency monitor.
+                let was_blocking = c
+                    .blocked
+                    .as_ref()
+                    .is_some_and(|(seq, _)| *seq == c.next_reply);
+                let meta = c.inflight_meta.pop_front();
+                if was_blocking {
+                    if let Some(row) = meta.as_ref().and_then(|f| f.row) {
+                        self.metrics.command_stats.called(row, 0, r.is_error());
+                    }
+                } else if let Some(f) = meta {
                     let took = self.now.saturating_duration_since(f.started);
                     if let Some(row) = f.row {
                         self.metrics
@@ -848,10 +865,7 @@ impl Net {
                         }
                     }
                 }
-                if c.blocked
-                    .as_ref()
-                    .is_some_and(|(seq, _)| *seq == c.next_reply)
-                {
+                if was_blocking {
                     c.blocked = None;
                 }
                 c.next_reply += 1;
@@ -904,11 +918,15 @@ impl Net {
             if c.eof && c.in_flight == 0 && c.backlog.is_empty() {
                 c.closing = true;
             }
-            if c.eof && c.blocked.is_some() {
-                // The peer went while blocked: Redis frees such a client at once (an item
-                // popped for it would be lost). `flush` closes it, which cancels the wait.
-                c.backlog.clear();
-                c.closing = true;
+            if c.eof {
+                if let Some((_, h)) = &c.blocked {
+                    // The peer went while blocked: the wait is cancelled, so no item is
+                    // popped for it; the writer answers a cancelled command nil at once (or
+                    // at its next turn), and the connection closes as usual when nothing is
+                    // in flight (replies to its earlier commands still go out).
+                    h.cancel();
+                    c.backlog.clear();
+                }
             }
         }
     }
@@ -958,10 +976,7 @@ impl Net {
                 .fetch_add(1, Ordering::Relaxed);
             dead = true;
         }
-        // A blocked command is not waited for: closing cancels it (`close`), and it would
-        // never be answered otherwise.
-        let done =
-            c.closing && c.out.is_empty() && !held && (c.in_flight == 0 || c.blocked.is_some());
+        let done = c.closing && c.out.is_empty() && !held && c.in_flight == 0;
         if dead || done {
             self.close(id);
         }
