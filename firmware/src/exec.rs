@@ -18,6 +18,9 @@
 //!   replies go out once it is durable and applied, in order. A command touching a key of
 //!   a group still in flight waits for it (unless both are plain SETs), because groups are
 //!   built from the engine's applied state. Between batches it removes expired keys.
+//!   A blocking pop (BLPOP and the like) that finds nothing is parked in the table of
+//!   [`crate::blocking`] and served, in the same group, right after the command that
+//!   fills its key.
 //!   Memtable flushes, compactions and GC never run here: they run on the engine's own
 //!   `lsm-maint` thread, and a write that reaches one of the engine's watermarks waits
 //!   for it (a write stall, counted in INFO).
