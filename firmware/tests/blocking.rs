@@ -32,6 +32,21 @@ fn words(cmd: &str) -> Vec<&[u8]> {
     cmd.split(' ').map(str::as_bytes).collect()
 }
 
+/// Several commands as one write (RESP arrays of bulk strings), for a pipeline.
+fn pipelined(cmds: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for cmd in cmds {
+        let w = words(cmd);
+        out.extend_from_slice(format!("*{}\r\n", w.len()).as_bytes());
+        for x in w {
+            out.extend_from_slice(format!("${}\r\n", x.len()).as_bytes());
+            out.extend_from_slice(x);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out
+}
+
 /// Waits until the server counts `n` blocked clients (INFO clients).
 fn wait_blocked(probe: &mut TcpStream, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -262,16 +277,7 @@ fn scenarios(addr: SocketAddr) -> Vec<(&'static str, Transcript)> {
     // A blocked client's pipelined commands wait for it.
     let mut t = Transcript::default();
     let (mut a, mut c) = (connect(addr), connect(addr));
-    let mut pipeline = Vec::new();
-    for cmd in ["BLPOP pipe 0", "LLEN pipe", "PING"] {
-        let w = words(cmd);
-        pipeline.extend_from_slice(format!("*{}\r\n", w.len()).as_bytes());
-        for x in w {
-            pipeline.extend_from_slice(format!("${}\r\n", x.len()).as_bytes());
-            pipeline.extend_from_slice(x);
-            pipeline.extend_from_slice(b"\r\n");
-        }
-    }
+    let pipeline = pipelined(&["BLPOP pipe 0", "LLEN pipe", "PING"]);
     std::io::Write::write_all(&mut a, &pipeline).unwrap();
     wait_blocked(&mut probe, 1);
     assert!(
@@ -338,16 +344,7 @@ fn a_client_that_leaves_while_blocked_loses_no_item() {
     // Half-closed right after a push and a pop that has an item: the replies it is owed
     // still come, and the item is either in its reply or still in the list, never lost.
     let mut quick = connect(drive.addr);
-    let mut both = Vec::new();
-    for cmd in ["RPUSH jobs3 j3", "BLPOP jobs3 0"] {
-        let w = words(cmd);
-        both.extend_from_slice(format!("*{}\r\n", w.len()).as_bytes());
-        for x in w {
-            both.extend_from_slice(format!("${}\r\n", x.len()).as_bytes());
-            both.extend_from_slice(x);
-            both.extend_from_slice(b"\r\n");
-        }
-    }
+    let both = pipelined(&["RPUSH jobs3 j3", "BLPOP jobs3 0"]);
     std::io::Write::write_all(&mut quick, &both).unwrap();
     quick.shutdown(std::net::Shutdown::Write).unwrap();
     let mut replies = Vec::new();
