@@ -249,7 +249,18 @@ pub struct MemTable {
     bytes: AtomicUsize,
     /// Distinct keys (counted by the insert that brought each key in).
     keys: AtomicUsize,
+    /// [`MemTable::key_index`]: the distinct keys in order when it was built, and how many
+    /// the table held then. Built only when a sampler asks.
+    key_index: parking_lot::Mutex<Option<(usize, KeyIndex)>>,
 }
+
+/// A memtable's distinct keys in order, sharing the table's key allocations
+/// ([`MemTable::key_index`]).
+pub type KeyIndex = Arc<Vec<Arc<[u8]>>>;
+
+/// Versions a memtable may gain before its [`MemTable::key_index`] is rebuilt, on top of an
+/// eighth of what it held (so a small table is not walked again for every new key).
+pub const KEY_INDEX_SLACK: usize = 64;
 
 impl Default for MemTable {
     fn default() -> Self {
@@ -271,6 +282,7 @@ impl MemTable {
             newest: NewestIndex::with_capacity(bytes / INDEX_SIZING_BYTES_PER_KEY),
             bytes: AtomicUsize::new(0),
             keys: AtomicUsize::new(0),
+            key_index: parking_lot::Mutex::new(None),
         }
     }
 
@@ -356,6 +368,33 @@ impl MemTable {
         c
     }
 
+    /// The table's distinct keys in order (deleted ones too: a tombstone is a key here), so
+    /// a sampler can draw one uniformly by index ([`crate::Engine::sample_key`]). It is a
+    /// snapshot, rebuilt (one walk over the versions, the keys' allocations shared, not
+    /// copied) once the table holds more than an eighth more versions (and at least
+    /// [`KEY_INDEX_SLACK`] more) than at the last build: built only when asked for, and
+    /// O(1) amortised per version inserted after that; keys inserted since are not in it.
+    /// It takes about 16 bytes per key, not counted in [`MemTable::bytes`].
+    pub fn key_index(&self) -> KeyIndex {
+        let n = self.map.len();
+        let mut index = self.key_index.lock();
+        if let Some((at, keys)) = index.as_ref() {
+            if n <= at + at / 8 + KEY_INDEX_SLACK {
+                return keys.clone();
+            }
+        }
+        let mut keys: Vec<Arc<[u8]>> = Vec::with_capacity(n);
+        for e in self.map.iter() {
+            let k = &e.key().key;
+            if keys.last().is_none_or(|last| last != k) {
+                keys.push(k.clone());
+            }
+        }
+        let keys = Arc::new(keys);
+        *index = Some((n, keys.clone()));
+        keys
+    }
+
     /// Every key's newest version, in key order (for a flush: the table no longer changes).
     pub fn cursor(&self) -> MemCursor<'_> {
         let mut c = MemCursor {
@@ -431,6 +470,26 @@ mod tests {
             c.advance();
         }
         out
+    }
+
+    #[test]
+    fn the_key_index_lists_each_key_once_in_order_and_follows_growth() {
+        let m = MemTable::new();
+        for (i, k) in [b"b", b"a", b"c"].iter().enumerate() {
+            m.insert(*k, i as u64 + 1, v(1));
+        }
+        m.insert(b"a", 9, Slot::Tombstone);
+        let index = m.key_index();
+        let keys: Vec<&[u8]> = index.iter().map(|k| &**k).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"b", b"c"]);
+        // Grown by less than the slack: the same snapshot.
+        m.insert(b"d", 10, v(1));
+        assert_eq!(m.key_index().len(), 3);
+        // Grown past it: rebuilt.
+        for i in 0..KEY_INDEX_SLACK as u64 {
+            m.insert(b"e", 11 + i, v(1));
+        }
+        assert_eq!(m.key_index().len(), 5);
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod levels;
 mod maintain;
 mod read;
 mod recovery;
+mod sample;
 mod space;
 mod version;
 mod write;

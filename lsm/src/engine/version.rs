@@ -197,6 +197,16 @@ impl ReadSide {
 }
 
 impl ReadView {
+    /// The view's memtables (the active one, and the frozen one while it is flushed).
+    pub(super) fn mems(&self) -> &[Arc<MemTable>] {
+        &self.version.mems
+    }
+
+    /// Every keytable run of the view's levels (memtables not included).
+    pub(super) fn runs(&self) -> impl Iterator<Item = &Arc<KeyTable>> {
+        self.version.levels.iter().flatten()
+    }
+
     /// The newest slot of each key from `start` on, in key order.
     pub(super) fn merge_from(&self, start: &[u8]) -> Merge<'_> {
         let mut sources: Vec<Source<'_>> = self
