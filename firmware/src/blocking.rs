@@ -94,10 +94,14 @@ struct Waiter {
 }
 
 impl Waiter {
-    /// The keys it waits on (BLPOP's and BZPOPMIN's keys, BLMOVE's source).
+    /// The keys it waits on (BLPOP's, BZPOPMIN's, BLMPOP's and BZMPOP's keys, BLMOVE's
+    /// source).
     fn keys(&self) -> Vec<Bytes> {
         match &self.cmd {
-            Collection::BPop { keys, .. } | Collection::BZPop { keys, .. } => keys.clone(),
+            Collection::BPop { keys, .. }
+            | Collection::BZPop { keys, .. }
+            | Collection::MPop { keys, .. }
+            | Collection::ZMPop { keys, .. } => keys.clone(),
             Collection::BLMove { src, .. } => vec![src.clone()],
             _ => Vec::new(),
         }

@@ -264,12 +264,14 @@ fn coll_scan<V: View + ?Sized>(
     ]))
 }
 
-/// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX) run without
-/// waiting against the group: `Some(reply)` when it has its answer now (an item, or an
+/// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX, BLMPOP,
+/// BZMPOP; LMPOP and ZMPOP are their non-blocking forms) run without waiting against the
+/// group: `Some(reply)` when it has its answer now (an item, or an
 /// error such as WRONGTYPE), `None` when every list (sorted set) it waits on is missing and
 /// it would block. Keys are
 /// tried in argument order, as Redis does: the first non-empty one answers, and a key of
-/// another type met before it is a WRONGTYPE error.
+/// another type met before it is a WRONGTYPE error. The caller purges the command's
+/// expired keys first ([`WriteGroup::purge_expired`]).
 pub fn try_unblocked(g: &mut WriteGroup<'_>, cmd: &Collection) -> Option<Reply> {
     let mut attempt = || -> Result<Option<Reply>> {
         match cmd {
@@ -305,6 +307,34 @@ pub fn try_unblocked(g: &mut WriteGroup<'_>, cmd: &Collection) -> Option<Reply> 
             } => Ok(g
                 .list_move(src, dst, *from_left, *to_left)?
                 .map(Reply::Bulk)),
+            Collection::MPop {
+                keys, left, count, ..
+            } => {
+                for key in keys {
+                    let items = g.list_pop(key, *left, *count)?.unwrap_or_default();
+                    if !items.is_empty() {
+                        return Ok(Some(Reply::Array(vec![
+                            Reply::Bulk(key.clone()),
+                            Reply::Array(bulks(items)),
+                        ])));
+                    }
+                }
+                Ok(None)
+            }
+            Collection::ZMPop {
+                keys, max, count, ..
+            } => {
+                for key in keys {
+                    let found = g.zset_pop(key, *max, *count)?;
+                    if !found.is_empty() {
+                        return Ok(Some(Reply::Array(vec![
+                            Reply::Bulk(key.clone()),
+                            scored(found, true, true),
+                        ])));
+                    }
+                }
+                Ok(None)
+            }
             _ => Ok(None),
         }
     };
@@ -400,7 +430,10 @@ fn write_result(g: &mut WriteGroup<'_>, cmd: &Collection, proto: Protocol) -> Re
             .list_move(src, dst, *from_left, *to_left)?
             .map_or(Reply::Null, Reply::Bulk),
         // Inside MULTI a blocking command does not block (Redis): nil when empty.
-        C::BPop { .. } | C::BZPop { .. } => try_unblocked(g, cmd).unwrap_or(Reply::NullArray),
+        // LMPOP and ZMPOP are BLMPOP and BZMPOP that never block.
+        C::BPop { .. } | C::BZPop { .. } | C::MPop { .. } | C::ZMPop { .. } => {
+            try_unblocked(g, cmd).unwrap_or(Reply::NullArray)
+        }
         C::BLMove { .. } => try_unblocked(g, cmd).unwrap_or(Reply::Null),
         other => read(&*g, other, proto),
     })

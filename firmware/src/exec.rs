@@ -41,11 +41,16 @@ use crate::blocking::{BlockHandle, BlockHandles, Blocked};
 use crate::info::{self, Metrics};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
 use crate::store::view::View as _;
-use crate::store::{
-    self, now_ms, KeyFound, KeyRead, PendingCommit, SetOptions, Store, StoreError, WriteGroup,
-};
+use crate::store::{self, now_ms, KeyFound, KeyRead, SetOptions, Store, StoreError, WriteGroup};
 
 /// Most jobs taken off a queue per batch.
+mod groups;
+
+use groups::{
+    note_keys, note_written, purge_noting, touch_group_keys, GroupKeys, GroupReplies,
+    InFlightGroups, KeyChange,
+};
+
 const MAX_BATCH: usize = 512;
 /// A write group is started once it holds this many bytes (small enough that several fit
 /// in the engine's write pipeline at once).
@@ -668,6 +673,7 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
                 ])
             }
             Command::DbSize => Reply::Integer(store.dbsize()?),
+            Command::RandomKey => bulk_or_null(store.random_key(|k| Ok(store.is_live(k)))?),
             Command::Ttl { key, kind } => Reply::Integer(store.ttl(key, *kind)?),
             Command::Type(key) => type_reply(store.kind(key)?),
             Command::Keys(pattern) => {
@@ -775,7 +781,7 @@ fn read_in_group(
                 g.key_type(key)?,
                 g.deadline_of(key),
                 *kind,
-                now_ms(),
+                g.clock(),
             )),
             Command::Type(key) => type_reply(g.key_type(key)?),
             Command::ZRangeByScore {
@@ -834,6 +840,30 @@ fn read_in_group(
                 }
                 Reply::Integer(n)
             }
+            // A draw from the applied state among the keys live as this group sees them
+            // (its deletions and deadlines count); when there is none, one of the keys
+            // this group wrote that are live (the transaction's own writes, or earlier
+            // commands' of the same group), picked at random.
+            Command::RandomKey => {
+                let live = |k: &[u8]| Ok(g.key_type(k)?.is_some());
+                match store.random_key(live)? {
+                    Some(k) => Reply::Bulk(k),
+                    None => {
+                        let mut written = Vec::new();
+                        for k in g.written_top_keys() {
+                            if live(&k)? {
+                                written.push(k);
+                            }
+                        }
+                        if written.is_empty() {
+                            Reply::Null
+                        } else {
+                            let i = store::Picker::new().below(written.len() as u64) as usize;
+                            Reply::Bulk(Bytes::from(written.swap_remove(i)))
+                        }
+                    }
+                }
+            }
             Command::Collection(c) => crate::collections::read(g, c, proto),
             other => read_one(store, metrics, other, proto),
         })
@@ -884,102 +914,6 @@ fn get_range(v: Bytes, start: i64, end: i64) -> Bytes {
         return Bytes::new();
     }
     v.slice(s as usize..=e as usize)
-}
-
-/// Whether a write reads nothing but the key's type: a plain SET or MSET (no NX/XX/GET/
-/// KEEPTTL/expiry). Those may follow in-flight writes to the same keys that were also plain.
-fn is_plain_write(cmd: &Command) -> bool {
-    match cmd {
-        Command::Set {
-            expire,
-            condition,
-            keep_ttl,
-            get,
-            ..
-        } => expire.is_none() && condition.is_none() && !keep_ttl && !get,
-        Command::MSet(_) => true,
-        _ => false,
-    }
-}
-
-/// One group's replies: (connection, sequence number, reply).
-type GroupReplies = Vec<(u64, u64, Reply)>;
-
-/// The writer's groups whose batches are on the device, oldest first.
-///
-/// A group is built by reading the engine's applied state (types, old values, counts), which
-/// does not yet include the groups in flight. So a command touching a key an in-flight group
-/// wrote waits until they are finished, unless both are plain writes (whose outcome does not
-/// depend on what the in-flight write left).
-struct InFlightGroups {
-    /// Each group with its replies and the user keys it wrote (`true`: only plain writes).
-    groups: VecDeque<(PendingCommit, GroupReplies, GroupKeys)>,
-    /// User keys the groups in flight wrote: (groups writing it, groups writing it not plainly).
-    keys: HashMap<Vec<u8>, (u32, u32)>,
-}
-
-/// The user keys one group wrote; `true` while every write to the key was plain.
-type GroupKeys = HashMap<Vec<u8>, bool>;
-
-impl InFlightGroups {
-    fn new() -> Self {
-        Self {
-            groups: VecDeque::new(),
-            keys: HashMap::new(),
-        }
-    }
-
-    fn conflicts(&self, cmd: &Command) -> bool {
-        if self.keys.is_empty() {
-            return false;
-        }
-        let plain = is_plain_write(cmd);
-        cmd.keys().iter().any(|k| {
-            self.keys
-                .get(*k)
-                .is_some_and(|&(_, not_plain)| !(plain && not_plain == 0))
-        })
-    }
-
-    fn push(&mut self, commit: PendingCommit, replies: GroupReplies, keys: GroupKeys) {
-        for (k, plain) in &keys {
-            let e = self.keys.entry(k.clone()).or_insert((0, 0));
-            e.0 += 1;
-            if !plain {
-                e.1 += 1;
-            }
-        }
-        self.groups.push_back((commit, replies, keys));
-    }
-
-    /// Waits for the oldest group and sends its replies; false when none was in flight.
-    fn finish_oldest(&mut self, store: &Store, metrics: &Metrics, sink: &ReplySink) -> bool {
-        let Some((commit, replies, keys)) = self.groups.pop_front() else {
-            return false;
-        };
-        let result = commit.finish(store);
-        // The group is applied (or failed): WATCHers of its keys must see a change before
-        // the writers are answered.
-        store.touch_watched(keys.keys().map(Vec::as_slice));
-        sink.send_all(group_replies(metrics, result, replies));
-        // Forget the group's keys (the map stays as small as what is in flight).
-        for (k, plain) in keys {
-            if let Some(e) = self.keys.get_mut(&k) {
-                e.0 = e.0.saturating_sub(1);
-                if !plain {
-                    e.1 = e.1.saturating_sub(1);
-                }
-                if e.0 == 0 {
-                    self.keys.remove(&k);
-                }
-            }
-        }
-        true
-    }
-
-    fn drain(&mut self, store: &Store, metrics: &Metrics, sink: &ReplySink) {
-        while self.finish_oldest(store, metrics, sink) {}
-    }
 }
 
 /// The writer thread's loop: returns when the queue closes (after the last group is
@@ -1051,10 +985,12 @@ pub fn writer_loop(
                     std::mem::replace(&mut group, WriteGroup::new(store)),
                     std::mem::take(&mut pending),
                 );
-                store.touch_watched(group_keys.keys().map(Vec::as_slice));
+                touch_group_keys(store, &group_keys);
                 group_keys.clear();
                 sink.send_all(replies);
             }
+            // One instant for every expiry decision of this command (of the whole EXEC).
+            group.fix_clock(now_ms());
             let mut wrote: Vec<Bytes> = Vec::new();
             if let Some(tx) = job.tx.take() {
                 // The transaction's writes join this (fresh) group: one atomic batch.
@@ -1076,6 +1012,8 @@ pub fn writer_loop(
                 // Its client went before it ran: nothing is popped for it.
                 let attempt = if handle.is_cancelled() {
                     Some(Reply::NullArray)
+                } else if let Err(e) = purge_noting(&mut group, &mut group_keys, &c.keys()) {
+                    Some(err(&e))
                 } else {
                     crate::collections::try_unblocked(&mut group, c)
                 };
@@ -1142,13 +1080,13 @@ pub fn writer_loop(
                     // The engine wants the device to itself (maintenance, a large group).
                     if !in_flight.finish_oldest(store, metrics, sink) {
                         let replies = commit(store, metrics, group, pending);
-                        store.touch_watched(group_keys.keys().map(Vec::as_slice));
+                        touch_group_keys(store, &group_keys);
                         sink.send_all(replies);
                         break;
                     }
                 }
                 Err(e) => {
-                    store.touch_watched(group_keys.keys().map(Vec::as_slice));
+                    touch_group_keys(store, &group_keys);
                     sink.send_all(group_replies(metrics, Err(e), pending));
                     break;
                 }
@@ -1197,7 +1135,7 @@ impl Serving<'_, '_> {
                     continue;
                 };
                 let wanted = match w.cmd {
-                    Collection::BZPop { .. } => ZSET,
+                    Collection::BZPop { .. } | Collection::ZMPop { .. } => ZSET,
                     _ => LIST,
                 };
                 if now != wanted {
@@ -1211,7 +1149,12 @@ impl Serving<'_, '_> {
                     continue;
                 };
                 let before = self.group.bytes();
-                let Some(reply) = crate::collections::try_unblocked(self.group, c) else {
+                self.group.fix_clock(now_ms());
+                let reply = match purge_noting(self.group, self.group_keys, &c.keys()) {
+                    Ok(()) => crate::collections::try_unblocked(self.group, c),
+                    Err(e) => Some(err(&e)),
+                };
+                let Some(reply) = reply else {
                     continue;
                 };
                 if self.group.bytes() != before {
@@ -1239,40 +1182,17 @@ impl Serving<'_, '_> {
 fn served_keys(cmd: &Collection, reply: &Reply) -> Vec<Bytes> {
     match (cmd, reply) {
         (Collection::BLMove { src, dst, .. }, _) => vec![src.clone(), dst.clone()],
-        (Collection::BPop { .. } | Collection::BZPop { .. }, Reply::Array(kv)) => {
-            match kv.first() {
-                Some(Reply::Bulk(k)) => vec![k.clone()],
-                _ => Vec::new(),
-            }
-        }
+        (
+            Collection::BPop { .. }
+            | Collection::BZPop { .. }
+            | Collection::MPop { .. }
+            | Collection::ZMPop { .. },
+            Reply::Array(kv),
+        ) => match kv.first() {
+            Some(Reply::Bulk(k)) => vec![k.clone()],
+            _ => Vec::new(),
+        },
         _ => Vec::new(),
-    }
-}
-
-/// Records `keys` as written (not plainly) in the group's key set.
-fn note_written(group_keys: &mut GroupKeys, keys: &[Bytes]) {
-    for k in keys {
-        group_keys.insert(k.to_vec(), false);
-    }
-}
-
-/// Records the user keys `cmd` writes in its group's key set (`true` while every write to
-/// the key was plain). Called only for a command that wrote something: one that changed
-/// nothing (DEL of a missing key, a WRONGTYPE error, EXPIRE NX refused) neither makes later
-/// commands wait for its group nor breaks a WATCH, as in Redis. Other than DEL (see
-/// [`apply_noting_keys`]), a command over several keys changes all of them (MSET, RENAME).
-fn note_keys(group_keys: &mut GroupKeys, cmd: &Command) {
-    let plain = is_plain_write(cmd);
-    // SINTERSTORE and its twins, and COPY, only read their sources: the destination is the
-    // one change.
-    let written = match cmd {
-        Command::Collection(Collection::SCombineStore { dst, .. }) => vec![&dst[..]],
-        Command::Copy { destination, .. } => vec![&destination[..]],
-        _ => cmd.keys(),
-    };
-    for k in written {
-        let e = group_keys.entry(k.to_vec()).or_insert(true);
-        *e = *e && plain;
     }
 }
 
@@ -1284,6 +1204,11 @@ fn apply_noting_keys(
     cmd: &Command,
     proto: Protocol,
 ) -> Reply {
+    // A key whose deadline passed is deleted before a command writes it (docs/ARCHITECTURE.md,
+    // *Expiry*); that deletion is recorded apart from the command's own change.
+    if let Err(e) = purge_noting(group, group_keys, &cmd.keys()) {
+        return err(&e);
+    }
     if let Command::Del(keys) = cmd {
         let mut removed = 0;
         for k in keys {
@@ -1293,7 +1218,7 @@ fn apply_noting_keys(
                 Err(e) => return err(&e),
             }
             if group.bytes() != before {
-                group_keys.insert(k.to_vec(), false);
+                group_keys.insert(k.to_vec(), KeyChange::Other);
             }
         }
         return Reply::Integer(removed);
@@ -1394,7 +1319,7 @@ fn sweep_expired(store: &Store) {
     }
     let mut g = WriteGroup::new(store);
     let r = g.expire(&due).and_then(|n| g.commit().map(|_| n));
-    store.touch_watched(due.iter().map(Vec::as_slice));
+    store.touch_expired(due.iter().map(Vec::as_slice));
     match r {
         Ok(n) => {
             store.counters.expired_keys.fetch_add(n, Ordering::Relaxed);

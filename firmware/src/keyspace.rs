@@ -11,7 +11,7 @@
 //! | `z` | `z` key | sorted set: member count, u64 LE |
 //! | `m` | `m` len(key) u32 BE, key, member | the member's score, f64 LE |
 //! | `o` | `o` len(key) u32 BE, key, sortable score (8 bytes BE), member | empty: the score order |
-//! | `x` | `x` key | expiry deadline of string `key`, unix milliseconds u64 LE |
+//! | `x` | `x` key | expiry deadline of `key` (any type), unix milliseconds u64 LE |
 //! | `t` | `t` key | set: member count, u64 LE |
 //! | `e` | `e` len(key) u32 BE, key, member | empty: the member (so set reads walk DRAM keytables only) |
 //! | `l` | `l` key | list: item count u64 LE, then the head position and the position after the tail, i64 LE each |

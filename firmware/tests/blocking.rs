@@ -1,6 +1,5 @@
-//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX), proved by
-//! difference: each
-//! scenario runs with several raw connections against redis-server and against the drive,
+//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX, BLMPOP, BZMPOP, and
+//! LMPOP/ZMPOP), proved by difference: each scenario runs with several raw connections against redis-server and against the drive,
 //! and the two transcripts (every reply's bytes, in the order the scenario read them) must
 //! be equal. A scenario waits until the server reports its clients blocked (INFO
 //! `blocked_clients`) before it pushes, so both servers see the same interleaving.
@@ -249,6 +248,57 @@ fn scenarios(addr: SocketAddr) -> Vec<(&'static str, Transcript)> {
     t.ask(&mut c, "BZPOPMIN zq 0");
     t.ask(&mut c, "BZPOPMIN zq 0.05");
     out.push(("sorted sets", t));
+
+    // LMPOP and ZMPOP, and their blocking forms BLMPOP and BZMPOP (Redis 7): arguments,
+    // types, counts, MULTI, wake-ups and timeouts.
+    let mut t = Transcript::default();
+    let (mut a, mut b, mut c) = (connect(addr), connect(addr), connect(addr));
+    for cmd in [
+        "LMPOP",
+        "LMPOP 0 k LEFT",
+        "LMPOP 2 k LEFT",
+        "LMPOP 1 k UP",
+        "LMPOP 1 k LEFT COUNT 0",
+        "LMPOP 1 k LEFT COUNT",
+        "LMPOP 1 k LEFT COUNT 1 COUNT 1",
+        "LMPOP 1 nothing LEFT",
+        "RPUSH ml a b c d",
+        "SET mstr v",
+        "LMPOP 2 nothing ml RIGHT COUNT 2",
+        "LMPOP 2 mstr ml LEFT",
+        "LMPOP 3 nothing ml mstr LEFT COUNT 100",
+        "EXISTS ml",
+        "BLMPOP x 1 k LEFT",
+        "BLMPOP 0 1 k UP",
+        "BLMPOP -1 1 k LEFT",
+        "ZADD mz 1 a 2 b 3 c",
+        "ZMPOP 1 mz MAX COUNT 2",
+        "ZMPOP 1 mz LEFT",
+        "ZMPOP 2 nothing mz MIN COUNT 5",
+        "ZMPOP 1 nothing MIN",
+        "BZMPOP 0 1 mstr MIN",
+        "MULTI",
+        "BLMPOP 0 1 nothing LEFT",
+        "BZMPOP 0 1 nothing MAX",
+        "EXEC",
+    ] {
+        t.ask(&mut c, cmd);
+    }
+    send(&mut a, &words("BLMPOP 0 2 mq1 mq2 LEFT COUNT 5"));
+    wait_blocked(&mut probe, 1);
+    send(&mut b, &words("BZMPOP 0 1 mzq MAX COUNT 2"));
+    wait_blocked(&mut probe, 2);
+    t.ask(&mut c, "RPUSH mq2 x y");
+    t.reply(&mut a, "a: BLMPOP");
+    t.ask(&mut c, "ZADD mzq 1 a 2 b 3 c");
+    t.reply(&mut b, "b: BZMPOP");
+    t.ask(&mut c, "ZRANGE mzq 0 -1 WITHSCORES");
+    t.ask(&mut c, "HELLO 3");
+    t.0.pop();
+    t.ask(&mut c, "ZMPOP 1 mzq MIN");
+    t.ask(&mut c, "BZMPOP 0.05 1 none MIN");
+    t.ask(&mut c, "BLMPOP 0.05 1 none LEFT");
+    out.push(("multi-key pops", t));
 
     // Inside a transaction: the pops run after EXEC, in the same step.
     let mut t = Transcript::default();

@@ -411,6 +411,197 @@ fn redis_rs_atomic_pipeline_works_as_on_redis_server() {
     assert_eq!(outcomes[1].3.as_deref(), Some("42"));
 }
 
+/// Deadlines on hashes, sorted sets, lists and sets: every read sees an expired collection
+/// as gone, a write under its name starts a new, empty one without a deadline, and the
+/// commands that keep, carry or drop a deadline do as in Redis. `SLEEP` waits 60 ms (past
+/// the 30 ms deadlines).
+#[test]
+fn collections_expire_as_on_redis_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let script: &[&str] = &[
+        "1: HSET h f1 v1 f2 v2",
+        "1: EXPIRE h 100",
+        "1: TTL h",
+        "1: EXPIRETIME h",
+        "1: PEXPIRE h 30",
+        "1: ZADD z 1 a 2 b",
+        "1: PEXPIRE z 30",
+        "1: RPUSH l a b c",
+        "1: PEXPIRE l 30",
+        "1: SADD s a b",
+        "1: PEXPIRE s 30",
+        "1: SET str v",
+        "1: PEXPIRE str 30",
+        "1: HSET hw f v",
+        "1: PEXPIRE hw 30",
+        "1: WATCH hw",
+        "1: RPUSH src a",
+        "1: RPUSH dst old",
+        "1: PEXPIRE dst 30",
+        "1: SLEEP",
+        // Gone to every read.
+        "1: HGETALL h",
+        "1: HLEN h",
+        "1: HGET h f1",
+        "1: GET h",
+        "1: TTL h",
+        "1: PTTL z",
+        "1: EXISTS h z l s str",
+        "1: TYPE z",
+        "1: ZRANGE z 0 -1",
+        "1: LRANGE l 0 -1",
+        "1: LLEN l",
+        "1: SMEMBERS s",
+        "1: SCARD s",
+        "1: KEYS *",
+        "1: PERSIST z",
+        "1: EXPIRE z 100",
+        // A watched key that expired aborts the transaction.
+        "1: MULTI",
+        "1: HGET hw f",
+        "1: EXEC",
+        // New keys under the expired names: empty, no deadline.
+        "1: HSET h f3 v3",
+        "1: HGETALL h",
+        "1: TTL h",
+        "1: ZADD z 5 c",
+        "1: ZRANGE z 0 -1 WITHSCORES",
+        "1: LPUSH l x",
+        "1: LRANGE l 0 -1",
+        "1: SADD s c",
+        "1: SMEMBERS s",
+        "1: HSET str f v",
+        "1: HGETALL str",
+        "1: LMOVE src dst LEFT RIGHT",
+        "1: LRANGE dst 0 -1",
+        "1: TTL dst",
+        // Emptying a collection deletes it with its deadline.
+        "1: RPUSH q a",
+        "1: EXPIRE q 100",
+        "1: LPOP q",
+        "1: RPUSH q b",
+        "1: TTL q",
+        "1: HSET hq f v",
+        "1: EXPIRE hq 100",
+        "1: HDEL hq f",
+        "1: HSET hq g v",
+        "1: TTL hq",
+        // Moving a list's only item onto itself keeps the list, and its deadline.
+        "1: RPUSH one a",
+        "1: EXPIRE one 100",
+        "1: LMOVE one one LEFT RIGHT",
+        "1: TTL one",
+        "1: RPOPLPUSH one one",
+        "1: TTL one",
+        // SET KEEPTTL over a hash keeps its deadline; SET drops it.
+        "1: HSET hk f v",
+        "1: EXPIRE hk 100",
+        "1: SET hk s KEEPTTL",
+        "1: TTL hk",
+        "1: TYPE hk",
+        "1: SET hk s",
+        "1: TTL hk",
+        // RENAME and COPY carry it; a STORE destination loses it.
+        "1: ZADD zr 1 a",
+        "1: EXPIRE zr 100",
+        "1: RENAME zr zr2",
+        "1: TTL zr",
+        "1: TTL zr2",
+        "1: COPY zr2 zr3",
+        "1: TTL zr3",
+        "1: SADD sa a",
+        "1: SADD sd x",
+        "1: EXPIRE sd 100",
+        "1: SUNIONSTORE sd sa",
+        "1: TTL sd",
+        // The conditions, PERSIST, and a past deadline.
+        "1: HSET hx f v",
+        "1: EXPIRE hx 100 XX",
+        "1: EXPIRE hx 100 NX",
+        "1: EXPIRE hx 50 GT",
+        "1: EXPIRE hx 200 GT",
+        "1: EXPIRE hx 150 LT",
+        "1: TTL hx",
+        "1: PERSIST hx",
+        "1: TTL hx",
+        "1: PERSIST hx",
+        "1: EXPIRE hx -1",
+        "1: EXISTS hx",
+        "1: SADD sx a",
+        "1: PEXPIREAT sx 1",
+        "1: SCARD sx",
+        // Inside a transaction.
+        "1: MULTI",
+        "1: HSET hm f v",
+        "1: EXPIRE hm 100",
+        "1: TTL hm",
+        "1: PEXPIRE hm 0",
+        "1: HGETALL hm",
+        "1: EXEC",
+        "1: EXISTS hm",
+        // FLUSHALL breaks the watch of a key it deletes, not of a missing or expired one.
+        "1: WATCH nothere",
+        "2: FLUSHALL",
+        "1: MULTI",
+        "1: PING",
+        "1: EXEC",
+        "1: SET w v",
+        "1: WATCH w",
+        "2: FLUSHALL",
+        "1: MULTI",
+        "1: PING",
+        "1: EXEC",
+        "1: SADD we a",
+        "1: PEXPIRE we 30",
+        "1: SLEEP",
+        "1: WATCH we",
+        "2: FLUSHALL",
+        "1: MULTI",
+        "1: PING",
+        "1: EXEC",
+        // RANDOMKEY: nil without keys, the one key there is, nil once it expired.
+        "1: RANDOMKEY",
+        "1: RANDOMKEY extra",
+        "1: MULTI",
+        "1: SET fresh v",
+        "1: RANDOMKEY",
+        "1: DEL fresh",
+        "1: EXEC",
+        "1: HSET only f v",
+        "1: RANDOMKEY",
+        "1: MULTI",
+        "1: RANDOMKEY",
+        "1: DEL only",
+        "1: RANDOMKEY",
+        "1: EXEC",
+        "1: ZADD only 1 m",
+        "1: PEXPIRE only 30",
+        "1: SLEEP",
+        "1: RANDOMKEY",
+        // COMMAND GETKEYS, for the numkeys commands among others.
+        "1: COMMAND GETKEYS",
+        "1: COMMAND GETKEYS nosuch a",
+        "1: COMMAND GETKEYS PING",
+        "1: COMMAND GETKEYS GET",
+        "1: COMMAND GETKEYS GET k",
+        "1: COMMAND GETKEYS MSET a 1 b 2",
+        "1: COMMAND GETKEYS LMPOP 2 l1 l2 LEFT",
+        "1: COMMAND GETKEYS ZMPOP 1 z MIN COUNT 3",
+        "1: COMMAND GETKEYS BLMPOP 0 1 l RIGHT",
+        "1: COMMAND GETKEYS SINTERCARD 2 a b",
+        "1: COMMAND GETKEYS SINTERSTORE d a b",
+        "1: COMMAND GETKEYS LMPOP 0 l LEFT",
+        "1: COMMAND GETKEYS SET k v BOGUS",
+        "1: COMMAND GETKEYS RENAME a b",
+        "1: COMMAND GETKEYS BLPOP a b 0",
+        "1: COMMAND GETKEYS EXISTS a b c",
+    ];
+    let differ = run_script(&redis, &drive, script, Duration::from_millis(60));
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
 #[test]
 fn expiry_keyspace_and_string_commands_answer_as_redis_server_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -744,10 +935,9 @@ fn expiry_keyspace_and_string_commands_answer_as_redis_server_does() {
 /// Commands of the random sequence, over a few keys of every type.
 fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
     use rand::Rng;
-    // Hashes and sorted sets cannot expire on the drive yet (docs/COMPATIBILITY.md): they
-    // are created only under COLLECTION keys, and the EXPIRE family runs only on STRING_ONLY
-    // keys (which RENAME never gives a hash or sorted set). Every command still meets every
-    // type through the keys it reads and overwrites.
+    // Hashes and sorted sets are created under COLLECTION keys only, so strings and
+    // collections keep meeting each other (WRONGTYPE, overwrites, RENAME); every key,
+    // of any type, gets deadlines.
     const STRING_ONLY: &[&str] = &["k1", "k2", "k3", "n", "<empty>"];
     const COLLECTION: &[&str] = &["h1", "z1", "<binary>"];
     let any = |rng: &mut rand::rngs::SmallRng| {
@@ -761,7 +951,7 @@ fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
     };
     let k1 = any(rng);
     let k2 = any(rng);
-    let s1 = STRING_ONLY[rng.gen_range(0..STRING_ONLY.len())].to_string();
+    let s1 = any(rng);
     let c1 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
     let c2 = COLLECTION[rng.gen_range(0..COLLECTION.len())].to_string();
     let (rename_from, rename_to) = if rng.gen_bool(0.5) {

@@ -950,8 +950,15 @@ fn zset_command(rng: &mut rand::rngs::SmallRng) -> String {
     let lex_lo = pick(rng, &["-", "[b", "(a", "[<empty>"]);
     let lex_hi = pick(rng, &["+", "[d", "(c"]);
     let ws = pick(rng, &["", " WITHSCORES"]);
-    match rng.gen_range(0..26) {
+    match rng.gen_range(0..28) {
         0..=3 => format!("ZADD {k} {s} {m}"),
+        25 => format!(
+            "ZMPOP 2 {k} {} {} COUNT {}",
+            pick(rng, KEYS),
+            pick(rng, &["MIN", "MAX"]),
+            b.max(1)
+        ),
+        26 => format!("ZMPOP 1 {k} {}", pick(rng, &["MIN", "MAX"])),
         4 => format!("ZRANGE {k} {a} {b}{ws}"),
         5 => format!("ZRANGE {k} {a} {b} REV{ws}"),
         6 => format!("ZRANGE {k} {lo} {hi} BYSCORE{ws}"),
@@ -988,8 +995,10 @@ fn list_command(rng: &mut rand::rngs::SmallRng) -> String {
     let a = rng.gen_range(-4..6);
     let b = rng.gen_range(-4..6);
     let side = |rng: &mut rand::rngs::SmallRng| pick(rng, &["LEFT", "RIGHT"]);
-    match rng.gen_range(0..23) {
+    match rng.gen_range(0..25) {
         0..=2 => format!("RPUSH {k} {ms}"),
+        22 => format!("LMPOP 2 {k} {k2} {} COUNT {}", side(rng), a.max(1)),
+        23 => format!("LMPOP 1 {k} {}", side(rng)),
         3 | 4 => format!("LPUSH {k} {ms}"),
         5 => format!("{} {k} {ms}", pick(rng, &["LPUSHX", "RPUSHX"])),
         6 => format!("LPOP {k}"),
@@ -1026,6 +1035,30 @@ fn list_command(rng: &mut rand::rngs::SmallRng) -> String {
     }
 }
 
+/// Deadlines on the family's keys, with deterministic outcomes: far deadlines (TTL in
+/// seconds rounds the same on both servers; EXPIRETIME is not asked, as a relative
+/// deadline's second depends on the millisecond each server received it) and past ones
+/// (the key goes at once).
+fn expiry_command(rng: &mut rand::rngs::SmallRng) -> String {
+    let k = pick(rng, KEYS);
+    let far = 99_999_999_900_i64 + rng.gen_range(0..10_i64);
+    match rng.gen_range(0..8) {
+        0 => format!(
+            "EXPIRE {k} {}",
+            pick(rng, &["100", "300 NX", "200 XX", "50 GT", "400 LT"])
+        ),
+        1 => format!("EXPIREAT {k} {far}"),
+        2 => format!("PEXPIREAT {k} 1"),
+        3 => format!("PERSIST {k}"),
+        4 => format!(
+            "EXPIREAT {k} {far} {}",
+            pick(rng, &["NX", "XX", "GT", "LT"])
+        ),
+        5 => format!("EXPIRE {k} {}", pick(rng, &["0", "-1"])),
+        _ => format!("TTL {k}"),
+    }
+}
+
 /// Steps of one random sequence, and the sequences each family runs.
 const STEPS: usize = 2000;
 const SEEDS: [u64; 3] = [7, 0x5e7_5eed, 42];
@@ -1041,6 +1074,8 @@ fn random_lines(seed: u64, family: fn(&mut rand::rngs::SmallRng) -> String) -> V
                 lines.push(family(&mut rng));
             }
             lines.push("EXEC".to_string());
+        } else if rng.gen_range(0..12) == 0 {
+            lines.push(expiry_command(&mut rng));
         } else {
             lines.push(family(&mut rng));
         }

@@ -199,6 +199,8 @@ pub enum Command {
         kind: Option<Bytes>,
     },
     DbSize,
+    /// RANDOMKEY: a live key drawn at random (nil: no key).
+    RandomKey,
     FlushAll,
     Info(Vec<Bytes>),
     ConfigGet(Vec<Bytes>),
@@ -209,6 +211,9 @@ pub enum Command {
     /// `COMMAND` (empty list: every command) and `COMMAND INFO`.
     CommandInfo(Vec<Bytes>),
     CommandList,
+    /// `COMMAND GETKEYS command arg...`: the keys that command names (see
+    /// [`command_keys`]).
+    CommandGetKeys(Vec<Bytes>),
     ClientSetName(Bytes),
     ClientGetName,
     ClientSetInfo {
@@ -780,6 +785,59 @@ fn parse_acl(a: &[Bytes]) -> Result<Command, CommandError> {
     }
 }
 
+/// COMMAND GETKEYS: the keys `args` (a command and its arguments) names, with Redis 7's
+/// errors in its order: an unknown command, a command without key arguments, a wrong
+/// number of arguments, then arguments the keys cannot be found in. A command this drive
+/// parses gives the keys it would touch (numkeys commands included); one it refuses but
+/// whose keys sit at fixed positions gives those positions' arguments, as Redis's key
+/// ranges do.
+///
+/// # Errors
+/// Redis's replies for the cases above.
+pub fn command_keys(args: &[Bytes]) -> Result<Vec<Bytes>, CommandError> {
+    let spec = args
+        .first()
+        .and_then(|n| lookup(n))
+        .ok_or_else(|| err("ERR Invalid command specified"))?;
+    if spec.first_key == 0 && !spec.flags.contains(&"movablekeys") {
+        return Err(err("ERR The command has no key arguments"));
+    }
+    let n = i64::try_from(args.len()).unwrap_or(i64::MAX);
+    if (spec.arity > 0 && spec.arity != n) || (spec.arity < 0 && n < -spec.arity) {
+        return Err(err("ERR Invalid number of arguments specified for command"));
+    }
+    if let Ok(cmd) = Command::parse(args) {
+        let keys: Vec<Bytes> = cmd.keys().into_iter().map(Bytes::copy_from_slice).collect();
+        if !keys.is_empty() {
+            return Ok(keys);
+        }
+    }
+    if spec.first_key > 0 {
+        let last = if spec.last_key < 0 {
+            n + spec.last_key
+        } else {
+            spec.last_key.min(n - 1)
+        };
+        let step = usize::try_from(spec.step.max(1)).unwrap_or(1);
+        let (first, last) = (
+            usize::try_from(spec.first_key).unwrap_or(usize::MAX),
+            usize::try_from(last).unwrap_or(0),
+        );
+        let keys: Vec<Bytes> = args
+            .iter()
+            .enumerate()
+            .skip(first)
+            .take(last.saturating_add(1).saturating_sub(first))
+            .step_by(step)
+            .map(|(_, a)| a.clone())
+            .collect();
+        if !keys.is_empty() {
+            return Ok(keys);
+        }
+    }
+    Err(err("ERR Invalid arguments specified for command"))
+}
+
 fn parse_command(a: &[Bytes]) -> Result<Command, CommandError> {
     let Some(sub) = a.first() else {
         return Ok(Command::CommandInfo(Vec::new()));
@@ -792,6 +850,8 @@ fn parse_command(a: &[Bytes]) -> Result<Command, CommandError> {
         b"info" => Ok(Command::CommandInfo(rest.to_vec())),
         b"list" if !rest.is_empty() => Err(err(SYNTAX)),
         b"list" => Ok(Command::CommandList),
+        b"getkeys" if rest.len() < 2 => Err(wrong_args("command|getkeys")),
+        b"getkeys" => Ok(Command::CommandGetKeys(rest.to_vec())),
         _ => Err(unknown_subcommand(sub, "COMMAND")),
     }
 }
@@ -1193,6 +1253,7 @@ impl Command {
             },
             "scan" => parse_scan(a)?,
             "dbsize" => Self::DbSize,
+            "randomkey" => Self::RandomKey,
             "flushall" if a.len() > 1 => return Err(err(SYNTAX)),
             "flushall" => match a.first().map(|m| lower(m)) {
                 None => Self::FlushAll,
@@ -1364,13 +1425,15 @@ impl Command {
             Self::IncrBy { .. } => "incrby",
             Self::Scan { .. } => "scan",
             Self::DbSize => "dbsize",
+            Self::RandomKey => "randomkey",
             Self::FlushAll => "flushall",
             Self::Info(_) => "info",
             Self::ConfigGet(_) | Self::ConfigSet(_) | Self::ConfigResetStat => "config",
             Self::CommandCount
             | Self::CommandDocs(_)
             | Self::CommandInfo(_)
-            | Self::CommandList => "command",
+            | Self::CommandList
+            | Self::CommandGetKeys(_) => "command",
             Self::ClientSetName(_)
             | Self::ClientGetName
             | Self::ClientSetInfo { .. }

@@ -231,6 +231,10 @@ impl Net {
                 reply(Reply::Verbatim(Bytes::from(text)))
             }
             Command::CommandCount => reply(Reply::Integer(COMMANDS.len() as i64)),
+            Command::CommandGetKeys(args) => reply(match kvproto::command::command_keys(&args) {
+                Ok(keys) => Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+                Err(e) => Reply::error(e.0),
+            }),
             Command::CommandList => reply(Reply::Array(
                 COMMANDS
                     .iter()

@@ -45,6 +45,7 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::Scan { .. }
         | Command::Range { .. }
         | Command::DbSize
+        | Command::RandomKey
         | Command::Ttl { .. }
         | Command::Type(_)
         | Command::Keys(_)

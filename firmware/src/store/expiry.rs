@@ -1,13 +1,20 @@
-//! String deadlines: the DRAM index of `x` records ([`Store::deadline`], by key and by time:
-//! [`Deadlines`]), TTL and its family, EXPIRE/PERSIST in a group, and the sweep that removes
-//! expired strings.
+//! Deadlines of keys of every type: the DRAM index of `x` records ([`Store::deadline`], by
+//! key and by time: [`Deadlines`]), TTL and its family, EXPIRE/PERSIST in a group, and the
+//! sweep that removes expired keys.
+//!
+//! A key whose deadline has passed is no key to every read (the lazy check: one hash lookup
+//! in [`Store::kind`], the asynchronous reads, SCAN, KEYS, DBSIZE), though its records stay
+//! until one of two things deletes them all: the writer's sweep
+//! ([`WriteGroup::expire`]), or the next command that writes the key
+//! ([`WriteGroup::purge_expired`]), so a key created under an expired name never sees the
+//! old key's fields, members or items. A deadline never outlives its key: deleting a key's
+//! type record deletes its deadline ([`WriteGroup::del`]).
 
 use std::collections::BTreeSet;
 
 use foldhash::{HashMap, HashMapExt};
 
 use super::{now_ms, Result, Store, StoreError, WriteGroup};
-use crate::keyspace::{self as ks, STRING};
 
 /// The deadlines in DRAM: each key's (for the lazy check on every read, one hash lookup)
 /// and the same ordered by time, so the sweep and DBSIZE find the keys that are due in
@@ -80,7 +87,7 @@ impl Deadlines {
 }
 
 impl Store {
-    /// The deadline (unix ms) of string `key`, if it has one.
+    /// The deadline (unix ms) of `key`, if it has one.
     pub fn deadline(&self, key: &[u8]) -> Option<u64> {
         self.expiries.read().get(key).copied()
     }
@@ -106,7 +113,7 @@ impl Store {
     }
 }
 
-/// What a write command decided about one string key's deadline.
+/// What a write command decided about one key's deadline.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum DeadlineChange {
     Set(u64),
@@ -123,10 +130,10 @@ pub fn ttl_reply(
 ) -> i64 {
     use kvproto::TtlKind;
     const MS: i64 = kvproto::command::MS_PER_SECOND;
-    let Some(found) = found else {
+    if found.is_none() {
         return -2;
-    };
-    let Some(d) = deadline.filter(|_| found == STRING) else {
+    }
+    let Some(d) = deadline else {
         return -1;
     };
     let d = i64::try_from(d).unwrap_or(i64::MAX);
@@ -146,7 +153,7 @@ impl WriteGroup<'_> {
     /// Whether the deadline was set (or the key deleted, for a deadline already past).
     ///
     /// # Errors
-    /// `InvalidExpire` (overflow), `ExpiryUnsupported` (a hash or sorted set), engine errors.
+    /// `InvalidExpire` (overflow), engine errors.
     pub fn expire_key(
         &mut self,
         key: &[u8],
@@ -156,17 +163,15 @@ impl WriteGroup<'_> {
         name: &'static str,
     ) -> Result<bool> {
         use kvproto::ExpireCondition as C;
-        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let now = i64::try_from(self.clock()).unwrap_or(i64::MAX);
         let when = if absolute {
             when
         } else {
             when.checked_add(now)
                 .ok_or(StoreError::InvalidExpire(name))?
         };
-        match self.kind(key)? {
-            None => return Ok(false),
-            Some(STRING) => {}
-            Some(_) => return Err(StoreError::ExpiryUnsupported),
+        if self.kind(key)?.is_none() {
+            return Ok(false);
         }
         let current = self
             .deadline(key)
@@ -195,24 +200,23 @@ impl WriteGroup<'_> {
     /// # Errors
     /// Engine errors.
     pub fn persist(&mut self, key: &[u8]) -> Result<bool> {
-        if self.kind(key)? != Some(STRING) || self.deadline(key).is_none() {
+        if self.kind(key)?.is_none() || self.deadline(key).is_none() {
             return Ok(false);
         }
         self.set_deadline(key, DeadlineChange::Clear);
         Ok(true)
     }
 
-    /// Removes string keys whose deadline passed (the expiry sweep).
+    /// Removes keys whose deadline passed, with all their records (the expiry sweep); how
+    /// many.
     ///
     /// # Errors
     /// Engine errors.
     pub fn expire(&mut self, keys: &[Vec<u8>]) -> Result<u64> {
-        let now = now_ms();
         let mut n = 0;
         for key in keys {
-            if self.deadline(key).is_some_and(|d| d <= now) {
-                self.del(ks::top(STRING, key));
-                self.set_deadline(key, DeadlineChange::Clear);
+            if self.expired(key) {
+                self.purge(key)?;
                 n += 1;
             }
         }

@@ -338,10 +338,16 @@ impl WriteGroup<'_> {
             return Ok(None);
         }
         holds(self, dst, LIST)?;
+        // Moving the only item of a list onto itself empties the list for an instant, which
+        // would delete its deadline with it: the list keeps it, as in Redis.
+        let kept = if src == dst { self.deadline(src) } else { None };
         let Some(v) = self.list_pop(src, from_left, 1)?.and_then(|mut p| p.pop()) else {
             return Ok(None);
         };
         self.list_push(dst, std::slice::from_ref(&v), to_left, false)?;
+        if let Some(d) = kept {
+            self.set_deadline(dst, super::expiry::DeadlineChange::Set(d));
+        }
         Ok(Some(v))
     }
 }

@@ -25,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lsm::{Engine, EngineError, WriteOp};
 use parking_lot::{Mutex, RwLock};
 
-use crate::keyspace::{self as ks, EXPIRY, STRING};
+use crate::keyspace::{self as ks, EXPIRY};
 
 pub mod expiry;
 pub mod hash;
@@ -44,6 +44,7 @@ pub mod zset_more;
 pub use expiry::ttl_reply;
 pub use read::{KeyFound, KeyRead};
 pub use string::SetOptions;
+pub use view::Picker;
 pub use watch::{WatchedKey, Watches};
 pub use write::{PendingCommit, WriteGroup};
 
@@ -77,9 +78,6 @@ pub enum StoreError {
     /// An expiry time that overflows (the command's name is in the text).
     #[error("ERR invalid expire time in '{0}' command")]
     InvalidExpire(&'static str),
-    /// EXPIRE and friends on a hash or sorted set: only strings carry deadlines so far.
-    #[error("ERR this drive keeps expiry times for string keys only (hashes and sorted sets cannot expire yet)")]
-    ExpiryUnsupported,
     /// A command error Redis reports only after looking at the key (its full text).
     #[error("{0}")]
     Refused(String),
@@ -127,7 +125,7 @@ pub struct Store {
     db: Engine,
     /// WATCH's per-key versions.
     pub watches: Watches,
-    /// Deadline (unix ms) of every string key that has one, by key and by time.
+    /// Deadline (unix ms) of every key that has one, by key and by time.
     expiries: RwLock<expiry::Deadlines>,
     cursors: Mutex<Cursors>,
     /// Hit, miss and expiry counters (shared with asynchronous reads in flight).
@@ -168,6 +166,7 @@ impl Store {
                 expiries.insert(key.to_vec(), deadline);
             }
         }
+        drop_string_only_deadlines(&db, &mut expiries)?;
         Ok(Store {
             db,
             watches: Watches::default(),
@@ -190,27 +189,79 @@ impl Store {
         self.db
     }
 
-    /// Whether string `key` has passed its deadline.
+    /// Whether `key` has passed its deadline (it is then no key, whatever its type).
     pub(super) fn expired(&self, key: &[u8], now: u64) -> bool {
         let ex = self.expiries.read();
         !ex.is_empty() && ex.get(key).is_some_and(|&d| d <= now)
     }
 
-    /// The type tag of `key` (one of [`ks::TOP_LEVEL`]), from DRAM only.
+    /// The type tag of `key` (one of [`ks::TOP_LEVEL`]; `None`: no key, or its deadline
+    /// passed), from DRAM only.
     ///
     /// # Errors
     /// Engine errors.
     pub fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        if self.expired(key, now_ms()) {
+            return Ok(None);
+        }
         let keys: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let lens = self.db.value_lens(&refs)?;
+        Ok(ks::TOP_LEVEL
+            .iter()
+            .zip(&lens)
+            .find(|(_, len)| len.is_some())
+            .map(|(&tag, _)| tag))
+    }
+}
+
+/// Drives written before every type could expire kept deadlines for strings only, and an
+/// expired string's records could stay beside a live key of another type written over its
+/// name (HSET on the expired name) until the sweep ran. Today a passed deadline hides the
+/// key whatever its type, so such a leftover would hide that live key: at open, the expired
+/// string and its deadline are deleted wherever a key of another type shares the name.
+/// Only deadlines already due at open are looked at (a leftover's deadline had passed when
+/// the older build wrote the other key); a clock set back across the restart could leave
+/// one, which then hides the key until that time. Checking every deadline instead would
+/// cost five keytable lookups per expiring key at every start.
+fn drop_string_only_deadlines(db: &Engine, expiries: &mut expiry::Deadlines) -> Result<()> {
+    let due = expiries.due(now_ms(), usize::MAX);
+    let mut doomed = Vec::new();
+    for key in due {
+        let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, &key)).collect();
+        let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
+        let lens = db.value_lens(&refs)?;
+        let (mut string, mut other) = (false, false);
         for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
-            if len.is_some() && !(tag == STRING && self.expired(key, now_ms())) {
-                return Ok(Some(tag));
+            if len.is_some() {
+                *(if tag == ks::STRING {
+                    &mut string
+                } else {
+                    &mut other
+                }) = true;
             }
         }
-        Ok(None)
+        if string && other {
+            doomed.push(key);
+        }
     }
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<[Vec<u8>; 2]> = doomed
+        .iter()
+        .map(|k| [ks::top(ks::STRING, k), ks::top(EXPIRY, k)])
+        .collect();
+    let ops: Vec<WriteOp<'_>> = names.iter().flatten().map(|k| WriteOp::Delete(k)).collect();
+    db.write(&ops)?;
+    for k in &doomed {
+        expiries.remove(k);
+    }
+    tracing::info!(
+        keys = doomed.len(),
+        "removed expired strings left beside live keys of another type by an older build"
+    );
+    Ok(())
 }
 
 /// FLUSHALL: deletes every key, in batches.
@@ -218,6 +269,18 @@ impl Store {
 /// # Errors
 /// Engine errors (keys deleted before the failure stay deleted).
 pub fn flush_all(store: &Store) -> Result<()> {
+    // The watched keys FLUSHALL deletes, judged before it: deleting a live key is a change
+    // to every watcher, deleting an expired one only to those that watched it live, and a
+    // missing key is no change (as Redis 7's `touchAllWatchedKeysInDb`). An engine error
+    // counts as live (an extra abort, never a missed one).
+    let (mut live, mut expired) = (Vec::new(), Vec::new());
+    for k in store.watched_keys() {
+        if store.kind(&k).map_or(true, |t| t.is_some()) {
+            live.push(k);
+        } else if store.deadline(&k).is_some() {
+            expired.push(k);
+        }
+    }
     let r = (|| {
         loop {
             let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
@@ -232,7 +295,8 @@ pub fn flush_all(store: &Store) -> Result<()> {
         Ok(())
     })();
     // Even a failed FLUSHALL may have deleted some keys: WATCHers must see a change.
-    store.touch_all_watched();
+    store.touch_watched(live.iter().map(Vec::as_slice));
+    store.touch_expired(expired.iter().map(Vec::as_slice));
     r
 }
 
@@ -259,7 +323,7 @@ mod tests {
     use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
     use lsm::EngineConfig;
 
-    use crate::keyspace::{HASH, HASH_FIELD, ZSET, ZSET_MEMBER};
+    use crate::keyspace::{HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER};
 
     #[test]
     fn failed_writes_say_which_outcome_they_had() {
@@ -449,9 +513,19 @@ mod tests {
             s.watches.keys.lock().is_empty(),
             "the table holds only watched keys"
         );
-        let f = vec![s.watch(b"x")];
+        let mut g = WriteGroup::new(&s);
+        g.set(b"x", b("v"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        let f = vec![s.watch(b"x"), s.watch(b"never")];
         flush_all(&s).unwrap();
-        assert!(s.watch_broken(&f), "FLUSHALL breaks every watch");
+        assert!(
+            s.watch_broken(&f[..1]),
+            "FLUSHALL breaks the watch of a key it deletes"
+        );
+        assert!(
+            !s.watch_broken(&f[1..]),
+            "but not of a key that was not there (as Redis)"
+        );
         s.unwatch(&f);
         // A watched string whose deadline passes breaks the watch before any sweep.
         let mut g = WriteGroup::new(&s);
@@ -502,6 +576,202 @@ mod tests {
             0,
             "nor any record"
         );
+    }
+
+    /// Commits one group built by `f` (each write purging its expired keys first, as the
+    /// writer does).
+    fn write(s: &Store, keys: &[&[u8]], f: impl FnOnce(&mut WriteGroup<'_>)) {
+        let mut g = WriteGroup::new(s);
+        g.purge_expired(keys).unwrap();
+        f(&mut g);
+        g.commit().unwrap();
+    }
+
+    fn ttl(s: &Store, key: &[u8]) -> i64 {
+        s.ttl(key, kvproto::TtlKind::Pttl).unwrap()
+    }
+
+    /// `key`'s hash fields, read as a client read does.
+    fn fields(s: &Store, key: &[u8]) -> KeyFound {
+        s.read_key(
+            key,
+            &KeyRead::AllSubs {
+                sub_tag: HASH_FIELD,
+            },
+        )
+        .unwrap()
+    }
+
+    fn records(s: &Store) -> u64 {
+        s.engine().count_keys(&[], None).unwrap()
+    }
+
+    #[test]
+    fn collections_expire_and_a_new_key_under_the_name_starts_empty() {
+        let s = store();
+        write(&s, &[b"h"], |g| {
+            g.hash_set(b"h", &[(b("f1"), b("v1")), (b("f2"), b("v2"))])
+                .unwrap();
+            assert!(g.expire_key(b"h", 20, false, None, "pexpire").unwrap());
+        });
+        assert!((1..=20).contains(&ttl(&s, b"h")));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert_eq!((s.kind(b"h").unwrap(), ttl(&s, b"h")), (None, -2));
+        let gone = fields(&s, b"h");
+        assert_eq!((gone.kind, gone.pairs.len()), (None, 0));
+        assert_eq!(s.dbsize().unwrap(), 0, "an expired hash is not counted");
+        // HSET on the expired name: a new hash with only the new field, and no deadline.
+        write(&s, &[b"h"], |g| {
+            assert_eq!(g.hash_set(b"h", &[(b("f3"), b("v3"))]).unwrap(), 1);
+        });
+        assert_eq!(fields(&s, b"h").pairs, vec![(b("f3"), b("v3"))]);
+        assert_eq!(ttl(&s, b"h"), -1);
+        assert_eq!(
+            records(&s),
+            2,
+            "the header and one field, no deadline record"
+        );
+    }
+
+    #[test]
+    fn a_deadline_never_outlives_its_key() {
+        let s = store();
+        write(&s, &[b"l"], |g| {
+            g.list_push(b"l", &[b("a"), b("b")], false, false).unwrap();
+            g.expire_key(b"l", 100_000, false, None, "pexpire").unwrap();
+        });
+        assert!(ttl(&s, b"l") > 0);
+        // Popping the last item deletes the list, and its deadline with it.
+        write(&s, &[b"l"], |g| {
+            g.list_pop(b"l", true, 2).unwrap();
+        });
+        assert_eq!((ttl(&s, b"l"), s.expiring_keys(), records(&s)), (-2, 0, 0));
+        write(&s, &[b"l"], |g| {
+            g.list_push(b"l", &[b("c")], false, false).unwrap();
+        });
+        assert_eq!(
+            ttl(&s, b"l"),
+            -1,
+            "a new list under the name has no deadline"
+        );
+        // SET KEEPTTL over a hash keeps the hash's deadline (as Redis); plain SET drops it.
+        write(&s, &[b"k"], |g| {
+            g.hash_set(b"k", &[(b("f"), b("v"))]).unwrap();
+            g.expire_key(b"k", 100_000, false, None, "pexpire").unwrap();
+        });
+        let keep = SetOptions {
+            keep_ttl: true,
+            ..SetOptions::default()
+        };
+        write(&s, &[b"k"], |g| {
+            g.set(b"k", b("s"), keep).unwrap();
+        });
+        assert_eq!(s.kind(b"k").unwrap(), Some(STRING));
+        assert!(ttl(&s, b"k") > 0);
+        write(&s, &[b"k"], |g| {
+            g.set(b"k", b("s"), SetOptions::default()).unwrap();
+        });
+        assert_eq!(ttl(&s, b"k"), -1);
+        // RENAME carries a collection's deadline; PERSIST removes it.
+        write(&s, &[b"z", b"z2"], |g| {
+            g.zadd(b"z", &Default::default(), &[(1.0, b("m"))]).unwrap();
+            g.expire_key(b"z", 100_000, false, None, "pexpire").unwrap();
+            g.rename(b"z", b"z2", false).unwrap();
+        });
+        assert_eq!(ttl(&s, b"z"), -2);
+        assert!(ttl(&s, b"z2") > 0);
+        write(&s, &[b"z2"], |g| assert!(g.persist(b"z2").unwrap()));
+        assert_eq!((ttl(&s, b"z2"), s.expiring_keys()), (-1, 0));
+    }
+
+    #[test]
+    fn a_deadline_falling_while_a_command_runs_is_judged_at_one_instant() {
+        let s = store();
+        write(&s, &[b"h"], |g| {
+            g.hash_set(b"h", &[(b("f"), b("v"))]).unwrap();
+            g.expire_key(b"h", 10, false, None, "pexpire").unwrap();
+        });
+        // The command begins (its clock fixed, its purge finding nothing due), then the
+        // deadline passes before it writes: SET must still replace the hash, not write a
+        // string beside its records.
+        let mut g = WriteGroup::new(&s);
+        g.fix_clock(now_ms());
+        assert!(g.purge_expired(&[b"h"]).unwrap().is_empty());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        g.set(b"h", b("s"), SetOptions::default()).unwrap();
+        g.commit().unwrap();
+        assert_eq!((s.kind(b"h").unwrap(), ttl(&s, b"h")), (Some(STRING), -1));
+        assert_eq!(
+            records(&s),
+            1,
+            "the string only: the hash went with its deadline"
+        );
+    }
+
+    #[test]
+    fn randomkey_draws_every_type_and_never_an_expired_key() {
+        let s = store();
+        assert_eq!(s.random_key(|k| Ok(s.is_live(k))).unwrap(), None);
+        write(&s, &[], |g| {
+            g.set(b"s", b("v"), SetOptions::default()).unwrap();
+            g.hash_set(b"h", &[(b("f"), b("v"))]).unwrap();
+            g.set_add(b"t", &[b("m")]).unwrap();
+            g.list_push(b"l", &[b("i")], false, false).unwrap();
+            g.set(b"gone", b("v"), SetOptions::default()).unwrap();
+            g.expire_key(b"gone", 1, false, None, "pexpire").unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..400 {
+            seen.insert(s.random_key(|k| Ok(s.is_live(k))).unwrap().unwrap());
+        }
+        let want: std::collections::BTreeSet<Bytes> =
+            ["h", "l", "s", "t"].into_iter().map(b).collect();
+        assert_eq!(
+            seen, want,
+            "every live key of every type, and no expired one"
+        );
+        assert_eq!(
+            s.random_key(|k| Ok(k == b"t")).unwrap(),
+            Some(b("t")),
+            "a refused key is passed over"
+        );
+    }
+
+    #[test]
+    fn the_sweep_deletes_every_record_of_an_expired_collection() {
+        let s = store();
+        write(&s, &[b"t"], |g| {
+            g.set_add(b"t", &[b("a"), b("b"), b("c")]).unwrap();
+            g.expire_key(b"t", 10, false, None, "pexpire").unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let due = s.due_expiries(10);
+        assert_eq!(due, vec![b"t".to_vec()]);
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.expire(&due).unwrap(), 1);
+        g.commit().unwrap();
+        assert_eq!((records(&s), s.expiring_keys()), (0, 0));
+    }
+
+    #[test]
+    fn an_expired_string_an_older_build_left_beside_a_hash_does_not_hide_it() {
+        let s = store();
+        write(&s, &[b"k"], |g| {
+            g.hash_set(b"k", &[(b("f"), b("v"))]).unwrap();
+        });
+        // The older layout: the string's record and its passed deadline beside the hash.
+        let (string, deadline) = (ks::top(STRING, b"k"), ks::top(EXPIRY, b"k"));
+        let past = 1u64.to_le_bytes();
+        s.engine()
+            .write(&[
+                WriteOp::Put(&string, b"old"),
+                WriteOp::Put(&deadline, &past),
+            ])
+            .unwrap();
+        let s = Store::open(s.into_engine()).unwrap();
+        assert_eq!((s.kind(b"k").unwrap(), ttl(&s, b"k")), (Some(HASH), -1));
+        assert_eq!(records(&s), 2, "the hash's header and field only");
     }
 
     #[test]

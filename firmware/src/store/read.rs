@@ -73,7 +73,7 @@ pub(super) struct KeyRequest {
 /// Turns what the engine found into a [`KeyFound`].
 #[derive(Clone)]
 pub(super) struct KeyFinish {
-    /// The key is a string past its deadline.
+    /// The key is past its deadline: it is no key, whatever records it still has.
     expired: bool,
     names: usize,
     prefix_len: usize,
@@ -137,12 +137,7 @@ impl KeyRequest {
 
     /// How the engine answers the probes (see [`KeyRequest::probes`]).
     fn probes<'a>(&self, refs: &'a [&'a [u8]]) -> Probes<'a> {
-        if self.finish.expired {
-            // A string past its deadline is no key, but its record stays until the sweep
-            // removes it, so a live key of another type (a hash written over the expired
-            // name) may be there beside it: every type is probed.
-            Probes::Each(refs)
-        } else if self.finish.record.is_some() {
+        if self.finish.record.is_some() {
             Probes::FirstOfUnlessFound(refs)
         } else {
             Probes::FirstOf(refs)
@@ -161,27 +156,22 @@ impl KeyRequest {
 }
 
 impl KeyFinish {
-    /// The key's type (a string past its deadline counts as missing) and its records; a
+    /// The key's type (a key past its deadline counts as missing) and its records; a
     /// missing key shows none.
     fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
-        // A string past its deadline is no key, but its record stays until the sweep
-        // removes it: a key of another type written since (HSET on the expired name) is
-        // the live one.
-        let live = |t: u8| !(t == STRING && self.expired);
         let kind = match self.record {
-            Some(tag) if live(tag) && found.values.first().is_some_and(Option::is_some) => {
-                Some(tag)
-            }
+            _ if self.expired => None,
+            Some(tag) if found.values.first().is_some_and(Option::is_some) => Some(tag),
             _ => self
                 .probe_tags
                 .iter()
                 .zip(&found.present)
-                .find(|(&t, &p)| p && live(t))
+                .find(|(_, &p)| p)
                 .map(|(&t, _)| t),
         };
         counters.count_hit(kind.is_some());
         if kind.is_none() {
-            // Leftovers of no live key (an expired string) are not shown.
+            // The records of an expired key (until they are deleted) are not shown.
             return KeyFound {
                 kind,
                 values: vec![None; self.names],
@@ -272,7 +262,10 @@ impl Store {
     /// the same instant as the values (so a GET answers nil or WRONGTYPE consistently).
     /// `done` must be short and must not call into the store.
     pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[&[u8]], done: OnStrings) {
-        let expired = self.expired_mask(keys, now_ms());
+        let now = now_ms();
+        let expired = self.expired_mask(keys, now);
+        // An expired key of another type is no key: nil, not WRONGTYPE.
+        let typed_expired = self.expired_mask(typed, now);
         let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         let probe_keys: Vec<Vec<u8>> = typed
@@ -292,7 +285,8 @@ impl Store {
             Box::new(move |r, present| {
                 let other_type: Vec<bool> = present
                     .chunks(ks::TOP_LEVEL.len() - 1)
-                    .map(|p| p.iter().any(|&b| b))
+                    .zip(typed_expired)
+                    .map(|(p, gone)| !gone && p.iter().any(|&b| b))
                     .collect();
                 let out = r.map_err(StoreError::from).map(|values| {
                     values
@@ -314,8 +308,8 @@ impl Store {
     /// DRAM-only ones): the key's type is judged from DRAM and its records are read, all as
     /// of one instant, so the reply is consistent (a type check and a value read never
     /// straddle a write). The value pages go to the device and `done` runs on the engine's
-    /// poller thread once they are in (or here when nothing needs reading). A string past
-    /// its deadline counts as missing. `done` must be short and must not call into the
+    /// poller thread once they are in (or here when nothing needs reading). A key past its
+    /// deadline counts as missing. `done` must be short and must not call into the
     /// store.
     pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
         let req = KeyRequest::new(key, what, self.expired(key, now_ms()));

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::{now_ms, Result, Store, StoreError, DELETE_CHUNK};
-use crate::keyspace::{self as ks, STRING};
+use crate::keyspace as ks;
 
 /// Scan cursors remembered at once (the oldest is forgotten first).
 const MAX_SCAN_CURSORS: usize = 16_384;
@@ -46,7 +46,7 @@ impl Store {
                 let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
                 for k in &keys {
                     let user = k.get(1..).unwrap_or_default();
-                    if tag == STRING && self.expired(user, now) {
+                    if self.expired(user, now) {
                         continue;
                     }
                     if kvproto::glob::glob_match(pattern, user) {
@@ -63,6 +63,51 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// RANDOMKEY: a key drawn at random from every type's key range (DRAM only; see
+    /// [`lsm::Engine::sample_key`] for how uniform the draw is and what it costs) among
+    /// those `live` takes: [`Store::random_key`]'s caller judges expiry (the applied state
+    /// with [`Store::is_live`], a transaction through its group). `None` when no key
+    /// qualifies (or, see `sample_key`, over a million entries in a row did not).
+    ///
+    /// # Errors
+    /// Engine errors, and the first of `live`'s.
+    pub fn random_key(&self, mut live: impl FnMut(&[u8]) -> Result<bool>) -> Result<Option<Bytes>> {
+        let ends: Vec<Option<Vec<u8>>> = ks::TOP_LEVEL
+            .iter()
+            .map(|&t| ks::prefix_end(&[t]))
+            .collect();
+        let starts: Vec<[u8; 1]> = ks::TOP_LEVEL.iter().map(|&t| [t]).collect();
+        let ranges: Vec<(&[u8], Option<&[u8]>)> = starts
+            .iter()
+            .zip(&ends)
+            .map(|(s, e)| (&s[..], e.as_deref()))
+            .collect();
+        let mut failed = None;
+        let mut accept = |k: &[u8]| {
+            if failed.is_some() {
+                return false;
+            }
+            match live(k.get(1..).unwrap_or_default()) {
+                Ok(yes) => yes,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        };
+        let seed = super::view::Picker::new().below(u64::MAX);
+        let drawn = self.db.sample_key(&ranges, seed, &mut accept)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(drawn.map(|k| Bytes::copy_from_slice(k.get(1..).unwrap_or_default())))
+    }
+
+    /// Whether `key` has not passed its deadline (as of now), for [`Store::random_key`].
+    pub fn is_live(&self, key: &[u8]) -> bool {
+        !self.expired(key, now_ms())
     }
 
     /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.
@@ -135,7 +180,7 @@ impl Store {
                 kind.is_none_or(|t| t.eq_ignore_ascii_case(ks::type_name(tag).as_bytes()));
             for k in keys {
                 let user = k.get(1..).unwrap_or_default();
-                if tag == STRING && self.expired(user, now) {
+                if self.expired(user, now) {
                     continue;
                 }
                 if type_ok && pattern.is_none_or(|p| kvproto::glob::glob_match(p, user)) {

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::expiry::DeadlineChange;
 use super::hash_more::float_text;
-use super::{now_ms, parse_i64, Result, StoreError, WriteGroup};
+use super::{parse_i64, Result, StoreError, WriteGroup};
 use crate::keyspace::{self as ks, STRING};
 
 /// Longest string SETRANGE may make: Redis's `checkStringLength` limit (its default
@@ -58,13 +58,18 @@ impl WriteGroup<'_> {
                 old,
             });
         }
+        // KEEPTTL keeps the deadline of the key it overwrites, whatever its type (as Redis).
+        let kept = if o.keep_ttl && kind.is_some() {
+            self.deadline(key)
+        } else {
+            None
+        };
         if kind.is_some_and(|k| k != STRING) {
             self.remove_any(key)?;
         }
         self.put(ks::top(STRING, key), value);
-        match o.deadline {
+        match o.deadline.or(kept) {
             Some(d) => self.set_deadline(key, DeadlineChange::Set(d)),
-            None if o.keep_ttl && kind == Some(STRING) => {}
             None => self.set_deadline(key, DeadlineChange::Clear),
         }
         Ok(SetOutcome { applied: true, old })
@@ -120,7 +125,7 @@ impl WriteGroup<'_> {
             return Err(StoreError::Refused(e.0.clone()));
         }
         match deadline {
-            Some(d) if d <= now_ms() => {
+            Some(d) if d <= self.clock() => {
                 self.remove_any(key)?;
             }
             Some(d) => self.set_deadline(key, DeadlineChange::Set(d)),

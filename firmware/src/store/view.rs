@@ -14,7 +14,7 @@ use crate::keyspace as ks;
 
 /// A state of the keyspace that collection reads run against.
 pub trait View {
-    /// The type tag of `key` (`None`: no such key, or an expired string).
+    /// The type tag of `key` (`None`: no such key, or its deadline passed).
     ///
     /// # Errors
     /// Engine errors.

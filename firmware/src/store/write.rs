@@ -10,7 +10,7 @@ use lsm::WriteOp;
 
 use super::expiry::DeadlineChange;
 use super::{now_ms, Result, Store, StoreError};
-use crate::keyspace::{self as ks, EXPIRY, STRING};
+use crate::keyspace::{self as ks, EXPIRY};
 
 /// A group whose engine batch is on the device ([`WriteGroup::try_submit`]).
 pub struct PendingCommit {
@@ -51,6 +51,10 @@ pub struct WriteGroup<'s> {
     pub(super) overlay: BTreeMap<Vec<u8>, Option<Bytes>>,
     pub(super) deadlines: HashMap<Vec<u8>, DeadlineChange>,
     pub(super) bytes: usize,
+    /// The instant expiry is judged at (unix ms), fixed per command or per EXEC by
+    /// [`WriteGroup::fix_clock`] so a key cannot expire between two looks of one command
+    /// (Redis's fixed command time); `None`: the current time.
+    clock: Option<u64>,
 }
 
 impl<'s> WriteGroup<'s> {
@@ -61,7 +65,26 @@ impl<'s> WriteGroup<'s> {
             overlay: BTreeMap::new(),
             deadlines: HashMap::new(),
             bytes: 0,
+            clock: None,
         }
+    }
+
+    /// Fixes the instant every expiry decision of the group uses from now on (the writer
+    /// calls it as each command, or each EXEC, begins): a command's purge of expired keys
+    /// and its own type checks then agree, so a key whose deadline falls while a command
+    /// runs is either expired for all of it or for none of it.
+    pub fn fix_clock(&mut self, now: u64) {
+        self.clock = Some(now);
+    }
+
+    /// The instant expiry is judged at (see [`WriteGroup::fix_clock`]).
+    pub fn clock(&self) -> u64 {
+        self.clock.unwrap_or_else(now_ms)
+    }
+
+    /// The store's keyspace counters.
+    pub fn store_counters(&self) -> &super::KeyspaceCounters {
+        &self.store.counters
     }
 
     /// Bytes of keys and values gathered so far.
@@ -74,7 +97,19 @@ impl<'s> WriteGroup<'s> {
         self.overlay.insert(key, Some(value));
     }
 
+    /// Deletes engine key `key`. Deleting a type record (the key ceases to exist, or changes
+    /// type) also removes the key's deadline, so a deadline never outlives its key: a key
+    /// created later under the name starts without one, as in Redis.
     pub(super) fn del(&mut self, key: Vec<u8>) {
+        if let Some(user) = key
+            .split_first()
+            .filter(|(tag, _)| ks::TOP_LEVEL.contains(tag))
+            .map(|(_, user)| user)
+        {
+            if self.deadline(user).is_some() {
+                self.set_deadline(user, DeadlineChange::Clear);
+            }
+        }
         self.bytes += key.len();
         self.overlay.insert(key, None);
     }
@@ -127,23 +162,31 @@ impl<'s> WriteGroup<'s> {
         }
     }
 
-    /// The type of `key` as this group sees it.
+    /// Whether `key` has a deadline that has passed (as this group sees it): the key is
+    /// gone, whatever its type, though its records stay until [`WriteGroup::purge_expired`]
+    /// or the sweep removes them.
+    pub(super) fn expired(&self, key: &[u8]) -> bool {
+        self.deadline(key).is_some_and(|d| d <= self.clock())
+    }
+
+    /// The type of `key` as this group sees it (`None`: no such key, or its deadline passed).
     pub(super) fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        if self.expired(key) {
+            return Ok(None);
+        }
         let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
-        let live_string = || self.deadline(key).is_none_or(|d| d > now_ms());
         if tops.iter().all(|t| !self.overlay.contains_key(t)) {
             // Untouched by this group: one engine call for the type records.
             let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
             let lens = self.store.db.value_lens(&refs)?;
-            for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
-                if len.is_some() && (tag != STRING || live_string()) {
-                    return Ok(Some(tag));
-                }
-            }
-            return Ok(None);
+            return Ok(ks::TOP_LEVEL
+                .iter()
+                .zip(&lens)
+                .find(|(_, len)| len.is_some())
+                .map(|(&tag, _)| tag));
         }
         for (&tag, top) in ks::TOP_LEVEL.iter().zip(&tops) {
-            if self.present(top)? && (tag != STRING || live_string()) {
+            if self.present(top)? {
                 return Ok(Some(tag));
             }
         }
@@ -176,31 +219,66 @@ impl<'s> WriteGroup<'s> {
         Ok(keys.into_iter().collect())
     }
 
-    /// Removes `key` whatever its type; whether it existed.
+    /// Removes `key` whatever its type; whether it existed (a key whose deadline passed did
+    /// not, but its records go too).
     pub(super) fn remove_any(&mut self, key: &[u8]) -> Result<bool> {
-        let Some(kind) = self.kind(key)? else {
-            // An expired string still has records: drop them quietly.
-            if self.present(&ks::top(STRING, key))? {
-                self.del(ks::top(STRING, key));
-                self.set_deadline(key, DeadlineChange::Clear);
-            }
-            return Ok(false);
-        };
-        match kind {
-            STRING => {
-                self.del(ks::top(STRING, key));
-                self.set_deadline(key, DeadlineChange::Clear);
-            }
-            kind => {
-                for &tag in ks::sub_tags(kind) {
-                    for k in self.keys_under(&ks::sub_prefix(tag, key))? {
-                        self.del(k);
-                    }
+        match self.kind(key)? {
+            None => {
+                if self.deadline(key).is_some() {
+                    self.purge(key)?;
                 }
-                self.del(ks::top(kind, key));
+                Ok(false)
+            }
+            Some(kind) => {
+                self.remove_records(kind, key)?;
+                Ok(true)
             }
         }
-        Ok(true)
+    }
+
+    /// Deletes every record of `key` as a key of type `kind` (its deadline goes with its
+    /// type record, see [`WriteGroup::del`]).
+    fn remove_records(&mut self, kind: u8, key: &[u8]) -> Result<()> {
+        for &tag in ks::sub_tags(kind) {
+            for k in self.keys_under(&ks::sub_prefix(tag, key))? {
+                self.del(k);
+            }
+        }
+        self.del(ks::top(kind, key));
+        Ok(())
+    }
+
+    /// Deletes whatever records `key` has, of any type, and its deadline.
+    pub(super) fn purge(&mut self, key: &[u8]) -> Result<()> {
+        for tag in ks::TOP_LEVEL {
+            if self.present(&ks::top(tag, key))? {
+                self.remove_records(tag, key)?;
+            }
+        }
+        self.set_deadline(key, DeadlineChange::Clear);
+        Ok(())
+    }
+
+    /// Deletes each of `keys` whose deadline has passed, with all its records (Redis's
+    /// expire-on-write-access): the writer runs this before a command writes its keys, so
+    /// a key created under an expired name never meets the old key's records (HSET on an
+    /// expired hash starts an empty hash). Returns the keys it deleted.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn purge_expired(&mut self, keys: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        if self.deadlines.is_empty() && self.store.expiries.read().is_empty() {
+            // No key has a deadline: nothing to look up.
+            return Ok(Vec::new());
+        }
+        let mut purged = Vec::new();
+        for key in keys {
+            if self.expired(key) {
+                self.purge(key)?;
+                purged.push(key.to_vec());
+            }
+        }
+        Ok(purged)
     }
 
     /// DEL: how many keys existed.
@@ -265,7 +343,7 @@ impl<'s> WriteGroup<'s> {
             .collect()
     }
 
-    /// The deadline of string `key` as this group sees it.
+    /// The deadline of `key` as this group sees it.
     pub fn deadline_of(&self, key: &[u8]) -> Option<u64> {
         self.deadline(key)
     }
@@ -283,14 +361,14 @@ impl<'s> WriteGroup<'s> {
         if self.kind(destination)?.is_some() && !replace {
             return Ok(false);
         }
-        // The destination's old records (of any type, or an expired string's leftovers).
+        // The destination's old records (of any type, or an expired key's).
         self.remove_any(destination)?;
         self.write_copy(kind, source, destination)?;
         Ok(true)
     }
 
-    /// Writes every record of `source` (a key of type `kind`) under `destination`, and a
-    /// string's deadline with it; `destination` holds nothing (its records were removed).
+    /// Writes every record of `source` (a key of type `kind`) under `destination`, and its
+    /// deadline with it; `destination` holds nothing (its records were removed).
     fn write_copy(&mut self, kind: u8, source: &[u8], destination: &[u8]) -> Result<()> {
         for &tag in ks::sub_tags(kind) {
             let from = ks::sub_prefix(tag, source);
@@ -303,11 +381,9 @@ impl<'s> WriteGroup<'s> {
         }
         let top = self.read(&ks::top(kind, source))?.unwrap_or_default();
         self.put(ks::top(kind, destination), top);
-        if kind == STRING {
-            match self.deadline(source) {
-                Some(d) => self.set_deadline(destination, DeadlineChange::Set(d)),
-                None => self.set_deadline(destination, DeadlineChange::Clear),
-            }
+        match self.deadline(source) {
+            Some(d) => self.set_deadline(destination, DeadlineChange::Set(d)),
+            None => self.set_deadline(destination, DeadlineChange::Clear),
         }
         Ok(())
     }
@@ -330,7 +406,7 @@ impl<'s> WriteGroup<'s> {
             }
             self.remove_any(new_key)?;
         } else {
-            // Leftovers of an expired string under the new name go first.
+            // The records of an expired key under the new name go first.
             self.remove_any(new_key)?;
         }
         self.write_copy(kind, key, new_key)?;

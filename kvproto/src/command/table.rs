@@ -302,6 +302,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns the number of keys."
     ),
     spec!(
+        "randomkey",
+        1,
+        ["readonly"],
+        0,
+        0,
+        0,
+        "generic",
+        "O(1)",
+        "Returns a random key name from the database."
+    ),
+    spec!(
         "flushall",
         -1,
         ["write"],
@@ -778,7 +789,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!(
         "sintercard",
         -3,
-        ["readonly"],
+        ["readonly", "movablekeys"],
         0,
         0,
         0,
@@ -1062,6 +1073,28 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Removes and returns the highest-scored member of the first non-empty sorted set, or blocks until one is available."
     ),
     spec!(
+        "zmpop",
+        -4,
+        ["write", "movablekeys"],
+        0,
+        0,
+        0,
+        "sorted-set",
+        "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+        "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them."
+    ),
+    spec!(
+        "bzmpop",
+        -5,
+        ["write", "blocking", "movablekeys"],
+        0,
+        0,
+        0,
+        "sorted-set",
+        "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+        "Removes and returns a member by score from one or more sorted sets, or blocks until one is available."
+    ),
+    spec!(
         "zremrangebyscore",
         4,
         ["write"],
@@ -1291,6 +1324,28 @@ pub const COMMANDS: &[CommandSpec] = &[
         "list",
         "O(N) where N is the number of keys",
         "Removes and returns the last item of the first non-empty list, or blocks until one is available."
+    ),
+    spec!(
+        "lmpop",
+        -4,
+        ["write", "movablekeys"],
+        0,
+        0,
+        0,
+        "list",
+        "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
+        "Returns multiple elements from a list after removing them."
+    ),
+    spec!(
+        "blmpop",
+        -5,
+        ["write", "blocking", "movablekeys"],
+        0,
+        0,
+        0,
+        "list",
+        "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
+        "Pops the first element from one of multiple lists, or blocks until one is available."
     ),
     spec!(
         "blmove",

@@ -261,6 +261,24 @@ pub enum Collection {
         max: bool,
         timeout_ms: u64,
     },
+    /// `LMPOP numkeys key... LEFT|RIGHT [COUNT n]` and `BLMPOP timeout numkeys ...`: up to
+    /// `count` items from one end of the first non-empty list (BLMPOP: or wait for one;
+    /// `timeout_ms` `Some(0)`: for ever).
+    MPop {
+        keys: Vec<Bytes>,
+        left: bool,
+        count: u64,
+        timeout_ms: Option<u64>,
+    },
+    /// `ZMPOP numkeys key... MIN|MAX [COUNT n]` and `BZMPOP timeout numkeys ...`: up to
+    /// `count` lowest (highest) members of the first non-empty sorted set (BZMPOP: or wait
+    /// for one).
+    ZMPop {
+        keys: Vec<Bytes>,
+        max: bool,
+        count: u64,
+        timeout_ms: Option<u64>,
+    },
     /// `BLMOVE src dst LEFT|RIGHT LEFT|RIGHT timeout` and `BRPOPLPUSH src dst timeout`: LMOVE,
     /// or wait for `src` to have an item (`timeout_ms` 0: for ever).
     BLMove {
@@ -467,6 +485,68 @@ fn parse_lpos(a: &[Bytes]) -> Result<Collection, CommandError> {
         rank,
         count,
         maxlen,
+    })
+}
+
+/// LMPOP, BLMPOP, ZMPOP and BZMPOP after the command name, in Redis 7's order: numkeys, the
+/// keys, the end (`LEFT`/`RIGHT`, or `MIN`/`MAX` for `zset`), `COUNT`, and only then a
+/// blocking command's timeout (`a[0]`).
+fn parse_mpop(a: &[Bytes], zset: bool, blocking: bool) -> Result<Collection, CommandError> {
+    let (timeout, a) = if blocking {
+        let (t, rest) = a.split_first().ok_or_else(|| err(SYNTAX))?;
+        (Some(t), rest)
+    } else {
+        (None, a)
+    };
+    let numkeys = a
+        .first()
+        .and_then(|n| super::parse_i64(n))
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
+    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+    let end_at = numkeys.checked_add(1).filter(|&i| i < a.len());
+    let Some(end_at) = end_at else {
+        return Err(err(SYNTAX));
+    };
+    let first = match (zset, lower(&a[end_at]).as_slice()) {
+        (false, b"left") | (true, b"min") => true,
+        (false, b"right") | (true, b"max") => false,
+        _ => return Err(err(SYNTAX)),
+    };
+    let mut count = None;
+    let mut j = end_at + 1;
+    while j < a.len() {
+        let more = a.len() - 1 - j;
+        if count.is_none() && lower(&a[j]) == b"count" && more > 0 {
+            j += 1;
+            count = Some(
+                super::parse_i64(&a[j])
+                    .filter(|&c| c >= 1)
+                    .and_then(|c| u64::try_from(c).ok())
+                    .ok_or_else(|| err("ERR count should be greater than 0"))?,
+            );
+        } else {
+            return Err(err(SYNTAX));
+        }
+        j += 1;
+    }
+    let timeout_ms = timeout.map(|t| block_timeout(t)).transpose()?;
+    let keys = a[1..=numkeys].to_vec();
+    let count = count.unwrap_or(1);
+    Ok(if zset {
+        Collection::ZMPop {
+            keys,
+            max: !first,
+            count,
+            timeout_ms,
+        }
+    } else {
+        Collection::MPop {
+            keys,
+            left: first,
+            count,
+            timeout_ms,
+        }
     })
 }
 
@@ -759,6 +839,10 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                     name: "blmove",
                 }
             }
+            "lmpop" => parse_mpop(a, false, false)?,
+            "blmpop" => parse_mpop(a, false, true)?,
+            "zmpop" => parse_mpop(a, true, false)?,
+            "bzmpop" => parse_mpop(a, true, true)?,
             "brpoplpush" => C::BLMove {
                 timeout_ms: block_timeout(&a[2])?,
                 src: key(),
@@ -784,15 +868,18 @@ fn set_op(name: &str) -> SetOp {
 }
 
 impl Collection {
-    /// How long a blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX)
-    /// may wait, in
-    /// milliseconds (0: for ever); `None` for every other command.
+    /// How long a blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX,
+    /// BLMPOP, BZMPOP) may wait, in milliseconds (0: for ever); `None` for every other
+    /// command.
     #[must_use]
     pub fn block_timeout_ms(&self) -> Option<u64> {
         match self {
             Collection::BPop { timeout_ms, .. }
             | Collection::BZPop { timeout_ms, .. }
             | Collection::BLMove { timeout_ms, .. } => Some(*timeout_ms),
+            Collection::MPop { timeout_ms, .. } | Collection::ZMPop { timeout_ms, .. } => {
+                *timeout_ms
+            }
             _ => None,
         }
     }
@@ -864,6 +951,14 @@ impl Collection {
             C::ZCount { .. } => "zcount",
             C::ZPop { max: false, .. } => "zpopmin",
             C::ZPop { .. } => "zpopmax",
+            C::MPop {
+                timeout_ms: None, ..
+            } => "lmpop",
+            C::MPop { .. } => "blmpop",
+            C::ZMPop {
+                timeout_ms: None, ..
+            } => "zmpop",
+            C::ZMPop { .. } => "bzmpop",
         }
     }
 
@@ -881,7 +976,10 @@ impl Collection {
             C::SMove { src, dst, .. } | C::LMove { src, dst, .. } | C::BLMove { src, dst, .. } => {
                 vec![&src[..], &dst[..]]
             }
-            C::BPop { keys, .. } | C::BZPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
+            C::BPop { keys, .. }
+            | C::BZPop { keys, .. }
+            | C::MPop { keys, .. }
+            | C::ZMPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
             C::SAdd { key, .. }
             | C::SRem { key, .. }
             | C::SMembers(key)
@@ -1042,5 +1140,66 @@ mod tests {
             Command::Collection(c) => c.block_timeout_ms().is_none(),
             _ => false,
         }));
+    }
+
+    #[test]
+    fn multi_key_pops_parse_as_redis_7() {
+        let Ok(Command::Collection(Collection::MPop {
+            keys,
+            left,
+            count,
+            timeout_ms,
+        })) = cmd(&["lmpop", "2", "a", "b", "right", "COUNT", "3"])
+        else {
+            panic!("LMPOP parses");
+        };
+        assert_eq!((keys.len(), left, count, timeout_ms), (2, false, 3, None));
+        let Ok(Command::Collection(c)) = cmd(&["bzmpop", "1.5", "1", "z", "MAX"]) else {
+            panic!("BZMPOP parses");
+        };
+        assert_eq!(c.block_timeout_ms(), Some(1500));
+        assert_eq!(c.name(), "bzmpop");
+        assert!(matches!(
+            c,
+            Collection::ZMPop {
+                max: true,
+                count: 1,
+                ..
+            }
+        ));
+        for (args, want) in [
+            (
+                &["lmpop", "0", "a", "left"][..],
+                "ERR numkeys should be greater than 0",
+            ),
+            (
+                &["lmpop", "x", "a", "left"],
+                "ERR numkeys should be greater than 0",
+            ),
+            (&["lmpop", "2", "a", "left"], SYNTAX),
+            (&["lmpop", "1", "a", "up"], SYNTAX),
+            (&["zmpop", "1", "a", "left"], SYNTAX),
+            (
+                &["lmpop", "1", "a", "left", "count", "0"],
+                "ERR count should be greater than 0",
+            ),
+            (&["lmpop", "1", "a", "left", "count"], SYNTAX),
+            (
+                &["lmpop", "1", "a", "left", "count", "1", "count", "2"],
+                SYNTAX,
+            ),
+            // The timeout is read last, as Redis 7 does.
+            (&["blmpop", "x", "1", "a", "up"], SYNTAX),
+            (
+                &["blmpop", "x", "1", "a", "left"],
+                "ERR timeout is not a float or out of range",
+            ),
+            (
+                &["bzmpop", "-1", "1", "a", "min"],
+                "ERR timeout is negative",
+            ),
+        ] {
+            assert_eq!(err_text(args), want, "{args:?}");
+        }
     }
 }
