@@ -2,9 +2,8 @@
 //!
 //! - `cargo xtask test [--jobs N] [ARGS]`: installs the Debian tools the tests use when they
 //!   are missing (`apt-get update` first), builds every test target of the workspace and runs
-//!   the test binaries N at a time, longest first (see `testrun`), with the doc tests and the
-//!   read-epoch protocol under shuttle (`cargo test --workspace --features lsm/shuttle --lib
-//!   epoch::`) as two more jobs. With ARGS it is plain `cargo test --workspace ARGS`. The fuzz
+//!   the test binaries N at a time, longest first (see `testrun`), with the doc tests as one
+//!   more job. With ARGS it is plain `cargo test --workspace ARGS`. The fuzz
 //!   targets run in `cargo xtask fuzz` (their seed corpora are replayed by the stable tests).
 //! - `cargo xtask fuzz [--seconds N] [--target NAME]`: the cargo-fuzz targets of `fuzz/`
 //!   (nightly; cargo-fuzz installed if missing), each for N seconds (see `fuzz`).
@@ -106,7 +105,7 @@ enum Task {
         #[arg(long)]
         jobs: Option<usize>,
         /// Passed to `cargo test` (e.g. a test name filter, or `-- --nocapture`); with
-        /// ARGS the binaries run one at a time through `cargo test`, without the shuttle step.
+        /// ARGS the binaries run one at a time through `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -334,24 +333,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "doc tests",
                 &root,
                 &["test", "--workspace", "--doc"],
-            ));
-            // The read-epoch protocol under shuttle's randomised scheduler (its atomics and
-            // locks are swapped for shuttle's by the feature, so it builds and runs alone).
-            // The whole workspace is selected so that dependencies resolve with the features
-            // the build above used: `-p lsm` alone rebuilt a third of the dependency tree
-            // (four minutes on two cores); this rebuilds only lsm and the libraries on it,
-            // while the other jobs run.
-            jobs.push(testrun::Job::cargo(
-                testrun::SHUTTLE_JOB,
-                &root,
-                &[
-                    "test",
-                    "--workspace",
-                    "--features",
-                    "lsm/shuttle",
-                    "--lib",
-                    "epoch::",
-                ],
             ));
             testrun::order(&mut jobs, &target);
             let workers = jobs_flag.unwrap_or_else(|| {

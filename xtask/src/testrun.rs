@@ -33,20 +33,16 @@ const SLOW_SUITES: &[(&str, u64)] = &[
     ("firmware/crash", 150),
     ("lsm/crash", 107),
     ("lsm/gc", 104),
-    (SHUTTLE_JOB, 100),
     ("lsm/failed_layout", 89),
     ("lsm/value_cache", 49),
     ("firmware/server", 45),
     ("firmware/differential", 38),
 ];
 
-/// The label of the shuttle job (see `main`).
-pub(crate) const SHUTTLE_JOB: &str = "shuttle: lsm epoch::";
-
 /// Where the durations of the last run are kept (under the target directory).
 const DURATIONS_FILE: &str = "test-durations.tsv";
 
-/// One job of the run: a test binary, or a cargo command (doc tests, the shuttle build).
+/// One job of the run: a test binary, or a cargo command (the doc tests).
 #[derive(Clone, Debug)]
 pub(crate) struct Job {
     /// `package/target` for a test binary, a label for a cargo command.
