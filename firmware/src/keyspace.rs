@@ -116,6 +116,31 @@ pub fn type_name(tag: u8) -> &'static str {
     }
 }
 
+/// The five type records a key may have ([`TOP_LEVEL`]'s order), in one allocation: a
+/// type lookup on the write path builds them for every command.
+pub struct TopKeys {
+    buf: Vec<u8>,
+    stride: usize,
+}
+
+impl TopKeys {
+    /// The type records of `key`.
+    pub fn new(key: &[u8]) -> TopKeys {
+        let stride = 1 + key.len();
+        let mut buf = Vec::with_capacity(TOP_LEVEL.len() * stride);
+        for tag in TOP_LEVEL {
+            buf.push(tag);
+            buf.extend_from_slice(key);
+        }
+        TopKeys { buf, stride }
+    }
+
+    /// Every type record, in [`TOP_LEVEL`]'s order.
+    pub fn all(&self) -> [&[u8]; TOP_LEVEL.len()] {
+        std::array::from_fn(|i| &self.buf[i * self.stride..(i + 1) * self.stride])
+    }
+}
+
 /// `tag` followed by `key`: the record of a top-level key.
 pub fn top(tag: u8, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + key.len());

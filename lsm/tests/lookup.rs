@@ -102,3 +102,19 @@ fn lookup_cached_declines_what_needs_the_device() {
         .expect("nothing to read");
     assert_eq!((l.values, l.present), (vec![None], vec![true]));
 }
+
+#[test]
+fn first_present_finds_the_first_live_key_through_memtable_and_keytables() {
+    let db = engine(0);
+    let (a, b, c, x): (&[u8], &[u8], &[u8], &[u8]) = (b"a", b"b", b"c", b"x");
+    db.put(b, b"1").unwrap();
+    db.put(c, b"2").unwrap();
+    assert_eq!(db.first_present(&[x, a, b, c]).unwrap(), Some(2));
+    assert_eq!(db.first_present(&[]).unwrap(), None);
+    // A deleted key does not count, in the memtable and once flushed to a keytable.
+    db.delete(b).unwrap();
+    assert_eq!(db.first_present(&[a, b, c]).unwrap(), Some(2));
+    db.flush().unwrap();
+    assert_eq!(db.first_present(&[a, b, c]).unwrap(), Some(2));
+    assert_eq!(db.first_present(&[x, a, b]).unwrap(), None);
+}

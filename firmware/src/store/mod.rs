@@ -204,14 +204,11 @@ impl Store {
         if self.expired(key, now_ms()) {
             return Ok(None);
         }
-        let keys: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let lens = self.db.value_lens(&refs)?;
-        Ok(ks::TOP_LEVEL
-            .iter()
-            .zip(&lens)
-            .find(|(_, len)| len.is_some())
-            .map(|(&tag, _)| tag))
+        let tops = ks::TopKeys::new(key);
+        Ok(self
+            .db
+            .first_present(&tops.all())?
+            .map(|i| ks::TOP_LEVEL[i]))
     }
 }
 

@@ -137,14 +137,16 @@ impl<'s> WriteGroup<'s> {
     }
 
     pub(super) fn set_deadline(&mut self, key: &[u8], change: DeadlineChange) {
-        let x = ks::top(EXPIRY, key);
         match change {
-            DeadlineChange::Set(d) => self.put(x, Bytes::copy_from_slice(&d.to_le_bytes())),
+            DeadlineChange::Set(d) => self.put(
+                ks::top(EXPIRY, key),
+                Bytes::copy_from_slice(&d.to_le_bytes()),
+            ),
             DeadlineChange::Clear => {
                 if self.deadline(key).is_none() {
                     return;
                 }
-                self.del(x);
+                self.del(ks::top(EXPIRY, key));
             }
         }
         self.deadlines.insert(key.to_vec(), change);
@@ -174,18 +176,18 @@ impl<'s> WriteGroup<'s> {
         if self.expired(key) {
             return Ok(None);
         }
-        let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, key)).collect();
-        if tops.iter().all(|t| !self.overlay.contains_key(t)) {
-            // Untouched by this group: one engine call for the type records.
-            let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
-            let lens = self.store.db.value_lens(&refs)?;
-            return Ok(ks::TOP_LEVEL
-                .iter()
-                .zip(&lens)
-                .find(|(_, len)| len.is_some())
-                .map(|(&tag, _)| tag));
+        let tops = ks::TopKeys::new(key);
+        let tops = tops.all();
+        if tops.iter().all(|t| !self.overlay.contains_key(*t)) {
+            // Untouched by this group: one engine call, which stops at the record it finds
+            // (a key has one type; strings come first, so overwriting one costs one lookup).
+            return Ok(self
+                .store
+                .db
+                .first_present(&tops)?
+                .map(|i| ks::TOP_LEVEL[i]));
         }
-        for (&tag, top) in ks::TOP_LEVEL.iter().zip(&tops) {
+        for (&tag, top) in ks::TOP_LEVEL.iter().zip(tops) {
             if self.present(top)? {
                 return Ok(Some(tag));
             }
