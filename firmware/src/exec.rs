@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use bytes::Bytes;
@@ -57,7 +57,7 @@ const MAX_BATCH: usize = 512;
 const GROUP_BYTES: usize = 256 << 10;
 /// Write groups on the device at once.
 const MAX_GROUPS_IN_FLIGHT: usize = 4;
-/// How often the writer looks for expired keys when idle.
+/// How often the writer looks for expired keys (when idle, and between groups under load).
 const EXPIRY_SWEEP: Duration = Duration::from_millis(100);
 /// Expired keys removed per sweep.
 const EXPIRY_SWEEP_KEYS: usize = 1024;
@@ -928,6 +928,7 @@ pub fn writer_loop(
 ) {
     let mut in_flight = InFlightGroups::new();
     let mut blocked = Blocked::new(handles);
+    let mut last_sweep = Instant::now();
     loop {
         // Blocked clients whose timeout ran out get their nil (and cancelled ones leave).
         if !blocked.is_empty() {
@@ -942,6 +943,25 @@ pub fn writer_loop(
                 .blocked_clients
                 .store(blocked.len() as u64, Ordering::Relaxed);
         }
+        if store.key_count_stale() {
+            // A group failed: with nothing in flight the applied state holds still for a
+            // recount (see `store::count`).
+            in_flight.drain(store, metrics, sink);
+            if let Err(e) = store.recount_keys() {
+                tracing::warn!("recounting keys failed: {e}");
+            }
+        }
+        if last_sweep.elapsed() >= EXPIRY_SWEEP {
+            // Under steady writes the writer is never idle for a whole sweep period (the
+            // idle sweep below): sweep anyway, as Redis's active expiry runs whatever the
+            // load, so expired keys do not pile up on the device and in the deadline index.
+            // The sweep commits alone, after the groups in flight.
+            if store.has_due_expiry() {
+                in_flight.drain(store, metrics, sink);
+                sweep_expired(store);
+            }
+            last_sweep = Instant::now();
+        }
         let first = if in_flight.groups.is_empty() {
             // Asleep no longer than the next blocked client's deadline.
             let wait = blocked.next_deadline().map_or(EXPIRY_SWEEP, |d| {
@@ -951,6 +971,7 @@ pub fn writer_loop(
                 Ok(j) => j,
                 Err(RecvTimeoutError::Timeout) => {
                     sweep_expired(store);
+                    last_sweep = Instant::now();
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -1008,13 +1029,15 @@ pub fn writer_loop(
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
                 }
-                let before = group.bytes();
-                // Its client went before it ran: nothing is popped for it.
+                // Its client went before it ran: nothing is popped for it. Bytes the purge
+                // of expired keys writes are not the command's (they are noted as expiries).
+                let mut before = group.bytes();
                 let attempt = if handle.is_cancelled() {
                     Some(Reply::NullArray)
                 } else if let Err(e) = purge_noting(&mut group, &mut group_keys, &c.keys()) {
                     Some(err(&e))
                 } else {
+                    before = group.bytes();
                     crate::collections::try_unblocked(&mut group, c)
                 };
                 match attempt {
@@ -1042,6 +1065,9 @@ pub fn writer_loop(
             } else {
                 if in_flight.conflicts(&job.cmd) {
                     in_flight.drain(store, metrics, sink);
+                } else {
+                    // A plain write over keys a group in flight wrote plainly.
+                    in_flight.assume_plain_writes(&mut group, &job.cmd);
                 }
                 let before = group.bytes();
                 let reply = apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto);

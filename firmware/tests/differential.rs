@@ -1061,7 +1061,8 @@ fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
         35 => format!("ZCARD {k1}"),
         36 => format!("KEYS {}", pick(rng, &["*", "k*", "?", "*[12]"])),
         // Not DBSIZE: redis-server counts a key SET with a past deadline until its active
-        // expiry removes it (timing-dependent); the drive's count is exact.
+        // expiry removes it (timing-dependent); the drive's count is exact, and checked
+        // against its own KEYS * (`dbsize_disagrees_with_keys`).
         37 => format!("GETEX {k1} {}", pick(rng, &["EX x", "PX -1", "EXAT 0"])),
         38 => format!("MGET {k1} {k2}"),
         39 => format!("HLEN {k1}"),
@@ -1171,8 +1172,29 @@ fn random_sequence(seed: u64) -> Vec<String> {
             watch_from = None;
         }
         sent += 1;
+        if sent % 50 == 0 || sent == STEPS {
+            if let Some(problem) = dbsize_disagrees_with_keys(&mut d[1]) {
+                differ.push(format!("seed {seed} step {sent}: {problem}"));
+            }
+        }
     }
     differ
+}
+
+/// The drive's DBSIZE (a count its writer keeps) against a walk of the keyspace (KEYS *):
+/// `None` when they agree. A key that expires between the looks shows as two different walks
+/// around the count, which must then lie between them.
+fn dbsize_disagrees_with_keys(c: &mut redis::Connection) -> Option<String> {
+    let before: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    let count: usize = redis::cmd("DBSIZE").query(c).unwrap();
+    let after: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    (count > before.len() || count < after.len()).then(|| {
+        format!(
+            "DBSIZE {count}, but KEYS * found {} then {} keys",
+            before.len(),
+            after.len()
+        )
+    })
 }
 
 /// A transaction is one atomic batch: a concurrent MGET never sees half of one, and after a

@@ -978,3 +978,53 @@ fn values_larger_than_a_segment() {
     assert!(c.get::<_, Vec<u8>>("twenty").unwrap() == smaller);
     assert_eq!(c.exists::<_, i64>("nine").unwrap(), 0);
 }
+
+/// Expired keys are removed while writes keep the writer busy (it is never idle for a whole
+/// sweep period): the sweep runs between groups too, as Redis's active expiry runs whatever
+/// the load, so expired keys do not pile up in the deadline index and on the device.
+#[test]
+fn expired_keys_are_swept_under_steady_writes() {
+    const EXPIRING: usize = 200;
+    let (_dir, d) = drive();
+    let mut c = d.conn();
+    for i in 0..EXPIRING {
+        let _: () = redis::cmd("SET")
+            .arg(format!("short:{i}"))
+            .arg("v")
+            .arg("PX")
+            .arg(50)
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("short:hash")
+        .arg("f")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("short:hash")
+        .arg(50)
+        .query(&mut c)
+        .unwrap();
+    // A write every few milliseconds for well over the deadline and a few sweep periods;
+    // no read or write touches the expiring keys.
+    let started = std::time::Instant::now();
+    let mut n = 0u64;
+    while started.elapsed() < Duration::from_millis(1_500) {
+        let _: () = c.set("busy", n).unwrap();
+        n += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let expired = info_field(&mut c, "stats", "expired_keys");
+    assert_eq!(
+        expired,
+        EXPIRING as u64 + 1,
+        "every expired key (and the hash) removed during {n} SETs"
+    );
+    let keyspace: String = redis::cmd("INFO").arg("keyspace").query(&mut c).unwrap();
+    assert!(
+        keyspace.contains("db0:keys=1,expires=0"),
+        "only `busy` left: {keyspace}"
+    );
+}

@@ -128,6 +128,20 @@ impl InFlightGroups {
         })
     }
 
+    /// Tells `group` which keys of `cmd` (a plain write that does not conflict) groups in
+    /// flight wrote: they wrote them plainly, so they are strings once those groups are
+    /// applied ([`WriteGroup::assume_string`], for the key count).
+    pub(super) fn assume_plain_writes(&self, group: &mut WriteGroup<'_>, cmd: &Command) {
+        if self.keys.is_empty() {
+            return;
+        }
+        for k in cmd.keys() {
+            if self.keys.contains_key(k) {
+                group.assume_string(k);
+            }
+        }
+    }
+
     pub(super) fn push(&mut self, commit: PendingCommit, replies: GroupReplies, keys: GroupKeys) {
         for (k, change) in &keys {
             let e = self.keys.entry(k.clone()).or_insert((0, 0));

@@ -84,6 +84,15 @@ impl Deadlines {
     pub(super) fn due_count(&self, now: u64) -> usize {
         self.by_time.iter().take_while(|(d, _)| *d <= now).count()
     }
+
+    /// As [`Deadlines::due_count`], counting no further than `limit`.
+    pub(super) fn due_count_at_most(&self, now: u64, limit: usize) -> usize {
+        self.by_time
+            .iter()
+            .take(limit)
+            .take_while(|(d, _)| *d <= now)
+            .count()
+    }
 }
 
 impl Store {
@@ -110,6 +119,11 @@ impl Store {
     /// is ordered by deadline).
     pub fn due_expiries(&self, limit: usize) -> Vec<Vec<u8>> {
         self.expiries.read().due(now_ms(), limit)
+    }
+
+    /// Whether some key's deadline has passed (O(1): the earliest deadline).
+    pub fn has_due_expiry(&self) -> bool {
+        self.expiries.read().due_count_at_most(now_ms(), 1) > 0
     }
 }
 

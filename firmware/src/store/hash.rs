@@ -75,7 +75,10 @@ impl WriteGroup<'_> {
                 count = count.saturating_sub(1);
             }
         }
-        self.write_count(HASH, key, count);
+        // Nothing removed is no change (no WATCH abort, as Redis).
+        if removed > 0 {
+            self.write_count(HASH, key, count);
+        }
         Ok(removed)
     }
 }

@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::keyspace::{self as ks, EXPIRY};
 
+mod count;
 pub mod expiry;
 pub mod hash;
 pub mod hash_more;
@@ -130,6 +131,8 @@ pub struct Store {
     cursors: Mutex<Cursors>,
     /// Hit, miss and expiry counters (shared with asynchronous reads in flight).
     pub counters: Arc<KeyspaceCounters>,
+    /// The number of keys, kept by the writer (DBSIZE in O(1); see [`count`]).
+    keys: count::KeyCount,
 }
 
 /// Keyspace counters INFO reports.
@@ -167,6 +170,7 @@ impl Store {
             }
         }
         drop_string_only_deadlines(&db, &mut expiries)?;
+        let keys = count::KeyCount::new(count_type_records(&db)?);
         Ok(Store {
             db,
             watches: Watches::default(),
@@ -176,6 +180,7 @@ impl Store {
                 by_id: BTreeMap::new(),
             }),
             counters: Arc::new(KeyspaceCounters::default()),
+            keys,
         })
     }
 
@@ -210,6 +215,16 @@ impl Store {
             .first_present(&tops.all())?
             .map(|i| ks::TOP_LEVEL[i]))
     }
+}
+
+/// Keys with a type record, expired or not: a walk over the DRAM keytables (no device read).
+fn count_type_records(db: &Engine) -> Result<u64> {
+    let mut n = 0u64;
+    for tag in ks::TOP_LEVEL {
+        let end = ks::prefix_end(&[tag]);
+        n += db.count_keys(&[tag], end.as_deref())?;
+    }
+    Ok(n)
 }
 
 /// Drives written before every type could expire kept deadlines for strings only, and an
@@ -279,18 +294,30 @@ pub fn flush_all(store: &Store) -> Result<()> {
         }
     }
     let r = (|| {
-        loop {
-            let keys = store.db.range_keys(&[], None, DELETE_CHUNK)?;
-            if keys.is_empty() {
-                break;
+        // Deadlines first: a FLUSHALL cut short (a device error, a crash) must not leave a
+        // deadline whose key is gone, which a new key of that name would inherit. Cut short
+        // here, it leaves keys without their deadline instead.
+        let delete_range = |start: &[u8], end: Option<&[u8]>| -> Result<()> {
+            loop {
+                let keys = store.db.range_keys(start, end, DELETE_CHUNK)?;
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
+                store.db.write(&ops)?;
             }
-            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
-            store.db.write(&ops)?;
-        }
+        };
+        delete_range(&[EXPIRY], ks::prefix_end(&[EXPIRY]).as_deref())?;
         store.expiries.write().clear();
+        delete_range(&[], None)?;
         store.cursors.lock().by_id.clear();
+        store.keys.set(0);
         Ok(())
     })();
+    if r.is_err() {
+        // Some keys may be gone: the writer recounts.
+        store.keys.mark_stale();
+    }
     // Even a failed FLUSHALL may have deleted some keys: WATCHers must see a change.
     store.touch_watched(live.iter().map(Vec::as_slice));
     store.touch_expired(expired.iter().map(Vec::as_slice));
@@ -353,6 +380,124 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    /// The writer-kept key count against a walk of the type records.
+    fn assert_count_exact(s: &Store, when: &str) {
+        let walked = count_type_records(&s.db).unwrap();
+        assert_eq!(s.keys.get(), Some(walked), "after {when}");
+    }
+
+    #[test]
+    fn the_key_count_follows_every_kind_of_write() {
+        let s = store();
+        assert_count_exact(&s, "open");
+        let set = SetOptions::default();
+        type Step = Box<dyn Fn(&mut WriteGroup<'_>)>;
+        let steps: Vec<(&str, Step)> = vec![
+            (
+                "new strings and an overwrite in one group",
+                Box::new(move |g| {
+                    for k in ["a", "b", "a"] {
+                        g.set(k.as_bytes(), b("v"), set).unwrap();
+                    }
+                }),
+            ),
+            (
+                "a hash, a list and a set beside them",
+                Box::new(move |g| {
+                    g.hash_set(b"h", &[(b("f"), b("1"))]).unwrap();
+                    g.list_push(b"l", &[b("x"), b("y")], true, false).unwrap();
+                    g.set_add(b"t", &[b("m")]).unwrap();
+                }),
+            ),
+            (
+                "SET over the hash (a type change)",
+                Box::new(move |g| {
+                    g.set(b"h", b("now a string"), set).unwrap();
+                }),
+            ),
+            (
+                "popping the list empty",
+                Box::new(move |g| {
+                    g.list_pop(b"l", true, 5).unwrap();
+                }),
+            ),
+            (
+                "RENAME over an existing key, COPY to a new one",
+                Box::new(move |g| {
+                    assert!(g.rename(b"a", b"b", false).unwrap());
+                    assert!(g.copy(b"b", b"c", false).unwrap());
+                }),
+            ),
+            (
+                "DEL of a present and a missing key",
+                Box::new(move |g| {
+                    assert_eq!(g.delete(&[b("c"), b("nope")]).unwrap(), 1);
+                }),
+            ),
+            (
+                "a key created and deleted in one group",
+                Box::new(move |g| {
+                    g.set(b"brief", b("v"), set).unwrap();
+                    g.delete(&[b("brief")]).unwrap();
+                }),
+            ),
+        ];
+        for (what, step) in steps {
+            let mut g = WriteGroup::new(&s);
+            step(&mut g);
+            g.commit().unwrap();
+            assert_count_exact(&s, what);
+        }
+        assert_eq!(
+            s.dbsize().unwrap(),
+            3,
+            "b, h and t: a renamed, c deleted, l emptied"
+        );
+        // An expired key: counted until purged, but never by DBSIZE.
+        let mut g = WriteGroup::new(&s);
+        let past = SetOptions {
+            deadline: Some(1),
+            ..SetOptions::default()
+        };
+        g.set(b"old", b("v"), past).unwrap();
+        g.commit().unwrap();
+        assert_count_exact(&s, "an expired SET");
+        assert_eq!(s.dbsize().unwrap(), 3);
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.purge_expired(&[b"old"]).unwrap().len(), 1);
+        g.commit().unwrap();
+        assert_count_exact(&s, "the purge");
+        assert_eq!(s.dbsize().unwrap(), 3);
+        flush_all(&s).unwrap();
+        assert_count_exact(&s, "FLUSHALL");
+        assert_eq!(s.dbsize().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_plain_set_over_a_key_in_flight_counts_it_once() {
+        let s = store();
+        // Group 1 creates `k` and is on the device, not yet applied.
+        let mut g1 = WriteGroup::new(&s);
+        g1.set(b"k", b("1"), SetOptions::default()).unwrap();
+        let p1 = g1
+            .try_submit()
+            .unwrap()
+            .expect("the engine takes the batch");
+        // Group 2 SETs it again before group 1 is applied: it must not count it as new.
+        let mut g2 = WriteGroup::new(&s);
+        g2.assume_string(b"k");
+        g2.set(b"k", b("2"), SetOptions::default()).unwrap();
+        g2.set(b"j", b("3"), SetOptions::default()).unwrap();
+        let p2 = g2
+            .try_submit()
+            .unwrap()
+            .expect("the engine takes the batch");
+        p1.finish(&s).unwrap();
+        p2.finish(&s).unwrap();
+        assert_count_exact(&s, "two groups in flight");
+        assert_eq!(s.dbsize().unwrap(), 2);
     }
 
     #[test]

@@ -105,21 +105,39 @@ impl Store {
         Ok(drawn.map(|k| Bytes::copy_from_slice(k.get(1..).unwrap_or_default())))
     }
 
+    /// Whether the key count waits for [`Store::recount_keys`] (a group failed).
+    pub fn key_count_stale(&self) -> bool {
+        self.keys.is_stale()
+    }
+
+    /// Recounts the keys by a walk over the DRAM keytables. The writer calls it while none of
+    /// its groups is in flight, so nothing changes the applied state during the walk.
+    ///
+    /// # Errors
+    /// Engine errors: the count stays stale.
+    pub fn recount_keys(&self) -> Result<()> {
+        let n = super::count_type_records(&self.db)?;
+        self.keys.set(n);
+        tracing::info!(keys = n, "key count recomputed after a failed write group");
+        Ok(())
+    }
+
     /// Whether `key` has not passed its deadline (as of now), for [`Store::random_key`].
     pub fn is_live(&self, key: &[u8]) -> bool {
         !self.expired(key, now_ms())
     }
 
-    /// Keys across strings, hashes and sorted sets (DRAM only), for DBSIZE.
+    /// DBSIZE: the keys of every type whose deadline has not passed. O(1) from the
+    /// writer-kept count (see `store::count`), minus the expired keys not yet purged; a walk
+    /// over the DRAM keytables only while that count is stale (after a failed group).
     ///
     /// # Errors
-    /// Engine errors.
+    /// Engine errors (of the walk).
     pub fn dbsize(&self) -> Result<i64> {
-        let mut n = 0u64;
-        for tag in ks::TOP_LEVEL {
-            let end = ks::prefix_end(&[tag]);
-            n += self.db.count_keys(&[tag], end.as_deref())?;
-        }
+        let n = match self.keys.get() {
+            Some(n) => n,
+            None => super::count_type_records(&self.db)?,
+        };
         let now = now_ms();
         let expired = self.expiries.read().due_count(now) as u64;
         Ok(n.saturating_sub(expired) as i64)

@@ -212,7 +212,10 @@ impl WriteGroup<'_> {
             self.del(ks::sub(SET_MEMBER, key, m));
             left = left.saturating_sub(1);
         }
-        self.write_count(SET, key, left);
+        // SPOP key 0 pops nothing and changes nothing.
+        if !picked.is_empty() {
+            self.write_count(SET, key, left);
+        }
         Ok(Some(picked))
     }
 

@@ -2,6 +2,7 @@
 //! type lookup and record walks as the group sees them, removal of a key of any type, DEL,
 //! RENAME, and the commit (synchronous, or started and finished as a [`PendingCommit`]).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -17,6 +18,8 @@ pub struct PendingCommit {
     write: Option<lsm::PendingWrite>,
     deadlines: HashMap<Vec<u8>, DeadlineChange>,
     value_bytes: u64,
+    /// Keys the group creates minus keys it removes (see `store::count`).
+    key_delta: i64,
 }
 
 impl PendingCommit {
@@ -27,8 +30,12 @@ impl PendingCommit {
     /// The engine's failure: nothing of the group is applied.
     pub fn finish(self, store: &Store) -> Result<u64> {
         if let Some(w) = self.write {
-            store.db.finish_write(w)?;
+            if let Err(e) = store.db.finish_write(w) {
+                store.keys.mark_stale();
+                return Err(e.into());
+            }
         }
+        store.keys.add(self.key_delta);
         let mut ex = store.expiries.write();
         for (k, c) in self.deadlines {
             match c {
@@ -51,6 +58,12 @@ pub struct WriteGroup<'s> {
     pub(super) overlay: BTreeMap<Vec<u8>, Option<Bytes>>,
     pub(super) deadlines: HashMap<Vec<u8>, DeadlineChange>,
     pub(super) bytes: usize,
+    /// The type of each user key this group looked up, in the applied state (expired or
+    /// not; `None`: no type record). Looked up once per key: the type checks and the key
+    /// count (`store::count`) share it.
+    base_kinds: RefCell<HashMap<Vec<u8>, Option<u8>>>,
+    /// Keys a group in flight wrote plainly ([`WriteGroup::assume_string`]).
+    assumed_strings: foldhash::HashSet<Vec<u8>>,
     /// The instant expiry is judged at (unix ms), fixed per command or per EXEC by
     /// [`WriteGroup::fix_clock`] so a key cannot expire between two looks of one command
     /// (Redis's fixed command time); `None`: the current time.
@@ -65,8 +78,60 @@ impl<'s> WriteGroup<'s> {
             overlay: BTreeMap::new(),
             deadlines: HashMap::new(),
             bytes: 0,
+            base_kinds: RefCell::new(HashMap::new()),
+            assumed_strings: foldhash::HashSet::default(),
             clock: None,
         }
+    }
+
+    /// Counts `key` as existing before this group: a group still in flight (not yet in the
+    /// applied state this group reads) wrote it with a plain SET or MSET, and only plain
+    /// writes may follow such a group without waiting for it (the writer's
+    /// `InFlightGroups`). A plain write leaves a string whatever was there, so once that
+    /// group is applied the key exists. Only the key count uses this; type checks read the
+    /// applied state as before (a plain write looks at the type only to remove another
+    /// type's records, which is harmless to do twice).
+    pub fn assume_string(&mut self, key: &[u8]) {
+        if !self.assumed_strings.contains(key) {
+            self.assumed_strings.insert(key.to_vec());
+        }
+    }
+
+    /// The type of `key` in the applied state, expired or not (cached per group).
+    fn base_kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        if let Some(&k) = self.base_kinds.borrow().get(key) {
+            return Ok(k);
+        }
+        let tops = ks::TopKeys::new(key);
+        // One engine call, which stops at the record it finds (a key has one type; strings
+        // come first, so overwriting one costs one lookup).
+        let kind = self
+            .store
+            .db
+            .first_present(&tops.all())?
+            .map(|i| ks::TOP_LEVEL[i]);
+        self.base_kinds.borrow_mut().insert(key.to_vec(), kind);
+        Ok(kind)
+    }
+
+    /// Keys this group creates minus keys it removes: every user key whose type records it
+    /// wrote, compared with the applied state (see `store::count`).
+    fn key_delta(&self) -> Result<i64> {
+        let mut delta = 0i64;
+        // A key whose type changed has records under two tags: counted once.
+        let mut seen: foldhash::HashSet<&[u8]> = foldhash::HashSet::default();
+        for k in self.overlay.keys() {
+            let Some((tag, user)) = k.split_first() else {
+                continue;
+            };
+            if !ks::TOP_LEVEL.contains(tag) || !seen.insert(user) {
+                continue;
+            }
+            let before = self.assumed_strings.contains(user) || self.base_kind(user)?.is_some();
+            let after = self.type_record(user)?.is_some();
+            delta += i64::from(after) - i64::from(before);
+        }
+        Ok(delta)
     }
 
     /// Fixes the instant every expiry decision of the group uses from now on (the writer
@@ -176,20 +241,26 @@ impl<'s> WriteGroup<'s> {
         if self.expired(key) {
             return Ok(None);
         }
+        self.type_record(key)
+    }
+
+    /// The tag of `key`'s type record as this group leaves it, expired or not: the group's
+    /// own record where it wrote one, else the applied state's (a key has one type record).
+    fn type_record(&self, key: &[u8]) -> Result<Option<u8>> {
+        let base = self.base_kind(key)?;
         let tops = ks::TopKeys::new(key);
-        let tops = tops.all();
-        if tops.iter().all(|t| !self.overlay.contains_key(*t)) {
-            // Untouched by this group: one engine call, which stops at the record it finds
-            // (a key has one type; strings come first, so overwriting one costs one lookup).
-            return Ok(self
-                .store
-                .db
-                .first_present(&tops)?
-                .map(|i| ks::TOP_LEVEL[i]));
-        }
-        for (&tag, top) in ks::TOP_LEVEL.iter().zip(tops) {
-            if self.present(top)? {
-                return Ok(Some(tag));
+        for (&tag, top) in ks::TOP_LEVEL.iter().zip(tops.all()) {
+            match self.overlay.get(top) {
+                Some(v) => {
+                    if v.is_some() {
+                        return Ok(Some(tag));
+                    }
+                }
+                None => {
+                    if base == Some(tag) {
+                        return Ok(Some(tag));
+                    }
+                }
             }
         }
         Ok(None)
@@ -425,6 +496,7 @@ impl<'s> WriteGroup<'s> {
         if self.overlay.is_empty() {
             return Ok(0);
         }
+        let key_delta = self.key_delta()?;
         let mut value_bytes = 0u64;
         let ops: Vec<WriteOp<'_>> = self
             .overlay
@@ -437,7 +509,13 @@ impl<'s> WriteGroup<'s> {
                 None => WriteOp::Delete(k),
             })
             .collect();
-        self.store.db.write(&ops)?;
+        if let Err(e) = self.store.db.write(&ops) {
+            // Nothing of the group is applied; a group built meanwhile may have assumed
+            // it was (see `store::count`).
+            self.store.keys.mark_stale();
+            return Err(e.into());
+        }
+        self.store.keys.add(key_delta);
         let mut ex = self.store.expiries.write();
         for (k, c) in self.deadlines {
             match c {
@@ -460,6 +538,7 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// The engine's refusal: nothing of the group is applied.
     pub fn try_submit(&mut self) -> Result<Option<PendingCommit>> {
+        let key_delta = self.key_delta()?;
         let mut value_bytes = 0u64;
         let ops: Vec<WriteOp<'_>> = self
             .overlay
@@ -484,6 +563,7 @@ impl<'s> WriteGroup<'s> {
             write,
             deadlines: std::mem::take(&mut self.deadlines),
             value_bytes,
+            key_delta,
         }))
     }
 }

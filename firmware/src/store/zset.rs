@@ -82,6 +82,7 @@ impl WriteGroup<'_> {
             Some(ZSET) => ks::decode_count(&self.read(&ks::top(ZSET, key))?.unwrap_or_default()),
             Some(_) => return Err(StoreError::WrongType),
         };
+        let count_before = count;
         let mut added = 0;
         let mut changed = 0;
         let mut last_score = None;
@@ -126,7 +127,9 @@ impl WriteGroup<'_> {
                 self.put(mk, Bytes::copy_from_slice(&new.to_le_bytes()));
             }
         }
-        if count > 0 {
+        // A ZADD that adds no member leaves the count as it was: rewriting it would be a
+        // change to WATCH where Redis sees none.
+        if count > 0 && count != count_before {
             self.write_count(ZSET, key, count);
         }
         Ok(ZAddOutcome {
@@ -160,7 +163,10 @@ impl WriteGroup<'_> {
             removed += 1;
             count = count.saturating_sub(1);
         }
-        self.write_count(ZSET, key, count);
+        // Nothing removed is no change (no WATCH abort, as Redis).
+        if removed > 0 {
+            self.write_count(ZSET, key, count);
+        }
         Ok(removed)
     }
 }
