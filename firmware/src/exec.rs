@@ -813,10 +813,11 @@ fn read_in_group(
                 scored_members(in_range.map(|(s, m)| (m, s)), *withscores, proto)
             }
             Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
-            // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote.
+            // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote,
+            // with expiry judged at the transaction's one instant.
             Command::Keys(pattern) => {
                 let mut keys: std::collections::BTreeSet<Bytes> =
-                    store.keys(pattern)?.into_iter().collect();
+                    store.keys_at(pattern, g.clock())?.into_iter().collect();
                 for k in g.written_top_keys() {
                     if kvproto::glob::glob_match(pattern, &k) {
                         let k = Bytes::from(k);
@@ -830,12 +831,12 @@ fn read_in_group(
                 Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
             }
             Command::DbSize => {
-                let mut n = store.dbsize()?;
+                let mut n = store.dbsize_at(g.clock())?;
                 let mut seen = std::collections::HashSet::new();
                 for k in g.written_top_keys() {
                     if seen.insert(k.clone()) {
                         n += i64::from(g.key_type(&k)?.is_some())
-                            - i64::from(store.kind(&k)?.is_some());
+                            - i64::from(store.kind_at(&k, g.clock())?.is_some());
                     }
                 }
                 Reply::Integer(n)

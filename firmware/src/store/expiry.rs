@@ -70,11 +70,13 @@ impl Deadlines {
         self.by_time.clear();
     }
 
-    /// Keys whose deadline is at or before `now`, earliest first, at most `limit`.
+    /// Keys whose deadline is before `now`, earliest first, at most `limit`. A key expires
+    /// after its deadline's millisecond, not at it (Redis's `now > when`): at the deadline
+    /// itself PTTL is 0 and the key is still there.
     pub(super) fn due(&self, now: u64, limit: usize) -> Vec<Vec<u8>> {
         self.by_time
             .iter()
-            .take_while(|(d, _)| *d <= now)
+            .take_while(|(d, _)| *d < now)
             .take(limit)
             .map(|(_, k)| k.clone())
             .collect()
@@ -82,7 +84,7 @@ impl Deadlines {
 
     /// How many keys are due at `now` (passed their deadline, not yet removed).
     pub(super) fn due_count(&self, now: u64) -> usize {
-        self.by_time.iter().take_while(|(d, _)| *d <= now).count()
+        self.by_time.iter().take_while(|(d, _)| *d < now).count()
     }
 
     /// As [`Deadlines::due_count`], counting no further than `limit`.
@@ -90,7 +92,7 @@ impl Deadlines {
         self.by_time
             .iter()
             .take(limit)
-            .take_while(|(d, _)| *d <= now)
+            .take_while(|(d, _)| *d < now)
             .count()
     }
 }
@@ -250,7 +252,11 @@ mod tests {
         d.insert(b"c".to_vec(), 20);
         // Moved later: due no more at 20.
         d.insert(b"b".to_vec(), 40);
-        assert_eq!(d.due(20, 10), vec![b"c".to_vec()]);
+        assert_eq!(d.due(21, 10), vec![b"c".to_vec()]);
+        assert!(
+            d.due(20, 10).is_empty(),
+            "due after its millisecond, not at it"
+        );
         assert_eq!(d.due_count(35), 2);
         assert_eq!(d.due(100, 2), vec![b"c".to_vec(), b"a".to_vec()]);
         d.remove(b"c");

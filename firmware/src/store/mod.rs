@@ -197,7 +197,7 @@ impl Store {
     /// Whether `key` has passed its deadline (it is then no key, whatever its type).
     pub(super) fn expired(&self, key: &[u8], now: u64) -> bool {
         let ex = self.expiries.read();
-        !ex.is_empty() && ex.get(key).is_some_and(|&d| d <= now)
+        !ex.is_empty() && ex.get(key).is_some_and(|&d| d < now)
     }
 
     /// The type tag of `key` (one of [`ks::TOP_LEVEL`]; `None`: no key, or its deadline
@@ -206,7 +206,15 @@ impl Store {
     /// # Errors
     /// Engine errors.
     pub fn kind(&self, key: &[u8]) -> Result<Option<u8>> {
-        if self.expired(key, now_ms()) {
+        self.kind_at(key, now_ms())
+    }
+
+    /// As [`Store::kind`], judging expiry at `now` (a transaction's fixed instant).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn kind_at(&self, key: &[u8], now: u64) -> Result<Option<u8>> {
+        if self.expired(key, now) {
             return Ok(None);
         }
         let tops = ks::TopKeys::new(key);
@@ -473,6 +481,24 @@ mod tests {
         flush_all(&s).unwrap();
         assert_count_exact(&s, "FLUSHALL");
         assert_eq!(s.dbsize().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_key_expires_after_its_deadline_millisecond_not_at_it() {
+        let s = store();
+        let deadline = now_ms() + 60_000;
+        let mut g = WriteGroup::new(&s);
+        let o = SetOptions {
+            deadline: Some(deadline),
+            ..SetOptions::default()
+        };
+        g.set(b"k", b("v"), o).unwrap();
+        g.commit().unwrap();
+        // Redis: expired when now > when; at the deadline itself PTTL is 0.
+        assert_eq!(s.kind_at(b"k", deadline).unwrap(), Some(STRING));
+        assert_eq!(s.kind_at(b"k", deadline + 1).unwrap(), None);
+        assert_eq!(s.dbsize_at(deadline).unwrap(), 1);
+        assert_eq!(s.dbsize_at(deadline + 1).unwrap(), 0);
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl Store {
             return vec![false; keys.len()];
         }
         keys.iter()
-            .map(|k| ex.get(k).is_some_and(|&d| d <= now))
+            .map(|k| ex.get(k).is_some_and(|&d| d < now))
             .collect()
     }
 
@@ -414,7 +414,7 @@ impl Store {
         // across the engine call; no code waits for the expiry lock while it holds the
         // engine lock, so the order cannot deadlock.
         let skip =
-            |k: &[u8]| !expiries.is_empty() && expiries.get(&k[1..]).is_some_and(|&d| d <= now);
+            |k: &[u8]| !expiries.is_empty() && expiries.get(&k[1..]).is_some_and(|&d| d < now);
         let range = RangeRead {
             start: &from,
             end: to.as_deref(),

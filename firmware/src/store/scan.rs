@@ -35,8 +35,15 @@ impl Store {
     /// # Errors
     /// Engine errors.
     pub fn keys(&self, pattern: &[u8]) -> Result<Vec<Bytes>> {
+        self.keys_at(pattern, now_ms())
+    }
+
+    /// As [`Store::keys`], judging expiry at `now` (a transaction's fixed instant).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn keys_at(&self, pattern: &[u8], now: u64) -> Result<Vec<Bytes>> {
         let literal = literal_prefix(pattern);
-        let now = now_ms();
         let mut out = Vec::new();
         for tag in ks::TOP_LEVEL {
             let prefix = ks::top(tag, &literal);
@@ -134,11 +141,18 @@ impl Store {
     /// # Errors
     /// Engine errors (of the walk).
     pub fn dbsize(&self) -> Result<i64> {
+        self.dbsize_at(now_ms())
+    }
+
+    /// As [`Store::dbsize`], judging expiry at `now` (a transaction's fixed instant).
+    ///
+    /// # Errors
+    /// Engine errors (of the walk).
+    pub fn dbsize_at(&self, now: u64) -> Result<i64> {
         let n = match self.keys.get() {
             Some(n) => n,
             None => super::count_type_records(&self.db)?,
         };
-        let now = now_ms();
         let expired = self.expiries.read().due_count(now) as u64;
         Ok(n.saturating_sub(expired) as i64)
     }

@@ -233,7 +233,7 @@ impl<'s> WriteGroup<'s> {
     /// gone, whatever its type, though its records stay until [`WriteGroup::purge_expired`]
     /// or the sweep removes them.
     pub(super) fn expired(&self, key: &[u8]) -> bool {
-        self.deadline(key).is_some_and(|d| d <= self.clock())
+        self.deadline(key).is_some_and(|d| d < self.clock())
     }
 
     /// The type of `key` as this group sees it (`None`: no such key, or its deadline passed).
