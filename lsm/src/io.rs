@@ -455,6 +455,9 @@ fn rebuilder(cmd: &Command) -> Rebuild {
 pub(crate) struct FlushGate {
     state: Mutex<GateState>,
     done: Condvar,
+    /// What a device flush has recently cost, in nanoseconds (an average over about the
+    /// last eight; 0 before the first): see [`FlushGate::typical_cost`].
+    cost_ns: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -521,7 +524,9 @@ impl FlushGate {
                 s.started += 1;
                 let epoch = s.started;
                 drop(s);
+                let started = std::time::Instant::now();
                 let r = flush();
+                self.note_cost(started.elapsed());
                 s = self.state.lock();
                 s.running = false;
                 s.finished = epoch;
@@ -545,6 +550,26 @@ impl FlushGate {
     /// Flushes actually issued.
     pub(crate) fn issued(&self) -> u64 {
         self.state.lock().finished
+    }
+
+    /// What one device flush has recently cost (zero before the first): an fdatasync is
+    /// milliseconds on many SSDs and file systems, a device without a volatile write cache
+    /// answers at once.
+    pub(crate) fn typical_cost(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.cost_ns.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn note_cost(&self, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        // One flush runs at a time, so this read-modify-write has no competitor.
+        let old = self.cost_ns.load(Relaxed);
+        let avg = if old == 0 {
+            took
+        } else {
+            old - old / 8 + took / 8
+        };
+        self.cost_ns.store(avg.max(1), Relaxed);
     }
 }
 
