@@ -217,6 +217,16 @@ impl Store {
         if self.expired(key, now) {
             return Ok(None);
         }
+        self.type_record(key)
+    }
+
+    /// The tag of `key`'s type record in the applied state, expired or not: one engine
+    /// call, which stops at the record it finds (a key has one type; strings come first, so
+    /// a string costs one lookup).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub(super) fn type_record(&self, key: &[u8]) -> Result<Option<u8>> {
         let tops = ks::TopKeys::new(key);
         Ok(self
             .db

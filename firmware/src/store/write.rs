@@ -102,14 +102,7 @@ impl<'s> WriteGroup<'s> {
         if let Some(&k) = self.base_kinds.borrow().get(key) {
             return Ok(k);
         }
-        let tops = ks::TopKeys::new(key);
-        // One engine call, which stops at the record it finds (a key has one type; strings
-        // come first, so overwriting one costs one lookup).
-        let kind = self
-            .store
-            .db
-            .first_present(&tops.all())?
-            .map(|i| ks::TOP_LEVEL[i]);
+        let kind = self.store.type_record(key)?;
         self.base_kinds.borrow_mut().insert(key.to_vec(), kind);
         Ok(kind)
     }
