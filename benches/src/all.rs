@@ -9,6 +9,7 @@
 //! started fresh for each value size and stopped (guards) however the run ends; Ctrl-C or
 //! SIGTERM stops the child, the servers and removes the scratch directory.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +32,9 @@ use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 pub const VALUE_SIZES: [usize; 3] = [8192, 1024, 100];
 /// Data set per value size in `--quick` runs, MiB.
 const QUICK_DATA_MIB: u64 = 64;
+/// Passes over the systems of a full run (`--repeat`): the issue's "at least 3 repetitions
+/// per row".
+pub const DEFAULT_REPEAT: usize = 3;
 /// Data set per value size in full runs, MiB.
 const FULL_DATA_MIB: u64 = 1024;
 /// Keys per value size at most, `--quick`.
@@ -210,6 +214,10 @@ pub struct AllBench {
     /// Also run the extras: the latency breakdown, the ablation and the sustained overwrite
     /// (`crate::extras`).
     pub extras: bool,
+    /// Times each (system, value size) is measured; the passes are interleaved (every system
+    /// once, then every system again), so a drift of the host's disk spreads over all systems
+    /// rather than landing on one. Each row is then the median run (see [`median_rows`]).
+    pub repeat: usize,
 }
 
 /// Everything a finished run produced.
@@ -238,6 +246,8 @@ pub struct Results {
     pub extras: Option<Extras>,
     /// The commit the run measured (see [`commit_id`]).
     pub commit: String,
+    /// Passes over the systems (each row's repetitions, where every pass measured it).
+    pub repeat: usize,
 }
 
 /// The checked-out commit (`git rev-parse`), marked `-dirty` when tracked files differ from
@@ -371,7 +381,7 @@ impl AllBench {
         } else {
             0
         };
-        let steps = 1 + systems.len() * VALUE_SIZES.len() + extra_steps;
+        let steps = 1 + systems.len() * VALUE_SIZES.len() * self.repeat.max(1) + extra_steps;
         let multi = MultiProgress::new();
         let bar = multi.add(ProgressBar::new(steps as u64));
         bar.set_style(
@@ -400,13 +410,24 @@ impl AllBench {
         let mut rows = device_rows(&ceiling);
         let mut cdfs = Vec::new();
         let log = run_dir.join("child.log");
-        for s in &systems {
-            for &vs in &VALUE_SIZES {
+        let repeat = self.repeat.max(1);
+        // Each (system, value size)'s passes, in the order measured, and its last failure.
+        let mut passes: Vec<(usize, usize, Vec<ChildOutput>, Option<String>)> = systems
+            .iter()
+            .enumerate()
+            .flat_map(|(i, _)| VALUE_SIZES.iter().map(move |&vs| (i, vs, Vec::new(), None)))
+            .collect();
+        for pass in 0..repeat {
+            for (i, vs, outs, failed) in &mut passes {
+                let s = &systems[*i];
                 interrupted()?;
-                let label = format!("{} {}", s.name, local::size_label(vs));
+                let mut label = format!("{} {}", s.name, local::size_label(*vs));
+                if repeat > 1 {
+                    let _ = write!(label, " (pass {} of {repeat})", pass + 1);
+                }
                 bar.set_message(label.clone());
                 let t0 = Instant::now();
-                let out = self.run_system(s, vs, &run_dir, &log, &bar, None);
+                let out = self.run_system(s, *vs, &run_dir, &log, &bar, None);
                 interrupted()?;
                 match out {
                     Ok(o) => {
@@ -416,16 +437,26 @@ impl AllBench {
                             summary,
                             t0.elapsed().as_secs_f64()
                         ));
-                        rows.extend(o.rows);
-                        cdfs.extend(o.cdfs);
+                        outs.push(o);
                     }
                     Err(e) => {
                         say(format!("{label}: missing: {e:#}"));
-                        rows.extend(missing_rows(s, vs, &format!("{e:#}")));
+                        *failed = Some(format!("{e:#}"));
                     }
                 }
                 bar.inc(1);
             }
+        }
+        for (i, vs, outs, failed) in passes {
+            let s = &systems[i];
+            if outs.is_empty() {
+                let why = failed.unwrap_or_else(|| "not measured".into());
+                rows.extend(missing_rows(s, vs, &why));
+                continue;
+            }
+            let (r, c) = median_rows(outs);
+            rows.extend(r);
+            cdfs.extend(c);
         }
         bar.set_message("device ceiling again (the disk's speed drifts)");
         let ceiling_after = local.ceiling(local::FILE).ok();
@@ -454,6 +485,7 @@ impl AllBench {
             drive_capacity: self.drive_capacity(),
             extras,
             commit: commit_id(),
+            repeat,
         })
     }
 
@@ -880,6 +912,53 @@ fn device_rows(c: &Ceiling) -> Vec<Row> {
     rows
 }
 
+/// One (system, value size)'s passes as one set of rows: for each workload, the pass with
+/// the median ops/s (the lower of the two middle ones for an even count) stands for it, with
+/// its own latencies, write amplification, CPU and latency CDF, so every figure on a row
+/// comes from one real run; the row notes how many passes measured it and the smallest and
+/// largest ops/s among them. A workload a pass lacks (a missing row) is judged on the passes
+/// that have it.
+fn median_rows(passes: Vec<ChildOutput>) -> (Vec<Row>, Vec<Cdf>) {
+    let n = passes.len();
+    let mut rows = Vec::new();
+    let mut cdfs = Vec::new();
+    let Some(first) = passes.first() else {
+        return (rows, cdfs);
+    };
+    for row in &first.rows {
+        let same = |r: &&Row| r.workload == row.workload && r.value_size == row.value_size;
+        let mut measured: Vec<(usize, &Row)> = passes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.rows.iter().find(same).map(|r| (i, r)))
+            .filter(|(_, r)| r.missing.is_none())
+            .collect();
+        if measured.is_empty() {
+            rows.push(row.clone());
+            continue;
+        }
+        measured.sort_by(|a, b| a.1.ops_per_sec.total_cmp(&b.1.ops_per_sec));
+        let lo = measured.first().map_or(0.0, |m| m.1.ops_per_sec);
+        let hi = measured.last().map_or(0.0, |m| m.1.ops_per_sec);
+        let Some(&(pass, median)) = measured.get((measured.len() - 1) / 2) else {
+            continue;
+        };
+        let mut r = median.clone();
+        if n > 1 {
+            r.repetitions = Some(measured.len() as u32);
+            r.ops_range = Some((lo, hi));
+        }
+        rows.push(r);
+        let cdf = passes.get(pass).and_then(|p| {
+            p.cdfs
+                .iter()
+                .find(|c| c.workload == row.workload && Some(c.value_size) == row.value_size)
+        });
+        cdfs.extend(cdf.cloned());
+    }
+    (rows, cdfs)
+}
+
 fn missing_rows(s: &System, value_size: usize, reason: &str) -> Vec<Row> {
     Workload::ALL
         .iter()
@@ -1104,6 +1183,58 @@ fn ops_summary(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The median pass stands for each workload, with its own latency and CDF, the spread
+    /// over the passes beside it; a pass missing a workload does not count for it.
+    #[test]
+    fn repeated_passes_become_their_median_rows() {
+        let pass = |get: f64, set: Option<f64>| {
+            let row = |w: &str, ops: f64| {
+                let mut r = Row::measured("lightstore-local", w, QD, ops, 0.0, ops / 100.0, 0.0);
+                r.value_size = Some(8192);
+                r
+            };
+            let mut rows = vec![row("R-GET", get)];
+            rows.push(match set {
+                Some(ops) => row("R-SET", ops),
+                None => {
+                    let mut r = Row::missing("lightstore-local", "R-SET", QD, "failed".into());
+                    r.value_size = Some(8192);
+                    r
+                }
+            });
+            let cdfs = vec![Cdf {
+                system: "lightstore-local".into(),
+                workload: "R-GET".into(),
+                value_size: 8192,
+                points: vec![[get, 1.0]],
+            }];
+            ChildOutput { rows, cdfs }
+        };
+        let (rows, cdfs) = median_rows(vec![
+            pass(300.0, Some(10.0)),
+            pass(100.0, None),
+            pass(200.0, Some(30.0)),
+        ]);
+        assert_eq!(rows.len(), 2);
+        let get = &rows[0];
+        assert_eq!(get.ops_per_sec, 200.0);
+        assert_eq!(get.p50_us, 2.0, "the figures come from the median pass");
+        assert_eq!(get.repetitions, Some(3));
+        assert_eq!(get.ops_range, Some((100.0, 300.0)));
+        assert_eq!(cdfs.len(), 1);
+        assert_eq!(cdfs[0].points, vec![[200.0, 1.0]]);
+        // Two passes measured R-SET: the lower middle one stands for it.
+        let set = &rows[1];
+        assert_eq!(set.ops_per_sec, 10.0);
+        assert_eq!(set.repetitions, Some(2));
+        assert_eq!(set.ops_range, Some((10.0, 30.0)));
+        assert!(set.missing.is_none());
+        // One pass: no spread is claimed.
+        let (one, _) = median_rows(vec![pass(100.0, Some(1.0))]);
+        assert_eq!(one[0].repetitions, None);
+        assert_eq!(one[0].ops_range, None);
+    }
 
     #[test]
     fn ratios_compare_like_access_paths() {

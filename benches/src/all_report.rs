@@ -63,6 +63,14 @@ fn fmt_ratio(x: Option<f64>) -> String {
     x.map_or_else(|| "—".to_string(), |x| format!("{x:.2}x"))
 }
 
+/// A row's ops/s: the median pass, and the min-max over its passes when it had several.
+fn fmt_ops(r: &Row) -> String {
+    match r.ops_range {
+        Some((lo, hi)) => format!("{:.0} ({lo:.0}–{hi:.0})", r.ops_per_sec),
+        None => format!("{:.0}", r.ops_per_sec),
+    }
+}
+
 fn fmt_opt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "—".to_string(), |x| format!("{x:.digits$}"))
 }
@@ -288,12 +296,22 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
     let _ = writeln!(m, "# LightStore benchmark: every system side by side\n");
     let _ = writeln!(
         m,
-        "`cargo xtask bench all{}` at commit `{}`: one run on one machine ({} cores, {}), {:.0} s. \
+        "`cargo xtask bench all{}` at commit `{}`: {} on one machine ({} cores, {}), {:.0} s. \
          Data set per value size: {} MiB{}; keys loaded: {}. Device ceiling (io_uring O_DIRECT \
          file on the scratch file system, 8 KiB, depth {QD}): {:.0} sequential writes/s \
          ({:.0} MB/s), {:.0} random reads/s.{}\n",
         if res.quick { " --quick" } else { "" },
         res.commit,
+        if res.repeat > 1 {
+            format!(
+                "{} interleaved passes over every system (each row is its median pass, every \
+                 figure on it from that pass, with the min–max of ops/s over the passes in \
+                 brackets; ratios and targets use the medians; the extras ran once)",
+                res.repeat
+            )
+        } else {
+            "one pass over every system (one repetition per row: no spread)".to_string()
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         mem_total(),
         res.seconds,
@@ -435,7 +453,7 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
                     r.system == s && r.workload == w.name() && r.value_size == Some(vs as u32)
                 });
                 let cell = match r {
-                    Some(r) if r.missing.is_none() => format!("{:.0}", r.ops_per_sec),
+                    Some(r) if r.missing.is_none() => fmt_ops(r),
                     Some(_) => "missing".to_string(),
                     None => "—".to_string(),
                 };
@@ -471,14 +489,14 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
     {
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {}x{} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}x{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.system,
             r.workload,
             r.value_size
                 .map_or_else(String::new, |v| size_label(v as usize)),
             r.connections.unwrap_or(0),
             r.pipeline.unwrap_or(0),
-            r.ops_per_sec,
+            fmt_ops(r),
             r.mb_per_sec,
             fmt_lat(r.p50_us),
             fmt_lat(r.p99_us),

@@ -118,6 +118,10 @@ enum Bench {
         /// sustained overwrite (about a minute of a --quick run).
         #[arg(long)]
         skip_extras: bool,
+        /// Passes over every (system, value size), interleaved; each row is the median pass
+        /// with the min-max of ops/s (default 3, 1 with --quick). The extras run once.
+        #[arg(long)]
+        repeat: Option<usize>,
     },
     /// One system's sustained random overwrite (a child of `all`).
     #[command(hide = true)]
@@ -225,6 +229,7 @@ fn main() -> anyhow::Result<()> {
             lightstore,
             system,
             skip_extras,
+            repeat,
         } => {
             let bench = all::AllBench {
                 quick,
@@ -233,6 +238,7 @@ fn main() -> anyhow::Result<()> {
                 lightstore,
                 only: system,
                 extras: !skip_extras,
+                repeat: repeat.unwrap_or(if quick { 1 } else { all::DEFAULT_REPEAT }),
             };
             let res = bench.run()?;
             for path in all_report::write_outputs(&res, &out)? {

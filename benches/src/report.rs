@@ -70,6 +70,13 @@ pub struct Row {
     /// Where reads are served from: the device, or a cache in front of it (`bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads_from: Option<String>,
+    /// How many times the row was measured (`bench all --repeat`): the row is then the run
+    /// with the median ops/s, every other figure from that same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetitions: Option<u32>,
+    /// The smallest and largest ops/s over the repetitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_range: Option<(f64, f64)>,
     /// Why the row has no figures (a peer that could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
