@@ -134,7 +134,7 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
         let path = out.join(format!("throughput-{}.svg", size_label(vs)));
         plots::grouped_bars(
             &path,
-            &format!("Throughput, {} values (ops/s, log scale)", size_label(vs)),
+            &format!("Throughput, {} values (ops/s)", size_label(vs)),
             "ops/s",
             &names,
             &systems,
@@ -163,10 +163,15 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
     if let Some(x) = &res.extras {
         plot_files.extend(crate::extras_report::write_plots(x, out)?);
     }
+    let pngs = plots::png_copies(&plot_files);
+    if let Err(why) = &pngs {
+        eprintln!("{why}");
+    }
     let path = out.join("report.md");
-    std::fs::write(&path, markdown(res, &plot_files))?;
+    std::fs::write(&path, markdown(res, &plot_files, pngs.as_ref().err()))?;
     written.push(path);
     written.extend(plot_files);
+    written.extend(pngs.unwrap_or_default());
     Ok(written)
 }
 
@@ -289,7 +294,7 @@ fn targets(res: &Results) -> Vec<Target> {
     t
 }
 
-fn markdown(res: &Results, plots: &[PathBuf]) -> String {
+fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String {
     let rows = &res.rows;
     let mut m = String::new();
     let mode = if res.quick { "--quick" } else { "full" };
@@ -535,6 +540,17 @@ fn markdown(res: &Results, plots: &[PathBuf]) -> String {
     let _ = writeln!(m, "\n## How it was measured\n");
     let _ = writeln!(m, "{}", methodology(res));
     let _ = writeln!(m, "## Plots\n");
+    match no_png {
+        None => {
+            let _ = writeln!(
+                m,
+                "Each plot is an SVG (below) with a PNG copy of the same name beside it.\n"
+            );
+        }
+        Some(why) => {
+            let _ = writeln!(m, "SVG only: {why}.\n");
+        }
+    }
     for p in plots {
         if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
             let _ = writeln!(m, "![{name}]({name})\n");

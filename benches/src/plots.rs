@@ -1,5 +1,6 @@
-//! SVG plots of `bench all` (`plotters`): throughput per workload per system (grouped bars,
-//! log scale) and latency CDFs.
+//! Plots of `bench all`: SVG drawn with `plotters` (throughput per workload per system as
+//! grouped bars on a linear axis, latency CDFs, the extras' bars and lines), and a PNG copy
+//! of each rendered from the SVG by `rsvg-convert` ([`png_copies`]).
 
 use std::path::Path;
 
@@ -7,8 +8,8 @@ use anyhow::anyhow;
 use plotters::prelude::*;
 
 /// A grouped bar chart: one group per workload, one bar per system (`value(system,
-/// workload)`, `None` for a missing row), log-scale y. Each series is `(name, colour index)`,
-/// so a system has the same colour in every plot.
+/// workload)`, `None` for a missing row), linear y from 0. Each series is `(name, colour
+/// index)`, so a system has the same colour in every plot.
 ///
 /// # Errors
 /// When the file cannot be written.
@@ -25,12 +26,12 @@ pub fn grouped_bars(
         .flat_map(|(s, _)| groups.iter().filter_map(|g| value(s, g)))
         .filter(|v| *v > 0.0)
         .collect();
-    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(0.0, f64::max);
     if values.is_empty() {
         return Ok(());
     }
-    let (lo, hi) = (lo / 2.0, hi * 40.0);
+    // Room above the tallest bar for the legend.
+    let (lo, hi) = (0.0, hi * 1.3);
     let root = SVGBackend::new(path, (1280, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
     let n = groups.len() as f64;
@@ -39,7 +40,7 @@ pub fn grouped_bars(
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.5f64..n - 0.5, (lo..hi).log_scale())
+        .build_cartesian_2d(-0.5f64..n - 0.5, lo..hi)
         .map_err(|e| anyhow!("{e:?}"))?;
     chart
         .configure_mesh()
@@ -323,6 +324,48 @@ pub fn lines(
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(1)));
     }
     finish(&mut chart, &root, SeriesLabelPosition::LowerRight)
+}
+
+/// The program that renders the PNG copies (Debian `librsvg2-bin`).
+const SVG_TO_PNG: &str = "rsvg-convert";
+
+/// A PNG copy of each SVG plot beside it (same name, `.png`), rendered by `rsvg-convert`
+/// (an image a reader can open anywhere; the SVG stays the exact one).
+///
+/// # Errors
+/// Why there are no PNG copies: `rsvg-convert` is not installed (`cargo xtask bench all`
+/// installs it), or it failed on a plot.
+pub fn png_copies(svgs: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut pngs = Vec::new();
+    for svg in svgs
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+    {
+        let png = svg.with_extension("png");
+        let out = std::process::Command::new(SVG_TO_PNG)
+            .args(["--background-color", "white", "-o"])
+            .arg(&png)
+            .arg(svg)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => pngs.push(png),
+            Ok(o) => {
+                return Err(format!(
+                    "{SVG_TO_PNG} failed on {}: {}",
+                    svg.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "{SVG_TO_PNG} is not installed (Debian librsvg2-bin; `cargo xtask bench \
+                     all` installs it): no PNG copies of the plots"
+                ))
+            }
+            Err(e) => return Err(format!("running {SVG_TO_PNG}: {e}")),
+        }
+    }
+    Ok(pngs)
 }
 
 /// The label under a bar group: the group's name at its integer x position, nothing between.

@@ -260,6 +260,10 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
     if !llvm.join("libclang.so").exists() {
         missing.push("libclang-dev");
     }
+    // The report's PNG copies of its SVG plots.
+    if !have("rsvg-convert") {
+        missing.push("librsvg2-bin");
+    }
     apt_install(&missing);
     let target = root.join("target").join("bench-peers");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
