@@ -94,7 +94,7 @@ enum Bench {
     },
     /// Every system side by side: the device ceiling, LightStore in-process and over RESP,
     /// RocksDB (leveled, BlobDB; WAL sync and off), fjall, Redis (in-memory, AOF everysec);
-    /// writes report.md, results.json and SVG plots under --out.
+    /// writes report.md, results.json and SVG plots (with PNG copies) under --out.
     All {
         /// Small data sets (about two minutes).
         #[arg(long)]
