@@ -1468,6 +1468,20 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 destination,
                 replace,
             } => Reply::Integer(i64::from(g.copy(source, destination, *replace)?)),
+            Command::Dump(key) => match g.dump(key)? {
+                Some(payload) => Reply::Bulk(Bytes::from(payload)),
+                None => Reply::Null,
+            },
+            Command::Restore {
+                key,
+                ttl,
+                payload,
+                replace,
+                absttl,
+            } => {
+                g.restore(key, ttl, payload, *replace, *absttl)?;
+                Reply::ok()
+            }
             Command::Rename { key, new_key, nx } => {
                 let done = g.rename(key, new_key, *nx)?;
                 if *nx {

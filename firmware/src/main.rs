@@ -25,6 +25,7 @@ mod info;
 mod keyspace;
 mod net;
 mod queue;
+mod rdb;
 mod store;
 mod tls;
 

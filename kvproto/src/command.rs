@@ -389,6 +389,19 @@ pub enum Command {
         key: Bytes,
         delta: Bytes,
     },
+    /// `DUMP key`: the value as a Redis payload.
+    Dump(Bytes),
+    /// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]` (and
+    /// RESTORE-ASKING, which MIGRATE sends in cluster mode). The TTL travels as text: Redis
+    /// checks it after the key's existence. IDLETIME and FREQ are checked and ignored (the
+    /// drive keeps no LRU or LFU state).
+    Restore {
+        key: Bytes,
+        ttl: Bytes,
+        payload: Bytes,
+        replace: bool,
+        absttl: bool,
+    },
     /// `COPY source destination [DB 0] [REPLACE]`.
     Copy {
         source: Bytes,
@@ -485,6 +498,44 @@ fn parse_copy(a: &[Bytes]) -> Result<Command, CommandError> {
         source: a[0].clone(),
         destination: a[1].clone(),
         replace,
+    })
+}
+
+/// RESTORE's options, checked as Redis checks them (before the key, the TTL and the payload).
+fn parse_restore(a: &[Bytes]) -> Result<Command, CommandError> {
+    let (mut replace, mut absttl) = (false, false);
+    let (mut idletime, mut freq) = (false, false);
+    let mut i = 3;
+    while i < a.len() {
+        let opt = lower(&a[i]);
+        let more = i + 1 < a.len();
+        if opt == b"replace" {
+            replace = true;
+        } else if opt == b"absttl" {
+            absttl = true;
+        } else if opt == b"idletime" && more && !freq {
+            if int(&a[i + 1])? < 0 {
+                return Err(err("ERR Invalid IDLETIME value, must be >= 0"));
+            }
+            idletime = true;
+            i += 1;
+        } else if opt == b"freq" && more && !idletime {
+            if !(0..=255).contains(&int(&a[i + 1])?) {
+                return Err(err("ERR Invalid FREQ value, must be >= 0 and <= 255"));
+            }
+            freq = true;
+            i += 1;
+        } else {
+            return Err(err(SYNTAX));
+        }
+        i += 1;
+    }
+    Ok(Command::Restore {
+        key: a[0].clone(),
+        ttl: a[1].clone(),
+        payload: a[2].clone(),
+        replace,
+        absttl,
     })
 }
 
@@ -1381,6 +1432,8 @@ impl Command {
                 delta: a[1].clone(),
             },
             "copy" => parse_copy(a)?,
+            "dump" => Self::Dump(key()),
+            "restore" | "restore-asking" => parse_restore(a)?,
             "type" => Self::Type(key()),
             "unlink" => Self::Del(a.to_vec()),
             "touch" => Self::Exists(a.to_vec()),
@@ -1493,6 +1546,8 @@ impl Command {
             Self::MSetNx(_) => "msetnx",
             Self::IncrByFloat { .. } => "incrbyfloat",
             Self::Copy { .. } => "copy",
+            Self::Dump(_) => "dump",
+            Self::Restore { .. } => "restore",
             Self::Type(_) => "type",
             Self::Rename { nx: false, .. } => "rename",
             Self::Rename { nx: true, .. } => "renamenx",
@@ -1537,6 +1592,8 @@ impl Command {
             | Self::Append { key: k, .. }
             | Self::SetRange { key: k, .. }
             | Self::IncrByFloat { key: k, .. }
+            | Self::Dump(k)
+            | Self::Restore { key: k, .. }
             | Self::Type(k) => vec![&k[..]],
             Self::Rename { key, new_key, .. } => vec![&key[..], &new_key[..]],
             Self::Copy {

@@ -69,6 +69,8 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::MSetNx(_)
         | Command::IncrByFloat { .. }
         | Command::Copy { .. }
+        | Command::Dump(_)
+        | Command::Restore { .. }
         | Command::Rename { .. } => Route::Writer,
         Command::Collection(_) if cmd.is_write() => Route::Writer,
         Command::Collection(_) => Route::Engine,

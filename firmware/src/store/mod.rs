@@ -28,6 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::keyspace::{self as ks, EXPIRY};
 
 mod count;
+pub mod dump;
 pub mod expiry;
 pub mod hash;
 pub mod hash_more;

@@ -1700,6 +1700,39 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Copies the value of a key to a new key."
     ),
     spec!(
+        "dump",
+        2,
+        ["readonly"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1).",
+        "Returns a serialized representation of the value stored at a key."
+    ),
+    spec!(
+        "restore",
+        -4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        "generic",
+        "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+        "Creates a key from the serialized representation of a value."
+    ),
+    spec!(
+        "restore-asking",
+        -4,
+        ["write", "denyoom", "asking"],
+        1,
+        1,
+        1,
+        "server",
+        "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+        "An internal command for migrating keys in a cluster."
+    ),
+    spec!(
         "type",
         2,
         ["readonly", "fast"],
