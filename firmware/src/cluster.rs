@@ -118,6 +118,8 @@ pub struct ConnMode {
     pub readonly: bool,
     /// `LS.REPLICA`: reads and writes of the replicated primary's slots are served here.
     pub replication: bool,
+    /// `ASKING` came just before: the next command may touch a slot this drive imports.
+    pub asking: bool,
 }
 
 /// The slot a command's keys hash to.
@@ -129,6 +131,9 @@ enum Slot {
     /// Keys hash to different slots.
     Cross,
 }
+
+/// Redis's reply to a multi-key command over a slot in migration whose keys are split.
+const TRYAGAIN_ERROR: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
 
 fn same_slot<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> Slot {
     let Some(first) = keys.next() else {
@@ -725,6 +730,12 @@ pub struct Gate {
     view: Arc<View>,
     /// The thread that writes pushed maps (none: pushes run on the caller, as in unit tests).
     saver: Option<Saver>,
+    /// Slots this drive is handing over (`CLUSTER SETSLOT slot MIGRATING node`): the node
+    /// id they go to.
+    migrating: HashMap<u16, String>,
+    /// Slots this drive is taking over (`CLUSTER SETSLOT slot IMPORTING node`): the node id
+    /// they come from.
+    importing: HashMap<u16, String>,
 }
 
 impl Gate {
@@ -735,6 +746,8 @@ impl Gate {
             shared,
             view,
             saver: None,
+            migrating: HashMap::new(),
+            importing: HashMap::new(),
         }
     }
 
@@ -780,15 +793,140 @@ impl Gate {
         }
     }
 
-    /// See [`View::check`].
+    /// See [`View::check`], with a slot being migrated as Redis Cluster serves one: on the
+    /// drive handing it over (MIGRATING), a command whose keys all exist here runs here, one
+    /// with none of them gets `-ASK` to the drive taking it over, one with some gets
+    /// `-TRYAGAIN`; on the drive taking it over (IMPORTING), a command right after ASKING
+    /// (or RESTORE-ASKING) runs here, a multi-key one with keys missing gets `-TRYAGAIN`.
+    /// `exists` says whether a key exists on this drive (a DRAM lookup).
     #[inline]
-    pub fn check(&self, cmd: &Command, write: bool, mode: ConnMode) -> Option<Reply> {
+    pub fn check(
+        &self,
+        cmd: &Command,
+        write: bool,
+        mode: ConnMode,
+        exists: impl Fn(&[u8]) -> bool,
+    ) -> Option<Reply> {
+        if self.migrating.is_empty() && self.importing.is_empty() {
+            return self.view.check(cmd, write, mode);
+        }
+        if let Slot::One(slot) = command_slot(cmd) {
+            let primary = self.view.role(slot) == Role::Primary;
+            if let (true, Some(to)) = (primary, self.migrating.get(&slot)) {
+                let keys = cmd.keys();
+                let here = keys.iter().filter(|k| exists(k)).count();
+                if here == keys.len() {
+                    return None;
+                }
+                if here > 0 {
+                    return Some(Reply::error(TRYAGAIN_ERROR));
+                }
+                if let Some(n) = self.view.map.node(to) {
+                    return Some(Reply::error(format!("ASK {slot} {}", endpoint(&n.addr))));
+                }
+            }
+            let asked = mode.asking || matches!(cmd, Command::Restore { asking: true, .. });
+            if !primary && asked && self.importing.contains_key(&slot) {
+                let keys = cmd.keys();
+                if keys.len() > 1 && !keys.iter().all(|k| exists(k)) {
+                    return Some(Reply::error(TRYAGAIN_ERROR));
+                }
+                return None;
+            }
+        }
         self.view.check(cmd, write, mode)
     }
 
-    /// See [`View::cluster_command`].
-    pub fn cluster_command(&self, args: &[Bytes]) -> Reply {
+    /// See [`View::cluster_command`]; `CLUSTER SETSLOT` is answered here (it changes this
+    /// drive's migration state, which outlives map pushes but not a restart).
+    pub fn cluster_command(&mut self, args: &[Bytes]) -> Reply {
+        if args
+            .first()
+            .is_some_and(|s| s.eq_ignore_ascii_case(b"setslot"))
+        {
+            return self.set_slot(&args[1..]);
+        }
         self.view.cluster_command(args)
+    }
+
+    /// `CLUSTER SETSLOT slot MIGRATING node | IMPORTING node | STABLE | NODE node`. Slot
+    /// ownership itself changes with the map (`LS.CLUSTERMAP`): NODE only ends a migration
+    /// once the map already gives the slot to that node.
+    fn set_slot(&mut self, rest: &[Bytes]) -> Reply {
+        if rest.len() < 2 {
+            return wrong_args("cluster|setslot");
+        }
+        let slot = match std::str::from_utf8(&rest[0])
+            .ok()
+            .and_then(|t| t.parse::<u16>().ok())
+            .filter(|s| *s < SLOT_COUNT)
+        {
+            Some(s) => s,
+            None => return Reply::error("ERR Invalid or out of range slot"),
+        };
+        let action = rest[1].to_ascii_lowercase();
+        let node = |id: &Bytes| -> Result<String, Reply> {
+            let id = String::from_utf8_lossy(id).into_owned();
+            match self.view.map.node(&id) {
+                Some(n) if n.replica_of.is_some() => {
+                    Err(Reply::error("ERR Target node is not a master"))
+                }
+                Some(_) => Ok(id),
+                None => Err(Reply::error(format!("ERR I don't know about node {id}"))),
+            }
+        };
+        let primary = self.view.role(slot) == Role::Primary;
+        match (action.as_slice(), rest.get(2), rest.len()) {
+            (b"migrating", Some(id), 3) => {
+                if !primary {
+                    return Reply::error(format!("ERR I'm not the owner of hash slot {slot}"));
+                }
+                match node(id) {
+                    Ok(id) => {
+                        self.migrating.insert(slot, id);
+                        Reply::ok()
+                    }
+                    Err(r) => r,
+                }
+            }
+            (b"importing", Some(id), 3) => {
+                if primary {
+                    return Reply::error(format!("ERR I'm already the owner of hash slot {slot}"));
+                }
+                match node(id) {
+                    Ok(id) => {
+                        self.importing.insert(slot, id);
+                        Reply::ok()
+                    }
+                    Err(r) => r,
+                }
+            }
+            (b"stable", None, 2) => {
+                self.migrating.remove(&slot);
+                self.importing.remove(&slot);
+                Reply::ok()
+            }
+            (b"node", Some(id), 3) => match node(id) {
+                Ok(id) => {
+                    let owner = self.view.map.owner(slot).map(|n| n.id.clone());
+                    if owner.as_deref() != Some(id.as_str()) {
+                        return Reply::error(format!(
+                            "ERR slot {slot} belongs to {} in this drive's cluster map (version {}): \
+                             slot ownership changes with LS.CLUSTERMAP on this drive",
+                            owner.unwrap_or_default(),
+                            self.view.map.version()
+                        ));
+                    }
+                    self.migrating.remove(&slot);
+                    self.importing.remove(&slot);
+                    Reply::ok()
+                }
+                Err(r) => r,
+            },
+            _ => Reply::error(
+                "ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP",
+            ),
+        }
     }
 
     /// Runs an admin command for connection `conn` in `mode`; `seq` numbers its reply
@@ -972,6 +1110,89 @@ mod tests {
         assert_eq!(v.role(7365), Role::Foreign);
     }
 
+    /// A slot in migration: the source serves the keys it has, asks for the rest and
+    /// refuses split multi-key requests; the target serves only after ASKING (or
+    /// RESTORE-ASKING); STABLE ends both.
+    #[test]
+    fn slots_in_migration_ask_and_try_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = |me: usize| {
+            let path = dir.path().join(format!("map-{me}.toml"));
+            std::fs::write(&path, map(1).to_toml()).unwrap();
+            let local = format!("127.0.0.1:{}", 7001 + me).parse().unwrap();
+            Gate::new(Arc::new(
+                Cluster::load(&path, Some(&id(me)), local).unwrap(),
+            ))
+        };
+        let (mut src, mut dst) = (gate(0), gate(1));
+        let setslot = |g: &mut Gate, a: &[&str]| {
+            let mut all = vec!["SETSLOT"];
+            all.extend_from_slice(a);
+            g.cluster_command(&args(&all))
+        };
+        assert_eq!(
+            setslot(&mut src, &["3300", "MIGRATING", &id(1)]),
+            Reply::ok()
+        );
+        assert_eq!(
+            setslot(&mut dst, &["3300", "IMPORTING", &id(0)]),
+            Reply::ok()
+        );
+        let here = |k: &[u8]| k == b"{b}here";
+        let plain = ConnMode::default();
+        let asking = ConnMode {
+            asking: true,
+            ..ConnMode::default()
+        };
+        assert!(src
+            .check(&cmd(&["GET", "{b}here"]), false, plain, here)
+            .is_none());
+        assert_eq!(
+            err_text(src.check(&cmd(&["SET", "{b}gone", "1"]), true, plain, here)),
+            "ASK 3300 127.0.0.1:7002"
+        );
+        assert_eq!(
+            err_text(src.check(&cmd(&["MGET", "{b}here", "{b}gone"]), false, plain, here)),
+            TRYAGAIN_ERROR
+        );
+        // Other slots are untouched.
+        let other = cmd(&["GET", "a"]);
+        assert_eq!(
+            src.check(&other, false, plain, here),
+            src.view.check(&other, false, plain)
+        );
+        assert_eq!(
+            err_text(dst.check(&cmd(&["GET", "{b}gone"]), false, plain, here)),
+            "MOVED 3300 127.0.0.1:7001"
+        );
+        assert!(dst
+            .check(&cmd(&["GET", "{b}gone"]), false, asking, here)
+            .is_none());
+        let restore = cmd(&["RESTORE-ASKING", "{b}gone", "0", "payload"]);
+        assert!(dst.check(&restore, true, plain, here).is_none());
+        assert_eq!(
+            err_text(dst.check(&cmd(&["MGET", "{b}here", "{b}gone"]), false, asking, here)),
+            TRYAGAIN_ERROR
+        );
+        assert_eq!(setslot(&mut src, &["3300", "STABLE"]), Reply::ok());
+        assert_eq!(setslot(&mut dst, &["3300", "STABLE"]), Reply::ok());
+        assert!(src
+            .check(&cmd(&["GET", "{b}gone"]), false, plain, here)
+            .is_none());
+        assert_eq!(
+            err_text(dst.check(&cmd(&["GET", "{b}gone"]), false, asking, here)),
+            "MOVED 3300 127.0.0.1:7001"
+        );
+        assert_eq!(
+            err_text(Some(setslot(&mut src, &["3300", "BOGUS"]))),
+            "ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP"
+        );
+        assert_eq!(
+            err_text(Some(setslot(&mut src, &["x", "STABLE"]))),
+            "ERR Invalid or out of range slot"
+        );
+    }
+
     #[test]
     fn replicas_serve_readonly_reads_and_replication_clients() {
         let v = View::new(map(1), &id(3)).unwrap();
@@ -980,11 +1201,11 @@ mod tests {
         let plain = ConnMode::default();
         let readonly = ConnMode {
             readonly: true,
-            replication: false,
+            ..ConnMode::default()
         };
         let replication = ConnMode {
-            readonly: false,
             replication: true,
+            ..ConnMode::default()
         };
         assert_eq!(
             err_text(v.check(&get, false, plain)),

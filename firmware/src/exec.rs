@@ -679,6 +679,19 @@ fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) ->
             Command::Keys(pattern) => {
                 Reply::Array(store.keys(pattern)?.into_iter().map(Reply::Bulk).collect())
             }
+            Command::KeysInSlot { slot, count: None } => {
+                Reply::Integer(store.keys_in_slot(*slot, usize::MAX)?.len() as i64)
+            }
+            Command::KeysInSlot {
+                slot,
+                count: Some(n),
+            } => Reply::Array(
+                store
+                    .keys_in_slot(*slot, usize::try_from(*n).unwrap_or(usize::MAX))?
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
             Command::Info(sections) => {
                 Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
             }
@@ -1478,6 +1491,7 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 payload,
                 replace,
                 absttl,
+                ..
             } => {
                 g.restore(key, ttl, payload, *replace, *absttl)?;
                 Reply::ok()

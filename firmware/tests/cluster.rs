@@ -817,3 +817,196 @@ fn bad_maps_are_refused_at_start() {
     refused(&data, &["--config", &cfg], "without a primary");
     assert!(!data.exists(), "a refused start touches no device");
 }
+
+impl Raw {
+    /// A request with binary arguments.
+    fn call_bytes(&mut self, args: &[&[u8]]) -> R {
+        self.send(args);
+        self.read()
+    }
+}
+
+/// One slot moves from node 0 to node 1 while clients keep using it, with Redis Cluster's
+/// migration protocol: IMPORTING / MIGRATING states, `-ASK` for keys already moved or new,
+/// `-TRYAGAIN` for split multi-key requests, ASKING on the importing drive, the keys moved
+/// one by one (WATCH + DUMP on the source, RESTORE-ASKING on the target, MULTI/DEL/EXEC on
+/// the source, so a write in between is never lost), then the new map pushed and the
+/// states cleared. A redis-rs cluster client reads and writes across the whole move.
+#[test]
+fn a_slot_moves_live_with_ask_redirects() {
+    let mut c = TestCluster::start(2, 0, &[]);
+    let (a, b) = (c.addr(0), c.addr(1));
+    // "b" hashes to slot 3300, owned by node 0 (0-8191); "{b}..." keys share the slot.
+    let slot = key_slot(b"b");
+    assert_eq!(slot, 3300);
+    let keys: Vec<String> = std::iter::once("b".to_string())
+        .chain((0..40).map(|i| format!("{{b}}{i}")))
+        .collect();
+    let mut n0 = c.raw(0);
+    let mut n1 = c.raw(1);
+    for k in &keys {
+        assert_eq!(n0.call(&["SET", k, &format!("v-{k}")]), ok());
+    }
+    assert_eq!(n0.call(&["RPUSH", "{b}list", "x", "y"]), R::Int(2));
+    assert_eq!(
+        n0.call(&["CLUSTER", "COUNTKEYSINSLOT", "3300"]),
+        R::Int(keys.len() as i64 + 1)
+    );
+    assert_eq!(n1.call(&["CLUSTER", "COUNTKEYSINSLOT", "3300"]), R::Int(0));
+    assert_eq!(
+        n0.call(&["CLUSTER", "GETKEYSINSLOT", "3300", "5"])
+            .items()
+            .len(),
+        5
+    );
+    assert_eq!(
+        n0.call(&["CLUSTER", "GETKEYSINSLOT", "16384", "5"]),
+        err("ERR Invalid slot or number of keys")
+    );
+    assert_eq!(
+        n0.call(&["CLUSTER", "COUNTKEYSINSLOT", "-1"]),
+        err("ERR Invalid slot")
+    );
+
+    // The states, with Redis's refusals.
+    let (id0, id1) = (id(0), id(1));
+    assert_eq!(
+        n0.call(&["CLUSTER", "SETSLOT", "3300", "IMPORTING", &id1]),
+        err("ERR I'm already the owner of hash slot 3300")
+    );
+    assert_eq!(
+        n1.call(&["CLUSTER", "SETSLOT", "3300", "MIGRATING", &id0]),
+        err("ERR I'm not the owner of hash slot 3300")
+    );
+    assert_eq!(
+        n1.call(&["CLUSTER", "SETSLOT", "3300", "IMPORTING", "nobody"]),
+        err("ERR I don't know about node nobody")
+    );
+    assert_eq!(
+        n1.call(&["CLUSTER", "SETSLOT", "99999", "IMPORTING", &id0]),
+        err("ERR Invalid or out of range slot")
+    );
+    assert_eq!(
+        n1.call(&["CLUSTER", "SETSLOT", "3300", "IMPORTING", &id0]),
+        ok()
+    );
+    assert_eq!(
+        n0.call(&["CLUSTER", "SETSLOT", "3300", "MIGRATING", &id1]),
+        ok()
+    );
+
+    // Source: keys it has are served; missing ones are asked of the target.
+    assert_eq!(n0.call(&["GET", "b"]), bulk("v-b"));
+    let ask = err(&format!("ASK 3300 {b}"));
+    assert_eq!(n0.call(&["GET", "{b}new"]), ask);
+    assert_eq!(n0.call(&["SET", "{b}new", "1"]), ask);
+    assert_eq!(
+        n0.call(&["MGET", "{b}0", "{b}new"]),
+        err("TRYAGAIN Multiple keys request during rehashing of slot")
+    );
+    // Target: only right after ASKING, for one command.
+    let moved = err(&format!("MOVED 3300 {a}"));
+    assert_eq!(n1.call(&["GET", "{b}new"]), moved);
+    assert_eq!(n1.call(&["ASKING"]), ok());
+    assert_eq!(n1.call(&["SET", "{b}new", "on-target"]), ok());
+    assert_eq!(n1.call(&["GET", "{b}new"]), moved);
+    assert_eq!(n1.call(&["ASKING"]), ok());
+    assert_eq!(n1.call(&["GET", "{b}new"]), bulk("on-target"));
+
+    // A cluster client follows the redirects while the keys move.
+    let client = redis::cluster::ClusterClient::new(vec![format!("redis://{a}/")]).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut all: Vec<String> = keys.clone();
+    all.push("{b}list".into());
+    for (i, k) in all.iter().enumerate() {
+        // WATCH, DUMP, RESTORE-ASKING, then DEL inside MULTI: EXEC aborts if a client
+        // wrote the key since the DUMP, and the move is tried again.
+        let mut first = true;
+        let mut retried = false;
+        loop {
+            assert_eq!(n0.call(&["WATCH", k]), ok());
+            let payload = match n0.call(&["DUMP", k]) {
+                R::Bulk(p) => p,
+                other => panic!("DUMP {k}: {other:?}"),
+            };
+            let restored =
+                n1.call_bytes(&[b"RESTORE-ASKING", k.as_bytes(), b"0", &payload, b"REPLACE"]);
+            assert_eq!(restored, ok(), "RESTORE-ASKING {k}");
+            if i == 3 && first {
+                // A write to the key between the DUMP and the DEL: the move starts over.
+                let _: () = con.set(k, "changed").unwrap();
+            }
+            first = false;
+            assert_eq!(n0.call(&["MULTI"]), ok());
+            assert_eq!(n0.call(&["DEL", k]), R::Simple("QUEUED".into()));
+            match n0.call(&["EXEC"]) {
+                R::Arr(v) => {
+                    assert_eq!(v, vec![R::Int(1)]);
+                    break;
+                }
+                R::Nil if i == 3 => {
+                    retried = true;
+                    continue;
+                }
+                other => panic!("EXEC for {k}: {other:?}"),
+            }
+        }
+        if i == 3 {
+            assert!(
+                retried,
+                "the write between DUMP and DEL aborted the first EXEC"
+            );
+            let v: String = con.get(k).unwrap();
+            assert_eq!(v, "changed", "the write is on the target, not lost");
+        }
+        // Every key reads through the cluster client, moved or not.
+        for (j, k) in keys.iter().enumerate().step_by(5) {
+            let v: String = con.get(k).unwrap();
+            let want = if j == 3 {
+                "changed".to_string()
+            } else {
+                format!("v-{k}")
+            };
+            assert_eq!(v, want, "{k} during the move");
+        }
+    }
+    // New keys written during the move went to the target.
+    let _: () = con.set("{b}client", "c").unwrap();
+    assert_eq!(n1.call(&["ASKING"]), ok());
+    assert_eq!(n1.call(&["GET", "{b}client"]), bulk("c"));
+    assert_eq!(n0.call(&["CLUSTER", "COUNTKEYSINSLOT", "3300"]), R::Int(0));
+
+    // The new map gives the slot to node 1; the states end.
+    let mut specs = c.specs.clone();
+    specs[0].slots = vec![[0, 3299], [3301, 8191]];
+    specs[1].slots = vec![[3300, 3300], [8192, 16383]];
+    assert_eq!(
+        n0.call(&["CLUSTER", "SETSLOT", "3300", "NODE", &id1]).text(),
+        format!("ERR slot 3300 belongs to {id0} in this drive's cluster map (version 2): slot ownership changes with LS.CLUSTERMAP on this drive")
+    );
+    c.push(3, &specs, &[]);
+    for n in [&mut n0, &mut n1] {
+        assert_eq!(n.call(&["CLUSTER", "SETSLOT", "3300", "NODE", &id1]), ok());
+    }
+    assert_eq!(n0.call(&["GET", "b"]), err(&format!("MOVED 3300 {b}")));
+    assert_eq!(n1.call(&["GET", "b"]), bulk("v-b"));
+    assert_eq!(
+        n1.call(&["CLUSTER", "COUNTKEYSINSLOT", "3300"]),
+        R::Int(all.len() as i64 + 2)
+    );
+    let fresh = redis::cluster::ClusterClient::new(vec![format!("redis://{a}/")]).unwrap();
+    let mut con = fresh.get_connection().unwrap();
+    let list: Vec<String> = con.lrange("{b}list", 0, -1).unwrap();
+    assert_eq!(list, vec!["x".to_string(), "y".to_string()]);
+    let v: String = con.get("{b}new").unwrap();
+    assert_eq!(v, "on-target");
+    if have_tool("redis-cli") {
+        let out = Command::new("redis-cli")
+            .args(["-c", "-h", "127.0.0.1", "-p"])
+            .arg(c.nodes[0].drive.addr.port().to_string())
+            .args(["GET", "{b}7"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "v-{b}7");
+    }
+}

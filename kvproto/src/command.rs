@@ -401,6 +401,16 @@ pub enum Command {
         payload: Bytes,
         replace: bool,
         absttl: bool,
+        /// RESTORE-ASKING: served on a slot this drive is importing without ASKING.
+        asking: bool,
+    },
+    /// `ASKING`: the connection's next command may touch a slot this drive is importing.
+    Asking,
+    /// `CLUSTER COUNTKEYSINSLOT slot` (`count` is `None`) and `CLUSTER GETKEYSINSLOT slot
+    /// count`: answered from the keyspace on the engine thread, not from the cluster map.
+    KeysInSlot {
+        slot: u16,
+        count: Option<u64>,
     },
     /// `COPY source destination [DB 0] [REPLACE]`.
     Copy {
@@ -502,7 +512,7 @@ fn parse_copy(a: &[Bytes]) -> Result<Command, CommandError> {
 }
 
 /// RESTORE's options, checked as Redis checks them (before the key, the TTL and the payload).
-fn parse_restore(a: &[Bytes]) -> Result<Command, CommandError> {
+fn parse_restore(a: &[Bytes], asking: bool) -> Result<Command, CommandError> {
     let (mut replace, mut absttl) = (false, false);
     let (mut idletime, mut freq) = (false, false);
     let mut i = 3;
@@ -536,7 +546,42 @@ fn parse_restore(a: &[Bytes]) -> Result<Command, CommandError> {
         payload: a[2].clone(),
         replace,
         absttl,
+        asking,
     })
+}
+
+/// `CLUSTER COUNTKEYSINSLOT slot` and `CLUSTER GETKEYSINSLOT slot count`, with Redis's
+/// checks; `None` for any other CLUSTER subcommand.
+fn parse_keys_in_slot(a: &[Bytes]) -> Option<Result<Command, CommandError>> {
+    let sub = lower(a.first()?);
+    let get = match sub.as_slice() {
+        b"countkeysinslot" => false,
+        b"getkeysinslot" => true,
+        _ => return None,
+    };
+    Some((|| {
+        let want = if get { 3 } else { 2 };
+        if a.len() != want {
+            let name = String::from_utf8_lossy(&sub).into_owned();
+            return Err(CommandError(format!(
+                "ERR wrong number of arguments for 'cluster|{name}' command"
+            )));
+        }
+        let slot = int(&a[1])?;
+        let count = if get { Some(int(&a[2])?) } else { None };
+        let slot = u16::try_from(slot)
+            .ok()
+            .filter(|s| *s < crate::cluster::SLOT_COUNT);
+        match (slot, count) {
+            (Some(slot), None) => Ok(Command::KeysInSlot { slot, count: None }),
+            (Some(slot), Some(n)) if n >= 0 => Ok(Command::KeysInSlot {
+                slot,
+                count: Some(n as u64),
+            }),
+            _ if get => Err(err("ERR Invalid slot or number of keys")),
+            _ => Err(err("ERR Invalid slot")),
+        }
+    })())
 }
 
 fn wrong_args(name: &str) -> CommandError {
@@ -1363,7 +1408,10 @@ impl Command {
             },
             "zcard" => Self::ZCard(key()),
             "zrangebyscore" => parse_zrangebyscore(a)?,
-            "cluster" => Self::Cluster(a.to_vec()),
+            "cluster" => match parse_keys_in_slot(a) {
+                Some(c) => c?,
+                None => Self::Cluster(a.to_vec()),
+            },
             "ls.range" => parse_range(a)?,
             "readonly" => Self::Readonly,
             "readwrite" => Self::Readwrite,
@@ -1433,7 +1481,8 @@ impl Command {
             },
             "copy" => parse_copy(a)?,
             "dump" => Self::Dump(key()),
-            "restore" | "restore-asking" => parse_restore(a)?,
+            "restore" | "restore-asking" => parse_restore(a, spec.name == "restore-asking")?,
+            "asking" => Self::Asking,
             "type" => Self::Type(key()),
             "unlink" => Self::Del(a.to_vec()),
             "touch" => Self::Exists(a.to_vec()),
@@ -1547,7 +1596,10 @@ impl Command {
             Self::IncrByFloat { .. } => "incrbyfloat",
             Self::Copy { .. } => "copy",
             Self::Dump(_) => "dump",
-            Self::Restore { .. } => "restore",
+            Self::Restore { asking: false, .. } => "restore",
+            Self::Restore { asking: true, .. } => "restore-asking",
+            Self::Asking => "asking",
+            Self::KeysInSlot { .. } => "cluster",
             Self::Type(_) => "type",
             Self::Rename { nx: false, .. } => "rename",
             Self::Rename { nx: true, .. } => "renamenx",

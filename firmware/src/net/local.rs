@@ -79,10 +79,14 @@ impl Net {
                     )),
                 }),
                 route => {
-                    let redirect = self
-                        .cluster
-                        .as_ref()
-                        .and_then(|g| g.check(&cmd, route == Route::Writer, c.cluster_mode));
+                    let mode = c.cluster_mode;
+                    c.cluster_mode.asking = false;
+                    let store = &self.store;
+                    let redirect = self.cluster.as_ref().and_then(|g| {
+                        g.check(&cmd, route == Route::Writer, mode, |k| {
+                            store.kind(k).ok().flatten().is_some()
+                        })
+                    });
                     if let Some(r) = redirect {
                         return refuse(c, r);
                     }
@@ -315,11 +319,11 @@ impl Net {
                     close: true,
                 }
             }
-            Command::Cluster(args) => reply(match &self.cluster {
+            Command::Cluster(args) => reply(match &mut self.cluster {
                 Some(g) => g.cluster_command(&args),
                 None => Reply::error(cluster::DISABLED_ERROR),
             }),
-            Command::Readonly | Command::Readwrite if self.cluster.is_none() => {
+            Command::Readonly | Command::Readwrite | Command::Asking if self.cluster.is_none() => {
                 reply(Reply::error(cluster::DISABLED_ERROR))
             }
             Command::Multi if c.multi.is_some() => {
@@ -368,6 +372,10 @@ impl Net {
             }
             Command::Readwrite => {
                 c.cluster_mode.readonly = false;
+                reply(Reply::ok())
+            }
+            Command::Asking => {
+                c.cluster_mode.asking = true;
                 reply(Reply::ok())
             }
             other => reply(Reply::error(format!(

@@ -597,10 +597,18 @@ impl Net {
                         redirect = auth::refuse(c, cmd, args);
                     }
                     if redirect.is_none() {
-                        redirect = self
-                            .cluster
-                            .as_ref()
-                            .and_then(|g| g.check(cmd, route == Route::Writer, c.cluster_mode));
+                        let mode = c.cluster_mode;
+                        let store = &self.store;
+                        redirect = match &self.cluster {
+                            Some(g) => g.check(cmd, route == Route::Writer, mode, |k| {
+                                store.kind(k).ok().flatten().is_some()
+                            }),
+                            // CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT outside cluster mode.
+                            None if matches!(cmd, Command::KeysInSlot { .. }) => {
+                                Some(Reply::error(cluster::DISABLED_ERROR))
+                            }
+                            None => None,
+                        };
                     }
                     // Only a request with an argument that long can have such a key: the
                     // common case skips collecting the command's keys.
@@ -622,6 +630,10 @@ impl Net {
                 return;
             }
             let (args, cost) = c.take_request();
+            // ASKING lasts for the one command after it.
+            if !matches!(parsed, Ok(Command::Asking)) {
+                c.cluster_mode.asking = false;
+            }
             self.metrics
                 .commands_processed
                 .fetch_add(1, Ordering::Relaxed);

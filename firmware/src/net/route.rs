@@ -49,6 +49,7 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::Ttl { .. }
         | Command::Type(_)
         | Command::Keys(_)
+        | Command::KeysInSlot { .. }
         | Command::Info(_) => Route::Engine,
         Command::Set { .. }
         | Command::MSet(_)

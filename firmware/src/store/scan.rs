@@ -72,6 +72,46 @@ impl Store {
         Ok(out)
     }
 
+    /// CLUSTER GETKEYSINSLOT / COUNTKEYSINSLOT: up to `limit` live keys whose hash slot is
+    /// `slot`, in key order. The keyspace is ordered by key, not by slot, so this walks
+    /// every key (in chunks, DRAM only): O(keys), where Redis keeps a per-slot index. A
+    /// migration moving many slots should walk once (SCAN) and bucket keys by slot itself.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn keys_in_slot(&self, slot: u16, limit: usize) -> Result<Vec<Bytes>> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for tag in ks::TOP_LEVEL {
+            let prefix = [tag];
+            let end = ks::prefix_end(&prefix);
+            let mut from = prefix.to_vec();
+            loop {
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
+                for k in &keys {
+                    let user = k.get(1..).unwrap_or_default();
+                    if out.len() < limit
+                        && kvproto::cluster::key_slot(user) == slot
+                        && !self.expired(user, now)
+                    {
+                        out.push(Bytes::copy_from_slice(user));
+                    }
+                }
+                match keys.last() {
+                    Some(l) if keys.len() == DELETE_CHUNK => {
+                        from = l.clone();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// RANDOMKEY: a key drawn at random from every type's key range (DRAM only; see
     /// [`lsm::Engine::sample_key`] for how uniform the draw is and what it costs) among
     /// those `live` takes: [`Store::random_key`]'s caller judges expiry (the applied state

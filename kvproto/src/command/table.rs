@@ -1733,6 +1733,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "An internal command for migrating keys in a cluster."
     ),
     spec!(
+        "asking",
+        1,
+        ["fast"],
+        0,
+        0,
+        0,
+        "cluster",
+        "O(1)",
+        "Signals that a cluster client is following an -ASK redirect."
+    ),
+    spec!(
         "type",
         2,
         ["readonly", "fast"],
