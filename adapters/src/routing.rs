@@ -16,7 +16,13 @@
 //!   primary that failed is skipped for [`RouterConfig::down_for`] before it is tried again;
 //! - a `-MOVED` reply means the router's map is stale: with a map file the router rereads
 //!   it and retries when the file holds a newer version, otherwise the operation fails with
-//!   [`RouteError::Moved`].
+//!   [`RouteError::Moved`];
+//! - a slot being moved between drives (README "Cluster mode") answers `-ASK` for keys
+//!   already on the drive taking it over, and `-TRYAGAIN` for a multi-key command whose keys
+//!   are split between the two: the router sends an asked request again after `ASKING` to
+//!   the named drive, and a split MGET/MSET/DEL/UNLINK/EXISTS again one key at a time,
+//!   following the ASKs, then joins the replies. Replicas of a slot in migration are
+//!   written as before (the move itself does not copy keys to the target's replicas).
 //!
 //! Every operation is idempotent (plain SET/MSET/DEL/GET/MGET/LS.RANGE), so retrying one
 //! on a fresh connection or after a map reload cannot apply anything twice.
@@ -379,6 +385,58 @@ fn parse_redirect(message: &[u8]) -> Option<(u16, String)> {
     Some((slot, to))
 }
 
+/// A multi-key request as one request per key (MSET: per pair), for a slot whose keys are
+/// split between two drives during a move; `None` for a command the router does not split.
+fn split_per_key(req: &[Bytes]) -> Option<Vec<Vec<Bytes>>> {
+    let (name, args) = req.split_first()?;
+    let upper = name.to_ascii_uppercase();
+    let step = match upper.as_slice() {
+        b"MGET" | b"EXISTS" | b"DEL" | b"UNLINK" => 1,
+        b"MSET" => 2,
+        _ => return None,
+    };
+    Some(
+        args.chunks(step)
+            .map(|part| {
+                let mut r = Vec::with_capacity(1 + step);
+                r.push(name.clone());
+                r.extend_from_slice(part);
+                r
+            })
+            .collect(),
+    )
+}
+
+/// The reply the whole request would have had, from its per-key replies
+/// ([`split_per_key`]); the first error stands for the whole.
+fn join_per_key(req: &[Bytes], parts: Vec<Reply>) -> Option<Reply> {
+    if let Some(e) = parts.iter().find(|r| matches!(r, Reply::Error(_))) {
+        return Some(e.clone());
+    }
+    let upper = req.first()?.to_ascii_uppercase();
+    Some(match upper.as_slice() {
+        b"MGET" => Reply::Array(
+            parts
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Array(mut one) if one.len() == 1 => one.pop().unwrap_or(Reply::Null),
+                    other => other,
+                })
+                .collect(),
+        ),
+        b"MSET" => parts.into_iter().next().unwrap_or(Reply::Null),
+        _ => Reply::Integer(
+            parts
+                .iter()
+                .map(|r| match r {
+                    Reply::Integer(n) => *n,
+                    _ => 0,
+                })
+                .sum(),
+        ),
+    })
+}
+
 /// Checks one reply for a redirect or an error.
 fn check(reply: &Reply, addr: SocketAddr, command: &[u8], version: u64) -> Result<(), RouteError> {
     if let Reply::Error(e) = reply {
@@ -639,8 +697,9 @@ impl Router {
                 Ok(r) => {
                     if replica {
                         tracing::debug!(primary = %primary.addr, replica = %addr, "read failed over");
+                        return Ok(r);
                     }
-                    return Ok(r);
+                    return self.follow_redirects(addr, requests, r).await;
                 }
                 Err(e) if e.is_node_failure() => last = Some(e),
                 Err(e) => return Err(e),
@@ -655,6 +714,59 @@ impl Router {
                 version: map.version(),
             })),
         })
+    }
+
+    /// Follows the redirects of a slot being moved between drives (see README "Cluster
+    /// mode"): a multi-key request refused with `-TRYAGAIN` (its keys are split between the
+    /// two drives) is sent again from `source` one key at a time and its replies joined, and
+    /// every `-ASK` is followed ([`Router::follow_asks`]).
+    async fn follow_redirects(
+        &self,
+        source: SocketAddr,
+        requests: &[Vec<Bytes>],
+        mut replies: Vec<Reply>,
+    ) -> Result<Vec<Reply>, RouteError> {
+        for (i, req) in requests.iter().enumerate() {
+            let retry =
+                matches!(replies.get(i), Some(Reply::Error(e)) if e.starts_with(b"TRYAGAIN"));
+            let Some(parts) = retry.then(|| split_per_key(req)).flatten() else {
+                continue;
+            };
+            let got = self.pool(source, false).exchange(&parts, &self.cfg).await?;
+            let got = self.follow_asks(&parts, got).await?;
+            if let (Some(joined), Some(slot)) = (join_per_key(req, got), replies.get_mut(i)) {
+                *slot = joined;
+            }
+        }
+        self.follow_asks(requests, replies).await
+    }
+
+    /// Follows `-ASK` replies (a slot being moved between drives, see README "Cluster
+    /// mode"): each such request is sent again, after `ASKING`, to the drive the redirect
+    /// names, and that reply takes the redirect's place. `-MOVED` and other errors are left
+    /// for the caller. The map is not reloaded: an ASK is about one key, for now.
+    async fn follow_asks(
+        &self,
+        requests: &[Vec<Bytes>],
+        mut replies: Vec<Reply>,
+    ) -> Result<Vec<Reply>, RouteError> {
+        for (i, req) in requests.iter().enumerate() {
+            let to = match replies.get(i) {
+                Some(Reply::Error(e)) if e.starts_with(b"ASK ") => {
+                    parse_redirect(e).and_then(|(_, to)| to.parse::<SocketAddr>().ok())
+                }
+                _ => None,
+            };
+            let Some(to) = to else {
+                continue;
+            };
+            let asked = vec![vec![Bytes::from_static(b"ASKING")], req.clone()];
+            let mut got = self.pool(to, false).exchange(&asked, &self.cfg).await?;
+            if let (Some(r), Some(slot)) = (got.pop(), replies.get_mut(i)) {
+                *slot = r;
+            }
+        }
+        Ok(replies)
     }
 
     /// Writes to the primary and every replica; all must acknowledge.
@@ -677,7 +789,10 @@ impl Router {
             .iter()
             .map(|&(addr, replica)| async move {
                 let pool = self.pool(addr, replica);
-                let replies = pool.exchange(requests, &self.cfg).await?;
+                let mut replies = pool.exchange(requests, &self.cfg).await?;
+                if !replica {
+                    replies = self.follow_redirects(addr, requests, replies).await?;
+                }
                 for (reply, req) in replies.iter().zip(requests) {
                     check(
                         reply,

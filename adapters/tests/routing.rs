@@ -400,3 +400,113 @@ fn block_adapter_on_a_cluster_survives_a_primary_loss_for_reads() {
     );
     assert!(std::fs::read(&src).unwrap() == std::fs::read(&again).unwrap());
 }
+
+/// While a slot moves between drives (IMPORTING / MIGRATING, some keys moved), the router
+/// follows `-ASK`: reads find moved and unmoved keys alike, and a new key in the slot is
+/// written to the drive taking the slot over.
+#[test]
+fn the_router_follows_ask_while_a_slot_moves() {
+    use kvproto::client::Client;
+    use kvproto::Reply;
+    if !drive_has_cluster_mode() {
+        common::record_skip(
+            "tool",
+            "the_router_follows_ask_while_a_slot_moves",
+            "this build of lightstore has no --cluster-config",
+        );
+        return;
+    }
+    let cluster = Cluster::start(2, 0);
+    let router = Router::from_file(&cluster.map_path, cfg()).unwrap();
+    let slot = key_slot(b"{b}");
+    assert_eq!(
+        cluster.map.owner(slot).map(|n| n.addr),
+        Some(cluster.drives[0].addr),
+        "the test's slot starts on drive 0"
+    );
+    let (src, dst) = (cluster.drives[0].addr, cluster.drives[1].addr);
+    let keys: Vec<Bytes> = (0..20).map(|i| Bytes::from(format!("{{b}}{i}"))).collect();
+    rt().block_on(async {
+        for k in &keys {
+            router.set(k.clone(), k.clone()).await.unwrap();
+        }
+        let mut s = Client::connect(src).await.unwrap();
+        let mut d = Client::connect(dst).await.unwrap();
+        let slot_text = slot.to_string();
+        let ok = Reply::Simple(Bytes::from_static(b"OK"));
+        let imp = d
+            .call(&[
+                &b"CLUSTER"[..],
+                b"SETSLOT",
+                slot_text.as_bytes(),
+                b"IMPORTING",
+                common::node_id(0).as_bytes(),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(imp, ok);
+        let mig = s
+            .call(&[
+                &b"CLUSTER"[..],
+                b"SETSLOT",
+                slot_text.as_bytes(),
+                b"MIGRATING",
+                common::node_id(1).as_bytes(),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(mig, ok);
+        // Half the keys move.
+        for k in keys.iter().step_by(2) {
+            let Reply::Bulk(payload) = s.call(&[&b"DUMP"[..], k]).await.unwrap() else {
+                panic!("DUMP {k:?}");
+            };
+            let r = d
+                .call(&[&b"RESTORE-ASKING"[..], k, b"0", &payload])
+                .await
+                .unwrap();
+            assert_eq!(r, ok);
+            assert_eq!(s.call(&[&b"DEL"[..], k]).await.unwrap(), Reply::Integer(1));
+        }
+        // Every key reads through the router, one at a time and in one MGET per drive.
+        for k in &keys {
+            assert_eq!(router.get(k).await.unwrap().as_ref(), Some(k), "{k:?}");
+        }
+        let got = router.mget(&keys).await.unwrap();
+        assert!(got.iter().zip(&keys).all(|(g, k)| g.as_ref() == Some(k)));
+        // Writes and deletes over keys on both drives (split after TRYAGAIN).
+        let pairs: Vec<(Bytes, Bytes)> = keys[..4]
+            .iter()
+            .map(|k| (k.clone(), Bytes::from_static(b"w")))
+            .collect();
+        router.mset(&pairs).await.unwrap();
+        let got = router.mget(&keys[..4]).await.unwrap();
+        assert!(got.iter().all(|g| g.as_deref() == Some(&b"w"[..])), "{got:?}");
+        assert_eq!(router.del(&keys[..2]).await.unwrap(), 2);
+        assert_eq!(router.exists(&keys[..4]).await.unwrap(), 2);
+        for k in &keys[..2] {
+            router.set(k.clone(), k.clone()).await.unwrap();
+        }
+        // A new key goes to the target.
+        router
+            .set(Bytes::from_static(b"{b}new"), Bytes::from_static(b"n"))
+            .await
+            .unwrap();
+        let on_src = s.call(&[&b"GET"[..], b"{b}new"]).await.unwrap();
+        assert!(
+            matches!(on_src, Reply::Error(ref e) if e.starts_with(b"ASK ")),
+            "{on_src:?}"
+        );
+        let count = d
+            .call(&[&b"CLUSTER"[..], b"COUNTKEYSINSLOT", slot_text.as_bytes()])
+            .await
+            .unwrap();
+        // The ten moved, {b}1 (deleted from the source and written again: a new key goes to
+        // the target) and {b}new.
+        assert_eq!(count, Reply::Integer(12));
+        assert_eq!(
+            router.get(b"{b}new").await.unwrap(),
+            Some(Bytes::from_static(b"n"))
+        );
+    });
+}
