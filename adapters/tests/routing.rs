@@ -481,7 +481,10 @@ fn the_router_follows_ask_while_a_slot_moves() {
             .collect();
         router.mset(&pairs).await.unwrap();
         let got = router.mget(&keys[..4]).await.unwrap();
-        assert!(got.iter().all(|g| g.as_deref() == Some(&b"w"[..])), "{got:?}");
+        assert!(
+            got.iter().all(|g| g.as_deref() == Some(&b"w"[..])),
+            "{got:?}"
+        );
         assert_eq!(router.del(&keys[..2]).await.unwrap(), 2);
         assert_eq!(router.exists(&keys[..4]).await.unwrap(), 2);
         for k in &keys[..2] {

@@ -811,6 +811,13 @@ impl Gate {
             return self.view.check(cmd, write, mode);
         }
         if let Slot::One(slot) = command_slot(cmd) {
+            // MIGRATE runs here while its slot is open, whatever exists (as in Redis: it is
+            // how keys leave).
+            if matches!(cmd, Command::Migrate(_))
+                && (self.migrating.contains_key(&slot) || self.importing.contains_key(&slot))
+            {
+                return None;
+            }
             let primary = self.view.role(slot) == Role::Primary;
             if let (true, Some(to)) = (primary, self.migrating.get(&slot)) {
                 let keys = cmd.keys();

@@ -1481,6 +1481,7 @@ fn apply_write(g: &mut WriteGroup<'_>, cmd: &Command, proto: Protocol) -> Reply 
                 destination,
                 replace,
             } => Reply::Integer(i64::from(g.copy(source, destination, *replace)?)),
+            Command::Migrate(m) => crate::migrate::migrate(g, m)?,
             Command::Dump(key) => match g.dump(key)? {
                 Some(payload) => Reply::Bulk(Bytes::from(payload)),
                 None => Reply::Null,

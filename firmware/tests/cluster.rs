@@ -918,7 +918,9 @@ fn a_slot_moves_live_with_ask_redirects() {
     let mut con = client.get_connection().unwrap();
     let mut all: Vec<String> = keys.clone();
     all.push("{b}list".into());
-    for (i, k) in all.iter().enumerate() {
+    // The first half moves key by key by hand, the rest with one MIGRATE on the source.
+    let half = all.len() / 2;
+    for (i, k) in all.iter().enumerate().take(half) {
         // WATCH, DUMP, RESTORE-ASKING, then DEL inside MULTI: EXEC aborts if a client
         // wrote the key since the DUMP, and the move is tried again.
         let mut first = true;
@@ -969,6 +971,20 @@ fn a_slot_moves_live_with_ask_redirects() {
             };
             assert_eq!(v, want, "{k} during the move");
         }
+    }
+    let mut migrate: Vec<&str> = vec!["MIGRATE", "127.0.0.1", "0", "", "0", "5000", "KEYS"];
+    let port = c.nodes[1].drive.addr.port().to_string();
+    migrate[2] = &port;
+    migrate.extend(all[half..].iter().map(String::as_str));
+    assert_eq!(n0.call(&migrate), ok());
+    for k in &keys {
+        let v: String = con.get(k).unwrap();
+        let want = if k == &keys[3] {
+            "changed".to_string()
+        } else {
+            format!("v-{k}")
+        };
+        assert_eq!(v, want, "{k} after MIGRATE");
     }
     // New keys written during the move went to the target.
     let _: () = con.set("{b}client", "c").unwrap();

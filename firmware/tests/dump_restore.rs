@@ -449,3 +449,215 @@ fn redis_server_migrates_keys_into_the_drive() {
     let kept: i64 = redis::cmd("EXISTS").arg(&keys[1]).query(&mut r).unwrap();
     assert_eq!(kept, 1);
 }
+
+/// The drive's MIGRATE moves keys to redis-server (and to another drive) as redis-server's
+/// MIGRATE does: the same replies for one key, KEYS, COPY, REPLACE, NOKEY, a BUSYKEY target,
+/// an unreachable target and bad arguments; the keys arrive whole with their TTL and leave
+/// the source unless COPY.
+#[test]
+fn the_drive_migrates_keys_like_redis_server() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["a", "t"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    let source_redis = RedisServer::start(&dir.path().join("a"), &[]);
+    let target = RedisServer::start(&dir.path().join("t"), &[]);
+    let drive = Drive::start(&dir.path().join("drive"), &[]);
+    let other_drive = Drive::start(&dir.path().join("drive2"), &[]);
+    let conn = |port: u16| {
+        redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let mut a = conn(source_redis.port);
+    let mut t = conn(target.port);
+    let mut d = drive.conn();
+    let tport = target.port.to_string();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    // The same keys on both sources.
+    let keys = fill(&mut a, &mut rng);
+    for k in &keys {
+        let p: Vec<u8> = redis::cmd("DUMP").arg(k).query(&mut a).unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(k)
+            .arg(0)
+            .arg(p)
+            .query(&mut d)
+            .unwrap();
+    }
+    for c in [&mut a, &mut d] {
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&keys[0])
+            .arg(900_000)
+            .query(c)
+            .unwrap();
+    }
+    let want: Vec<String> = keys.iter().map(|k| content(&mut a, k)).collect();
+    let w = |s: &str| s.as_bytes().to_vec();
+    // Each step runs from redis-server to the target, the target is emptied, then from the
+    // drive; the replies must match.
+    let steps: Vec<Vec<Vec<u8>>> = vec![
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w(&keys[0]),
+            w("0"),
+            w("5000"),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w("missing"),
+            w("0"),
+            w("5000"),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w(""),
+            w("0"),
+            w("5000"),
+            w("COPY"),
+            w("KEYS"),
+            w(&keys[1]),
+            w(&keys[2]),
+            w("missing"),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w(&keys[3]),
+            w("0"),
+            w("5000"),
+            w("KEYS"),
+            w(&keys[4]),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w(&keys[3]),
+            w("0"),
+            w("5000"),
+            w("BOGUS"),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w(&tport),
+            w(&keys[3]),
+            w("x"),
+            w("5000"),
+        ],
+        vec![
+            w("MIGRATE"),
+            w("127.0.0.1"),
+            w("1"),
+            w(&keys[3]),
+            w("0"),
+            w("200"),
+        ],
+    ];
+    for step in &steps {
+        let _: () = redis::cmd("FLUSHALL").query(&mut t).unwrap();
+        let from_redis = reply(&mut a, step);
+        let on_target_redis: Vec<String> = keys.iter().map(|k| content(&mut t, k)).collect();
+        let _: () = redis::cmd("FLUSHALL").query(&mut t).unwrap();
+        let from_drive = reply(&mut d, step);
+        let on_target_drive: Vec<String> = keys.iter().map(|k| content(&mut t, k)).collect();
+        let line: Vec<String> = step
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(from_drive, from_redis, "{line:?}");
+        assert_eq!(
+            on_target_drive, on_target_redis,
+            "{line:?}: what reached the target"
+        );
+    }
+    // What left and what stayed: the same on both sources.
+    for (k, wanted) in keys.iter().zip(&want).take(5) {
+        assert_eq!(content(&mut d, k), content(&mut a, k), "{k} on the sources");
+        let _ = wanted;
+    }
+    // The TTL travelled (the first step moved keys[0]; move it again to check).
+    let _: () = redis::cmd("FLUSHALL").query(&mut t).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("ttl")
+        .arg("v")
+        .arg("PX")
+        .arg(800_000)
+        .query(&mut d)
+        .unwrap();
+    let ok: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target.port)
+        .arg("ttl")
+        .arg(0)
+        .arg(5000)
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let pttl: i64 = redis::cmd("PTTL").arg("ttl").query(&mut t).unwrap();
+    assert!((790_000..=800_000).contains(&pttl), "{pttl}");
+    // A BUSYKEY target: redis-server's error through both, and REPLACE overwrites.
+    let _: () = redis::cmd("SET")
+        .arg("busy")
+        .arg("source")
+        .query(&mut d)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("busy")
+        .arg("source")
+        .query(&mut a)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("busy")
+        .arg("there")
+        .query(&mut t)
+        .unwrap();
+    let step = vec![
+        w("MIGRATE"),
+        w("127.0.0.1"),
+        w(&tport),
+        w("busy"),
+        w("0"),
+        w("5000"),
+    ];
+    assert_eq!(reply(&mut d, &step), reply(&mut a, &step));
+    let mut with_replace = step.clone();
+    with_replace.push(w("REPLACE"));
+    let from_redis = reply(&mut a, &with_replace);
+    let _: () = redis::cmd("SET")
+        .arg("busy")
+        .arg("there")
+        .query(&mut t)
+        .unwrap();
+    assert_eq!(reply(&mut d, &with_replace), from_redis);
+    let v: String = redis::cmd("GET").arg("busy").query(&mut t).unwrap();
+    assert_eq!(v, "source");
+    // Drive to drive, every key of the drive.
+    let rest: Vec<String> = keys[5..].to_vec();
+    let ok: String = redis::cmd("MIGRATE")
+        .arg(other_drive.addr.ip().to_string())
+        .arg(other_drive.addr.port())
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&rest)
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let mut d2 = other_drive.conn();
+    for (k, wanted) in keys.iter().zip(&want).skip(5) {
+        assert_eq!(&content(&mut d2, k), wanted, "{k} on the second drive");
+        let gone: i64 = redis::cmd("EXISTS").arg(k).query(&mut d).unwrap();
+        assert_eq!(gone, 0, "{k} left the first drive");
+    }
+}

@@ -94,6 +94,17 @@ pub struct Client {
     proto: Protocol,
 }
 
+/// Decodes one RESP2 reply from the front of `buf` (consuming it), `None` until a whole one
+/// is there: for a caller with a blocking socket of its own (the drive's MIGRATE).
+///
+/// # Errors
+/// [`ClientError::Protocol`] for bytes that are not RESP2.
+pub fn decode_resp2_reply(buf: &mut BytesMut) -> Result<Option<Reply>, ClientError> {
+    redis_protocol::resp2::decode::decode_bytes_mut(buf)
+        .map(|o| o.map(|(f, _, _)| from_resp2(f)))
+        .map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
 fn from_resp2(f: Frame2) -> Reply {
     match f {
         Frame2::SimpleString(b) => Reply::Simple(b),

@@ -87,6 +87,27 @@ pub enum ScoreBound {
     Exclusive(f64),
 }
 
+/// MIGRATE's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrate {
+    /// Target host, as given.
+    pub host: Bytes,
+    /// Target port, as given (checked when connecting, as Redis does).
+    pub port: Bytes,
+    /// The keys to move (one, or the KEYS list).
+    pub keys: Vec<Bytes>,
+    /// The target's database.
+    pub db: i64,
+    /// Connect and I/O timeout, milliseconds (1000 when not above 0, as in Redis).
+    pub timeout_ms: u64,
+    /// Keep the keys here.
+    pub copy: bool,
+    /// Overwrite keys that exist on the target.
+    pub replace: bool,
+    /// AUTH password or AUTH2 username and password for the target.
+    pub auth: Option<(Option<Bytes>, Bytes)>,
+}
+
 /// ZADD's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[allow(clippy::struct_excessive_bools)]
@@ -406,6 +427,9 @@ pub enum Command {
     },
     /// `ASKING`: the connection's next command may touch a slot this drive is importing.
     Asking,
+    /// `MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw]
+    /// [KEYS key ...]`: moves keys to another server with RESTORE-ASKING.
+    Migrate(Box<Migrate>),
     /// `CLUSTER COUNTKEYSINSLOT slot` (`count` is `None`) and `CLUSTER GETKEYSINSLOT slot
     /// count`: answered from the keyspace on the engine thread, not from the cluster map.
     KeysInSlot {
@@ -509,6 +533,55 @@ fn parse_copy(a: &[Bytes]) -> Result<Command, CommandError> {
         destination: a[1].clone(),
         replace,
     })
+}
+
+/// MIGRATE's arguments, checked as Redis checks them.
+fn parse_migrate(a: &[Bytes]) -> Result<Command, CommandError> {
+    let (mut copy, mut replace, mut auth) = (false, false, None);
+    let mut keys = if a[2].is_empty() {
+        Vec::new()
+    } else {
+        vec![a[2].clone()]
+    };
+    let mut j = 5;
+    while j < a.len() {
+        let opt = lower(&a[j]);
+        let more = a.len() - j - 1;
+        if opt == b"copy" {
+            copy = true;
+        } else if opt == b"replace" {
+            replace = true;
+        } else if opt == b"auth" && more >= 1 {
+            auth = Some((None, a[j + 1].clone()));
+            j += 1;
+        } else if opt == b"auth2" && more >= 2 {
+            auth = Some((Some(a[j + 1].clone()), a[j + 2].clone()));
+            j += 2;
+        } else if opt == b"keys" {
+            if !a[2].is_empty() {
+                return Err(err(
+                    "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string",
+                ));
+            }
+            keys = a[j + 1..].to_vec();
+            break;
+        } else {
+            return Err(err(SYNTAX));
+        }
+        j += 1;
+    }
+    let timeout = int(&a[4])?;
+    let db = int(&a[3])?;
+    Ok(Command::Migrate(Box::new(Migrate {
+        host: a[0].clone(),
+        port: a[1].clone(),
+        keys,
+        db,
+        timeout_ms: if timeout <= 0 { 1000 } else { timeout as u64 },
+        copy,
+        replace,
+        auth,
+    })))
 }
 
 /// RESTORE's options, checked as Redis checks them (before the key, the TTL and the payload).
@@ -1483,6 +1556,7 @@ impl Command {
             "dump" => Self::Dump(key()),
             "restore" | "restore-asking" => parse_restore(a, spec.name == "restore-asking")?,
             "asking" => Self::Asking,
+            "migrate" => parse_migrate(a)?,
             "type" => Self::Type(key()),
             "unlink" => Self::Del(a.to_vec()),
             "touch" => Self::Exists(a.to_vec()),
@@ -1599,6 +1673,7 @@ impl Command {
             Self::Restore { asking: false, .. } => "restore",
             Self::Restore { asking: true, .. } => "restore-asking",
             Self::Asking => "asking",
+            Self::Migrate(_) => "migrate",
             Self::KeysInSlot { .. } => "cluster",
             Self::Type(_) => "type",
             Self::Rename { nx: false, .. } => "rename",
@@ -1658,6 +1733,7 @@ impl Command {
             }
             Self::MSet(pairs) | Self::MSetNx(pairs) => pairs.iter().map(|(k, _)| &k[..]).collect(),
             Self::Collection(c) => c.keys(),
+            Self::Migrate(m) => m.keys.iter().map(|k| &k[..]).collect(),
             _ => Vec::new(),
         }
     }

@@ -72,6 +72,7 @@ pub(super) fn route_of(cmd: &Command) -> Route {
         | Command::Copy { .. }
         | Command::Dump(_)
         | Command::Restore { .. }
+        | Command::Migrate(_)
         | Command::Rename { .. } => Route::Writer,
         Command::Collection(_) if cmd.is_write() => Route::Writer,
         Command::Collection(_) => Route::Engine,

@@ -65,6 +65,22 @@ impl WriteGroup<'_> {
         Ok(Some(rdb::encode(&value)))
     }
 
+    /// The key's payload and its time to live in milliseconds (0: none), for MIGRATE;
+    /// `None` for a missing or expired key.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn dump_with_ttl(&mut self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        let Some(payload) = self.dump(key)? else {
+            return Ok(None);
+        };
+        let now = self.clock();
+        let ttl = self
+            .deadline(key)
+            .map_or(0, |d| d.saturating_sub(now).max(1));
+        Ok(Some((payload, ttl)))
+    }
+
     /// RESTORE key ttl payload [REPLACE] [ABSTTL]: creates the key from a payload, with
     /// Redis's checks in Redis's order (an existing key, then the TTL, then the payload's
     /// footer, then its contents). A deadline already past creates nothing (the old key is

@@ -1733,6 +1733,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "An internal command for migrating keys in a cluster."
     ),
     spec!(
+        "migrate",
+        -6,
+        ["write", "movablekeys"],
+        3,
+        3,
+        1,
+        "generic",
+        "This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target instance. See the pages of these commands for time complexity. Also an O(N) data transfer between the two instances is performed.",
+        "Atomically transfers a key from one Redis instance to another."
+    ),
+    spec!(
         "asking",
         1,
         ["fast"],

@@ -1,0 +1,164 @@
+//! MIGRATE: moves keys to another server (a drive or redis-server) in one step on the
+//! writer thread, as Redis does on its one thread. The keys are serialized inside the
+//! writer's current group (DUMP, with their remaining TTL), sent to the target as one
+//! pipeline of RESTORE-ASKING over a blocking connection (connect and each read bounded by
+//! the command's timeout), and, unless COPY, deleted in the same group once the target
+//! accepted them. No other command runs on the writer meanwhile, so no write can land between
+//! the copy and the delete; the writer is stalled for the round trip (as Redis's main thread
+//! is), which is why MIGRATE is for moving slots, not for everyday traffic. A connection is
+//! opened per MIGRATE (Redis caches one per target for 10 s).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kvproto::command::Migrate;
+use kvproto::Reply;
+
+use crate::store::{Result, WriteGroup};
+
+/// Redis's reply when the target cannot be reached in time.
+const CONNECT_ERROR: &str = "IOERR error or timeout connecting to the client";
+/// Redis's reply when the target does not answer in time.
+const READ_ERROR: &str = "IOERR error or timeout reading to target instance";
+/// Redis's reply when the target cannot be written to in time.
+const WRITE_ERROR: &str = "IOERR error or timeout writing to target instance";
+
+/// Runs MIGRATE in `g`: `+OK`, `+NOKEY` when none of the keys exists, or an error reply.
+///
+/// # Errors
+/// Engine errors of the group (reading or deleting the keys).
+pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
+    let mut moving: Vec<(&Bytes, Vec<u8>, u64)> = Vec::new();
+    for k in &m.keys {
+        if let Some((payload, ttl)) = g.dump_with_ttl(k)? {
+            moving.push((k, payload, ttl));
+        }
+    }
+    if moving.is_empty() {
+        return Ok(Reply::Simple(Bytes::from_static(b"NOKEY")));
+    }
+    let timeout = Duration::from_millis(m.timeout_ms);
+    let mut conn = match connect(&m.host, &m.port, timeout) {
+        Ok(c) => c,
+        Err(text) => return Ok(Reply::error(text)),
+    };
+    let mut out = BytesMut::new();
+    let mut expected = 0usize;
+    if let Some((user, pass)) = &m.auth {
+        match user {
+            Some(u) => kvproto::encode_command(&[&b"AUTH"[..], u, pass], &mut out),
+            None => kvproto::encode_command(&[&b"AUTH"[..], pass], &mut out),
+        }
+        expected += 1;
+    }
+    let db = m.db.to_string();
+    kvproto::encode_command(&[&b"SELECT"[..], db.as_bytes()], &mut out);
+    expected += 1;
+    let preamble = expected;
+    for (k, payload, ttl) in &moving {
+        let ttl = ttl.to_string();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
+        if m.replace {
+            args.push(b"REPLACE");
+        }
+        kvproto::encode_command(&args, &mut out);
+        expected += 1;
+    }
+    if conn.write_all(&out).is_err() {
+        return Ok(Reply::error(WRITE_ERROR));
+    }
+    let Some(replies) = read_replies(&mut conn, expected) else {
+        return Ok(Reply::error(READ_ERROR));
+    };
+    // AUTH and SELECT first: an error there moved nothing.
+    for r in &replies[..preamble] {
+        if let Reply::Error(e) = r {
+            return Ok(target_error(e));
+        }
+    }
+    let mut first_error = None;
+    let mut moved: Vec<Bytes> = Vec::new();
+    for ((k, _, _), r) in moving.iter().zip(&replies[preamble..]) {
+        match r {
+            Reply::Error(e) => {
+                first_error.get_or_insert_with(|| target_error(e));
+            }
+            _ => moved.push((*k).clone()),
+        }
+    }
+    if !m.copy && !moved.is_empty() {
+        g.delete(&moved)?;
+    }
+    Ok(first_error.unwrap_or_else(Reply::ok))
+}
+
+/// The error Redis replies with when the target refused a step.
+fn target_error(e: &[u8]) -> Reply {
+    Reply::error(format!(
+        "ERR Target instance replied with error: {}",
+        String::from_utf8_lossy(e)
+    ))
+}
+
+/// A blocking connection to `host:port` with `timeout` on connect, reads and writes; the
+/// error is Redis's reply: an address that does not resolve or a connect that times out is
+/// "connecting", a refused connection "writing" (redis-server 7.0 connects without waiting
+/// and meets the refusal when it writes).
+fn connect(
+    host: &[u8],
+    port: &[u8],
+    timeout: Duration,
+) -> std::result::Result<TcpStream, &'static str> {
+    let addrs: Vec<SocketAddr> = std::str::from_utf8(host)
+        .ok()
+        .zip(
+            std::str::from_utf8(port)
+                .ok()
+                .and_then(|p| p.parse::<u16>().ok()),
+        )
+        .and_then(|(h, p)| (h, p).to_socket_addrs().ok())
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let mut reply = CONNECT_ERROR;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(conn) => {
+                let ready = conn.set_read_timeout(Some(timeout)).is_ok()
+                    && conn.set_write_timeout(Some(timeout)).is_ok();
+                if !ready {
+                    return Err(WRITE_ERROR);
+                }
+                let _ = conn.set_nodelay(true);
+                return Ok(conn);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => reply = CONNECT_ERROR,
+            Err(_) => reply = WRITE_ERROR,
+        }
+    }
+    Err(reply)
+}
+
+/// Reads `n` RESP2 replies; `None` on a timeout, a closed connection or bytes that are not
+/// RESP.
+fn read_replies(conn: &mut TcpStream, n: usize) -> Option<Vec<Reply>> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut out = Vec::with_capacity(n);
+    let mut chunk = [0u8; 16 << 10];
+    while out.len() < n {
+        match kvproto::client::decode_resp2_reply(&mut buf) {
+            Ok(Some(r)) => {
+                out.push(r);
+                continue;
+            }
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(got) => buf.extend_from_slice(&chunk[..got]),
+        }
+    }
+    Some(out)
+}
