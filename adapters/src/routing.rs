@@ -14,9 +14,10 @@
 //! - reads (`get`, `mget`, `range`) go to the primary; when its connection fails (refused,
 //!   reset, closed or timed out) they are retried on its replicas in map order, and a
 //!   primary that failed is skipped for [`RouterConfig::down_for`] before it is tried again;
-//! - a `-MOVED` reply means the router's map is stale: with a map file the router rereads
-//!   it and retries when the file holds a newer version, otherwise the operation fails with
-//!   [`RouteError::Moved`];
+//! - a `-MOVED` reply means the router's map is stale: the router rereads its map file (if
+//!   it has one) and, failing a newer map there, asks the drive the redirect names for the
+//!   map it holds (`LS.CLUSTERMAP`), and retries with a newer map; otherwise the operation
+//!   fails with [`RouteError::StaleMap`] (a map file) or [`RouteError::Moved`];
 //! - a slot being moved between drives (README "Cluster mode") answers `-ASK` for keys
 //!   already on the drive taking it over, and `-TRYAGAIN` for a multi-key command whose keys
 //!   are split between the two: the router sends an asked request again after `ASKING` to
@@ -824,32 +825,75 @@ impl Router {
         Ok(primary_replies.unwrap_or_default())
     }
 
-    /// Decides whether a failed attempt is retried: after `-MOVED`, when a reread map file
-    /// is newer than the map the attempt used.
-    fn retry_after(&self, err: RouteError, used: u64, attempt: usize) -> Result<(), RouteError> {
+    /// Decides whether a failed attempt is retried: after `-MOVED`, when a newer map is
+    /// found, first in the map file (reread), then on the drive the redirect names (the
+    /// drives hold the map: `LS.CLUSTERMAP`), so a router follows a cluster that grew
+    /// without anyone editing its file.
+    async fn retry_after(
+        &self,
+        err: RouteError,
+        used: u64,
+        attempt: usize,
+    ) -> Result<(), RouteError> {
         let RouteError::Moved { addr, slot, to, .. } = err else {
             return Err(err);
         };
-        let Some(path) = &self.map_path else {
-            return Err(RouteError::Moved {
+        // Another operation may have reloaded already.
+        let mut newer = self.reload()? || self.map().version() > used;
+        if !newer {
+            if let Ok(drive) = to.parse::<SocketAddr>() {
+                newer = self.fetch_map(drive).await;
+            }
+        }
+        if newer && attempt < self.cfg.max_redirects {
+            return Ok(());
+        }
+        match &self.map_path {
+            Some(path) => Err(RouteError::StaleMap {
+                addr,
+                slot,
+                to,
+                path: path.clone(),
+                version: self.map().version(),
+            }),
+            None => Err(RouteError::Moved {
                 addr,
                 slot,
                 to,
                 version: used,
-            });
-        };
-        // Another operation may have reloaded already.
-        let newer = self.reload()? || self.map().version() > used;
-        if newer && attempt < self.cfg.max_redirects {
-            return Ok(());
+            }),
         }
-        Err(RouteError::StaleMap {
-            addr,
-            slot,
-            to,
-            path: path.clone(),
-            version: self.map().version(),
-        })
+    }
+
+    /// Asks `drive` for the map it holds and adopts it if it is newer than the router's;
+    /// returns whether it did. A drive that cannot answer, or answers something that is not
+    /// a valid map, changes nothing.
+    async fn fetch_map(&self, drive: SocketAddr) -> bool {
+        let request = [vec![Bytes::from_static(b"LS.CLUSTERMAP")]];
+        let Ok(replies) = self.pool(drive, false).exchange(&request, &self.cfg).await else {
+            return false;
+        };
+        let Some(Reply::Bulk(text) | Reply::Verbatim(text)) = replies.first() else {
+            return false;
+        };
+        let Ok(fresh) = std::str::from_utf8(text)
+            .map_err(|_| ())
+            .and_then(|t| ClusterMap::from_toml(t).map_err(|_| ()))
+        else {
+            return false;
+        };
+        let mut current = self.map.write();
+        if fresh.version() > current.version() {
+            tracing::info!(
+                from = current.version(),
+                to = fresh.version(),
+                %drive,
+                "cluster map fetched from a drive"
+            );
+            *current = Arc::new(fresh);
+            return true;
+        }
+        false
     }
 
     /// GET: the value of `key`, or `None`.
@@ -871,7 +915,7 @@ impl Router {
         loop {
             let map = self.map();
             match self.mget_once(&map, keys).await {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;
@@ -922,7 +966,7 @@ impl Router {
         loop {
             let map = self.map();
             match self.exists_once(&map, keys).await {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;
@@ -957,7 +1001,7 @@ impl Router {
         loop {
             let map = self.map();
             match self.exists_each_once(&map, keys).await {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;
@@ -1133,7 +1177,7 @@ impl Router {
             }
             .await;
             match result {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;
@@ -1170,7 +1214,7 @@ impl Router {
         loop {
             let map = self.map();
             match self.write_once(&map, puts, dels).await {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;
@@ -1263,7 +1307,7 @@ impl Router {
         loop {
             let map = self.map();
             match self.range_once(&map, start, end, count).await {
-                Err(e) => self.retry_after(e, map.version(), attempt)?,
+                Err(e) => self.retry_after(e, map.version(), attempt).await?,
                 ok => return ok,
             }
             attempt += 1;

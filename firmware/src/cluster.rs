@@ -132,6 +132,49 @@ enum Slot {
     Cross,
 }
 
+/// The slots this drive is handing over and where they go, shared with the worker threads:
+/// `ls-net` checks a command before handing it over, but a key can move (MIGRATE, on
+/// `ls-writer`) between that check and the command's turn on a worker, so the workers look
+/// again when the command runs (see [`Migrations::redirect`]).
+#[derive(Debug, Default)]
+pub struct Migrations {
+    /// Whether any slot is being handed over (the common case reads only this).
+    any: std::sync::atomic::AtomicBool,
+    targets: parking_lot::RwLock<HashMap<u16, SocketAddr>>,
+}
+
+impl Migrations {
+    /// Replaces the table (from the network thread, after CLUSTER SETSLOT).
+    pub fn set(&self, targets: HashMap<u16, SocketAddr>) {
+        let any = !targets.is_empty();
+        *self.targets.write() = targets;
+        self.any.store(any, Ordering::Release);
+    }
+
+    /// The redirect `cmd` gets when it runs, if one of its keys' slot is being handed
+    /// over: `-ASK` when none of its keys is here (any more), `-TRYAGAIN` when some are;
+    /// `None` (run it) when all are, and always for MIGRATE. `exists` sees the state the
+    /// command would run on.
+    pub fn redirect(&self, cmd: &Command, exists: impl Fn(&[u8]) -> bool) -> Option<Reply> {
+        if !self.any.load(Ordering::Acquire) || matches!(cmd, Command::Migrate(_)) {
+            return None;
+        }
+        let Slot::One(slot) = command_slot(cmd) else {
+            return None;
+        };
+        let to = *self.targets.read().get(&slot)?;
+        let keys = cmd.keys();
+        let here = keys.iter().filter(|k| exists(k)).count();
+        if here == keys.len() {
+            None
+        } else if here > 0 {
+            Some(Reply::error(TRYAGAIN_ERROR))
+        } else {
+            Some(Reply::error(format!("ASK {slot} {}", endpoint(&to))))
+        }
+    }
+}
+
 /// Redis's reply to a multi-key command over a slot in migration whose keys are split.
 const TRYAGAIN_ERROR: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
 
@@ -854,6 +897,14 @@ impl Gate {
             return self.set_slot(&args[1..]);
         }
         self.view.cluster_command(args)
+    }
+
+    /// The slots this drive hands over and the addresses of the drives taking them.
+    pub fn migrating_targets(&self) -> HashMap<u16, SocketAddr> {
+        self.migrating
+            .iter()
+            .filter_map(|(slot, id)| Some((*slot, self.view.map.node(id)?.addr)))
+            .collect()
     }
 
     /// `CLUSTER SETSLOT slot MIGRATING node | IMPORTING node | STABLE | NODE node`. Slot

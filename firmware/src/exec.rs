@@ -193,6 +193,28 @@ pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, 
                 Err(_) => break,
             }
         }
+        // A key of a slot being handed over may have left since ls-net checked: asked of
+        // the drive taking the slot, not answered missing.
+        let mut moved = Vec::new();
+        batch.retain(|j| {
+            match store
+                .migrations
+                .redirect(&j.cmd, |k| store.kind(k).ok().flatten().is_some())
+            {
+                Some(reply) => {
+                    moved.push(Done {
+                        conn: j.conn,
+                        seq: j.seq,
+                        reply,
+                    });
+                    false
+                }
+                None => true,
+            }
+        });
+        if !moved.is_empty() {
+            sink.send_all(moved);
+        }
         let (gets, others): (Vec<Job>, Vec<Job>) = batch
             .into_iter()
             .partition(|j| matches!(j.cmd, Command::Get(_) | Command::MGet(_)));
@@ -1084,7 +1106,14 @@ pub fn writer_loop(
                     in_flight.assume_plain_writes(&mut group, &job.cmd);
                 }
                 let before = group.bytes();
-                let reply = apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto);
+                // A key of a slot being handed over may have left since ls-net checked.
+                let moved = store
+                    .migrations
+                    .redirect(&job.cmd, |k| group.key_type(k).ok().flatten().is_some());
+                let reply = match moved {
+                    Some(r) => r,
+                    None => apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto),
+                };
                 pending.push((job.conn, job.seq, reply));
                 if !blocked.is_empty() && group.bytes() != before {
                     wrote = job

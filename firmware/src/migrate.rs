@@ -5,12 +5,16 @@
 //! the command's timeout), and, unless COPY, deleted in the same group once the target
 //! accepted them. No other command runs on the writer meanwhile, so no write can land between
 //! the copy and the delete; the writer is stalled for the round trip (as Redis's main thread
-//! is), which is why MIGRATE is for moving slots, not for everyday traffic. A connection is
-//! opened per MIGRATE (Redis caches one per target for 10 s).
+//! is), which is why MIGRATE is for moving slots, not for everyday traffic. Connections are
+//! kept per target and reused while they are used at least every [`IDLE_CLOSE`] (Redis keeps
+//! them 10 s), so moving a slot's keys one MIGRATE at a time does not open a connection each
+//! time; a kept connection that fails is replaced once, as Redis retries once.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kvproto::command::Migrate;
@@ -24,6 +28,21 @@ const CONNECT_ERROR: &str = "IOERR error or timeout connecting to the client";
 const READ_ERROR: &str = "IOERR error or timeout reading to target instance";
 /// Redis's reply when the target cannot be written to in time.
 const WRITE_ERROR: &str = "IOERR error or timeout writing to target instance";
+
+/// A kept connection unused this long is closed rather than reused.
+const IDLE_CLOSE: Duration = Duration::from_secs(10);
+
+/// A kept connection to a target: the database it last selected and when it was last used.
+struct Kept {
+    conn: TcpStream,
+    db: Option<i64>,
+    used: Instant,
+}
+
+thread_local! {
+    /// The writer thread's connections, by target (`host:port` as given).
+    static KEPT: RefCell<HashMap<(Bytes, Bytes), Kept>> = RefCell::new(HashMap::new());
+}
 
 /// Runs MIGRATE in `g`: `+OK`, `+NOKEY` when none of the keys exists, or an error reply.
 ///
@@ -40,38 +59,34 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
         return Ok(Reply::Simple(Bytes::from_static(b"NOKEY")));
     }
     let timeout = Duration::from_millis(m.timeout_ms);
-    let mut conn = match connect(&m.host, &m.port, timeout) {
-        Ok(c) => c,
-        Err(text) => return Ok(Reply::error(text)),
+    let target = (m.host.clone(), m.port.clone());
+    let kept = KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        k.retain(|_, c| c.used.elapsed() < IDLE_CLOSE);
+        k.remove(&target)
+    });
+    // A kept connection the target closed meanwhile is dropped before use. One that fails
+    // while the request is being written is replaced once; one that fails later is not
+    // (the target may have restored the keys: a second try would meet them), as in Redis.
+    let kept = kept.filter(|c| still_open(&c.conn));
+    let (replies, preamble, kept) = match kept {
+        Some(c) => match exchange(c, m, &moving, timeout) {
+            Ok(done) => done,
+            Err(WRITE_ERROR) => {
+                tracing::warn!("MIGRATE: a kept connection failed; trying a fresh one");
+                match fresh(m, &moving, timeout) {
+                    Ok(done) => done,
+                    Err(text) => return Ok(Reply::error(text)),
+                }
+            }
+            Err(text) => return Ok(Reply::error(text)),
+        },
+        None => match fresh(m, &moving, timeout) {
+            Ok(done) => done,
+            Err(text) => return Ok(Reply::error(text)),
+        },
     };
-    let mut out = BytesMut::new();
-    let mut expected = 0usize;
-    if let Some((user, pass)) = &m.auth {
-        match user {
-            Some(u) => kvproto::encode_command(&[&b"AUTH"[..], u, pass], &mut out),
-            None => kvproto::encode_command(&[&b"AUTH"[..], pass], &mut out),
-        }
-        expected += 1;
-    }
-    let db = m.db.to_string();
-    kvproto::encode_command(&[&b"SELECT"[..], db.as_bytes()], &mut out);
-    expected += 1;
-    let preamble = expected;
-    for (k, payload, ttl) in &moving {
-        let ttl = ttl.to_string();
-        let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
-        if m.replace {
-            args.push(b"REPLACE");
-        }
-        kvproto::encode_command(&args, &mut out);
-        expected += 1;
-    }
-    if conn.write_all(&out).is_err() {
-        return Ok(Reply::error(WRITE_ERROR));
-    }
-    let Some(replies) = read_replies(&mut conn, expected) else {
-        return Ok(Reply::error(READ_ERROR));
-    };
+    KEPT.with(|k| k.borrow_mut().insert(target, kept));
     // AUTH and SELECT first: an error there moved nothing.
     for r in &replies[..preamble] {
         if let Reply::Error(e) = r {
@@ -92,6 +107,82 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
         g.delete(&moved)?;
     }
     Ok(first_error.unwrap_or_else(Reply::ok))
+}
+
+/// Whether a kept connection is still open: nothing to read and no end of stream.
+fn still_open(conn: &TcpStream) -> bool {
+    if conn.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut one = [0u8; 1];
+    let open = matches!(conn.peek(&mut one), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    conn.set_nonblocking(false).is_ok() && open
+}
+
+/// A new connection, then [`exchange`].
+fn fresh(
+    m: &Migrate,
+    moving: &[(&Bytes, Vec<u8>, u64)],
+    timeout: Duration,
+) -> std::result::Result<(Vec<Reply>, usize, Kept), &'static str> {
+    let conn = connect(&m.host, &m.port, timeout)?;
+    exchange(
+        Kept {
+            conn,
+            db: None,
+            used: Instant::now(),
+        },
+        m,
+        moving,
+        timeout,
+    )
+}
+
+/// Sends the AUTH (if any), the SELECT (when the connection has another database
+/// selected) and one RESTORE-ASKING per key as one pipeline and reads their replies: the
+/// replies, how many came before the first RESTORE, and the connection to keep.
+fn exchange(
+    mut kept: Kept,
+    m: &Migrate,
+    moving: &[(&Bytes, Vec<u8>, u64)],
+    timeout: Duration,
+) -> std::result::Result<(Vec<Reply>, usize, Kept), &'static str> {
+    let ready = kept.conn.set_read_timeout(Some(timeout)).is_ok()
+        && kept.conn.set_write_timeout(Some(timeout)).is_ok();
+    if !ready {
+        return Err(WRITE_ERROR);
+    }
+    let mut out = BytesMut::new();
+    let mut preamble = 0usize;
+    if let Some((user, pass)) = &m.auth {
+        match user {
+            Some(u) => kvproto::encode_command(&[&b"AUTH"[..], u, pass], &mut out),
+            None => kvproto::encode_command(&[&b"AUTH"[..], pass], &mut out),
+        }
+        preamble += 1;
+    }
+    if kept.db != Some(m.db) {
+        let db = m.db.to_string();
+        kvproto::encode_command(&[&b"SELECT"[..], db.as_bytes()], &mut out);
+        preamble += 1;
+    }
+    for (k, payload, ttl) in moving {
+        let ttl = ttl.to_string();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
+        if m.replace {
+            args.push(b"REPLACE");
+        }
+        kvproto::encode_command(&args, &mut out);
+    }
+    if kept.conn.write_all(&out).is_err() {
+        return Err(WRITE_ERROR);
+    }
+    let replies = read_replies(&mut kept.conn, preamble + moving.len()).ok_or(READ_ERROR)?;
+    if !replies[..preamble].iter().any(Reply::is_error) {
+        kept.db = Some(m.db);
+    }
+    kept.used = Instant::now();
+    Ok((replies, preamble, kept))
 }
 
 /// The error Redis replies with when the target refused a step.

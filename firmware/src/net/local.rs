@@ -320,7 +320,12 @@ impl Net {
                 }
             }
             Command::Cluster(args) => reply(match &mut self.cluster {
-                Some(g) => g.cluster_command(&args),
+                Some(g) => {
+                    let r = g.cluster_command(&args);
+                    // The workers' copy of the slots being handed over.
+                    self.store.migrations.set(g.migrating_targets());
+                    r
+                }
                 None => Reply::error(cluster::DISABLED_ERROR),
             }),
             Command::Readonly | Command::Readwrite | Command::Asking if self.cluster.is_none() => {

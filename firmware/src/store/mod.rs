@@ -134,6 +134,8 @@ pub struct Store {
     pub counters: Arc<KeyspaceCounters>,
     /// The number of keys, kept by the writer (DBSIZE in O(1); see [`count`]).
     keys: count::KeyCount,
+    /// Cluster mode's slots being handed over, for the worker threads' second look.
+    pub migrations: crate::cluster::Migrations,
 }
 
 /// Keyspace counters INFO reports.
@@ -182,6 +184,7 @@ impl Store {
             }),
             counters: Arc::new(KeyspaceCounters::default()),
             keys,
+            migrations: crate::cluster::Migrations::default(),
         })
     }
 
