@@ -22,6 +22,9 @@ use kvproto::Reply;
 
 use crate::store::{Result, WriteGroup};
 
+/// Tries of a connect that a signal interrupts.
+const CONNECT_ATTEMPTS: usize = 3;
+
 /// Redis's reply when the target cannot be reached in time.
 const CONNECT_ERROR: &str = "IOERR error or timeout connecting to the client";
 /// Redis's reply when the target does not answer in time.
@@ -213,7 +216,11 @@ fn connect(
         .map(Iterator::collect)
         .unwrap_or_default();
     let mut reply = CONNECT_ERROR;
-    for a in &addrs {
+    // A signal to the process interrupts a connect as it does a read: try again.
+    let attempts = addrs
+        .iter()
+        .flat_map(|a| std::iter::repeat_n(a, CONNECT_ATTEMPTS));
+    for a in attempts {
         match TcpStream::connect_timeout(a, timeout) {
             Ok(conn) => {
                 let ready = conn.set_read_timeout(Some(timeout)).is_ok()
@@ -224,8 +231,15 @@ fn connect(
                 let _ = conn.set_nodelay(true);
                 return Ok(conn);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => reply = CONNECT_ERROR,
-            Err(_) => reply = WRITE_ERROR,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                reply = CONNECT_ERROR;
+                break;
+            }
+            Err(_) => {
+                reply = WRITE_ERROR;
+                break;
+            }
         }
     }
     Err(reply)
@@ -244,10 +258,26 @@ fn read_replies(conn: &mut TcpStream, n: usize) -> Option<Vec<Reply>> {
                 continue;
             }
             Ok(None) => {}
-            Err(_) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, got = out.len(), of = n, "MIGRATE: the target's reply is not RESP");
+                return None;
+            }
         }
         match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
+            Ok(0) => {
+                tracing::warn!(
+                    got = out.len(),
+                    of = n,
+                    "MIGRATE: the target closed the connection"
+                );
+                return None;
+            }
+            // A signal to the process (the drive handles some) interrupts the read: read on.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!(error = %e, got = out.len(), of = n, "MIGRATE: reading the target's replies failed");
+                return None;
+            }
             Ok(got) => buf.extend_from_slice(&chunk[..got]),
         }
     }
