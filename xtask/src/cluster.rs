@@ -1,5 +1,7 @@
-//! `cargo xtask cluster up N [--replicas R] [--base-port P] [--dir D]` and
-//! `cargo xtask cluster down [--dir D]`: a local Redis Cluster of LightStore drives.
+//! `cargo xtask cluster up N [--replicas R] [--base-port P] [--dir D]`,
+//! `cargo xtask cluster add [--dir D] [--port P]` and `cargo xtask cluster down [--dir D]`:
+//! a local Redis Cluster of LightStore drives, grown live by `add` (a new primary started on
+//! the map one version up, then `lightstore-cluster add` moves its share of the slots).
 //!
 //! `up` builds the release drive, writes the cluster map (`D/cluster.toml`: N primaries with
 //! the slots split evenly, R replicas per primary on the ports after them, deterministic node
@@ -47,6 +49,22 @@ pub enum ClusterTask {
         #[arg(long, default_value = "cluster")]
         dir: PathBuf,
         /// Capacity of each drive's simulated device (reserved on disk at format).
+        #[arg(long, default_value = "2GiB")]
+        capacity: String,
+        /// Use this drive binary instead of building the release one.
+        #[arg(long)]
+        lightstore: Option<PathBuf>,
+    },
+    /// Add a primary to a running cluster and move an even share of the slots to it, live
+    /// (`lightstore-cluster add`).
+    Add {
+        /// The directory given to `up`.
+        #[arg(long, default_value = "cluster")]
+        dir: PathBuf,
+        /// The new drive's port (default: one above the highest in use).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Capacity of the new drive's simulated device.
         #[arg(long, default_value = "2GiB")]
         capacity: String,
         /// Use this drive binary instead of building the release one.
@@ -262,8 +280,176 @@ pub fn run(
             };
             up(&bin, n, replicas, base_port, &dir, &capacity)
         }
+        ClusterTask::Add {
+            dir,
+            port,
+            capacity,
+            lightstore,
+        } => {
+            let bin = match lightstore {
+                Some(b) => b,
+                None => {
+                    cargo(&["build", "--release", "-p", "firmware"], &[])?;
+                    release_binary()?
+                }
+            };
+            cargo(
+                &[
+                    "build",
+                    "--release",
+                    "-p",
+                    "adapters",
+                    "--bin",
+                    "lightstore-cluster",
+                ],
+                &[],
+            )?;
+            let tool = release_binary()?.with_file_name("lightstore-cluster");
+            add(&bin, &tool, &dir, port, &capacity)
+        }
         ClusterTask::Down { dir } => down(&dir),
     }
+}
+
+/// The newest map among the drives' copies under `dir` (drives rewrite theirs on each push):
+/// its text and version.
+fn newest_map(dir: &Path) -> anyhow::Result<(String, u64)> {
+    let mut best: Option<(String, u64)> = None;
+    for (data, _) in pid_files(dir) {
+        let Ok(text) = std::fs::read_to_string(data.join(MAP_FILE)) else {
+            continue;
+        };
+        let Some(v) = map_version(&text) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(_, b)| v > *b) {
+            best = Some((text, v));
+        }
+    }
+    best.with_context(|| format!("no drive of {} has a readable map", dir.display()))
+}
+
+/// The `version = N` of a map's TOML.
+fn map_version(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("version"))
+        .and_then(|r| r.trim().strip_prefix('='))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `text` one version up, with a primary without slots appended.
+fn map_with_node(text: &str, id: &str, port: u16) -> anyhow::Result<String> {
+    let version = map_version(text).context("the map has no version")?;
+    let mut out = String::new();
+    let mut bumped = false;
+    for line in text.lines() {
+        if !bumped && line.trim_start().starts_with("version") {
+            out.push_str(&format!("version = {}\n", version + 1));
+            bumped = true;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "\n[[node]]\nid = \"{id}\"\naddr = \"127.0.0.1:{port}\"\n"
+    ));
+    Ok(out)
+}
+
+/// Starts a drive on `port` with the map one version up that lists it, then has
+/// `lightstore-cluster add` move its share of the slots to it.
+fn add(
+    bin: &Path,
+    tool: &Path,
+    dir: &Path,
+    port: Option<u16>,
+    capacity: &str,
+) -> anyhow::Result<()> {
+    let running: Vec<(PathBuf, u32)> = pid_files(dir)
+        .into_iter()
+        .filter(|(_, pid)| is_drive(*pid))
+        .collect();
+    if running.is_empty() {
+        bail!(
+            "no cluster is up in {} (`cargo xtask cluster up N --dir {}` first)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let highest = running
+        .iter()
+        .filter_map(|(d, _)| {
+            d.file_name()?
+                .to_str()?
+                .strip_prefix("node-")?
+                .parse::<u16>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(7000);
+    let port = match port {
+        Some(p) => p,
+        None => highest
+            .checked_add(1)
+            .context("no port above the highest in use")?,
+    };
+    if TcpListener::bind(("127.0.0.1", port)).is_err() {
+        bail!("port {port} is in use: pass --port");
+    }
+    let (text, _) = newest_map(dir)?;
+    let id = node_id(port);
+    let map = map_with_node(&text, &id, port)?;
+    let data = node_dir(dir, port);
+    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+    let node_map = data.join(MAP_FILE);
+    std::fs::write(&node_map, &map).with_context(|| format!("writing {}", node_map.display()))?;
+    let log_path = data.join("lightstore.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let child = {
+        use std::os::unix::process::CommandExt as _;
+        Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--cluster-config")
+            .arg(&node_map)
+            .args(["--cluster-node-id", &id, "--capacity", capacity])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?
+    };
+    let pid = child.id();
+    std::fs::write(data.join(PID_FILE), format!("{pid}\n"))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !answers_ping(&addr) {
+        if !is_drive(pid) || Instant::now() > deadline {
+            let _ = signal(pid, "-TERM");
+            bail!(
+                "the new drive on port {port} did not come up (log {}):\n{}",
+                log_path.display(),
+                log_tail(&log_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("started 127.0.0.1:{port} ({id}); moving its share of the slots");
+    let status = Command::new(tool)
+        .args(["add", &addr.to_string()])
+        .status()
+        .with_context(|| format!("running {}", tool.display()))?;
+    if !status.success() {
+        bail!(
+            "lightstore-cluster add failed ({status}); the new drive keeps running: run `cargo xtask cluster add --dir {} --port {port}` again to finish",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Whether drives of a cluster in `dir` are running (and says so).
@@ -435,6 +621,18 @@ fn down(dir: &Path) -> anyhow::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_joining_node_bumps_the_map_and_is_appended_without_slots() {
+        let nodes = plan(2, 0, 7001).unwrap();
+        let text = map_toml(&nodes, 5);
+        assert_eq!(map_version(&text), Some(5));
+        let grown = map_with_node(&text, &node_id(7003), 7003).unwrap();
+        assert_eq!(map_version(&grown), Some(6));
+        assert_eq!(grown.matches("[[node]]").count(), 3);
+        assert!(grown.ends_with("addr = \"127.0.0.1:7003\"\n"), "{grown}");
+        assert!(grown.contains("slots = [[8192, 16383]]"));
+    }
 
     #[test]
     fn plan_covers_every_slot_once_and_places_replicas_after_primaries() {
