@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kvproto::client::{Client, ClientError};
+use kvproto::client::{Client, ClientError, Credentials};
 use kvproto::cluster::{key_slot, ClusterMap, SLOT_COUNT};
 use kvproto::Reply;
 use thiserror::Error;
@@ -76,10 +76,17 @@ struct Drive {
 }
 
 impl Drive {
-    async fn connect(addr: SocketAddr) -> Result<Drive, ReshardError> {
-        let client = Client::connect(addr)
+    /// A connection, authenticated with `auth` when the drives need a password.
+    async fn connect(addr: SocketAddr, auth: Option<&Credentials>) -> Result<Drive, ReshardError> {
+        let mut client = Client::connect(addr)
             .await
             .map_err(|source| ReshardError::Connection { addr, source })?;
+        if let Some(creds) = auth {
+            client
+                .auth(creds)
+                .await
+                .map_err(|source| ReshardError::Connection { addr, source })?;
+        }
         Ok(Drive { addr, client })
     }
 
@@ -104,9 +111,10 @@ impl Drive {
     fn unexpected(&self, args: &[&[u8]], reply: &Reply) -> ReshardError {
         ReshardError::Unexpected {
             addr: self.addr,
+            // The first words only: never a MIGRATE's AUTH password.
             command: args
                 .iter()
-                .take(8)
+                .take(6)
                 .map(|a| String::from_utf8_lossy(&a[..a.len().min(40)]).into_owned())
                 .collect::<Vec<_>>()
                 .join(" "),
@@ -196,11 +204,12 @@ fn plan(map: &ClusterMap, joining: usize) -> Vec<(usize, Vec<u16>)> {
 /// grow (replicas, the joining drive not in its own map or already holding slots).
 pub async fn add_primary(
     joining: SocketAddr,
+    auth: Option<&Credentials>,
     mut progress: impl FnMut(&str),
 ) -> Result<ReshardReport, ReshardError> {
     let started = Instant::now();
     let mut report = ReshardReport::default();
-    let mut dst = Drive::connect(joining).await?;
+    let mut dst = Drive::connect(joining, auth).await?;
     let map = dst.map().await?;
     let me = map
         .nodes()
@@ -219,7 +228,7 @@ pub async fn add_primary(
     }
     let my_id = map.nodes()[me].id.clone();
     for n in map.nodes().iter().filter(|n| n.addr != joining) {
-        let mut d = Drive::connect(n.addr).await?;
+        let mut d = Drive::connect(n.addr, auth).await?;
         if d.map().await?.version() < map.version() {
             d.push(&map).await?;
         }
@@ -232,7 +241,7 @@ pub async fn add_primary(
             continue;
         }
         let source_spec = current.nodes()[source].clone();
-        let mut src = Drive::connect(source_spec.addr).await?;
+        let mut src = Drive::connect(source_spec.addr, auth).await?;
         for s in &slots {
             let slot = s.to_string();
             dst.ok(&[
@@ -283,8 +292,20 @@ pub async fn add_primary(
                     b"",
                     b"0",
                     MIGRATE_TIMEOUT_MS,
-                    b"KEYS",
                 ];
+                // The source authenticates to the new drive as the tool does.
+                match auth {
+                    Some(Credentials {
+                        user: Some(u),
+                        password,
+                    }) => args.extend([&b"AUTH2"[..], u.as_bytes(), password.as_bytes()]),
+                    Some(Credentials {
+                        user: None,
+                        password,
+                    }) => args.extend([&b"AUTH"[..], password.as_bytes()]),
+                    None => {}
+                }
+                args.push(b"KEYS");
                 args.extend(chunk.iter().map(|k| &k[..]));
                 src.ok(&args).await?;
                 moved += chunk.len() as u64;
@@ -302,7 +323,7 @@ pub async fn add_primary(
             .map_err(|e| ReshardError::Refused(format!("the grown map: {e}")))?;
         dst.push(&next).await?;
         for n in next.nodes().iter().filter(|n| n.addr != joining) {
-            Drive::connect(n.addr).await?.push(&next).await?;
+            Drive::connect(n.addr, auth).await?.push(&next).await?;
         }
         for s in &slots {
             let slot = s.to_string();

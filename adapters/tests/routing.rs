@@ -530,16 +530,40 @@ fn the_router_follows_ask_while_a_slot_moves() {
 /// MIGRATE read that a signal interrupted (EINTR), now read again.
 #[test]
 fn a_new_drive_takes_its_share_while_clients_work() {
+    grow_a_cluster_of_two(None, true);
+}
+
+/// As above on drives that require a password: the reshard authenticates, and the sources'
+/// MIGRATE passes the password on to the new drive.
+#[test]
+fn a_new_drive_joins_a_cluster_with_a_password() {
+    grow_a_cluster_of_two(Some("s3cret pass"), false);
+}
+
+/// Starts two drives (requiring `password`, if given) holding 3,000 keys, a third on a map
+/// that lists it, and moves its share of the slots to it with `reshard::add_primary`, with
+/// a client writing and reading back throughout when `writer`; then checks every key and
+/// where each lives.
+fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
     use kvproto::cluster::ClusterMap;
+    use kvproto::Credentials;
     if !drive_has_cluster_mode() {
         common::record_skip(
             "tool",
-            "a_new_drive_takes_its_share_while_clients_work",
+            "grow_a_cluster_of_two",
             "this build of lightstore has no --cluster-config",
         );
         return;
     }
-    let cluster = Cluster::start(2, 0);
+    let cluster = Cluster::start_with(2, 0, password);
+    let auth = password.map(|p| Credentials {
+        user: None,
+        password: p.to_string(),
+    });
+    let cfg = || RouterConfig {
+        auth: auth.clone(),
+        ..cfg()
+    };
     let main_rt = rt();
     let router = Router::from_file(&cluster.map_path, cfg()).unwrap();
     let pairs: Vec<(Bytes, Bytes)> = (0..3000).map(kv).collect();
@@ -562,25 +586,27 @@ fn a_new_drive_takes_its_share_while_clients_work() {
     let map_file = home.join("cluster.toml");
     std::fs::write(&map_file, placeholder.to_toml()).unwrap();
     let id = common::node_id(9);
-    let newcomer = Drive::start(
-        &home.join("data"),
-        &[
-            "--cluster-config",
-            map_file.to_str().unwrap(),
-            "--cluster-node-id",
-            &id,
-        ],
-    );
+    let mut args = vec![
+        "--cluster-config",
+        map_file.to_str().unwrap(),
+        "--cluster-node-id",
+        &id,
+    ];
+    if let Some(pw) = password {
+        args.extend(["--requirepass", pw]);
+    }
+    let newcomer = Drive::start(&home.join("data"), &args);
     let real = with_new(4, newcomer.addr);
-    let r = resp_call(
+    let r = common::resp_call_as(
         newcomer.addr,
+        password,
         &[b"LS.CLUSTERMAP", b"4", real.to_toml().as_bytes()],
     );
     assert_eq!(r, "+OK");
     // A writer that reads back runs through the move.
     let router = Arc::new(router);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let worker = {
+    let worker = writer.then(|| {
         let (router, stop, pairs) = (router.clone(), stop.clone(), pairs.clone());
         std::thread::spawn(move || {
             let rt = rt();
@@ -594,26 +620,26 @@ fn a_new_drive_takes_its_share_while_clients_work() {
             }
             round
         })
-    };
+    });
     let mut steps = Vec::new();
     let report = main_rt
-        .block_on(adapters::reshard::add_primary(newcomer.addr, |s| {
-            steps.push(s.to_string());
-        }))
+        .block_on(adapters::reshard::add_primary(
+            newcomer.addr,
+            auth.as_ref(),
+            |s| {
+                steps.push(s.to_string());
+            },
+        ))
         .unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let rounds = worker.join().unwrap();
-    assert!(rounds > 0);
+    if let Some(w) = worker {
+        assert!(w.join().unwrap() > 0);
+    }
     assert_eq!(report.slots, 16384 / 3, "{steps:?}");
     assert!(report.keys > 500, "{report:?}");
     assert_eq!(report.version, 6);
-    // The router reloads the new map from its file on MOVED; here it gets the map directly.
-    let map = ClusterMap::from_toml(&{
-        let r = resp_call(newcomer.addr, &[b"CLUSTER", b"MYID"]);
-        assert!(r.starts_with('$'), "{r}");
-        std::fs::read_to_string(&map_file).unwrap()
-    })
-    .unwrap();
+    // The drive rewrote its map file with each push.
+    let map = ClusterMap::from_toml(&std::fs::read_to_string(&map_file).unwrap()).unwrap();
     assert_eq!(map.version(), 6);
     let fresh = Router::from_map(map.clone(), cfg());
     let keys: Vec<Bytes> = pairs.iter().map(|p| p.0.clone()).collect();
@@ -628,7 +654,7 @@ fn a_new_drive_takes_its_share_while_clients_work() {
     .iter()
     .enumerate()
     {
-        let n: usize = resp_call(*addr, &[b"DBSIZE"])
+        let n: usize = common::resp_call_as(*addr, password, &[b"DBSIZE"])
             .trim_start_matches(':')
             .parse()
             .unwrap();

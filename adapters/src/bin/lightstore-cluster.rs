@@ -4,6 +4,10 @@
 //! lightstore-cluster add 127.0.0.1:7004
 //! ```
 //!
+//! With `requirepass` on the drives, the password comes from `--password-file`, the
+//! `LIGHTSTORE_PASSWORD` environment variable or `--password` (and `--user` for an ACL
+//! user), as for `lightstore-nbd`; the drives' MIGRATE passes it on to the new drive.
+//!
 //! `add ADDR` grows the cluster by the drive at ADDR, which must be running on a map that
 //! lists it as a primary with no slots, one version above the cluster's (`cargo xtask cluster
 //! add` starts it so): the map goes to every drive, then the new drive takes an even share of
@@ -24,6 +28,18 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     task: Task,
+    /// A file whose first line is the drives' password (sent with AUTH, and by the drives'
+    /// MIGRATE to the new drive). Without it the password comes from the LIGHTSTORE_PASSWORD
+    /// environment variable, then from --password.
+    #[arg(long, global = true)]
+    password_file: Option<std::path::PathBuf>,
+    /// The drives' password (visible to other users in `ps`: prefer --password-file or
+    /// LIGHTSTORE_PASSWORD).
+    #[arg(long, global = true)]
+    password: Option<String>,
+    /// ACL user to AUTH as (default: the default user).
+    #[arg(long, global = true)]
+    user: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -48,11 +64,26 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let auth = match kvproto::Credentials::from_sources(
+        cli.user.clone(),
+        cli.password_file.as_deref(),
+        cli.password.clone(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("lightstore-cluster: reading the password: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli.task {
         Task::Add { addr } => {
-            let done = runtime.block_on(adapters::reshard::add_primary(addr, |step| {
-                println!("{step}");
-            }));
+            let done = runtime.block_on(adapters::reshard::add_primary(
+                addr,
+                auth.as_ref(),
+                |step| {
+                    println!("{step}");
+                },
+            ));
             match done {
                 Ok(r) => {
                     println!(

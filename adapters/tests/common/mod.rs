@@ -330,6 +330,8 @@ pub struct Cluster {
     pub drives: Vec<Drive>,
     pub map: kvproto::cluster::ClusterMap,
     pub map_path: PathBuf,
+    /// The drives' `requirepass`, if any.
+    pub password: Option<String>,
 }
 
 /// The node specs of a test cluster on `addrs`.
@@ -360,8 +362,34 @@ pub fn cluster_specs(
     out
 }
 
+/// [`resp_call`] on a connection that first authenticates with `password` (when given).
+pub fn resp_call_as(addr: SocketAddr, password: Option<&str>, args: &[&[u8]]) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(pw) = password else {
+        return resp_call(addr, args);
+    };
+    let mut buf = bytes::BytesMut::new();
+    kvproto::encode_command(&[&b"AUTH"[..], pw.as_bytes()], &mut buf);
+    kvproto::encode_command(args, &mut buf);
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&buf).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), "+OK", "AUTH to {addr}");
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
 impl Cluster {
     pub fn start(primaries: usize, replicas: usize) -> Cluster {
+        Cluster::start_with(primaries, replicas, None)
+    }
+
+    /// [`Cluster::start`] with every drive requiring `password` (`--requirepass`).
+    pub fn start_with(primaries: usize, replicas: usize, password: Option<&str>) -> Cluster {
         use kvproto::cluster::ClusterMap;
         let dir = tempfile::tempdir().unwrap();
         let total = primaries + replicas;
@@ -378,15 +406,16 @@ impl Cluster {
                 let map = home.join("cluster.toml");
                 std::fs::write(&map, &v1).unwrap();
                 let id = node_id(i);
-                Drive::start(
-                    &home.join("data"),
-                    &[
-                        "--cluster-config",
-                        map.to_str().unwrap(),
-                        "--cluster-node-id",
-                        &id,
-                    ],
-                )
+                let mut args = vec![
+                    "--cluster-config",
+                    map.to_str().unwrap(),
+                    "--cluster-node-id",
+                    &id,
+                ];
+                if let Some(pw) = password {
+                    args.extend(["--requirepass", pw]);
+                }
+                Drive::start(&home.join("data"), &args)
             })
             .collect();
         let addrs: Vec<SocketAddr> = drives.iter().map(|d| d.addr).collect();
@@ -398,6 +427,7 @@ impl Cluster {
             drives,
             map,
             map_path,
+            password: password.map(str::to_string),
         };
         c.push(&c.map);
         c
@@ -408,8 +438,9 @@ impl Cluster {
         let text = map.to_toml();
         let version = map.version().to_string();
         for d in &self.drives {
-            let r = resp_call(
+            let r = resp_call_as(
                 d.addr,
+                self.password.as_deref(),
                 &[b"LS.CLUSTERMAP", version.as_bytes(), text.as_bytes()],
             );
             assert_eq!(r, "+OK", "pushing map version {version} to {}", d.addr);
