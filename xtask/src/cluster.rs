@@ -407,22 +407,7 @@ fn add(
     let log_path = data.join("lightstore.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    let child = {
-        use std::os::unix::process::CommandExt as _;
-        Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--cluster-config")
-            .arg(&node_map)
-            .args(["--cluster-node-id", &id, "--capacity", capacity])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?
-    };
+    let child = spawn_drive(bin, port, &data, &node_map, &id, capacity, log)?;
     let pid = child.id();
     std::fs::write(data.join(PID_FILE), format!("{pid}\n"))?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -520,23 +505,7 @@ fn up(
         let log_path = data.join("lightstore.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = {
-            use std::os::unix::process::CommandExt as _;
-            Command::new(bin)
-                .args(["--bind", "127.0.0.1", "--port", &node.port.to_string()])
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--cluster-config")
-                .arg(&node_map)
-                .args(["--cluster-node-id", &node.id, "--capacity", capacity])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                // Its own process group: a Ctrl-C at this terminal does not stop the drives.
-                .process_group(0)
-                .spawn()
-                .with_context(|| format!("starting {}", bin.display()))?
-        };
+        let child = spawn_drive(bin, node.port, &data, &node_map, &node.id, capacity, log)?;
         let pid = child.id();
         std::fs::write(data.join(PID_FILE), format!("{pid}\n"))?;
         started.push((node.port, pid, log_path));
@@ -574,6 +543,34 @@ fn up(
     println!("connect: redis-cli -c -p {base_port}");
     println!("stop:    cargo xtask cluster down --dir {}", dir.display());
     Ok(())
+}
+
+/// Starts a cluster drive in the background on 127.0.0.1:`port` with its data in `data`, its
+/// map at `map`, its output in `log`, and a process group of its own (a Ctrl-C at this
+/// terminal does not stop it).
+fn spawn_drive(
+    bin: &Path,
+    port: u16,
+    data: &Path,
+    map: &Path,
+    id: &str,
+    capacity: &str,
+    log: std::fs::File,
+) -> anyhow::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt as _;
+    Command::new(bin)
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--cluster-config")
+        .arg(map)
+        .args(["--cluster-node-id", id, "--capacity", capacity])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
 }
 
 fn down(dir: &Path) -> anyhow::Result<()> {

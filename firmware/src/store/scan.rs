@@ -43,32 +43,13 @@ impl Store {
     /// # Errors
     /// Engine errors.
     pub fn keys_at(&self, pattern: &[u8], now: u64) -> Result<Vec<Bytes>> {
-        let literal = literal_prefix(pattern);
         let mut out = Vec::new();
-        for tag in ks::TOP_LEVEL {
-            let prefix = ks::top(tag, &literal);
-            let end = ks::prefix_end(&prefix);
-            let mut from = prefix.clone();
-            loop {
-                let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
-                for k in &keys {
-                    let user = k.get(1..).unwrap_or_default();
-                    if self.expired(user, now) {
-                        continue;
-                    }
-                    if kvproto::glob::glob_match(pattern, user) {
-                        out.push(Bytes::copy_from_slice(user));
-                    }
-                }
-                match keys.last() {
-                    Some(l) if keys.len() == DELETE_CHUNK => {
-                        from = l.clone();
-                        from.push(0);
-                    }
-                    _ => break,
-                }
+        self.walk_top_keys(&literal_prefix(pattern), |user| {
+            if !self.expired(user, now) && kvproto::glob::glob_match(pattern, user) {
+                out.push(Bytes::copy_from_slice(user));
             }
-        }
+            true
+        })?;
         Ok(out)
     }
 
@@ -82,22 +63,31 @@ impl Store {
     pub fn keys_in_slot(&self, slot: u16, limit: usize) -> Result<Vec<Bytes>> {
         let now = now_ms();
         let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.walk_top_keys(&[], |user| {
+            if kvproto::cluster::key_slot(user) == slot && !self.expired(user, now) {
+                out.push(Bytes::copy_from_slice(user));
+            }
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `visit` with every user key that has a type record and starts with `literal`,
+    /// type by type in key order, walked in chunks of [`DELETE_CHUNK`] (the keyspace is
+    /// never held whole), until `visit` returns false. Expired keys are visited too.
+    fn walk_top_keys(&self, literal: &[u8], mut visit: impl FnMut(&[u8]) -> bool) -> Result<()> {
         for tag in ks::TOP_LEVEL {
-            let prefix = [tag];
+            let prefix = ks::top(tag, literal);
             let end = ks::prefix_end(&prefix);
-            let mut from = prefix.to_vec();
+            let mut from = prefix.clone();
             loop {
-                if out.len() >= limit {
-                    return Ok(out);
-                }
                 let keys = self.db.range_keys(&from, end.as_deref(), DELETE_CHUNK)?;
                 for k in &keys {
-                    let user = k.get(1..).unwrap_or_default();
-                    if out.len() < limit
-                        && kvproto::cluster::key_slot(user) == slot
-                        && !self.expired(user, now)
-                    {
-                        out.push(Bytes::copy_from_slice(user));
+                    if !visit(k.get(1..).unwrap_or_default()) {
+                        return Ok(());
                     }
                 }
                 match keys.last() {
@@ -109,7 +99,7 @@ impl Store {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// RANDOMKEY: a key drawn at random from every type's key range (DRAM only; see
