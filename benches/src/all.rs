@@ -335,6 +335,8 @@ impl AllBench {
             scratch: scratch.to_path_buf(),
             data_mib: Some(self.data_mib()),
             device_mib: Some(self.device_mib()),
+            only: Vec::new(),
+            plp: false,
         }
     }
 
@@ -1040,6 +1042,8 @@ impl RunOne {
                     scratch: self.dir.clone(),
                     data_mib: Some(self.data_mib),
                     device_mib: Some(device_mib(self.data_mib)),
+                    only: Vec::new(),
+                    plp: false,
                 };
                 let dev = bench.device(local::FILE, "engine")?;
                 // The same DRAM for values as the peers' block cache.

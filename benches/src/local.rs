@@ -45,6 +45,11 @@ pub struct LocalBench {
     pub data_mib: Option<u64>,
     /// Overrides the device size, in MiB (default three times the data set).
     pub device_mib: Option<u64>,
+    /// Only rows whose `target/workload-size` name contains one of these (all when empty),
+    /// e.g. `file/R-SET-8K`: one workload under a profiler.
+    pub only: Vec<String>,
+    /// Acknowledge writes when their pages complete, without a device flush (plp mode).
+    pub plp: bool,
 }
 
 /// A backend and timing to run on.
@@ -160,6 +165,9 @@ impl LocalBench {
     pub fn run(&self) -> anyhow::Result<Vec<Row>> {
         let mut rows = Vec::new();
         for t in &TARGETS {
+            if !self.only.is_empty() && !self.only.iter().any(|o| Self::targets_row(t, o)) {
+                continue;
+            }
             eprintln!("local/{}: device ceiling", t.name);
             let ceiling = self.ceiling(t)?;
             rows.push(Row::measured(
@@ -181,12 +189,31 @@ impl LocalBench {
                 0.0,
             ));
             for value_size in [8192usize, 1024, 100] {
+                let size = size_label(value_size);
+                if !Workload::ALL
+                    .iter()
+                    .any(|w| self.wanted(t, &format!("{}-{size}", w.name())))
+                {
+                    continue;
+                }
                 eprintln!("local/{}: {value_size}-byte values", t.name);
                 rows.extend(self.run_engine(t, value_size, &ceiling)?);
                 self.cleanup(t, "engine");
             }
         }
         Ok(rows)
+    }
+
+    /// Whether filter `o` can match a row of target `t`: it names the target, or no
+    /// target at all (`S-SET-8K`).
+    fn targets_row(t: &Target, o: &str) -> bool {
+        t.name.contains(o) || o.starts_with(&format!("{}/", t.name)) || !o.contains('/')
+    }
+
+    /// Whether the row `target/name` was asked for.
+    fn wanted(&self, t: &Target, name: &str) -> bool {
+        let full = format!("{}/{name}", t.name);
+        self.only.is_empty() || self.only.iter().any(|o| full.contains(o.as_str()))
     }
 
     fn run_engine(
@@ -198,11 +225,18 @@ impl LocalBench {
         let dev = self.device(t, "engine")?;
         let engine = Engine::open(
             dev.clone() as Arc<dyn AppendDevice>,
-            EngineConfig::default(),
+            EngineConfig {
+                flush_writes: !self.plp,
+                ..EngineConfig::default()
+            },
         )?;
 
         let n = self.keys(value_size);
-        let system = format!("lightstore-local/{}", t.name);
+        let system = format!(
+            "lightstore-local{}/{}",
+            if self.plp { "-plp" } else { "" },
+            t.name
+        );
         let size = size_label(value_size);
         let value: Vec<u8> = (0..value_size).map(|i| (i * 7) as u8).collect();
         let kv = LocalEngine {
@@ -211,6 +245,10 @@ impl LocalBench {
         };
         let mut rows = Vec::new();
         for w in Workload::ALL {
+            // S-SET loads the keys every other workload reads: it always runs.
+            if w != Workload::SSet && !self.wanted(t, &format!("{}-{size}", w.name())) {
+                continue;
+            }
             let m = workloads::run(&kv, w, n, n, &value, Shape::in_process(value_size))?;
             let mut row = Row::measured(
                 &system,
@@ -226,7 +264,9 @@ impl LocalBench {
             row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(w, value_size));
             rows.push(row);
         }
-        rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
+        if self.wanted(t, &format!("recovery-{size}")) {
+            rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
+        }
         Ok(rows)
     }
 }

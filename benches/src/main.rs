@@ -72,6 +72,13 @@ enum Bench {
         /// Data set size per value size, in MiB (default 64 quick, 1024 full).
         #[arg(long)]
         data_mib: Option<u64>,
+        /// Only rows whose `target/workload-size` contains this (repeatable), e.g.
+        /// `file/R-SET-8K` (S-SET always runs: it loads the keys).
+        #[arg(long)]
+        only: Vec<String>,
+        /// plp mode: writes acknowledged when their pages complete, without a device flush.
+        #[arg(long)]
+        plp: bool,
     },
     /// The drive over RESP next to redis-server (in-memory and AOF everysec), driven by
     /// redis-benchmark with the same settings.
@@ -197,12 +204,16 @@ fn main() -> anyhow::Result<()> {
             json,
             scratch,
             data_mib,
+            only,
+            plp,
         } => {
             let bench = local::LocalBench {
                 quick,
                 scratch,
                 data_mib,
                 device_mib: None,
+                only,
+                plp,
             };
             emit(&bench.run()?, json)?;
         }

@@ -201,6 +201,21 @@ pub trait AppendDevice: Send + Sync {
     /// adjacent pages can be merged on the way down. Returns one result per command, in order.
     fn submit_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>>;
 
+    /// Queues several commands as [`AppendDevice::submit_many`] does but leaves them with
+    /// the device's submission queue: they reach the backend at the next
+    /// [`AppendDevice::doorbell`] (or with the next submission or blocking reap of anyone).
+    /// A caller that must queue under a lock (to keep its writes in write-pointer order) can
+    /// then ring the doorbell, a system call, after releasing it.
+    ///
+    /// The default hands them over at once.
+    fn queue_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>> {
+        self.submit_many(cmds)
+    }
+
+    /// Hands every queued command to the backend (one system call on the file backend).
+    /// A failure is logged by the device and the commands stay queued for the next one.
+    fn doorbell(&self) {}
+
     /// Queues `cmds` and reaps as [`AppendDevice::reap`] does, handing the commands to the
     /// backend in the same system call as the wait (a poller's loop: one kernel entry per turn
     /// instead of two). Returns each command's submission result and the reap's.

@@ -1330,6 +1330,17 @@ impl AppendDevice for Ftl {
         out
     }
 
+    fn queue_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>> {
+        let now = Instant::now();
+        cmds.into_iter()
+            .map(|c| self.submit_inner(c, false, now))
+            .collect()
+    }
+
+    fn doorbell(&self) {
+        self.ring_doorbell();
+    }
+
     fn submit_and_reap(
         &self,
         cmds: Vec<Command>,

@@ -69,7 +69,13 @@ pub(crate) struct GroupDone {
 struct GroupState {
     remaining: usize,
     error: Option<DeviceError>,
+    /// Runs on the thread that counts the last command in, before the waiter is woken
+    /// (see [`GroupDone::before_wake`]).
+    before_wake: Option<BeforeWake>,
 }
+
+/// What [`GroupDone::before_wake`] runs: told whether every command succeeded.
+pub(crate) type BeforeWake = Box<dyn FnOnce(bool) + Send>;
 
 impl GroupDone {
     /// A group expecting `n` completions.
@@ -78,6 +84,7 @@ impl GroupDone {
             state: Mutex::new(GroupState {
                 remaining: n,
                 error: None,
+                before_wake: None,
             }),
             all_in: Condvar::new(),
         })
@@ -91,6 +98,16 @@ impl GroupDone {
         }
         s.remaining = s.remaining.saturating_sub(1);
         if s.remaining == 0 {
+            if let Some(hook) = s.before_wake.take() {
+                let ok = s.error.is_none();
+                // Without the state lock: the hook may take other locks. A waiter that looks
+                // meanwhile sees the group finished and goes on without the hook's work,
+                // which it must therefore be able to do itself.
+                // `remaining` is already 0, so no waiter goes to sleep after this: the
+                // notification needs no lock.
+                drop(s);
+                hook(ok);
+            }
             self.all_in.notify_all();
         }
     }
@@ -111,6 +128,17 @@ impl GroupDone {
             }
         }
         true
+    }
+
+    /// Sets work for the thread that counts the last command in (the poller) to do before
+    /// the waiter is woken; it is dropped unrun when the group is already complete. The
+    /// work must be optional for correctness: a waiter can see the group complete while
+    /// it runs.
+    pub(crate) fn before_wake(&self, hook: BeforeWake) {
+        let mut s = self.state.lock();
+        if s.remaining > 0 {
+            s.before_wake = Some(hook);
+        }
     }
 
     /// Waits for every command; the first error, if any (reported to one waiter).
@@ -187,23 +215,39 @@ impl Poller {
         cmds: Vec<Command>,
         on_done: Vec<OnDone>,
     ) -> Vec<Result<(), Rejected>> {
-        let out = {
-            // Submission and registration are one step (see `Waiters`).
-            let mut w = self.shared.waiters.lock();
-            let tags = self.shared.dev.submit_many(cmds);
-            tags.into_iter()
-                .zip(on_done)
-                .map(|(t, f)| {
-                    t.map(|tag| {
-                        w.by_tag.entry(tag.0).or_default().push_back(f);
-                    })
+        let out = self.queue_many(cmds, on_done);
+        self.doorbell();
+        out
+    }
+
+    /// As [`Poller::submit_many`], but the commands stay in the device's submission queue
+    /// until [`Poller::doorbell`] (anyone's): the write path queues a batch's pages under
+    /// the engine lock, which keeps them in write-pointer order, and rings the doorbell, a
+    /// system call (a VM exit on a virtio disk), after releasing it.
+    pub(crate) fn queue_many(
+        &self,
+        cmds: Vec<Command>,
+        on_done: Vec<OnDone>,
+    ) -> Vec<Result<(), Rejected>> {
+        // Submission and registration are one step (see `Waiters`).
+        let mut w = self.shared.waiters.lock();
+        let tags = self.shared.dev.queue_many(cmds);
+        tags.into_iter()
+            .zip(on_done)
+            .map(|(t, f)| {
+                t.map(|tag| {
+                    w.by_tag.entry(tag.0).or_default().push_back(f);
                 })
-                .collect()
-        };
+            })
+            .collect()
+    }
+
+    /// Hands every queued command to the device and wakes the poller to collect them.
+    pub(crate) fn doorbell(&self) {
+        self.shared.dev.doorbell();
         if let Some(t) = &self.thread {
             t.thread().unpark();
         }
-        out
     }
 
     /// Submits `cmds` (one doorbell) and returns at once; [`InFlight::wait`] collects their
@@ -339,7 +383,12 @@ impl Drop for Poller {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
-            let _ = t.join();
+            // A completion's callback may drop the last handle on the engine, and with it
+            // this poller, on the poller thread itself: that thread then sees `stop` and
+            // ends after the callback, without being joined.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
         // Nothing reaps any more: whoever still waits learns the command is lost.
         let lost = self.shared.waiters.lock().drain();

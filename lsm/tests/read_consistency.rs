@@ -77,7 +77,7 @@ impl Pairs {
     }
 }
 
-fn engine(release: Release) -> Arc<Engine> {
+fn engine(release: Release, flush_writes: bool) -> Arc<Engine> {
     let g = Geometry {
         channels: 2,
         ways: 2,
@@ -101,13 +101,14 @@ fn engine(release: Release) -> Arc<Engine> {
         keytable_bytes: 1024,
         level_ratio: 2,
         gc_window_pages: 4,
+        flush_writes,
         ..EngineConfig::default()
     };
     Arc::new(Engine::open(dev, cfg).unwrap())
 }
 
-fn run(release: Release, batches_per_writer: u32) {
-    let db = engine(release);
+fn run(release: Release, batches_per_writer: u32, flush_writes: bool) {
+    let db = engine(release, flush_writes);
     let pairs = Arc::new(Pairs {
         started: (0..PAIRS).map(|_| AtomicU32::new(1)).collect(),
         acked: (0..PAIRS).map(|_| AtomicU32::new(1)).collect(),
@@ -208,14 +209,34 @@ fn run(release: Release, batches_per_writer: u32) {
         let got = db.get(&key(p, b'a')).unwrap();
         pairs.check(p, n, n, got.map(|v| version_of(p, b'a', &v)), "final");
     }
+    let by_poller = db.stats().batches_applied_on_completion;
+    eprintln!("batches applied on completion: {by_poller}");
+    if flush_writes {
+        assert_eq!(by_poller, 0, "a durable batch is applied only after its flush");
+    } else {
+        // Both paths ran: about two thirds of the batches here go by the poller.
+        assert!(by_poller > 0, "the poller applied no batch");
+    }
 }
 
 #[test]
 fn reads_see_acknowledged_states_while_writers_and_maintenance_run() {
-    run(Release::Virtual, 1500);
+    run(Release::Virtual, 1500, true);
+}
+
+/// plp mode: batches are applied by the device poller as their last page completes (the
+/// writers only finish what it could not), racing the writers' own finishing.
+#[test]
+fn plp_reads_see_acknowledged_states_while_writers_and_maintenance_run() {
+    run(Release::Virtual, 1500, false);
+}
+
+#[test]
+fn plp_reads_in_flight_on_a_slow_device_see_acknowledged_states() {
+    run(Release::WallClock, 150, false);
 }
 
 #[test]
 fn reads_in_flight_on_a_slow_device_see_acknowledged_states() {
-    run(Release::WallClock, 150);
+    run(Release::WallClock, 150, true);
 }

@@ -777,8 +777,10 @@ impl Inner {
                 })
             } else {
                 let bound = self.page_bound(&ops);
-                self.start_batch(&ops, bound, BatchKind::GcMoves)
-                    .map(|batch| writes.batches.push(batch))
+                let started = self.start_batch(&ops, bound, BatchKind::GcMoves);
+                // A GC batch is rare and large: its doorbell is rung under the lock.
+                self.poller.doorbell();
+                started.map(|batch| writes.batches.push(batch))
             };
             if let Err(e) = submitted {
                 // Nothing of a failed step stays in flight: the batches already submitted
