@@ -69,13 +69,7 @@ pub(crate) struct GroupDone {
 struct GroupState {
     remaining: usize,
     error: Option<DeviceError>,
-    /// Runs on the thread that counts the last command in, before the waiter is woken
-    /// (see [`GroupDone::before_wake`]).
-    before_wake: Option<BeforeWake>,
 }
-
-/// What [`GroupDone::before_wake`] runs: told whether every command succeeded.
-pub(crate) type BeforeWake = Box<dyn FnOnce(bool) + Send>;
 
 impl GroupDone {
     /// A group expecting `n` completions.
@@ -84,7 +78,6 @@ impl GroupDone {
             state: Mutex::new(GroupState {
                 remaining: n,
                 error: None,
-                before_wake: None,
             }),
             all_in: Condvar::new(),
         })
@@ -98,16 +91,6 @@ impl GroupDone {
         }
         s.remaining = s.remaining.saturating_sub(1);
         if s.remaining == 0 {
-            if let Some(hook) = s.before_wake.take() {
-                let ok = s.error.is_none();
-                // Without the state lock: the hook may take other locks. A waiter that looks
-                // meanwhile sees the group finished and goes on without the hook's work,
-                // which it must therefore be able to do itself.
-                // `remaining` is already 0, so no waiter goes to sleep after this: the
-                // notification needs no lock.
-                drop(s);
-                hook(ok);
-            }
             self.all_in.notify_all();
         }
     }
@@ -128,17 +111,6 @@ impl GroupDone {
             }
         }
         true
-    }
-
-    /// Sets work for the thread that counts the last command in (the poller) to do before
-    /// the waiter is woken; it is dropped unrun when the group is already complete. The
-    /// work must be optional for correctness: a waiter can see the group complete while
-    /// it runs.
-    pub(crate) fn before_wake(&self, hook: BeforeWake) {
-        let mut s = self.state.lock();
-        if s.remaining > 0 {
-            s.before_wake = Some(hook);
-        }
     }
 
     /// Waits for every command; the first error, if any (reported to one waiter).

@@ -209,14 +209,6 @@ fn run(release: Release, batches_per_writer: u32, flush_writes: bool) {
         let got = db.get(&key(p, b'a')).unwrap();
         pairs.check(p, n, n, got.map(|v| version_of(p, b'a', &v)), "final");
     }
-    let by_poller = db.stats().batches_applied_on_completion;
-    eprintln!("batches applied on completion: {by_poller}");
-    if flush_writes {
-        assert_eq!(by_poller, 0, "a durable batch is applied only after its flush");
-    } else {
-        // Both paths ran: about two thirds of the batches here go by the poller.
-        assert!(by_poller > 0, "the poller applied no batch");
-    }
 }
 
 #[test]
@@ -224,8 +216,8 @@ fn reads_see_acknowledged_states_while_writers_and_maintenance_run() {
     run(Release::Virtual, 1500, true);
 }
 
-/// plp mode: batches are applied by the device poller as their last page completes (the
-/// writers only finish what it could not), racing the writers' own finishing.
+/// plp mode: a batch is applied as soon as its pages complete, with no device flush, so
+/// batches overtake each other on the device more often.
 #[test]
 fn plp_reads_see_acknowledged_states_while_writers_and_maintenance_run() {
     run(Release::Virtual, 1500, false);

@@ -175,9 +175,6 @@ pub struct EngineStats {
     /// are [`EngineStats::recovery_read_retries`]; client reads are not retried (a failed
     /// read is reported, see [`EngineStats::read_unreadable_pages`]).
     pub gc_read_retries: u64,
-    /// Client batches the device poller applied as their last page completed (plp mode);
-    /// the rest were applied by their writers.
-    pub batches_applied_on_completion: u64,
 }
 
 /// One keytable level: its shape now, and what flushes and compactions did to it since open
@@ -373,9 +370,6 @@ struct Inner {
     /// [`Inner::compaction_debt`] as of the last version published (levels change only
     /// then), so admission reads it without summing the levels per batch.
     debt: AtomicU64,
-    /// The engine's shared core, for the work the poller does on a batch's completion
-    /// (see [`Core::apply_on_completion`]); set once the core exists.
-    core: std::sync::Weak<Core>,
 }
 
 fn corrupt(msg: impl Into<String>) -> EngineError {
@@ -498,7 +492,6 @@ impl Engine {
             frozen: None,
             maint: MaintenanceShared::default(),
             debt: AtomicU64::new(0),
-            core: std::sync::Weak::new(),
         };
         inner.dev_writes_at_open = inner.dev.stats().writes;
         inner.load_runs(&snap.runs)?;
@@ -518,7 +511,6 @@ impl Engine {
             work: Condvar::new(),
             maint: Mutex::new(()),
         });
-        core.inner.lock().core = Arc::downgrade(&core);
         let read_only = cfg.read_only_recovery;
         let maintainer = if read_only {
             None

@@ -25,10 +25,6 @@ pub(super) const FLUSH_JOIN_WAIT: std::time::Duration = std::time::Duration::fro
 /// A flush this cheap is not worth waiting to share: the batch flushes at once.
 pub(super) const FLUSH_JOIN_MIN_COST: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// How long a finisher waits for the batches before its own to settle before it looks
-/// again itself (a poller that inserted one may have left its settling to others).
-const SETTLE_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
-
 /// Larger batches are written synchronously, alone.
 pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
 
@@ -365,48 +361,12 @@ impl Engine {
         g.settle_applied(false);
         self.core.applied.notify_all();
         while g.applied_upto < ticket {
-            // Timed: the poller may have inserted a batch before this one and failed to
-            // take the lock to settle it (see `Core::apply_on_completion`); then the
-            // prefix is settled here.
-            self.core.applied.wait_for(&mut g, SETTLE_RETRY);
-            g.settle_applied(false);
+            self.core.applied.wait(&mut g);
         }
         if g.mem_full() || g.gc_due() {
             self.core.work.notify_one();
         }
         g.outcomes.remove(&ticket).unwrap_or(Ok(()))
-    }
-}
-
-impl Core {
-    /// The poller's share of applying a batch acknowledged without a flush (plp mode), run
-    /// as its last page completes and before its writer is woken: records its pages as
-    /// done, claims and inserts every batch that is ready in ticket order, and settles them.
-    ///
-    /// It only ever *tries* the write lock: a lock holder may be waiting for a device tag
-    /// that only the poller can free by reaping, so the poller must never block on it. What
-    /// it leaves undone, the writers' own [`Engine::finish_write`] does (every step is
-    /// idempotent: a batch is claimed once, settled once, in ticket order).
-    fn apply_on_completion(&self, ticket: u64) {
-        let Some(mut g) = self.inner.try_lock() else {
-            return;
-        };
-        g.record_io(ticket, Ok(()));
-        let jobs = g.claim_ready();
-        if jobs.is_empty() {
-            return;
-        }
-        g.stats.batches_applied_on_completion += jobs.len() as u64;
-        let (mem, side) = (g.mem.clone(), g.side.clone());
-        drop(g);
-        for job in jobs {
-            job.run(&mem, side.cache.as_deref());
-        }
-        if let Some(mut g) = self.inner.try_lock() {
-            g.settle_applied(false);
-            drop(g);
-            self.applied.notify_all();
-        }
     }
 }
 
@@ -698,17 +658,6 @@ impl Inner {
         };
         let n = pages.len();
         let group = GroupDone::new(n);
-        if !gc && !self.cfg.flush_writes {
-            // Acknowledged when its pages complete: the poller applies it as the last page
-            // comes in, so its writer usually wakes to a batch already applied.
-            let core = self.core.clone();
-            let ticket = self.next_ticket;
-            group.before_wake(Box::new(move |ok| {
-                if let (true, Some(core)) = (ok, core.upgrade()) {
-                    core.apply_on_completion(ticket);
-                }
-            }));
-        }
         // All pages with one doorbell; from the first refusal on (a full queue: the later
         // pages are then refused too, being past the write pointer) one at a time.
         let lbas: Vec<Lba> = pages.iter().map(|(lba, _)| *lba).collect();
