@@ -362,10 +362,9 @@ impl FileMedia {
             queue.drain(..taken.min(n));
             if taken < n {
                 // Entries counted but not yet published (their submitter holds `sq_lock` and
-                // publishes them next), or a signal: they stay queued, and the caller does not
-                // wait with them unsubmitted. The poller's loop comes straight back; a
-                // doorbell's entries are all published (it holds `sq_lock`), so only a
-                // signal stops it short, and the next doorbell or poll hands them over.
+                // publishes them next, then rings), or a signal: they stay queued, and the
+                // caller does not wait with them unsubmitted. The poller's loop comes straight
+                // back; the next doorbell or poll hands them over.
                 return Ok(());
             }
         }
@@ -571,8 +570,11 @@ impl Media for FileMedia {
         Ok(())
     }
 
+    /// Without `sq_lock`, as a poller's hand-over: the system call (a VM exit on a virtio
+    /// disk, 50-100 µs on the host this was measured on) must not hold up the submitters
+    /// pushing entries meanwhile, which run under the engine's write lock. An entry counted
+    /// but not yet published is left queued; its submitter rings once it has published it.
     fn doorbell(&self) -> Result<()> {
-        let _sq = self.sq_lock.lock();
         self.submit_queued(false)
     }
 
