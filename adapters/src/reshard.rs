@@ -142,27 +142,6 @@ impl Drive {
     }
 }
 
-/// `owned` without the slots in `gone` and with `added`, as inclusive ranges.
-fn ranges(owned: &[[u32; 2]], gone: &HashSet<u16>, added: &[u16]) -> Vec<[u32; 2]> {
-    let mut all: Vec<u16> = owned
-        .iter()
-        .flat_map(|&[a, b]| a..=b)
-        .filter_map(|s| u16::try_from(s).ok())
-        .filter(|s| !gone.contains(s))
-        .chain(added.iter().copied())
-        .collect();
-    all.sort_unstable();
-    all.dedup();
-    let mut out: Vec<[u32; 2]> = Vec::new();
-    for s in all.into_iter().map(u32::from) {
-        match out.last_mut() {
-            Some(last) if last[1] + 1 == s => last[1] = s,
-            _ => out.push([s, s]),
-        }
-    }
-    out
-}
-
 /// The slots each primary gives up so that `joining` ends with an even share: the last ones
 /// each source holds, in proportion to what it holds. (source index, slots).
 fn plan(map: &ClusterMap, joining: usize) -> Vec<(usize, Vec<u16>)> {
@@ -316,10 +295,8 @@ pub async fn add_primary(
             cursor = next.clone();
         }
         // The slots now belong to the new drive: it hears first, then everyone else.
-        let mut nodes = current.nodes().to_vec();
-        nodes[source].slots = ranges(&nodes[source].slots, &moving, &[]);
-        nodes[me].slots = ranges(&nodes[me].slots, &HashSet::new(), &slots);
-        let next = ClusterMap::new(current.version() + 1, nodes)
+        let next = current
+            .with_slots_moved(&slots, &current.nodes()[me].id)
             .map_err(|e| ReshardError::Refused(format!("the grown map: {e}")))?;
         dst.push(&next).await?;
         for n in next.nodes().iter().filter(|n| n.addr != joining) {
@@ -378,12 +355,11 @@ mod tests {
         assert_eq!(total, 16384 / 3);
         assert_eq!(p[0].1.last(), Some(&8191));
         assert_eq!(p[1].1.last(), Some(&16383));
-        let gone: HashSet<u16> = p[0].1.iter().copied().collect();
-        let kept = ranges(&[[0, 8191]], &gone, &[]);
-        assert_eq!(kept, vec![[0, 8191 - p[0].1.len() as u32]]);
+        let grown = map.with_slots_moved(&p[0].1, &map.nodes()[2].id).unwrap();
         assert_eq!(
-            ranges(&[[5, 6]], &HashSet::new(), &[1, 2, 3, 7]),
-            vec![[1, 3], [5, 7]]
+            grown.nodes()[0].slots,
+            vec![[0, 8191 - p[0].1.len() as u32]]
         );
+        assert_eq!(grown.version(), 4);
     }
 }

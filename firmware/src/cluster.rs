@@ -532,12 +532,21 @@ impl View {
 
     /// `CLUSTER NODES`: a line per node, in map order.
     fn nodes_text(&self) -> String {
+        self.nodes_text_marked("")
+    }
+
+    /// `CLUSTER NODES` with `marks` (this drive's open slots, as Redis writes them:
+    /// ` [slot->-id]` migrating, ` [slot-<-id]` importing) at the end of its own line.
+    fn nodes_text_marked(&self, marks: &str) -> String {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         let mut s = String::new();
         for (i, n) in self.map.nodes().iter().enumerate() {
             s.push_str(&self.node_line(i, n, now_ms));
+            if i == self.me {
+                s.push_str(marks);
+            }
             s.push('\n');
         }
         s
@@ -705,6 +714,35 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `CLUSTER SETSLOT slot NODE id` when the map gives the slot to another node: the map
+    /// one version newer with the slot served by `to`, saved to the map file, then swapped
+    /// in. Nothing changes when the map already gives it to `to`.
+    fn move_slot(&self, slot: u16, to: &str) -> Result<Arc<View>, ClusterError> {
+        let _one_at_a_time = self.push_lock.lock();
+        let current = self.view();
+        if current.map.owner(slot).is_some_and(|n| n.id == to) {
+            return Ok(current);
+        }
+        let map = current.map.with_slots_moved(&[slot], to)?;
+        let version = map.version();
+        let text = map.to_toml();
+        let view = Arc::new(View::new(map, &self.my_id)?);
+        save_atomic(&self.path, text.as_bytes()).map_err(|source| ClusterError::Save {
+            path: self.path.clone(),
+            source,
+        })?;
+        *self.current.write() = view.clone();
+        tracing::info!(
+            version,
+            slot,
+            node = to,
+            "cluster map updated by CLUSTER SETSLOT NODE"
+        );
+        Ok(view)
+    }
+}
+
 /// The admin commands of cluster mode (not in kvproto's command table: the network thread
 /// recognises them by name when `Command::parse` does not know them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -742,12 +780,28 @@ pub enum AdminOutcome {
 /// Pushes that may wait for the saver thread; more are refused with an error.
 const SAVER_QUEUE: usize = 16;
 
-/// A push handed to the saver thread.
+/// A map change handed to the saver thread, answered to connection `conn` under `seq`.
 struct PushJob {
     conn: u64,
     seq: u64,
-    version: Bytes,
-    text: Bytes,
+    change: MapChange,
+}
+
+/// What a [`PushJob`] changes.
+enum MapChange {
+    /// `LS.CLUSTERMAP <version> <toml>`.
+    Push { version: Bytes, text: Bytes },
+    /// `CLUSTER SETSLOT slot NODE id` (see [`Cluster::move_slot`]).
+    MoveSlot { slot: u16, to: String },
+}
+
+impl MapChange {
+    fn run(&self, cluster: &Cluster) -> Result<Arc<View>, ClusterError> {
+        match self {
+            MapChange::Push { version, text } => cluster.push(version, text),
+            MapChange::MoveSlot { slot, to } => cluster.move_slot(*slot, to),
+        }
+    }
 }
 
 /// The saver thread's handle.
@@ -779,6 +833,10 @@ pub struct Gate {
     /// Slots this drive is taking over (`CLUSTER SETSLOT slot IMPORTING node`): the node id
     /// they come from.
     importing: HashMap<u16, String>,
+    /// `CLUSTER SETSLOT slot NODE id` whose map change is being saved: the slot's migration
+    /// state ends once the map in force gives it to `id` (not before: until then this
+    /// drive may still own the slot, and a key missing here must still be asked for there).
+    ending: HashMap<u16, String>,
 }
 
 impl Gate {
@@ -791,6 +849,7 @@ impl Gate {
             saver: None,
             migrating: HashMap::new(),
             importing: HashMap::new(),
+            ending: HashMap::new(),
         }
     }
 
@@ -807,7 +866,7 @@ impl Gate {
             .name("ls-clustermap".into())
             .spawn(move || {
                 for job in rx {
-                    let reply = match cluster.push(&job.version, &job.text) {
+                    let reply = match job.change.run(&cluster) {
                         Ok(_) => Reply::ok(),
                         Err(e) => Reply::error(format!("ERR {e}")),
                     };
@@ -825,15 +884,52 @@ impl Gate {
     }
 
     /// Reloads the view if a push finished since the last call (the network thread calls it
-    /// after taking replies off the queue and before running anything after them).
-    pub fn refresh(&mut self) {
+    /// after taking replies off the queue and before running anything after them). True when it did (the
+    /// migration state may have changed with it).
+    pub fn refresh(&mut self) -> bool {
         if let Some(s) = &mut self.saver {
             let done = s.done.load(Ordering::Acquire);
             if done != s.seen {
                 s.seen = done;
                 self.view = self.shared.view();
+                self.end_migrations();
+                return true;
             }
         }
+        false
+    }
+
+    /// Ends the migration state of the slots whose `SETSLOT NODE` is now in the map.
+    fn end_migrations(&mut self) {
+        let view = &self.view;
+        let done: Vec<u16> = self
+            .ending
+            .iter()
+            .filter(|(slot, id)| view.map.owner(**slot).is_some_and(|n| &n.id == *id))
+            .map(|(slot, _)| *slot)
+            .collect();
+        for slot in done {
+            self.ending.remove(&slot);
+            self.migrating.remove(&slot);
+            self.importing.remove(&slot);
+        }
+    }
+
+    /// This drive's open slots as `CLUSTER NODES` marks them, in slot order.
+    fn open_slot_marks(&self) -> String {
+        use std::fmt::Write as _;
+        let mut open: Vec<(u16, &str, &String)> = self
+            .migrating
+            .iter()
+            .map(|(s, id)| (*s, "->-", id))
+            .chain(self.importing.iter().map(|(s, id)| (*s, "-<-", id)))
+            .collect();
+        open.sort_unstable();
+        let mut out = String::new();
+        for (slot, arrow, id) in open {
+            let _ = write!(out, " [{slot}{arrow}{id}]");
+        }
+        out
     }
 
     /// See [`View::check`], with a slot being migrated as Redis Cluster serves one: on the
@@ -888,15 +984,19 @@ impl Gate {
     }
 
     /// See [`View::cluster_command`]; `CLUSTER SETSLOT` is answered here (it changes this
-    /// drive's migration state, which outlives map pushes but not a restart).
-    pub fn cluster_command(&mut self, args: &[Bytes]) -> Reply {
-        if args
-            .first()
-            .is_some_and(|s| s.eq_ignore_ascii_case(b"setslot"))
-        {
-            return self.set_slot(&args[1..]);
+    /// drive's migration state, which outlives map pushes but not a restart, and with NODE
+    /// the map), and so is `CLUSTER NODES` (which shows the migration state). `conn` and
+    /// `seq` name the reply of a map change the saver thread answers.
+    pub fn cluster_command(&mut self, args: &[Bytes], conn: u64, seq: u64) -> AdminOutcome {
+        match args.first() {
+            Some(s) if s.eq_ignore_ascii_case(b"setslot") => self.set_slot(&args[1..], conn, seq),
+            Some(s) if s.eq_ignore_ascii_case(b"nodes") && args.len() == 1 => {
+                AdminOutcome::Reply(Reply::Verbatim(Bytes::from(
+                    self.view.nodes_text_marked(&self.open_slot_marks()),
+                )))
+            }
+            _ => AdminOutcome::Reply(self.view.cluster_command(args)),
         }
-        self.view.cluster_command(args)
     }
 
     /// The slots this drive hands over and the addresses of the drives taking them.
@@ -907,12 +1007,16 @@ impl Gate {
             .collect()
     }
 
-    /// `CLUSTER SETSLOT slot MIGRATING node | IMPORTING node | STABLE | NODE node`. Slot
-    /// ownership itself changes with the map (`LS.CLUSTERMAP`): NODE only ends a migration
-    /// once the map already gives the slot to that node.
-    fn set_slot(&mut self, rest: &[Bytes]) -> Reply {
+    /// `CLUSTER SETSLOT slot MIGRATING node | IMPORTING node | STABLE | NODE node`. NODE
+    /// gives the slot to that node in this drive's map (one version newer, saved before the
+    /// reply, by the saver thread when there is one) and then ends the slot's migration,
+    /// as `redis-cli --cluster reshard` expects of every primary it tells. Unlike Redis, the
+    /// drive does not refuse NODE while it still holds keys of the slot (counting them is a
+    /// walk of the keyspace, too slow for the network thread): the migration tool moves
+    /// them first.
+    fn set_slot(&mut self, rest: &[Bytes], conn: u64, seq: u64) -> AdminOutcome {
         if rest.len() < 2 {
-            return wrong_args("cluster|setslot");
+            return AdminOutcome::Reply(wrong_args("cluster|setslot"));
         }
         let slot = match std::str::from_utf8(&rest[0])
             .ok()
@@ -920,7 +1024,7 @@ impl Gate {
             .filter(|s| *s < SLOT_COUNT)
         {
             Some(s) => s,
-            None => return Reply::error("ERR Invalid or out of range slot"),
+            None => return AdminOutcome::Reply(Reply::error("ERR Invalid or out of range slot")),
         };
         let action = rest[1].to_ascii_lowercase();
         let node = |id: &Bytes| -> Result<String, Reply> {
@@ -934,57 +1038,68 @@ impl Gate {
             }
         };
         let primary = self.view.role(slot) == Role::Primary;
-        match (action.as_slice(), rest.get(2), rest.len()) {
-            (b"migrating", Some(id), 3) => {
-                if !primary {
-                    return Reply::error(format!("ERR I'm not the owner of hash slot {slot}"));
-                }
-                match node(id) {
-                    Ok(id) => {
-                        self.migrating.insert(slot, id);
-                        Reply::ok()
-                    }
-                    Err(r) => r,
-                }
-            }
-            (b"importing", Some(id), 3) => {
-                if primary {
-                    return Reply::error(format!("ERR I'm already the owner of hash slot {slot}"));
-                }
-                match node(id) {
-                    Ok(id) => {
-                        self.importing.insert(slot, id);
-                        Reply::ok()
-                    }
-                    Err(r) => r,
-                }
-            }
+        let outcome = match (action.as_slice(), rest.get(2), rest.len()) {
+            (b"migrating", Some(_), 3) if !primary => Err(Reply::error(format!(
+                "ERR I'm not the owner of hash slot {slot}"
+            ))),
+            (b"migrating", Some(id), 3) => node(id).map(|id| {
+                self.ending.remove(&slot);
+                self.migrating.insert(slot, id);
+                Reply::ok()
+            }),
+            (b"importing", Some(_), 3) if primary => Err(Reply::error(format!(
+                "ERR I'm already the owner of hash slot {slot}"
+            ))),
+            (b"importing", Some(id), 3) => node(id).map(|id| {
+                self.ending.remove(&slot);
+                self.importing.insert(slot, id);
+                Reply::ok()
+            }),
             (b"stable", None, 2) => {
+                self.ending.remove(&slot);
                 self.migrating.remove(&slot);
                 self.importing.remove(&slot);
-                Reply::ok()
+                Ok(Reply::ok())
             }
             (b"node", Some(id), 3) => match node(id) {
-                Ok(id) => {
-                    let owner = self.view.map.owner(slot).map(|n| n.id.clone());
-                    if owner.as_deref() != Some(id.as_str()) {
-                        return Reply::error(format!(
-                            "ERR slot {slot} belongs to {} in this drive's cluster map (version {}): \
-                             slot ownership changes with LS.CLUSTERMAP on this drive",
-                            owner.unwrap_or_default(),
-                            self.view.map.version()
-                        ));
-                    }
-                    self.migrating.remove(&slot);
-                    self.importing.remove(&slot);
+                Ok(id) => return self.give_slot(slot, id, conn, seq),
+                Err(r) => Err(r),
+            },
+            _ => Err(Reply::error(
+                "ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP",
+            )),
+        };
+        AdminOutcome::Reply(outcome.unwrap_or_else(|r| r))
+    }
+
+    /// `CLUSTER SETSLOT slot NODE id`: the map change (see [`Cluster::move_slot`]), then
+    /// the end of the slot's migration.
+    fn give_slot(&mut self, slot: u16, id: String, conn: u64, seq: u64) -> AdminOutcome {
+        self.ending.insert(slot, id.clone());
+        if self.view.map.owner(slot).is_some_and(|n| n.id == id) {
+            self.end_migrations();
+            return AdminOutcome::Reply(Reply::ok());
+        }
+        let change = MapChange::MoveSlot { slot, to: id };
+        let reply = match &self.saver {
+            Some(s) => {
+                return match s.tx.try_send(PushJob { conn, seq, change }) {
+                    Ok(()) => AdminOutcome::Deferred,
+                    Err(_) => AdminOutcome::Reply(Reply::error(
+                        "ERR too many cluster map changes in progress; try again",
+                    )),
+                };
+            }
+            None => match change.run(&self.shared) {
+                Ok(view) => {
+                    self.view = view;
+                    self.end_migrations();
                     Reply::ok()
                 }
-                Err(r) => r,
+                Err(e) => Reply::error(format!("ERR {e}")),
             },
-            _ => Reply::error(
-                "ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP",
-            ),
-        }
+        };
+        AdminOutcome::Reply(reply)
     }
 
     /// Runs an admin command for connection `conn` in `mode`; `seq` numbers its reply
@@ -1010,8 +1125,10 @@ impl Gate {
                         let job = PushJob {
                             conn,
                             seq,
-                            version: version.clone(),
-                            text: text.clone(),
+                            change: MapChange::Push {
+                                version: version.clone(),
+                                text: text.clone(),
+                            },
                         };
                         return match s.tx.try_send(job) {
                             Ok(()) => AdminOutcome::Deferred,
@@ -1186,7 +1303,14 @@ mod tests {
         let setslot = |g: &mut Gate, a: &[&str]| {
             let mut all = vec!["SETSLOT"];
             all.extend_from_slice(a);
-            g.cluster_command(&args(&all))
+            match g.cluster_command(&args(&all), 1, 0) {
+                AdminOutcome::Reply(r) => r,
+                AdminOutcome::Deferred => panic!("no saver thread here"),
+            }
+        };
+        let nodes = |g: &mut Gate| match g.cluster_command(&args(&["NODES"]), 1, 0) {
+            AdminOutcome::Reply(Reply::Verbatim(t)) => String::from_utf8(t.to_vec()).unwrap(),
+            _ => panic!("CLUSTER NODES is text"),
         };
         assert_eq!(
             setslot(&mut src, &["3300", "MIGRATING", &id(1)]),
@@ -1196,6 +1320,16 @@ mod tests {
             setslot(&mut dst, &["3300", "IMPORTING", &id(0)]),
             Reply::ok()
         );
+        // CLUSTER NODES shows the open slots on the drive's own line, as Redis does.
+        let line = |text: String, me: usize| {
+            text.lines()
+                .find(|l| l.starts_with(&id(me)))
+                .unwrap()
+                .to_owned()
+        };
+        assert!(line(nodes(&mut src), 0).ends_with(&format!(" [3300->-{}]", id(1))));
+        assert!(line(nodes(&mut dst), 1).ends_with(&format!(" [3300-<-{}]", id(0))));
+        assert!(!line(nodes(&mut src), 1).contains('['));
         let here = |k: &[u8]| k == b"{b}here";
         let plain = ConnMode::default();
         let asking = ConnMode {
@@ -1249,6 +1383,48 @@ mod tests {
             err_text(Some(setslot(&mut src, &["x", "STABLE"]))),
             "ERR Invalid or out of range slot"
         );
+
+        // The end of a move as redis-cli --cluster reshard makes it: NODE to the target,
+        // then to the source. Each drive's map gives the slot to the target (one version
+        // newer, saved), and the slot's migration ends.
+        assert_eq!(
+            setslot(&mut src, &["3300", "MIGRATING", &id(1)]),
+            Reply::ok()
+        );
+        assert_eq!(
+            setslot(&mut dst, &["3300", "IMPORTING", &id(0)]),
+            Reply::ok()
+        );
+        for g in [&mut dst, &mut src] {
+            assert_eq!(setslot(g, &["3300", "NODE", &id(1)]), Reply::ok());
+            assert_eq!(g.view.map().owner(3300).unwrap().id, id(1));
+            assert_eq!(g.view.map().owner(3299).unwrap().id, id(0));
+            assert_eq!(g.view.map().version(), 2);
+            assert!(g.migrating.is_empty() && g.importing.is_empty());
+            assert!(!nodes(g).contains('['));
+        }
+        let saved = |me: usize| {
+            let text = std::fs::read_to_string(dir.path().join(format!("map-{me}.toml")));
+            ClusterMap::from_toml(&text.unwrap()).unwrap()
+        };
+        assert_eq!(saved(0), *src.view.map());
+        assert_eq!(saved(1), *dst.view.map());
+        assert_eq!(
+            err_text(src.check(&cmd(&["GET", "{b}gone"]), false, plain, here)),
+            "MOVED 3300 127.0.0.1:7002"
+        );
+        assert!(dst
+            .check(&cmd(&["GET", "{b}gone"]), false, plain, here)
+            .is_none());
+        // Again: nothing changes. To a replica or an unknown node: refused.
+        assert_eq!(setslot(&mut src, &["3300", "NODE", &id(1)]), Reply::ok());
+        assert_eq!(src.view.map().version(), 2);
+        assert_eq!(
+            err_text(Some(setslot(&mut src, &["3300", "NODE", &id(3)]))),
+            "ERR Target node is not a master"
+        );
+        assert!(err_text(Some(setslot(&mut src, &["3300", "NODE", &id(9)])))
+            .starts_with("ERR I don't know about node"));
     }
 
     #[test]

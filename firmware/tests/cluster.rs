@@ -1,7 +1,8 @@
 //! Redis Cluster mode against real drives and real clients: CLUSTER subcommands in Redis 7's
 //! formats, MOVED / CROSSSLOT / hash tags on a raw socket, replicas (READONLY, LS.REPLICA),
 //! the redis-rs cluster client, `redis-cli -c`, `redis-benchmark --cluster`, pushing a newer
-//! map (LS.CLUSTERMAP) with restart, bad input, and maps refused at start.
+//! map (LS.CLUSTERMAP) with restart, slot moves (by hand and by `redis-cli --cluster
+//! reshard`), bad input, and maps refused at start.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{have_tool, Drive};
+use common::{have_tool, record_skip, Drive};
 use kvproto::cluster::{even_ranges, key_slot, ClusterMap, NodeSpec};
 use redis::Commands;
 
@@ -143,7 +144,7 @@ struct Node {
 /// A cluster of drives started with `--port 0`: they start on a map with placeholder
 /// addresses (version 1), then the map with their real addresses (version 2) is pushed.
 struct TestCluster {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     nodes: Vec<Node>,
     /// The node specs of the current map.
     specs: Vec<NodeSpec>,
@@ -210,7 +211,7 @@ impl TestCluster {
         let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.drive.addr).collect();
         let specs = specs(primaries, replicas_of_first, &addrs);
         let mut c = TestCluster {
-            _dir: dir,
+            dir,
             nodes,
             specs,
         };
@@ -834,7 +835,7 @@ impl Raw {
 /// states cleared. A redis-rs cluster client reads and writes across the whole move.
 #[test]
 fn a_slot_moves_live_with_ask_redirects() {
-    let mut c = TestCluster::start(2, 0, &[]);
+    let c = TestCluster::start(2, 0, &[]);
     let (a, b) = (c.addr(0), c.addr(1));
     // "b" hashes to slot 3300, owned by node 0 (0-8191); "{b}..." keys share the slot.
     let slot = key_slot(b"b");
@@ -992,17 +993,21 @@ fn a_slot_moves_live_with_ask_redirects() {
     assert_eq!(n1.call(&["GET", "{b}client"]), bulk("c"));
     assert_eq!(n0.call(&["CLUSTER", "COUNTKEYSINSLOT", "3300"]), R::Int(0));
 
-    // The new map gives the slot to node 1; the states end.
-    let mut specs = c.specs.clone();
-    specs[0].slots = vec![[0, 3299], [3301, 8191]];
-    specs[1].slots = vec![[3300, 3300], [8192, 16383]];
-    assert_eq!(
-        n0.call(&["CLUSTER", "SETSLOT", "3300", "NODE", &id1]).text(),
-        format!("ERR slot 3300 belongs to {id0} in this drive's cluster map (version 2): slot ownership changes with LS.CLUSTERMAP on this drive")
-    );
-    c.push(3, &specs, &[]);
-    for n in [&mut n0, &mut n1] {
+    // SETSLOT NODE gives the slot to node 1 in each drive's map (target first, as
+    // redis-cli does); the states end.
+    for n in [&mut n1, &mut n0] {
         assert_eq!(n.call(&["CLUSTER", "SETSLOT", "3300", "NODE", &id1]), ok());
+    }
+    for node in &c.nodes {
+        let saved = ClusterMap::from_toml(&std::fs::read_to_string(&node.map_path).unwrap());
+        let saved = saved.unwrap();
+        assert_eq!(
+            saved.version(),
+            3,
+            "each drive's map is one version newer, saved"
+        );
+        assert_eq!(saved.owner(3300).unwrap().id, id1);
+        assert_eq!(saved.owner(3301).unwrap().id, id0);
     }
     assert_eq!(n0.call(&["GET", "b"]), err(&format!("MOVED 3300 {b}")));
     assert_eq!(n1.call(&["GET", "b"]), bulk("v-b"));
@@ -1025,4 +1030,161 @@ fn a_slot_moves_live_with_ask_redirects() {
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "v-{b}7");
     }
+}
+
+/// redis-py's `RedisCluster` writing `py:{i}` until the file in `argv[3]` exists; prints how
+/// many writes were acknowledged.
+const REDIS_PY_CLUSTER_WRITER: &str = r#"
+import os, sys
+from redis.cluster import RedisCluster
+r = RedisCluster(host=sys.argv[1], port=int(sys.argv[2]))
+i = 0
+while not os.path.exists(sys.argv[3]) or i < 10:
+    r.set(f"py:{i}", i)
+    i += 1
+print(i)
+"#;
+
+/// `redis-cli --cluster reshard` moves slots between drives as it does between Redis
+/// nodes (SETSLOT IMPORTING/MIGRATING, GETKEYSINSLOT, MIGRATE, SETSLOT NODE to every
+/// primary) while redis-rs's and redis-py's cluster clients keep writing; `redis-cli
+/// --cluster check` then finds the drives agreeing, no open slot, every slot covered, and
+/// every acknowledged write reads back.
+#[test]
+fn redis_cli_reshard_moves_slots_while_a_client_writes() {
+    if !have_tool("redis-cli") {
+        return;
+    }
+    let python = "/usr/bin/python3";
+    let have_py = Command::new(python)
+        .args(["-c", "import redis.cluster"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_py {
+        record_skip(
+            "tool",
+            "python3-redis",
+            "Debian's python3-redis is not installed (cargo xtask test installs it)",
+        );
+        return;
+    }
+    let c = TestCluster::start(2, 0, &[]);
+    let (a, b) = (c.addr(0), c.addr(1));
+    let stop_file = c.dir.path().join("stop-py");
+    let py = Command::new(python)
+        .arg("-c")
+        .arg(REDIS_PY_CLUSTER_WRITER)
+        .arg("127.0.0.1")
+        .arg(c.nodes[0].drive.addr.port().to_string())
+        .arg(&stop_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = redis::cluster::ClusterClient::new(vec![format!("redis://{a}/")]).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let keys: Vec<String> = (0..300).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        let _: () = con.set(k, format!("v-{k}")).unwrap();
+    }
+    // A writer through the whole move: every write it saw acknowledged must read back.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let mut con = client.get_connection().unwrap();
+            let mut acked = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let k = format!("live:{i}");
+                let r: redis::RedisResult<()> = con.set(&k, i);
+                r.unwrap_or_else(|e| panic!("SET {k} during the reshard: {e}"));
+                acked.push(k);
+                i += 1;
+            }
+            acked
+        })
+    };
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli").args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "redis-cli {args:?}:\n{text}");
+        text
+    };
+    let (id0, id1) = (id(0), id(1));
+    let moved = cli(&[
+        "--cluster",
+        "reshard",
+        &a,
+        "--cluster-from",
+        &id0,
+        "--cluster-to",
+        &id1,
+        "--cluster-slots",
+        "300",
+        "--cluster-yes",
+    ]);
+    assert!(!moved.contains("ERR"), "reshard:\n{moved}");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let acked = writer.join().unwrap();
+    assert!(!acked.is_empty());
+    std::fs::write(&stop_file, b"").unwrap();
+    let py = py.wait_with_output().unwrap();
+    assert!(
+        py.status.success(),
+        "redis-py's RedisCluster during the reshard:\n{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let py_acked: u64 = String::from_utf8_lossy(&py.stdout).trim().parse().unwrap();
+
+    let check = cli(&["--cluster", "check", &b]);
+    for want in [
+        "[OK] All nodes agree about slots configuration.",
+        "[OK] All 16384 slots covered.",
+    ] {
+        assert!(check.contains(want), "check lacks {want:?}:\n{check}");
+    }
+    // An open slot (a migration never ended) would be a warning.
+    assert!(!check.contains("[WARNING]"), "check:\n{check}");
+    // Node 0's first 300 slots are node 1's now, in both drives' saved maps.
+    for node in &c.nodes {
+        let saved = ClusterMap::from_toml(&std::fs::read_to_string(&node.map_path).unwrap());
+        let saved = saved.unwrap();
+        assert_eq!(saved.owner(0).unwrap().id, id1);
+        assert_eq!(saved.owner(299).unwrap().id, id1);
+        assert_eq!(saved.owner(300).unwrap().id, id0);
+    }
+    let fresh = redis::cluster::ClusterClient::new(vec![format!("redis://{b}/")]).unwrap();
+    let mut con = fresh.get_connection().unwrap();
+    for k in &keys {
+        let v: String = con.get(k).unwrap();
+        assert_eq!(v, format!("v-{k}"), "{k} after the reshard");
+    }
+    for (i, k) in acked.iter().enumerate() {
+        let v: u64 = con.get(k).unwrap();
+        assert_eq!(v, i as u64, "{k}, acknowledged during the reshard");
+    }
+    for i in 0..py_acked {
+        let v: u64 = con.get(format!("py:{i}")).unwrap();
+        assert_eq!(v, i, "py:{i}, acknowledged to redis-py during the reshard");
+    }
+    // Each key lives on the drive the map names, and only there.
+    let (mut n0, mut n1) = (c.raw(0), c.raw(1));
+    let count =
+        |n: &mut Raw, slot: u16| match n.call(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]) {
+            R::Int(v) => v,
+            other => panic!("COUNTKEYSINSLOT: {other:?}"),
+        };
+    let mut on_moved_slots = 0;
+    for k in keys.iter().chain(acked.iter()) {
+        let slot = key_slot(k.as_bytes());
+        if slot < 300 {
+            on_moved_slots += 1;
+            assert_eq!(count(&mut n0, slot), 0, "slot {slot} left on node 0");
+            assert!(count(&mut n1, slot) > 0, "slot {slot} on node 1");
+        }
+    }
+    assert!(on_moved_slots > 0, "some keys were in the moved slots");
 }

@@ -23,7 +23,7 @@
 //! replica_of = "3f1c0000000000000000000000000000000000a1"
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,9 @@ pub enum MapError {
         /// The second claimant.
         second: String,
     },
+    /// Slots were given to a node that is not a primary of the map.
+    #[error("node {0} is not a primary in the cluster map")]
+    NotAPrimary(String),
     /// A replica names a primary that is not in the map, is itself a replica, or has slots.
     #[error("node {id}: replica_of {primary:?} is not a primary in the map, or the replica also has slots")]
     BadReplica {
@@ -258,6 +261,29 @@ impl ClusterMap {
         })
     }
 
+    /// The map one version newer, with `slots` served by the primary `to` (each taken from
+    /// whoever served it): `CLUSTER SETSLOT slot NODE id` on a drive, and the last step of a
+    /// slot move.
+    ///
+    /// # Errors
+    /// [`MapError::NotAPrimary`] when `to` is not a primary of this map.
+    pub fn with_slots_moved(&self, slots: &[u16], to: &str) -> Result<ClusterMap, MapError> {
+        let target = self
+            .nodes
+            .iter()
+            .position(|n| n.id == to && n.replica_of.is_none())
+            .ok_or_else(|| MapError::NotAPrimary(to.to_owned()))?;
+        let moving: HashSet<u16> = slots.iter().copied().collect();
+        let mut nodes = self.nodes.clone();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if n.replica_of.is_none() {
+                let added = if i == target { slots } else { &[] };
+                n.slots = slot_ranges(&n.slots, &moving, added);
+            }
+        }
+        ClusterMap::new(self.version + 1, nodes)
+    }
+
     /// The map's TOML text (parses back to an equal map).
     pub fn to_toml(&self) -> String {
         let file = MapFile {
@@ -331,6 +357,27 @@ impl ClusterMap {
     }
 }
 
+/// `owned` without the slots in `gone` and with `added`, as sorted inclusive ranges.
+fn slot_ranges(owned: &[[u32; 2]], gone: &HashSet<u16>, added: &[u16]) -> Vec<[u32; 2]> {
+    let mut all: Vec<u16> = owned
+        .iter()
+        .flat_map(|&[a, b]| a..=b)
+        .filter_map(|s| u16::try_from(s).ok())
+        .filter(|s| !gone.contains(s))
+        .chain(added.iter().copied())
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut out: Vec<[u32; 2]> = Vec::new();
+    for s in all.into_iter().map(u32::from) {
+        match out.last_mut() {
+            Some(last) if last[1] + 1 == s => last[1] = s,
+            _ => out.push([s, s]),
+        }
+    }
+    out
+}
+
 /// Splits the 16384 slots evenly into `n` inclusive ranges, in order (`n` clamped to 1..=16384).
 pub fn even_ranges(n: usize) -> Vec<(u16, u16)> {
     let n = n.clamp(1, usize::from(SLOT_COUNT));
@@ -348,6 +395,51 @@ pub fn even_ranges(n: usize) -> Vec<(u16, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moved_slots_change_owner_and_ranges_stay_sorted_and_merged() {
+        let id = |n: u8| format!("{n:040x}");
+        let node = |n: u8, slots: Vec<[u32; 2]>, replica_of: Option<String>| NodeSpec {
+            id: id(n),
+            addr: format!("127.0.0.1:{}", 7000 + u16::from(n))
+                .parse()
+                .unwrap(),
+            slots,
+            replica_of,
+        };
+        let map = ClusterMap::new(
+            7,
+            vec![
+                node(1, vec![[0, 8191]], None),
+                node(2, vec![[8192, 16383]], None),
+                node(3, vec![], Some(id(1))),
+            ],
+        )
+        .unwrap();
+        let next = map
+            .with_slots_moved(&[0, 1, 2, 10, 8190, 8191], &id(2))
+            .unwrap();
+        assert_eq!(next.version(), 8);
+        assert_eq!(next.nodes()[0].slots, vec![[3, 9], [11, 8189]]);
+        assert_eq!(next.nodes()[1].slots, vec![[0, 2], [10, 10], [8190, 16383]]);
+        assert_eq!(next.owner(10).map(|n| n.id.clone()), Some(id(2)));
+        assert_eq!(next.slots_assigned(), 16384);
+        // Back again: the original ranges, two versions on.
+        let back = next
+            .with_slots_moved(&[0, 1, 2, 10, 8190, 8191], &id(1))
+            .unwrap();
+        assert_eq!(back.nodes()[0].slots, vec![[0, 8191]]);
+        assert_eq!(back.version(), 9);
+        // Only a primary of the map can take slots.
+        assert_eq!(
+            map.with_slots_moved(&[5], &id(3)),
+            Err(MapError::NotAPrimary(id(3)))
+        );
+        assert_eq!(
+            map.with_slots_moved(&[5], &id(9)),
+            Err(MapError::NotAPrimary(id(9)))
+        );
+    }
 
     #[test]
     fn slots_match_redis() {

@@ -277,6 +277,20 @@ impl Conn {
     }
 
     /// A request of `cost` went to a worker: pending until its reply arrives.
+    /// Counts a request whose reply the cluster map's saver thread sends once the map file
+    /// is durable (a map push, `CLUSTER SETSLOT NODE`): the next sequence number is its.
+    pub(super) fn defer_to_saver(&mut self, cost: usize, row: Option<usize>, now: Instant) {
+        self.next_seq += 1;
+        self.in_flight += 1;
+        self.in_flight_to = super::route::Route::Admin;
+        self.hold_in_flight(cost);
+        self.inflight_meta.push_back(InFlight {
+            row,
+            started: now,
+            args: Vec::new(),
+        });
+    }
+
     pub(super) fn hold_in_flight(&mut self, cost: usize) {
         self.pending_bytes += cost;
         self.inflight_costs.push_back(cost);

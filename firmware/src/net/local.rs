@@ -12,13 +12,16 @@ use super::auth;
 use super::conn::{client_line, valid_client_name, Conn};
 use super::route::{key_too_long, route_of, Route};
 use super::Net;
-use crate::cluster;
+use crate::cluster::{self, AdminOutcome};
 use crate::exec::TxItem;
 
 /// What running a connection-level command asks of the loop.
 pub(super) struct Local {
     pub(super) reply: Option<Reply>,
     pub(super) close: bool,
+    /// The reply comes later, through the reply queue under the connection's next sequence
+    /// number (a cluster map change, answered by the saver thread once it is durable).
+    pub(super) deferred: bool,
 }
 
 impl Net {
@@ -108,12 +111,14 @@ impl Net {
         let reply = |r: Reply| Local {
             reply: Some(r),
             close: false,
+            deferred: false,
         };
         if super::pubsub::is_pubsub(&cmd) {
             let r = self.pubsub_command(id, cmd);
             return Local {
                 reply: r,
                 close: false,
+                deferred: false,
             };
         }
         if super::session::is_session(&cmd) {
@@ -125,6 +130,7 @@ impl Net {
             return Local {
                 reply: None,
                 close: true,
+                deferred: false,
             };
         };
         match cmd {
@@ -136,6 +142,7 @@ impl Net {
             Command::Quit => Local {
                 reply: Some(Reply::ok()),
                 close: true,
+                deferred: false,
             },
             Command::Select(0) => reply(Reply::ok()),
             Command::Select(_) if self.cluster.is_some() => {
@@ -317,17 +324,25 @@ impl Net {
                 Local {
                     reply: None,
                     close: true,
+                    deferred: false,
                 }
             }
-            Command::Cluster(args) => reply(match &mut self.cluster {
+            Command::Cluster(args) => match &mut self.cluster {
                 Some(g) => {
-                    let r = g.cluster_command(&args);
+                    let r = g.cluster_command(&args, id, c.next_seq);
                     // The workers' copy of the slots being handed over.
                     self.store.migrations.set(g.migrating_targets());
-                    r
+                    match r {
+                        AdminOutcome::Reply(r) => reply(r),
+                        AdminOutcome::Deferred => Local {
+                            reply: None,
+                            close: false,
+                            deferred: true,
+                        },
+                    }
                 }
-                None => Reply::error(cluster::DISABLED_ERROR),
-            }),
+                None => reply(Reply::error(cluster::DISABLED_ERROR)),
+            },
             Command::Readonly | Command::Readwrite | Command::Asking if self.cluster.is_none() => {
                 reply(Reply::error(cluster::DISABLED_ERROR))
             }

@@ -663,15 +663,7 @@ impl Net {
                                     AdminOutcome::Deferred => {
                                         // Answered by the map's saver thread once the file
                                         // is durable.
-                                        c.next_seq += 1;
-                                        c.in_flight += 1;
-                                        c.in_flight_to = Route::Admin;
-                                        c.hold_in_flight(cost);
-                                        c.inflight_meta.push_back(InFlight {
-                                            row: None,
-                                            started: self.now,
-                                            args: Vec::new(),
-                                        });
+                                        c.defer_to_saver(cost, None, self.now);
                                         continue;
                                     }
                                 }
@@ -709,6 +701,10 @@ impl Net {
                 };
                 if let Some(r) = out.reply {
                     c.out.push(&r, c.proto);
+                }
+                if out.deferred {
+                    c.defer_to_saver(cost, None, self.now);
+                    continue;
                 }
                 if out.close {
                     c.closing = true;
@@ -896,7 +892,10 @@ impl Net {
         touched.dedup();
         // A finished map push swapped the view: load it before anything runs after it.
         if let Some(g) = self.cluster.as_mut() {
-            g.refresh();
+            if g.refresh() {
+                // The workers' copy of the slots being handed over.
+                self.store.migrations.set(g.migrating_targets());
+            }
         }
         for id in touched {
             self.run_backlog(id);

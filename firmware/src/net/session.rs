@@ -87,6 +87,7 @@ impl Net {
         let reply = |r: Reply| Local {
             reply: Some(r),
             close: false,
+            deferred: false,
         };
         match cmd {
             Command::Reset => {
@@ -215,6 +216,7 @@ impl Net {
         let reply = |r: Reply, close: bool| Local {
             reply: Some(r),
             close,
+            deferred: false,
         };
         let filters = match kill {
             ClientKill::Addr(addr) => ClientKillFilters {
