@@ -68,6 +68,26 @@ fn read_result<V: View + ?Sized>(v: &V, cmd: &Collection, proto: Protocol) -> Re
             }
         }
         C::SCard(key) => Reply::Integer(set::card(v, key)?),
+        C::Lcs { a, b, options } => {
+            // Both types first, then the options, as Redis checks them.
+            let (ka, kb) = (v.key_kind(a)?, v.key_kind(b)?);
+            if [ka, kb].iter().any(|k| k.is_some_and(|k| k != ks::STRING)) {
+                return Ok(Reply::error(
+                    "ERR The specified keys must contain string values",
+                ));
+            }
+            let o = match kvproto::command::types::LcsOptions::parse(options) {
+                Ok(o) => o,
+                Err(e) => return Ok(Reply::error(e.to_string())),
+            };
+            let read = |k: &Bytes, kind: Option<u8>| -> Result<Bytes> {
+                Ok(match kind {
+                    Some(_) => v.value(&ks::top(ks::STRING, k))?.unwrap_or_default(),
+                    None => Bytes::new(),
+                })
+            };
+            crate::lcs::reply(&read(a, ka)?, &read(b, kb)?, o)
+        }
         C::SRandMember { key, count: None } => {
             let one = set::random_members(v, key, 1)?.and_then(|m| m.into_iter().next());
             one.map_or(Reply::Null, Reply::Bulk)

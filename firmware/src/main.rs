@@ -23,6 +23,7 @@ mod exec;
 mod fsck_record;
 mod info;
 mod keyspace;
+mod lcs;
 mod migrate;
 mod net;
 mod queue;

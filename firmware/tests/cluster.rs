@@ -210,11 +210,7 @@ impl TestCluster {
             .collect();
         let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.drive.addr).collect();
         let specs = specs(primaries, replicas_of_first, &addrs);
-        let mut c = TestCluster {
-            dir,
-            nodes,
-            specs,
-        };
+        let mut c = TestCluster { dir, nodes, specs };
         c.push(2, &c.specs.clone(), extra);
         c
     }

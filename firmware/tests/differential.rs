@@ -932,6 +932,90 @@ fn expiry_keyspace_and_string_commands_answer_as_redis_server_does() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+/// LCS: the string, LEN, IDX with MINMATCHLEN and WITHMATCHLEN, missing and empty keys,
+/// wrong types (checked before the options, as Redis does), bad options, inside MULTI; then
+/// random strings over a small alphabet (many equally long answers: the drive must pick
+/// Redis's), compared with every option.
+#[test]
+fn lcs_answers_as_redis_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let script: &[&str] = &[
+        "1: SET a ohmytext",
+        "1: SET b mynewtext",
+        "1: LCS a b",
+        "1: LCS a b LEN",
+        "1: LCS a b IDX",
+        "1: LCS a b IDX MINMATCHLEN 4",
+        "1: LCS a b IDX MINMATCHLEN 4 WITHMATCHLEN",
+        "1: LCS a b IDX WITHMATCHLEN MINMATCHLEN -3",
+        "1: LCS a b withmatchlen",
+        "1: LCS a b MINMATCHLEN 2",
+        "1: LCS a b LEN IDX",
+        "1: LCS a b IDX LEN",
+        "1: LCS a b MINMATCHLEN",
+        "1: LCS a b MINMATCHLEN x",
+        "1: LCS a b BOGUS",
+        "1: LCS a missing",
+        "1: LCS missing a IDX",
+        "1: LCS missing other LEN",
+        "1: SET e <empty>",
+        "1: LCS e a",
+        "1: LCS a a",
+        "1: LCS a a IDX WITHMATCHLEN",
+        "1: HSET h f v",
+        "1: LCS a h",
+        "1: LCS h a BOGUS",
+        "1: LCS a",
+        "1: SET n 1234567890",
+        "1: SET m 9876543210",
+        "1: LCS n m IDX WITHMATCHLEN",
+        "1: MULTI",
+        "1: SET a abcbdab",
+        "1: SET b bdcaba",
+        "1: LCS a b",
+        "1: LCS a b IDX WITHMATCHLEN",
+        "1: EXEC",
+        "1: LCS a b LEN",
+    ];
+    let differ = run_script(&redis, &drive, script, Duration::from_millis(0));
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(17);
+    let (mut r, mut d) = (redis.conn(), drive.conn());
+    let mut differ = Vec::new();
+    for round in 0..150 {
+        let word = |rng: &mut rand::rngs::SmallRng| -> String {
+            let n = rng.gen_range(0..40);
+            (0..n)
+                .map(|_| ['a', 'b', 'c'][rng.gen_range(0..3)])
+                .collect()
+        };
+        let (x, y) = (word(&mut rng), word(&mut rng));
+        for (k, v) in [("x", &x), ("y", &y)] {
+            let set = vec!["SET".to_string(), k.to_string(), v.clone()];
+            let _ = both(&mut r, &mut d, &set, &[]);
+        }
+        let opts: &[&str] = match round % 4 {
+            0 => &[],
+            1 => &["LEN"],
+            2 => &["IDX"],
+            _ => &["IDX", "MINMATCHLEN", "2", "WITHMATCHLEN"],
+        };
+        let mut cmd = vec!["LCS".to_string(), "x".into(), "y".into()];
+        cmd.extend(opts.iter().map(|o| o.to_string()));
+        let (want, got) = both(&mut r, &mut d, &cmd, &[]);
+        if want != got {
+            differ.push(format!(
+                "LCS {x:?} {y:?} {opts:?}:\n  redis-server: {want}\n  drive:        {got}"
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
 /// Commands of the random sequence, over a few keys of every type.
 fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
     use rand::Rng;

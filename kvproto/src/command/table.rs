@@ -236,6 +236,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns a substring of a string value."
     ),
     spec!(
+        "lcs",
+        -3,
+        ["readonly"],
+        1,
+        2,
+        1,
+        "string",
+        "O(N*M) where N and M are the lengths of s1 and s2, respectively",
+        "Finds the longest common substring."
+    ),
+    spec!(
         "incr",
         2,
         ["write", "denyoom", "fast"],

@@ -96,6 +96,14 @@ pub enum Collection {
         dst: Bytes,
         keys: Vec<Bytes>,
     },
+    /// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`: the options are kept as
+    /// given and parsed when the command runs ([`LcsOptions::parse`]), after the keys'
+    /// types are checked, as Redis does.
+    Lcs {
+        a: Bytes,
+        b: Bytes,
+        options: Vec<Bytes>,
+    },
     /// `SINTERCARD numkeys key... [LIMIT n]` (0: no limit).
     SInterCard {
         keys: Vec<Bytes>,
@@ -550,6 +558,51 @@ fn parse_mpop(a: &[Bytes], zset: bool, blocking: bool) -> Result<Collection, Com
     })
 }
 
+/// LCS's options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LcsOptions {
+    /// `LEN`: the length only.
+    pub len: bool,
+    /// `IDX`: the matching ranges and the length.
+    pub idx: bool,
+    /// `MINMATCHLEN n`: ranges shorter than this are left out of IDX's reply (0: none).
+    pub min_match_len: u64,
+    /// `WITHMATCHLEN`: each IDX range with its length.
+    pub with_match_len: bool,
+}
+
+impl LcsOptions {
+    /// Parses LCS's options (the arguments after the two keys).
+    ///
+    /// # Errors
+    /// Redis's: a syntax error for an unknown option or MINMATCHLEN without its number, the
+    /// integer error for a bad number, and the LEN-with-IDX refusal.
+    pub fn parse(options: &[Bytes]) -> Result<LcsOptions, CommandError> {
+        let mut o = LcsOptions::default();
+        let mut j = 0;
+        while j < options.len() {
+            match lower(&options[j]).as_slice() {
+                b"idx" => o.idx = true,
+                b"len" => o.len = true,
+                b"withmatchlen" => o.with_match_len = true,
+                b"minmatchlen" if j + 1 < options.len() => {
+                    // Negative counts as 0, as in Redis.
+                    o.min_match_len = u64::try_from(int(&options[j + 1])?).unwrap_or(0);
+                    j += 1;
+                }
+                _ => return Err(err(SYNTAX)),
+            }
+            j += 1;
+        }
+        if o.idx && o.len {
+            return Err(err(
+                "ERR If you want both the length and indexes, please just use IDX.",
+            ));
+        }
+        Ok(o)
+    }
+}
+
 fn parse_sintercard(a: &[Bytes]) -> Result<Collection, CommandError> {
     let numkeys_err = || err("ERR numkeys should be greater than 0");
     let n = super::parse_i64(&a[0])
@@ -625,6 +678,11 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                 keys: rest(),
             },
             "sintercard" => parse_sintercard(a)?,
+            "lcs" => C::Lcs {
+                a: key(),
+                b: a[1].clone(),
+                options: a[2..].to_vec(),
+            },
             "smove" => C::SMove {
                 src: key(),
                 dst: a[1].clone(),
@@ -908,6 +966,7 @@ impl Collection {
                 SetOp::Diff => "sdiffstore",
             },
             C::SInterCard { .. } => "sintercard",
+            C::Lcs { .. } => "lcs",
             C::SMove { .. } => "smove",
             C::CollScan { of, .. } => match of {
                 ScanOf::Set => "sscan",
@@ -976,6 +1035,7 @@ impl Collection {
             C::SMove { src, dst, .. } | C::LMove { src, dst, .. } | C::BLMove { src, dst, .. } => {
                 vec![&src[..], &dst[..]]
             }
+            C::Lcs { a, b, .. } => vec![&a[..], &b[..]],
             C::BPop { keys, .. }
             | C::BZPop { keys, .. }
             | C::MPop { keys, .. }
