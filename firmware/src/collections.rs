@@ -68,6 +68,8 @@ fn read_result<V: View + ?Sized>(v: &V, cmd: &Collection, proto: Protocol) -> Re
             }
         }
         C::SCard(key) => Reply::Integer(set::card(v, key)?),
+        C::Object { of, key } => crate::object::reply(v, *of, key)?,
+        C::ObjectHelp => crate::object::help(),
         C::Lcs { a, b, options } => {
             // Both types first, then the options, as Redis checks them.
             let (ka, kb) = (v.key_kind(a)?, v.key_kind(b)?);

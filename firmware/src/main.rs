@@ -26,6 +26,7 @@ mod keyspace;
 mod lcs;
 mod migrate;
 mod net;
+mod object;
 mod queue;
 mod rdb;
 mod store;

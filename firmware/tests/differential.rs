@@ -1016,6 +1016,163 @@ fn lcs_answers_as_redis_server_does() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+/// OBJECT against redis-server 7.0 where 7.0 and 7.2 agree: strings (int, embstr, raw, the
+/// shared integers' REFCOUNT), hashes and sorted sets on both sides of their listpack
+/// limits, sets of integers (intset), missing keys, FREQ's error, HELP and the argument
+/// errors. (7.2 keeps small lists and small sets of strings as listpacks where 7.0 has
+/// quicklist and hashtable: `object_encodings_follow_redis_7_2` checks those on the drive.)
+#[test]
+fn object_answers_as_redis_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let long = "x".repeat(45);
+    let at_limit = "y".repeat(44);
+    let wide = "w".repeat(65);
+    let mut script: Vec<String> = [
+        "SET i 123",
+        "SET big 99999",
+        "SET neg -5",
+        "SET zero 0123",
+        "SET minus -0",
+        "SET max 9223372036854775807",
+        "SET over 12345678901234567890",
+        "SET s hello",
+        "SET e <empty>",
+        "HSET h f v",
+        "ZADD z 1 m",
+        "SADD ints 1 2 3 -7",
+        "OBJECT ENCODING i",
+        "OBJECT REFCOUNT i",
+        "OBJECT ENCODING big",
+        "OBJECT REFCOUNT big",
+        "OBJECT ENCODING neg",
+        "OBJECT ENCODING zero",
+        "OBJECT ENCODING minus",
+        "OBJECT ENCODING max",
+        "OBJECT ENCODING over",
+        "OBJECT ENCODING s",
+        "OBJECT REFCOUNT s",
+        "OBJECT ENCODING e",
+        "OBJECT ENCODING h",
+        "OBJECT ENCODING z",
+        "OBJECT ENCODING ints",
+        "OBJECT REFCOUNT h",
+        "OBJECT ENCODING missing",
+        "OBJECT REFCOUNT missing",
+        "OBJECT IDLETIME missing",
+        "OBJECT FREQ missing",
+        "OBJECT FREQ s",
+        "OBJECT IDLETIME s",
+        "OBJECT HELP",
+        "OBJECT help extra",
+        "OBJECT",
+        "OBJECT ENCODING",
+        "OBJECT ENCODING s extra",
+        "OBJECT BOGUS s",
+        "object encoding S",
+        "INCR i",
+        "OBJECT ENCODING i",
+        "OBJECT REFCOUNT i",
+        "SET i 10000",
+        "OBJECT REFCOUNT i",
+        "MULTI",
+        "SET t 42",
+        "OBJECT ENCODING t",
+        "EXEC",
+    ]
+    .iter()
+    .map(|l| format!("1: {l}"))
+    .collect();
+    script.extend([
+        format!("1: SET long {long}"),
+        "1: OBJECT ENCODING long".into(),
+        format!("1: SET edge {at_limit}"),
+        "1: OBJECT ENCODING edge".into(),
+        format!("1: HSET hw f {wide}"),
+        "1: OBJECT ENCODING hw".into(),
+        format!("1: HSET hf {wide} v"),
+        "1: OBJECT ENCODING hf".into(),
+        format!("1: ZADD zw 1 {wide}"),
+        "1: OBJECT ENCODING zw".into(),
+        "1: SADD ints2 1 x".into(),
+        "1: SADD ints3 0123".into(),
+    ]);
+    // Sorted sets: 128 members still compact, 129 not.
+    for n in [128, 129] {
+        let mut zadd = format!("1: ZADD z{n}");
+        for i in 0..n {
+            zadd.push_str(&format!(" {i} m{i}"));
+        }
+        script.extend([zadd, format!("1: OBJECT ENCODING z{n}")]);
+    }
+    // Hashes: 512 fields still compact, 513 not; sets: 512 integers an intset, 513 not (a
+    // hashtable in 7.0 and 7.2 alike).
+    for n in [512, 513] {
+        let mut hset = format!("1: HSET h{n}");
+        let mut sadd = format!("1: SADD si{n}");
+        for i in 0..n {
+            hset.push_str(&format!(" f{i} v"));
+            sadd.push_str(&format!(" {i}"));
+        }
+        script.extend([
+            hset,
+            format!("1: OBJECT ENCODING h{n}"),
+            sadd,
+            format!("1: OBJECT ENCODING si{n}"),
+        ]);
+    }
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+    let differ = run_script(&redis, &drive, &script, Duration::from_millis(0));
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// The encodings where Redis 7.2 (which the drive answers as) differs from the 7.0 used as
+/// the reference above: small lists and small sets of strings are listpacks.
+#[test]
+fn object_encodings_follow_redis_7_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut c = drive.conn();
+    let enc = |c: &mut redis::Connection, k: &str| -> String {
+        redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(k)
+            .query(c)
+            .unwrap()
+    };
+    let _: () = redis::cmd("RPUSH")
+        .arg("l")
+        .arg("a")
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(enc(&mut c, "l"), "listpack");
+    // About 8 KiB of items: past the listpack's size limit.
+    let item = "i".repeat(100);
+    for _ in 0..80 {
+        let _: () = redis::cmd("RPUSH")
+            .arg("big")
+            .arg(&item)
+            .query(&mut c)
+            .unwrap();
+    }
+    assert_eq!(enc(&mut c, "big"), "quicklist");
+    let _: () = redis::cmd("SADD")
+        .arg("s")
+        .arg("a")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(enc(&mut c, "s"), "listpack");
+    let _: () = redis::cmd("SADD")
+        .arg("sw")
+        .arg("w".repeat(65))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(enc(&mut c, "sw"), "hashtable");
+}
+
 /// Commands of the random sequence, over a few keys of every type.
 fn random_command(rng: &mut rand::rngs::SmallRng) -> Vec<String> {
     use rand::Rng;

@@ -236,6 +236,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns a substring of a string value."
     ),
     spec!(
+        "object",
+        -2,
+        ["readonly"],
+        0,
+        0,
+        0,
+        "generic",
+        "O(1)",
+        "OBJECT ENCODING, FREQ, IDLETIME, REFCOUNT and HELP."
+    ),
+    spec!(
         "lcs",
         -3,
         ["readonly"],

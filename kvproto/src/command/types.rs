@@ -96,6 +96,13 @@ pub enum Collection {
         dst: Bytes,
         keys: Vec<Bytes>,
     },
+    /// `OBJECT ENCODING | FREQ | IDLETIME | REFCOUNT key`.
+    Object {
+        of: ObjectOf,
+        key: Bytes,
+    },
+    /// `OBJECT HELP`.
+    ObjectHelp,
     /// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`: the options are kept as
     /// given and parsed when the command runs ([`LcsOptions::parse`]), after the keys'
     /// types are checked, as Redis does.
@@ -558,6 +565,40 @@ fn parse_mpop(a: &[Bytes], zset: bool, blocking: bool) -> Result<Collection, Com
     })
 }
 
+/// What `OBJECT` asks about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectOf {
+    /// `ENCODING`: the internal representation's name.
+    Encoding,
+    /// `FREQ`: the LFU counter.
+    Freq,
+    /// `IDLETIME`: seconds since the last access.
+    IdleTime,
+    /// `REFCOUNT`: references to the value.
+    RefCount,
+}
+
+fn parse_object(a: &[Bytes]) -> Result<Collection, CommandError> {
+    let sub = lower(&a[0]);
+    let of = match sub.as_slice() {
+        b"help" if a.len() == 1 => return Ok(Collection::ObjectHelp),
+        b"help" => return Err(super::wrong_args("object|help")),
+        b"encoding" => ObjectOf::Encoding,
+        b"freq" => ObjectOf::Freq,
+        b"idletime" => ObjectOf::IdleTime,
+        b"refcount" => ObjectOf::RefCount,
+        _ => return Err(super::unknown_subcommand(&a[0], "OBJECT")),
+    };
+    if a.len() != 2 {
+        let name = String::from_utf8_lossy(&sub).into_owned();
+        return Err(super::wrong_args(&format!("object|{name}")));
+    }
+    Ok(Collection::Object {
+        of,
+        key: a[1].clone(),
+    })
+}
+
 /// LCS's options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LcsOptions {
@@ -678,6 +719,7 @@ pub fn parse(name: &str, a: &[Bytes]) -> Option<Result<Collection, CommandError>
                 keys: rest(),
             },
             "sintercard" => parse_sintercard(a)?,
+            "object" => parse_object(a)?,
             "lcs" => C::Lcs {
                 a: key(),
                 b: a[1].clone(),
@@ -967,6 +1009,7 @@ impl Collection {
             },
             C::SInterCard { .. } => "sintercard",
             C::Lcs { .. } => "lcs",
+            C::Object { .. } | C::ObjectHelp => "object",
             C::SMove { .. } => "smove",
             C::CollScan { of, .. } => match of {
                 ScanOf::Set => "sscan",
@@ -1036,6 +1079,8 @@ impl Collection {
                 vec![&src[..], &dst[..]]
             }
             C::Lcs { a, b, .. } => vec![&a[..], &b[..]],
+            C::Object { key, .. } => vec![&key[..]],
+            C::ObjectHelp => Vec::new(),
             C::BPop { keys, .. }
             | C::BZPop { keys, .. }
             | C::MPop { keys, .. }
