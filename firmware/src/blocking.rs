@@ -34,7 +34,7 @@
 //! reply loses that item (Redis has written it into a socket the peer then resets).
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -42,27 +42,86 @@ use foldhash::{HashMap, HashMapExt};
 use kvproto::command::Collection;
 use kvproto::Reply;
 
-/// A parked command's cancellation flag, shared by `ls-net` (which cancels it when its
-/// connection closes) and the writer (which never serves a cancelled waiter).
+/// A waiter's state in its [`BlockHandle`].
+const WAITING: u8 = 0;
+/// Its client went: never served, answered nil.
+const CANCELLED: u8 = 1;
+/// `CLIENT UNBLOCK id TIMEOUT`: answered nil, as if it timed out.
+const UNBLOCKED_TIMEOUT: u8 = 2;
+/// `CLIENT UNBLOCK id ERROR`: answered Redis's `-UNBLOCKED` error.
+const UNBLOCKED_ERROR: u8 = 3;
+/// The writer is running it again (between [`BlockHandle::claim`] and its answer or
+/// [`BlockHandle::release`]): it cannot be unblocked meanwhile.
+const SERVING: u8 = 4;
+
+/// The error a waiter unblocked with `CLIENT UNBLOCK id ERROR` gets.
+pub const UNBLOCKED_ERROR_TEXT: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+
+/// A parked command's state, shared by `ls-net` (which cancels it when its connection
+/// closes, and unblocks it for CLIENT UNBLOCK) and the writer (which serves only a waiting
+/// command, claiming it first, so that a waiter is either served or unblocked, never both).
 #[derive(Debug)]
 pub struct BlockHandle {
-    cancelled: AtomicBool,
-    /// The table's count of cancellations not yet pruned.
+    state: AtomicU8,
+    /// The table's count of cancellations and unblocks not yet pruned.
     to_prune: Arc<AtomicUsize>,
 }
 
 impl BlockHandle {
-    /// Cancels the wait: the command will never be served or answered.
-    pub fn cancel(&self) {
-        if !self.cancelled.swap(true, Ordering::AcqRel) {
+    fn leave(&self, to: u8) -> bool {
+        let left = self
+            .state
+            .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if left {
             self.to_prune.fetch_add(1, Ordering::Release);
         }
+        left
     }
 
-    /// Whether its client went.
+    /// Cancels the wait: the command will never be served (it is answered nil).
+    pub fn cancel(&self) {
+        self.leave(CANCELLED);
+    }
+
+    /// `CLIENT UNBLOCK`: ends the wait with nil (`error` false) or Redis's `-UNBLOCKED`
+    /// error. False when the command no longer waits (served, being served, or already
+    /// ended).
+    pub fn unblock(&self, error: bool) -> bool {
+        self.leave(if error {
+            UNBLOCKED_ERROR
+        } else {
+            UNBLOCKED_TIMEOUT
+        })
+    }
+
+    /// Whether it still waits (not cancelled or unblocked).
     #[must_use]
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.state.load(Ordering::Acquire), WAITING | SERVING)
+    }
+
+    /// The writer takes a waiting command to run it again; false when it no longer waits.
+    pub fn claim(&self) -> bool {
+        self.state
+            .compare_exchange(WAITING, SERVING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The command it claimed found nothing after all: it waits again.
+    pub fn release(&self) {
+        let _ = self
+            .state
+            .compare_exchange(SERVING, WAITING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The reply of a command that left the wait without being served.
+    pub fn ended_reply(&self) -> Reply {
+        if self.state.load(Ordering::Acquire) == UNBLOCKED_ERROR {
+            Reply::error(UNBLOCKED_ERROR_TEXT)
+        } else {
+            Reply::NullArray
+        }
     }
 }
 
@@ -77,7 +136,7 @@ impl BlockHandles {
     #[must_use]
     pub fn handle(&self) -> Arc<BlockHandle> {
         Arc::new(BlockHandle {
-            cancelled: AtomicBool::new(false),
+            state: AtomicU8::new(WAITING),
             to_prune: self.to_prune.clone(),
         })
     }
@@ -114,6 +173,8 @@ pub struct Wakeup {
     pub id: u64,
     /// The blocking command.
     pub cmd: Collection,
+    /// Its state: [`BlockHandle::claim`] it before running the command.
+    pub handle: Arc<BlockHandle>,
 }
 
 /// The table of parked commands (owned by the writer thread).
@@ -204,14 +265,15 @@ impl Blocked {
             .unwrap_or_default()
     }
 
-    /// Waiter `id`'s command, unless it left or was cancelled (a cancelled waiter is never
-    /// served: [`Blocked::expire`] answers it).
+    /// Waiter `id`'s command, unless it left, was cancelled or unblocked (such a waiter is
+    /// never served: [`Blocked::expire`] answers it).
     #[must_use]
     pub fn wakeup(&self, id: u64) -> Option<Wakeup> {
         let w = self.waiters.get(&id)?;
-        (!w.handle.is_cancelled()).then(|| Wakeup {
+        w.handle.is_waiting().then(|| Wakeup {
             id,
             cmd: w.cmd.clone(),
+            handle: w.handle.clone(),
         })
     }
 
@@ -229,7 +291,8 @@ impl Blocked {
 
     /// Answers Redis's nil to every waiter whose deadline is at or before `now_ms` and to
     /// every cancelled one (its client went: if it only half-closed, the nil lets its
-    /// connection finish; if it is gone, the reply is dropped); the replies to send, as
+    /// connection finish; if it is gone, the reply is dropped), and to every one CLIENT
+    /// UNBLOCK ended (nil, or the `-UNBLOCKED` error); the replies to send, as
     /// (connection, sequence, reply). Redis answers a null array to every timed-out list or
     /// sorted-set wait, BLMOVE's too.
     pub fn expire(&mut self, now_ms: u64) -> Vec<(u64, u64, Reply)> {
@@ -238,12 +301,12 @@ impl Blocked {
             let gone: Vec<u64> = self
                 .waiters
                 .iter()
-                .filter(|(_, w)| w.handle.is_cancelled())
+                .filter(|(_, w)| !w.handle.is_waiting())
                 .map(|(&id, _)| id)
                 .collect();
             for id in gone {
                 if let Some(w) = self.remove(id) {
-                    out.push((w.conn, w.seq, Reply::NullArray));
+                    out.push((w.conn, w.seq, w.handle.ended_reply()));
                 }
             }
         }
@@ -252,7 +315,14 @@ impl Blocked {
                 break;
             }
             if let Some(w) = self.remove(id) {
-                out.push((w.conn, w.seq, Reply::NullArray));
+                // Claimed, so a CLIENT UNBLOCK racing the timeout cannot also win; one
+                // that won first is answered as it asked.
+                let reply = if w.handle.claim() {
+                    Reply::NullArray
+                } else {
+                    w.handle.ended_reply()
+                };
+                out.push((w.conn, w.seq, reply));
             }
         }
         out

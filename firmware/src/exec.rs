@@ -61,6 +61,9 @@ const MAX_GROUPS_IN_FLIGHT: usize = 4;
 const EXPIRY_SWEEP: Duration = Duration::from_millis(100);
 /// Expired keys removed per sweep.
 const EXPIRY_SWEEP_KEYS: usize = 1024;
+/// While clients are blocked, the writer looks at least this often for waits their clients
+/// ended (a closed connection, CLIENT UNBLOCK), so those are answered within this time.
+const BLOCKED_POLL: Duration = Duration::from_millis(5);
 /// How long the engine thread waits at shutdown for reads still on the device.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -999,15 +1002,23 @@ pub fn writer_loop(
             last_sweep = Instant::now();
         }
         let first = if in_flight.groups.is_empty() {
-            // Asleep no longer than the next blocked client's deadline.
-            let wait = blocked.next_deadline().map_or(EXPIRY_SWEEP, |d| {
-                Duration::from_millis(d.saturating_sub(now_ms())).min(EXPIRY_SWEEP)
+            // Asleep no longer than the next blocked client's deadline, and only briefly
+            // while any client is blocked.
+            let most = if blocked.is_empty() {
+                EXPIRY_SWEEP
+            } else {
+                BLOCKED_POLL
+            };
+            let wait = blocked.next_deadline().map_or(most, |d| {
+                Duration::from_millis(d.saturating_sub(now_ms())).min(most)
             });
             match jobs.recv_timeout(wait) {
                 Ok(j) => j,
                 Err(RecvTimeoutError::Timeout) => {
-                    sweep_expired(store);
-                    last_sweep = Instant::now();
+                    if last_sweep.elapsed() >= EXPIRY_SWEEP {
+                        sweep_expired(store);
+                        last_sweep = Instant::now();
+                    }
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -1068,14 +1079,19 @@ pub fn writer_loop(
                 // Its client went before it ran: nothing is popped for it. Bytes the purge
                 // of expired keys writes are not the command's (they are noted as expiries).
                 let mut before = group.bytes();
-                let attempt = if handle.is_cancelled() {
-                    Some(Reply::NullArray)
+                // Claimed while it runs, so CLIENT UNBLOCK cannot end it meanwhile; one that
+                // came first is answered as it asked (nil or -UNBLOCKED).
+                let attempt = if !handle.claim() {
+                    Some(handle.ended_reply())
                 } else if let Err(e) = purge_noting(&mut group, &mut group_keys, &c.keys()) {
                     Some(err(&e))
                 } else {
                     before = group.bytes();
                     crate::collections::try_unblocked(&mut group, c)
                 };
+                if attempt.is_none() {
+                    handle.release();
+                }
                 match attempt {
                     Some(reply) => {
                         if group.bytes() != before {
@@ -1217,6 +1233,11 @@ impl Serving<'_, '_> {
                 let Command::Collection(c) = &cmd else {
                     continue;
                 };
+                // Claimed while it runs again, so CLIENT UNBLOCK cannot end it meanwhile
+                // (see `BlockHandle::claim`).
+                if !w.handle.claim() {
+                    continue;
+                }
                 let before = self.group.bytes();
                 self.group.fix_clock(now_ms());
                 let reply = match purge_noting(self.group, self.group_keys, &c.keys()) {
@@ -1224,6 +1245,7 @@ impl Serving<'_, '_> {
                     Err(e) => Some(err(&e)),
                 };
                 let Some(reply) = reply else {
+                    w.handle.release();
                     continue;
                 };
                 if self.group.bytes() != before {

@@ -232,7 +232,7 @@ mod tests {
     fn listpack_entries_grow_with_their_headers() {
         assert_eq!(listpack_entry_bytes(0), 2);
         assert_eq!(listpack_entry_bytes(10), 12);
-        assert_eq!(listpack_entry_bytes(100), 104);
+        assert_eq!(listpack_entry_bytes(100), 103);
         assert_eq!(listpack_entry_bytes(5000), 5007);
     }
 }

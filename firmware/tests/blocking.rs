@@ -4,6 +4,8 @@
 //! be equal. A scenario waits until the server reports its clients blocked (INFO
 //! `blocked_clients`) before it pushes, so both servers see the same interleaving.
 //!
+//! CLIENT UNBLOCK (TIMEOUT and ERROR) is one of the scenarios.
+//!
 //! Beyond the transcripts: a client that disconnects while blocked loses no item, a blocked
 //! client's pipelined commands wait for its reply, timeouts fire in time, and a blocked
 //! client does not hold anyone else up. redis-server must be installed (`cargo xtask test`
@@ -339,6 +341,56 @@ fn scenarios(addr: SocketAddr) -> Vec<(&'static str, Transcript)> {
     t.reply(&mut a, "a: LLEN pipe");
     t.reply(&mut a, "a: PING");
     out.push(("pipelined after a block", t));
+
+    // CLIENT UNBLOCK: nil (TIMEOUT, the default) or -UNBLOCKED (ERROR) for a blocked
+    // client, of every blocking shape; 0 for one that is not blocked; argument errors (the
+    // reason is checked before the id).
+    let mut t = Transcript::default();
+    let (mut a, mut c) = (connect(addr), connect(addr));
+    let id = String::from_utf8_lossy(&ask(&mut a, "CLIENT ID"))
+        .trim_start_matches(':')
+        .trim()
+        .to_string();
+    let unblock = |t: &mut Transcript, c: &mut TcpStream, how: &str| {
+        let cmd = format!("CLIENT UNBLOCK {id}{how}");
+        let r = ask(c, &cmd);
+        t.note(&format!("CLIENT UNBLOCK <a>{how}"), &r);
+    };
+    for (block, how) in [
+        ("BLPOP ub 0", ""),
+        ("BZPOPMIN ubz 0", " ERROR"),
+        ("BLMOVE ub d LEFT LEFT 0", " TIMEOUT"),
+        ("BLMPOP 0 2 ub ub2 RIGHT COUNT 2", " error"),
+        ("BRPOP ub 30", " timeout"),
+    ] {
+        send(&mut a, &words(block));
+        wait_blocked(&mut probe, 1);
+        unblock(&mut t, &mut c, how);
+        t.reply(&mut a, &format!("a: {block}"));
+        wait_blocked(&mut probe, 0);
+    }
+    unblock(&mut t, &mut c, "");
+    // An unblocked client is served as before; a push does not reach it any more.
+    t.ask(&mut c, "RPUSH ub x");
+    t.ask(&mut a, "LPOP ub");
+    for cmd in [
+        "CLIENT UNBLOCK 999999",
+        "CLIENT UNBLOCK -1",
+        "CLIENT UNBLOCK x",
+        "CLIENT UNBLOCK 1 BOGUS",
+        "CLIENT UNBLOCK x BOGUS",
+        "CLIENT UNBLOCK",
+        "CLIENT UNBLOCK 1 ERROR extra",
+    ] {
+        t.ask(&mut c, cmd);
+    }
+    // In RESP3 the nil is RESP3's.
+    assert!(!ask(&mut a, "HELLO 3").is_empty());
+    send(&mut a, &words("BLPOP ub 0"));
+    wait_blocked(&mut probe, 1);
+    unblock(&mut t, &mut c, "");
+    t.reply(&mut a, "a: BLPOP ub (RESP3)");
+    out.push(("client unblock", t));
 
     drop(probe);
     out

@@ -279,6 +279,14 @@ pub enum Command {
     },
     /// `CLIENT UNPAUSE`.
     ClientUnpause,
+    /// `CLIENT UNBLOCK id [TIMEOUT | ERROR]`: ends a blocking command's wait with nil (as
+    /// its timeout would) or with `-UNBLOCKED` (`error`).
+    ClientUnblock {
+        /// The blocked client's id.
+        id: i64,
+        /// ERROR rather than TIMEOUT.
+        error: bool,
+    },
     /// `SLOWLOG GET [count]` (`None`: Redis's default of 10; `-1`: every entry).
     SlowlogGet(Option<i64>),
     /// `SLOWLOG LEN`.
@@ -1056,6 +1064,24 @@ fn parse_client(a: &[Bytes]) -> Result<Command, CommandError> {
             .map(Command::ClientNoTouch),
         b"pause" => parse_client_pause(rest),
         b"unpause" => exact(0, "client|unpause").map(|()| Command::ClientUnpause),
+        b"unblock" if rest.is_empty() => Err(wrong_args("client|unblock")),
+        b"unblock" if rest.len() > 2 => Err(CommandError(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&a[0])
+        ))),
+        b"unblock" => {
+            // The reason is checked before the id, as Redis does.
+            let error = match rest.get(1).map(|r| lower(r)) {
+                None => false,
+                Some(r) if r == b"timeout" => false,
+                Some(r) if r == b"error" => true,
+                Some(_) => return Err(err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+            };
+            Ok(Command::ClientUnblock {
+                id: int(&rest[0])?,
+                error,
+            })
+        }
         _ => Err(unknown_subcommand(&a[0], "CLIENT")),
     }
 }
@@ -1620,7 +1646,8 @@ impl Command {
             | Self::ClientNoEvict(_)
             | Self::ClientNoTouch(_)
             | Self::ClientPause { .. }
-            | Self::ClientUnpause => "client",
+            | Self::ClientUnpause
+            | Self::ClientUnblock { .. } => "client",
             Self::Subscribe(_) => "subscribe",
             Self::Unsubscribe(_) => "unsubscribe",
             Self::PSubscribe(_) => "psubscribe",

@@ -36,6 +36,7 @@ pub(super) fn is_session(cmd: &Command) -> bool {
             | Command::ClientNoTouch(_)
             | Command::ClientPause { .. }
             | Command::ClientUnpause
+            | Command::ClientUnblock { .. }
             | Command::SlowlogGet(_)
             | Command::SlowlogLen
             | Command::SlowlogReset
@@ -144,6 +145,15 @@ impl Net {
             Command::ClientUnpause => {
                 self.end_pause();
                 reply(Reply::ok())
+            }
+            Command::ClientUnblock { id: target, error } => {
+                // Only a client parked in a blocking command (not one held by CLIENT PAUSE).
+                let ended = u64::try_from(target)
+                    .ok()
+                    .and_then(|t| self.conns.get(&t))
+                    .and_then(|c| c.blocked.as_ref())
+                    .is_some_and(|(_, h)| h.unblock(error));
+                reply(Reply::Integer(i64::from(ended)))
             }
             Command::SlowlogGet(count) => reply(self.slowlog.get(count)),
             Command::SlowlogLen => reply(Reply::Integer(

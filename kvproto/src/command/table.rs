@@ -398,7 +398,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         0,
         "connection",
         "O(1)",
-        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, PAUSE and UNPAUSE."
+        "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, PAUSE, UNPAUSE and UNBLOCK."
     ),
     spec!(
         "subscribe",
