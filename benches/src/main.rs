@@ -2,6 +2,7 @@
 
 mod all;
 mod all_report;
+mod cluster;
 mod device;
 mod extras;
 mod extras_report;
@@ -79,6 +80,26 @@ enum Bench {
         /// plp mode: writes acknowledged when their pages complete, without a device flush.
         #[arg(long)]
         plp: bool,
+    },
+    /// One, two and four drives as one Redis Cluster under `redis-benchmark --cluster` (SET
+    /// and GET, 100 B, 50 connections, pipeline 16), each next to the one-drive cluster in the
+    /// same run; every drive and the load generator share this host's cores.
+    Cluster {
+        /// 200,000 requests per run instead of 1,000,000.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for the drives' data.
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// The lightstore binary (default: next to this one).
+        #[arg(long)]
+        lightstore: Option<PathBuf>,
+        /// Requests per run.
+        #[arg(long)]
+        requests: Option<u64>,
     },
     /// The drive over RESP next to redis-server (in-memory and AOF everysec), driven by
     /// redis-benchmark with the same settings.
@@ -216,6 +237,35 @@ fn main() -> anyhow::Result<()> {
                 plp,
             };
             emit(&bench.run()?, json)?;
+        }
+        Bench::Cluster {
+            quick,
+            json,
+            scratch,
+            lightstore,
+            requests,
+        } => {
+            let bench = cluster::ClusterBench {
+                quick,
+                scratch,
+                lightstore,
+                requests,
+            };
+            let rows = bench.run()?;
+            for r in &rows {
+                println!(
+                    "{:<22} {:<4} {:>10.0} ops/s  {:>5.2}x one drive  {:>6.2} drive CPU s/M op  p50 {:>7.0} us  p99 {:>7.0} us  ({} cores shared)",
+                    r.system,
+                    r.workload,
+                    r.ops_per_sec,
+                    r.ratio_to_one_drive.unwrap_or(0.0),
+                    r.cpu_s_per_mop.unwrap_or(0.0),
+                    r.p50_us,
+                    r.p99_us,
+                    r.host_cores.unwrap_or(0)
+                );
+            }
+            emit(&rows, json)?;
         }
         Bench::Net {
             quick,

@@ -146,7 +146,7 @@ pub(crate) fn have(bin: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -331,8 +331,22 @@ pub(crate) fn start_drive(
     extra: &[&str],
     stderr: Stdio,
 ) -> anyhow::Result<Server> {
+    start_drive_on(bin, dir, 0, timing, capacity, extra, stderr)
+}
+
+/// As [`start_drive`], listening on 127.0.0.1:`port` (0: any free port).
+pub(crate) fn start_drive_on(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    timing: &str,
+    capacity: &str,
+    extra: &[&str],
+    stderr: Stdio,
+) -> anyhow::Result<Server> {
     let mut child = Command::new(bin)
-        .args(["--port", "0", "--device", "sim", "--capacity", capacity])
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--device", "sim", "--capacity", capacity])
         .args(["--timing", timing, "--data-dir"])
         .arg(dir)
         .args(extra)
@@ -439,7 +453,7 @@ async fn fill(addr: SocketAddr, keyspace: u64, value_size: u32) -> anyhow::Resul
 }
 
 /// Parses `redis-benchmark --csv` output: the last line's rps, p50 and p99 (ms).
-fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
+pub(crate) fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
     let line = out
         .lines()
         .rev()

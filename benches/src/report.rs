@@ -80,6 +80,12 @@ pub struct Row {
     /// Why the row has no figures (a peer that could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
+    /// ops/s over the one-drive cluster's for the same workload (`cluster`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_one_drive: Option<f64>,
+    /// The host's cores, which every server and the load generator share (`cluster`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_cores: Option<u32>,
 }
 
 impl Row {

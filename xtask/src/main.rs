@@ -378,16 +378,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ],
                     &args,
                 ),
-                "net" => {
+                "net" | "cluster" => {
                     // The drive binary the benchmark starts, next to the harness.
                     cargo(&["build", "--release", "-p", "firmware"], &[])?;
                     cargo(
-                        &["run", "--release", "-p", "lightstore-benches", "--", "net"],
+                        &[
+                            "run",
+                            "--release",
+                            "-p",
+                            "lightstore-benches",
+                            "--",
+                            which.as_str(),
+                        ],
                         &args,
                     )
                 }
                 "all" => bench_all(&args),
-                other => bail!("unknown benchmark `{other}` (available: device, local, net, all)"),
+                other => bail!(
+                    "unknown benchmark `{other}` (available: device, local, net, cluster, all)"
+                ),
             }
         }
         Task::Cluster { task } => cluster::run(task, cargo),
