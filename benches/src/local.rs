@@ -31,6 +31,9 @@ use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 const QUICK_MAX_KEYS: u64 = 100_000;
 /// Keys loaded at most per value size in full runs.
 const MAX_KEYS: u64 = 4_000_000;
+/// Bytes a stored record takes beyond its value, counted when sizing the device: the
+/// 16-byte key, the record header and the packing slack of a page.
+const RECORD_OVERHEAD: u64 = 64;
 /// Pages per erase block (8 MiB segments on 8 x 8 chips).
 const PAGES_PER_BLOCK: u32 = 16;
 
@@ -96,14 +99,21 @@ impl LocalBench {
     }
 
     fn geometry(&self) -> anyhow::Result<Geometry> {
-        // Data under half the device, as the targets are stated for.
+        // Data under half the device, as the targets are stated for. The data is what is
+        // stored: with 100-byte values each record's key and header add a third, which
+        // left the data set over the user capacity at some sizes ("the drive is full").
+        let stored = [8192usize, 1024, 100]
+            .iter()
+            .map(|&v| self.keys(v) * (v as u64 + RECORD_OVERHEAD))
+            .max()
+            .unwrap_or(0)
+            .max(self.data_bytes());
         Ok(Geometry::with_capacity(
             8,
             8,
             PAGES_PER_BLOCK,
-            self.device_mib.map_or(3 * self.data_bytes(), |m| {
-                (m << 20).max(3 * self.data_bytes())
-            }),
+            self.device_mib
+                .map_or(3 * stored, |m| (m << 20).max(3 * self.data_bytes())),
         )?)
     }
 
