@@ -32,6 +32,13 @@
 //! closes) and drops it. A command that arrives cancelled pops nothing either. The one
 //! window left is Redis's own: a client that goes between being served and reading its
 //! reply loses that item (Redis has written it into a socket the peer then resets).
+//!
+//! **CLIENT UNBLOCK.** `ls-net` ends a parked command's wait through the same handle (nil,
+//! or `-UNBLOCKED` with ERROR). The handle's state decides who ends a wait: the writer
+//! *claims* a waiter before running its command again (and releases it if the command
+//! still finds nothing), a timeout claims it too, and an unblock or a cancellation only
+//! takes a waiter that is waiting. So CLIENT UNBLOCK answers 1 exactly when the client gets
+//! nil or the error, never when it got an item.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
