@@ -17,7 +17,7 @@ use crate::keyspace::{
     self as ks, HASH, HASH_FIELD, LIST, LIST_ITEM, SET, SET_MEMBER, STRING, ZSET, ZSET_MEMBER,
 };
 use crate::store::view::{count_of, walk, View};
-use crate::store::Result;
+use crate::store::{parse_i64, Result};
 
 /// Strings up to this long are `embstr` (`OBJ_ENCODING_EMBSTR_SIZE_LIMIT`).
 const EMBSTR_MAX: usize = 44;
@@ -79,7 +79,7 @@ pub fn reply<V: View + ?Sized>(v: &V, of: ObjectOf, key: &[u8]) -> Result<Reply>
         ObjectOf::RefCount => {
             let shared = kind == STRING
                 && v.value(&ks::top(STRING, key))?
-                    .and_then(|s| canonical_i64(&s))
+                    .and_then(|s| parse_i64(&s))
                     .is_some_and(|n| (0..SHARED_INTEGERS).contains(&n));
             Reply::Integer(if shared { SHARED_REFCOUNT } else { 1 })
         }
@@ -92,22 +92,12 @@ pub fn reply<V: View + ?Sized>(v: &V, of: ObjectOf, key: &[u8]) -> Result<Reply>
     })
 }
 
-/// The value of `s` when it is an integer as Redis writes one (`string2ll`: no sign but a
-/// leading `-`, no leading zeros, no `-0`, within i64).
-fn canonical_i64(s: &[u8]) -> Option<i64> {
-    if s.len() > 20 {
-        return None;
-    }
-    let n: i64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    (n.to_string().as_bytes() == s).then_some(n)
-}
-
 /// The encoding Redis 7.2 would give a value of type `kind` stored at `key`.
 fn encoding<V: View + ?Sized>(v: &V, kind: u8, key: &[u8]) -> Result<&'static str> {
     Ok(match kind {
         STRING => {
             let s = v.value(&ks::top(STRING, key))?.unwrap_or_default();
-            if canonical_i64(&s).is_some() {
+            if parse_i64(&s).is_some() {
                 "int"
             } else if s.len() <= EMBSTR_MAX {
                 "embstr"
@@ -137,8 +127,7 @@ fn encoding<V: View + ?Sized>(v: &V, kind: u8, key: &[u8]) -> Result<&'static st
         }
         SET => {
             let n = count_of(v, SET, key)?;
-            if n <= INTSET_ENTRIES
-                && every_sub(v, key, SET_MEMBER, |m, _| canonical_i64(m).is_some())?
+            if n <= INTSET_ENTRIES && every_sub(v, key, SET_MEMBER, |m, _| parse_i64(m).is_some())?
             {
                 "intset"
             } else if n <= LISTPACK_ENTRIES
@@ -209,24 +198,6 @@ fn listpack_entry_bytes(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn integers_as_redis_parses_them() {
-        assert_eq!(canonical_i64(b"123"), Some(123));
-        assert_eq!(canonical_i64(b"-5"), Some(-5));
-        assert_eq!(canonical_i64(b"9223372036854775807"), Some(i64::MAX));
-        for no in [
-            &b"0123"[..],
-            b"+1",
-            b"-0",
-            b" 1",
-            b"",
-            b"12345678901234567890",
-            b"1.0",
-        ] {
-            assert_eq!(canonical_i64(no), None, "{no:?}");
-        }
-    }
 
     #[test]
     fn listpack_entries_grow_with_their_headers() {

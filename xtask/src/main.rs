@@ -367,20 +367,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {
-                "device" | "local" => cargo(
-                    &[
-                        "run",
-                        "--release",
-                        "-p",
-                        "lightstore-benches",
-                        "--",
-                        which.as_str(),
-                    ],
-                    &args,
-                ),
-                "net" | "cluster" => {
-                    // The drive binary the benchmark starts, next to the harness.
-                    cargo(&["build", "--release", "-p", "firmware"], &[])?;
+                "device" | "local" | "net" | "cluster" => {
+                    if matches!(which.as_str(), "net" | "cluster") {
+                        // The drive binary the benchmark starts, next to the harness.
+                        cargo(&["build", "--release", "-p", "firmware"], &[])?;
+                    }
                     cargo(
                         &[
                             "run",
