@@ -412,6 +412,10 @@ impl Ftl {
                     missing.len()
                 );
                 holes.insert(s, missing);
+            } else if state == SegmentState::Open && wp == limit {
+                // Filled whole before the stop: its full record (kept in memory until the
+                // next table write, see `maybe_mark_full`) had not reached the media.
+                tables.seg_state[s as usize] = SegmentState::Full;
             }
             tables.seg_wp[s as usize] = wp;
         }
@@ -1161,7 +1165,13 @@ impl Ftl {
     }
 
     /// Records a segment as full once its last write has completed and nothing else is in
-    /// flight on it.
+    /// flight on it: in the tables in memory, which reach the media with the next table
+    /// write (the next segment opened or trimmed, or the close). Until then the media's
+    /// tables say open, and recovery scans the segment for its write pointer, which finds it
+    /// full: the record only spares recovery that scan, so it need not cost a table write
+    /// (a write and an fdatasync on the file backend) of its own. The log fills one segment
+    /// and opens the next, so the open's table write carries it: one synchronous table
+    /// write fewer per segment written (`Ftl::stats().table_writes`).
     fn maybe_mark_full(&self, st: &mut State, seg: SegmentId) {
         let s = seg.0 as usize;
         if st.seg_busy[s] == 0
@@ -1171,15 +1181,6 @@ impl Ftl {
         {
             st.tables.seg_state[s] = SegmentState::Full;
             st.tables.seg_wp[s] = st.wp[s];
-            if self.read_only {
-                // In memory only: a read-only open never writes the tables (a read of a
-                // segment the scan found full after a cut ends up here).
-                return;
-            }
-            if let Err(e) = self.persist(st) {
-                // The segment stays recorded as open; recovery will scan it.
-                tracing::error!("could not record segment {seg} as full: {e}");
-            }
         }
     }
 

@@ -201,7 +201,8 @@ fn a_full_segment_that_lost_pages_is_open_again() {
     for i in 10..pages {
         write(&dev, u64::from(i));
     }
-    // The FTL recorded the segment as full in its (durable) tables.
+    // The FTL records the segment as full (in memory: its tables on the media say so from
+    // the next table write on, and recovery's scan finds it full meanwhile).
     assert_eq!(
         dev.segment_info(SegmentId(0)).unwrap().state,
         SegmentState::Full
@@ -328,4 +329,43 @@ fn without_the_cache_completed_writes_survive_without_a_flush() {
         SegmentState::Full
     );
     assert_eq!(dev.segment_info(SegmentId(1)).unwrap().write_pointer, 3);
+}
+
+/// A segment filled whole costs no table write of its own: the full record rides on the next
+/// table write (the next segment's opening), and a stop before that leaves it to recovery's
+/// scan, which finds the segment full, on either cache setting.
+#[test]
+fn a_filled_segment_costs_no_table_write_and_recovery_finds_it_full() {
+    for volatile_cache in [false, true] {
+        let (store, dev) = fresh(volatile_cache);
+        let pages = u64::from(dev.geometry().pages_per_segment());
+        write(&dev, 0);
+        let opened = dev.stats().table_writes;
+        for i in 1..pages {
+            write(&dev, i);
+        }
+        flush(&dev);
+        assert_eq!(
+            dev.segment_info(SegmentId(0)).unwrap().state,
+            SegmentState::Full
+        );
+        assert_eq!(dev.stats().table_writes, opened, "filling wrote the tables");
+        let dev = cut_and_reopen(dev, &store);
+        let info = dev.segment_info(SegmentId(0)).unwrap();
+        assert_eq!(
+            (info.state, info.write_pointer),
+            (SegmentState::Full, dev.geometry().pages_per_segment())
+        );
+        for i in 0..pages {
+            assert_eq!(read(&dev, i).unwrap(), page(i));
+        }
+        // The next segment's opening records the first as full on the media.
+        write(&dev, pages);
+        assert_eq!(dev.stats().table_writes, 2, "the open's and the opening's");
+        let dev = cut_and_reopen(dev, &store);
+        assert_eq!(
+            dev.segment_info(SegmentId(0)).unwrap().state,
+            SegmentState::Full
+        );
+    }
 }
