@@ -309,7 +309,7 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
             "LightStore-Local (the engine in-process, io_uring O_DIRECT device file; durable: a \
              device flush before each acknowledgement, and `/plp`: acknowledged at device \
              completion, as a power-protected card allows) on a {} \
-             MiB device ({} MiB capacity, 2 x 2 chips, 512 KiB segments as in the engine's GC test), user capacity {} MiB (the engine \
+             MiB device ({} MiB capacity, {}: the geometry a drive formats for that capacity), user capacity {} MiB (the engine \
              keeps 20% over-provisioning); {} keys of 8 KiB = {:.0} MiB live ({}% of the user \
              capacity); then {} random overwrites = {}x the device capacity ({:.0} MiB), in \
              20 slices of 5%, {CLIENTS} client threads x {BATCH}-key write batches. RocksDB \
@@ -323,6 +323,10 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
              flushed and compactions done).{}\n",
             x.overwrite_device_mib,
             o.capacity_bytes >> 20,
+            match o.segment_bytes {
+                0 => "2 x 2 chips, 512 KiB segments".to_string(),
+                b => format!("8 x 8 chips, {} KiB segments", b >> 10),
+            },
             o.user_capacity_bytes >> 20,
             o.keys,
             (o.keys * VALUE_SIZE as u64) as f64 / 1048576.0,
@@ -331,7 +335,7 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
             extras::OVERWRITE_TIMES,
             (o.overwrites * VALUE_SIZE as u64) as f64 / 1048576.0,
             if quick {
-                " Quick: a small device, so the run takes about half a minute; the full run uses 1 GiB."
+                " Quick: a small device (few, large segments: write amplification is higher than at 1 GiB), so the run takes about half a minute; the full run uses 1 GiB."
             } else {
                 ""
             }

@@ -60,26 +60,6 @@ const QUEUE_DEPTH: usize = 65_536;
 /// Environment variable for tests: a smaller worker queue depth, so full queues are common.
 const QUEUE_DEPTH_ENV: &str = "LIGHTSTORE_QUEUE_DEPTH";
 
-/// Segments a newly formatted device should have at least.
-const MIN_SEGMENTS: u64 = 256;
-
-/// The geometry of a new device: the paper card's 8 channels x 8 ways, with erase blocks of
-/// 16 to 256 pages (the card's) chosen so the device has at least [`MIN_SEGMENTS`] segments
-/// where its capacity allows. Garbage collection reclaims whole segments: with the card's
-/// 128 MiB segments a small device has a dozen of them, and every reclaim moves a large
-/// share of the data (a 1.5 GiB drive ran random 8 KiB SETs at ~800/s that way).
-fn drive_geometry(capacity: u64) -> anyhow::Result<Geometry> {
-    let chips = 64u64;
-    let mut pages_per_block: u32 = 256;
-    while pages_per_block > 16
-        && capacity / (chips * u64::from(pages_per_block) * hwftl_sim::PAGE_SIZE as u64)
-            < MIN_SEGMENTS
-    {
-        pages_per_block /= 2;
-    }
-    Ok(Geometry::with_capacity(8, 8, pages_per_block, capacity)?)
-}
-
 /// The device file a `--device` spec names (`sim`: the one in the data directory).
 fn device_path(device: &str, data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(match device {
@@ -101,8 +81,8 @@ fn open_device(cfg: &DriveConfig) -> anyhow::Result<Arc<Ftl>> {
     let backend = Backend::File(path.clone());
     let geometry = match Ftl::probe(&backend) {
         Ok(g) => g,
-        Err(_) if !path.exists() => drive_geometry(cfg.capacity)?,
-        Err(hwftl_sim::DeviceError::NotFormatted) => drive_geometry(cfg.capacity)?,
+        Err(_) if !path.exists() => Geometry::for_drive(cfg.capacity)?,
+        Err(hwftl_sim::DeviceError::NotFormatted) => Geometry::for_drive(cfg.capacity)?,
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     let mut config = DeviceConfig::new(geometry);
