@@ -620,6 +620,46 @@ impl MemTable {
         c
     }
 
+    /// The greatest key in `start <= key < end` (`end` `None`: no upper end) that has any
+    /// version in the table, a tombstone or a version newer than any reader's view included:
+    /// an upper bound of every key live in that range at any sequence number the table
+    /// holds (SCAN's cursors are built on it, see `Engine::last_key_in`).
+    pub fn last_key_in(&self, start: &[u8], end: Option<&[u8]>) -> Option<Arc<[u8]>> {
+        let layers = self.layers.load_full();
+        let mut best: Option<Arc<[u8]>> = None;
+        let mut offer = |k: &[u8], shared: &dyn Fn() -> Arc<[u8]>| {
+            if k >= start && best.as_deref().is_none_or(|b| k > b) {
+                best = Some(shared());
+            }
+        };
+        for run in &layers.runs {
+            let below = match end {
+                Some(e) => {
+                    let probe = Probe::new(e, LATEST);
+                    let probe: &dyn KeyVersion = &probe;
+                    run.partition_point(|x| (x as &dyn KeyVersion) < probe)
+                }
+                None => run.len(),
+            };
+            if let Some(e) = below.checked_sub(1).and_then(|i| run.get(i)) {
+                offer(e.user_key(), &|| Arc::from(e.user_key()));
+            }
+        }
+        let last = match end {
+            Some(e) => {
+                let probe = Probe::new(e, LATEST);
+                let probe: &dyn KeyVersion = &probe;
+                layers.tail.upper_bound(Bound::Excluded(probe))
+            }
+            None => layers.tail.back(),
+        };
+        if let Some(e) = last {
+            let key = e.key().key.clone();
+            offer(&key, &|| key.clone());
+        }
+        best
+    }
+
     /// The table's distinct keys in order (deleted ones too: a tombstone is a key here), so
     /// a sampler can draw one uniformly by index ([`crate::Engine::sample_key`]). It is a
     /// snapshot, rebuilt (one walk over the keys, their allocations shared, not copied) once
@@ -1097,6 +1137,20 @@ mod tests {
             proptest::prop_assert_eq!(shadowed, want);
             let index = m.key_index();
             proptest::prop_assert_eq!(index.len(), keys_at(&m, b"", LATEST).len());
+            // The greatest key with any version in a range, across the tail and the runs.
+            let mut all: Vec<Vec<u8>> = model.keys().map(|(k, _)| k.clone()).collect();
+            all.dedup();
+            let bounds = [Vec::new(), key(3), key(9), key(14), key(22), vec![b'k'; 30], vec![b'z']];
+            for start in &bounds {
+                for end in bounds.iter().map(Some).chain([None]) {
+                    let want = all
+                        .iter()
+                        .rfind(|k| *k >= start && end.is_none_or(|e| *k < e))
+                        .cloned();
+                    let got = m.last_key_in(start, end.map(Vec::as_slice)).map(|k| k.to_vec());
+                    proptest::prop_assert_eq!(got, want, "{:?}..{:?}", start, end);
+                }
+            }
         }
     }
 

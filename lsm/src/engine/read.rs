@@ -791,6 +791,37 @@ impl Engine {
         Ok(n)
     }
 
+    /// The greatest key in `start <= key < end` (`end` `None`: no upper end) that has an
+    /// entry anywhere in the current version: in a memtable (any version, a tombstone
+    /// included) or a keytable run. Every key live in the range, now or at any earlier
+    /// instant whose entries are still held, is at or below it, so the keys live in the
+    /// range share its common prefix with the range's first live key. From DRAM only: one
+    /// search per memtable layer and per run.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn last_key_in(&self, start: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
+        let view = self.side.view()?;
+        let mut best: Option<Vec<u8>> = None;
+        let mut offer = |k: &[u8]| {
+            if k >= start && best.as_deref().is_none_or(|b| k > b) {
+                best = Some(k.to_vec());
+            }
+        };
+        for m in view.mems() {
+            if let Some(k) = m.last_key_in(start, end) {
+                offer(&k);
+            }
+        }
+        for run in view.runs() {
+            let below = end.map_or(run.len(), |e| run.seek(e));
+            if let Some(i) = below.checked_sub(1) {
+                offer(run.key(i));
+            }
+        }
+        Ok(best)
+    }
+
     /// The index of the first of `keys` that holds a value (`None`: none does), from DRAM
     /// only, looking no further than that key: for keys that exclude one another (a Redis
     /// key's type records) the one that exists, found in as few lookups as its place in
