@@ -12,7 +12,8 @@ use kvproto::command::types::ScanOf;
 use kvproto::command::Collection;
 use kvproto::{Protocol, Reply, ZAddOptions};
 
-use crate::keyspace::{self as ks, HASH, HASH_FIELD, SET, SET_MEMBER, ZSET, ZSET_ORDER};
+use crate::keyspace::{self as ks, HASH, HASH_FIELD, SET, SET_MEMBER, ZSET, ZSET_MEMBER};
+use crate::store::cursor as scan_cursor;
 use crate::store::view::{count_of, holds, walk, View};
 use crate::store::{hash_more, list, set, zset_more, Result, StoreError, WriteGroup};
 
@@ -202,10 +203,12 @@ fn read_result<V: View + ?Sized>(v: &V, cmd: &Collection, proto: Protocol) -> Re
     })
 }
 
-/// SSCAN, HSCAN and ZSCAN: a cursor that is the position of the next member in the
-/// collection's order (stateless: valid across reconnects and restarts; a member removed
-/// before the position meanwhile can make one later member be skipped). A collection of
-/// at most [`SCAN_WHOLE`] members is answered whole.
+/// SSCAN, HSCAN and ZSCAN: members in name order (a sorted set's too, not by score, so a
+/// score changed during the scan moves nothing), with a stateless cursor (`store::cursor`):
+/// valid across reconnects and restarts, and a member present for the whole scan is
+/// returned at least once, whatever was added or removed meanwhile. A collection of at
+/// most [`SCAN_WHOLE`] members is answered whole. Member names come from DRAM; a hash's
+/// values and a sorted set's scores are read for the matching members only.
 fn coll_scan<V: View + ?Sized>(
     v: &V,
     of: ScanOf,
@@ -218,7 +221,7 @@ fn coll_scan<V: View + ?Sized>(
     let (tag, sub) = match of {
         ScanOf::Set => (SET, SET_MEMBER),
         ScanOf::Hash => (HASH, HASH_FIELD),
-        ScanOf::ZSet => (ZSET, ZSET_ORDER),
+        ScanOf::ZSet => (ZSET, ZSET_MEMBER),
     };
     let empty = || {
         Reply::Array(vec![
@@ -232,34 +235,62 @@ fn coll_scan<V: View + ?Sized>(
     if let Some(e) = bad_option {
         return Err(StoreError::Refused(e.0.clone()));
     }
-    let n = count_of(v, tag, key)?;
-    let take = if cursor == 0 && n <= SCAN_WHOLE {
-        n
-    } else {
-        count
-    };
+    let whole = cursor == 0 && count_of(v, tag, key)? <= SCAN_WHOLE;
     let prefix = ks::sub_prefix(sub, key);
+    let mut bounds = scan_cursor::cached(|head: &[u8]| member_bounds(v, &prefix, head));
+    let mut start = prefix.clone();
+    start.extend_from_slice(&scan_cursor::resume_key(
+        cursor,
+        &prefix,
+        v.remembered(),
+        &mut bounds,
+    )?);
+    let matches = |m: &[u8]| pattern.is_none_or(|p| kvproto::glob::glob_match(p, m));
     let mut names = Vec::new();
-    let mut i = 0u64;
-    let mut more = false;
-    walk(v, &prefix, None, |k| {
-        if i >= cursor.saturating_add(take) {
-            more = true;
-            return Ok(false);
+    let mut end = scan_cursor::StepEnd::new(if whole {
+        usize::MAX
+    } else {
+        usize::try_from(count).unwrap_or(usize::MAX)
+    });
+    let mut next = 0u64;
+    let mut failed = None;
+    walk(v, &prefix, Some(start), |k| {
+        let m = k.get(prefix.len()..).unwrap_or_default();
+        match end.before(m, names.len(), &mut bounds) {
+            Ok(scan_cursor::Verdict::Visit) => {}
+            Ok(scan_cursor::Verdict::Stop(c)) => {
+                next = c;
+                return Ok(false);
+            }
+            Ok(scan_cursor::Verdict::Remember { keep, at }) => {
+                names.truncate(keep);
+                next = v.remembered().remember(&prefix, &at);
+                return Ok(false);
+            }
+            Err(e) => {
+                failed = Some(e);
+                return Ok(false);
+            }
         }
-        if i >= cursor {
-            names.push(Bytes::copy_from_slice(&k[prefix.len()..]));
+        end.visited(m);
+        if matches(m) {
+            names.push(Bytes::copy_from_slice(m));
         }
-        i += 1;
         Ok(true)
     })?;
-    let next = if more { cursor + take } else { 0 };
-    let matches = |m: &[u8]| pattern.is_none_or(|p| kvproto::glob::glob_match(p, m));
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if next == 0 {
+        if let Some((keep, at)) = end.at_end() {
+            names.truncate(keep);
+            next = v.remembered().remember(&prefix, &at);
+        }
+    }
     let mut items = Vec::new();
     match of {
-        ScanOf::Set => items.extend(names.into_iter().filter(|m| matches(m)).map(Reply::Bulk)),
+        ScanOf::Set => items.extend(names.into_iter().map(Reply::Bulk)),
         ScanOf::Hash => {
-            let names: Vec<Bytes> = names.into_iter().filter(|m| matches(m)).collect();
             let values = hash_more::values_of(v, key, &names)?;
             for (f, val) in names.into_iter().zip(values) {
                 items.push(Reply::Bulk(f));
@@ -267,11 +298,10 @@ fn coll_scan<V: View + ?Sized>(
             }
         }
         ScanOf::ZSet => {
-            for rest in names {
-                let Some((score, member)) = ks::parse_order(0, &rest) else {
-                    continue;
-                };
-                if matches(&member) {
+            let scores = zset_more::scores(v, key, &names)?;
+            for (member, score) in names.into_iter().zip(scores) {
+                // A member removed between the walk and the read is left out.
+                if let Some(score) = score {
                     items.push(Reply::Bulk(member));
                     items.push(Reply::Bulk(Bytes::from(kvproto::reply::format_double(
                         score,
@@ -284,6 +314,30 @@ fn coll_scan<V: View + ?Sized>(
         Reply::Bulk(Bytes::from(next.to_string())),
         Reply::Array(items),
     ]))
+}
+
+/// The first live member of the collection under `prefix` that starts with `head`, and an
+/// upper bound of every such member (`store::cursor`'s bounds); `None` when there is none.
+fn member_bounds<V: View + ?Sized>(
+    v: &V,
+    prefix: &[u8],
+    head: &[u8],
+) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let start = [prefix, head].concat();
+    let end = ks::prefix_end(&start);
+    let name = |k: &[u8]| k.get(prefix.len()..).unwrap_or_default().to_vec();
+    let Some(first) = v
+        .keys_from(&start, end.as_deref(), 1)?
+        .0
+        .first()
+        .map(|k| name(k))
+    else {
+        return Ok(None);
+    };
+    let last = v
+        .last_key_in(&start, end.as_deref())?
+        .map_or_else(|| first.clone(), |k| name(&k));
+    Ok(Some((first, last)))
 }
 
 /// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX, BLMPOP,
@@ -459,4 +513,111 @@ fn write_result(g: &mut WriteGroup<'_>, cmd: &Collection, proto: Protocol) -> Re
         C::BLMove { .. } => try_unblocked(g, cmd).unwrap_or(Reply::Null),
         other => read(&*g, other, proto),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::collections::BTreeSet;
+
+    use bytes::Bytes;
+    use hwftl_sim::RamStore;
+    use kvproto::{Reply, ScanOf};
+
+    use super::coll_scan;
+    use crate::store::testing::open;
+    use crate::store::{Store, WriteGroup};
+
+    fn write(s: &Store, f: impl FnOnce(&mut WriteGroup<'_>)) {
+        let mut g = WriteGroup::new(s);
+        f(&mut g);
+        g.commit().unwrap();
+    }
+
+    /// One SSCAN/HSCAN/ZSCAN step: the next cursor and the member names.
+    fn step(s: &Store, of: ScanOf, key: &[u8], cursor: u64) -> (u64, Vec<Bytes>) {
+        let Reply::Array(parts) = coll_scan(s, of, key, cursor, None, 15, &None).unwrap() else {
+            panic!("not an array");
+        };
+        let (Some(Reply::Bulk(c)), Some(Reply::Array(items))) = (parts.first(), parts.get(1))
+        else {
+            panic!("not a scan reply: {parts:?}");
+        };
+        let stride = if of == ScanOf::Set { 1 } else { 2 };
+        let names = items
+            .iter()
+            .step_by(stride)
+            .map(|r| match r {
+                Reply::Bulk(b) => b.clone(),
+                other => panic!("not a name: {other:?}"),
+            })
+            .collect();
+        (std::str::from_utf8(c).unwrap().parse().unwrap(), names)
+    }
+
+    /// Each collection of 400 members is scanned 15 at a time while, between steps,
+    /// members already returned and members not yet returned are removed (and sorted-set
+    /// scores change): every member present for the whole scan is returned. A cursor that
+    /// counted positions skipped members whenever ones before it were removed.
+    #[test]
+    fn collection_scans_skip_no_member_that_lives_throughout() {
+        let s = open(&RamStore::new(), true);
+        let m = |i: u32| Bytes::from(format!("member-{i:04}"));
+        for of in [ScanOf::Set, ScanOf::Hash, ScanOf::ZSet] {
+            let key = format!("{of:?}").into_bytes();
+            write(&s, |g| {
+                let names: Vec<Bytes> = (0..400).map(m).collect();
+                match of {
+                    ScanOf::Set => drop(g.set_add(&key, &names).unwrap()),
+                    ScanOf::Hash => {
+                        let pairs: Vec<(Bytes, Bytes)> =
+                            names.iter().map(|n| (n.clone(), n.clone())).collect();
+                        g.hash_set(&key, &pairs).unwrap();
+                    }
+                    ScanOf::ZSet => {
+                        let scored: Vec<(f64, Bytes)> = names
+                            .iter()
+                            .enumerate()
+                            .map(|(i, n)| (i as f64, n.clone()))
+                            .collect();
+                        g.zadd(&key, &kvproto::ZAddOptions::default(), &scored)
+                            .unwrap();
+                    }
+                }
+            });
+            let mut stable: BTreeSet<Bytes> = (0..400).map(m).collect();
+            let mut seen = BTreeSet::new();
+            let (mut cursor, mut steps, mut round) = (0u64, 0, 0u32);
+            loop {
+                let (c, names) = step(&s, of, &key, cursor);
+                seen.extend(names);
+                steps += 1;
+                assert!(steps < 100, "{of:?}: the scan does not end");
+                if c == 0 {
+                    break;
+                }
+                cursor = c;
+                round += 1;
+                // Remove two members behind the cursor's walk and one ahead of it.
+                let doomed = [m(round * 7 % 400), m(round * 13 % 400), m(399 - round)];
+                write(&s, |g| match of {
+                    ScanOf::Set => drop(g.set_remove(&key, &doomed).unwrap()),
+                    ScanOf::Hash => drop(g.hash_del(&key, &doomed).unwrap()),
+                    ScanOf::ZSet => {
+                        g.zrem(&key, &doomed).unwrap();
+                        // A score change moves nothing: members walk by name.
+                        let again = [(-f64::from(round), m((round * 31 + 5) % 400))];
+                        g.zadd(&key, &kvproto::ZAddOptions::default(), &again)
+                            .unwrap();
+                    }
+                });
+                for d in &doomed {
+                    stable.remove(d);
+                }
+            }
+            let missed: Vec<&Bytes> = stable.difference(&seen).collect();
+            assert!(missed.is_empty(), "{of:?}: missed {missed:?}");
+        }
+    }
 }

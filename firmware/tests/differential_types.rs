@@ -1122,3 +1122,74 @@ fn random_list_sequences_answer_as_redis_server_does() {
 fn random_sorted_set_sequences_answer_as_redis_server_does() {
     random_family("sorted sets", zset_command);
 }
+
+/// Whole SCAN, SSCAN, HSCAN and ZSCAN walks (redis-rs's iterators, COUNT 50 / 20) over
+/// 9,003 keys of four shapes and collections of 700 members return the same keys and members
+/// from both servers, each once, and the drive's SCAN pages stay at COUNT, as
+/// redis-server's do (within a few keys).
+#[test]
+fn scan_walks_return_what_redis_server_returns() {
+    use redis::Commands;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path(), &[]);
+    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let mut results = Vec::new();
+    for mut c in [redis.conn(), drive.conn()] {
+        let mut p = redis::pipe();
+        for i in 0..3000 {
+            p.set(format!("key:{i:012}"), i).ignore();
+            p.set(format!("user:{i}"), i).ignore();
+            p.set(format!("user:{i}:sessions"), i).ignore();
+        }
+        for i in 0..700 {
+            p.hset("bighash", format!("field-{i}"), i).ignore();
+            p.sadd("bigset", format!("m{i}")).ignore();
+            p.zadd("bigzset", format!("z{i}"), i % 17).ignore();
+        }
+        p.query::<()>(&mut c).unwrap();
+        let (mut cursor, mut keys, mut pages, mut largest) = (0u64, Vec::new(), 0, 0);
+        loop {
+            let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(50)
+                .query(&mut c)
+                .unwrap();
+            pages += 1;
+            largest = largest.max(page.len());
+            keys.extend(page);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "a key came twice");
+        let mut fields: Vec<(String, i64)> = c.hscan("bighash").unwrap().collect();
+        let mut members: Vec<String> = c.sscan("bigset").unwrap().collect();
+        let mut scored: Vec<(String, f64)> = c.zscan("bigzset").unwrap().collect();
+        let mut matched: Vec<String> = c.scan_match("key:00000000001*").unwrap().collect();
+        fields.sort();
+        members.sort();
+        scored.sort_by(|a, b| a.0.cmp(&b.0));
+        matched.sort();
+        let scored: Vec<(String, i64)> = scored.into_iter().map(|(m, s)| (m, s as i64)).collect();
+        results.push((keys, fields, members, scored, matched, pages, largest));
+    }
+    let (ours, theirs) = (&results[1], &results[0]);
+    assert_eq!(ours.0.len(), 9003);
+    assert_eq!(ours.0, theirs.0, "SCAN");
+    assert_eq!(ours.1, theirs.1, "HSCAN");
+    assert_eq!(ours.2, theirs.2, "SSCAN");
+    assert_eq!(ours.3, theirs.3, "ZSCAN");
+    assert_eq!(ours.4, theirs.4, "SCAN MATCH");
+    assert!(ours.6 <= 50, "a SCAN page of {} keys for COUNT 50", ours.6);
+    assert!(
+        ours.5 <= theirs.5 + theirs.5 / 10,
+        "{} pages against redis-server's {}",
+        ours.5,
+        theirs.5
+    );
+}

@@ -1,28 +1,13 @@
-//! Walks of the whole keyspace: SCAN (cursors remembered on the drive), KEYS and DBSIZE.
+//! Walks of the whole keyspace: SCAN (stateless cursors, see `cursor`), KEYS and DBSIZE.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use bytes::Bytes;
+use lsm::Engine;
 
-use super::{now_ms, Result, Store, StoreError, DELETE_CHUNK};
+use super::cursor;
+use super::{now_ms, Result, Store, DELETE_CHUNK};
 use crate::keyspace as ks;
-
-/// Scan cursors remembered at once (the oldest is forgotten first).
-const MAX_SCAN_CURSORS: usize = 16_384;
-
-/// Position of a SCAN: which top-level range, and the last key returned in it.
-#[derive(Debug, Clone)]
-pub(super) struct ScanPosition {
-    pub(super) tag_index: usize,
-    pub(super) after: Option<Vec<u8>>,
-}
-
-/// SCAN cursors handed out, by number.
-#[derive(Default)]
-pub(super) struct Cursors {
-    pub(super) next: u64,
-    pub(super) by_id: BTreeMap<u64, ScanPosition>,
-}
 
 /// One reply of [`Store::scan`]: the next cursor (0 = done) and the keys.
 pub type ScanPage = (u64, Vec<Bytes>);
@@ -187,12 +172,16 @@ impl Store {
         Ok(n.saturating_sub(expired) as i64)
     }
 
-    /// One SCAN step: up to about `count` keys from where `cursor` left off, matching
-    /// `pattern` and `kind`. A key present for the whole scan is returned (keys are walked
-    /// in order and the cursor remembers the last one).
+    /// One SCAN step: at least `count` keys visited (fewer at the end) from where `cursor`
+    /// left off, in user-key order across every type, and then up to where a cursor can
+    /// resume past them; those matching `pattern` and `kind` are returned with the next
+    /// cursor (0: the walk is done). The cursor is stateless but for one case (see
+    /// `cursor`): a key live for the whole scan is returned at least once, whatever changed
+    /// meanwhile, and a cursor works after a restart. DRAM only: the keys come from the
+    /// keytables and memtables.
     ///
     /// # Errors
-    /// `InvalidCursor`, engine errors.
+    /// Engine errors.
     pub fn scan(
         &self,
         cursor: u64,
@@ -200,67 +189,143 @@ impl Store {
         count: usize,
         kind: Option<&[u8]>,
     ) -> Result<ScanPage> {
-        let mut pos = if cursor == 0 {
-            ScanPosition {
-                tag_index: 0,
-                after: None,
-            }
-        } else {
-            self.cursors
-                .lock()
-                .by_id
-                .get(&cursor)
-                .cloned()
-                .ok_or(StoreError::InvalidCursor)?
-        };
-        let count = count.max(1);
+        let mut bounds = cursor::cached(|head: &[u8]| top_bounds(&self.db, head));
+        let from = cursor::resume_key(cursor, b"", &self.remembered, &mut bounds)?;
         let now = now_ms();
+        let mut walk = TopWalk::new(&self.db, &from, (count + 1).clamp(16, DELETE_CHUNK));
         let mut out = Vec::new();
-        let mut visited = 0;
-        while pos.tag_index < ks::TOP_LEVEL.len() && visited < count {
-            let tag = ks::TOP_LEVEL[pos.tag_index];
-            let start = match &pos.after {
-                Some(a) => {
-                    let mut s = a.clone();
-                    s.push(0);
-                    s
+        let mut end = cursor::StepEnd::new(count);
+        while let Some(lane) = walk.head()? {
+            match end.before(walk.user(lane), out.len(), &mut bounds)? {
+                cursor::Verdict::Visit => {}
+                cursor::Verdict::Stop(next) => return Ok((next, out)),
+                cursor::Verdict::Remember { keep, at } => {
+                    out.truncate(keep);
+                    return Ok((self.remembered.remember(b"", &at), out));
                 }
-                None => vec![tag],
-            };
-            let end = ks::prefix_end(&[tag]);
-            let keys = self
-                .db
-                .range_keys(&start, end.as_deref(), count - visited)?;
-            if keys.len() < count - visited {
-                pos.tag_index += 1;
-                pos.after = None;
-            } else {
-                pos.after = keys.last().cloned();
             }
-            visited += keys.len();
+            let (tag, user) = walk.pop(lane);
+            end.visited(&user);
             let type_ok =
                 kind.is_none_or(|t| t.eq_ignore_ascii_case(ks::type_name(tag).as_bytes()));
-            for k in keys {
-                let user = k.get(1..).unwrap_or_default();
-                if self.expired(user, now) {
-                    continue;
-                }
-                if type_ok && pattern.is_none_or(|p| kvproto::glob::glob_match(p, user)) {
-                    out.push(Bytes::copy_from_slice(user));
-                }
+            if type_ok
+                && !self.expired(&user, now)
+                && pattern.is_none_or(|p| kvproto::glob::glob_match(p, &user))
+            {
+                out.push(Bytes::copy_from_slice(&user));
             }
         }
-        if pos.tag_index >= ks::TOP_LEVEL.len() {
-            return Ok((0, out));
+        Ok(match end.at_end() {
+            Some((keep, at)) => {
+                out.truncate(keep);
+                (self.remembered.remember(b"", &at), out)
+            }
+            None => (0, out),
+        })
+    }
+}
+
+/// The first live user key of any type that starts with `head`, and an upper bound of every
+/// such user key ([`Engine::last_key_in`] per type); `None` when there is none.
+fn top_bounds(db: &Engine, head: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut first: Option<Vec<u8>> = None;
+    let mut last: Option<Vec<u8>> = None;
+    for tag in ks::TOP_LEVEL {
+        let start = ks::top(tag, head);
+        let end = ks::prefix_end(&start);
+        if let Some(k) = db.range_keys(&start, end.as_deref(), 1)?.pop() {
+            let user = k.get(1..).unwrap_or_default().to_vec();
+            if first.as_ref().is_none_or(|f| user < *f) {
+                first = Some(user);
+            }
         }
-        let mut c = self.cursors.lock();
-        let id = c.next;
-        c.next += 1;
-        c.by_id.insert(id, pos);
-        while c.by_id.len() > MAX_SCAN_CURSORS {
-            c.by_id.pop_first();
+        if let Some(k) = db.last_key_in(&start, end.as_deref())? {
+            let user = k.get(1..).unwrap_or_default().to_vec();
+            if last.as_ref().is_none_or(|l| user > *l) {
+                last = Some(user);
+            }
         }
-        Ok((id, out))
+    }
+    Ok(first.map(|f| {
+        let l = last.unwrap_or_else(|| f.clone());
+        (f, l)
+    }))
+}
+
+/// One type's records in a [`TopWalk`]: a chunk of engine keys and where the next starts.
+struct Lane {
+    tag: u8,
+    end: Option<Vec<u8>>,
+    keys: VecDeque<Vec<u8>>,
+    next_from: Option<Vec<u8>>,
+}
+
+/// The user keys of every type from a starting user key on, in key order: each type's
+/// records walked in chunks (DRAM only) and merged. A name with records under two types (a
+/// leftover of an older build, see `store::drop_string_only_deadlines`) comes once.
+struct TopWalk<'e> {
+    db: &'e Engine,
+    chunk: usize,
+    lanes: Vec<Lane>,
+}
+
+impl<'e> TopWalk<'e> {
+    fn new(db: &'e Engine, from: &[u8], chunk: usize) -> TopWalk<'e> {
+        let lanes = ks::TOP_LEVEL
+            .iter()
+            .map(|&tag| Lane {
+                tag,
+                end: ks::prefix_end(&[tag]),
+                keys: VecDeque::new(),
+                next_from: Some(ks::top(tag, from)),
+            })
+            .collect();
+        TopWalk { db, chunk, lanes }
+    }
+
+    /// The lane holding the smallest next user key (`None`: the walk is over).
+    fn head(&mut self) -> Result<Option<usize>> {
+        for lane in &mut self.lanes {
+            if !lane.keys.is_empty() {
+                continue;
+            }
+            let Some(from) = lane.next_from.take() else {
+                continue;
+            };
+            let keys = self.db.range_keys(&from, lane.end.as_deref(), self.chunk)?;
+            if keys.len() >= self.chunk {
+                lane.next_from = keys.last().map(|l| {
+                    let mut n = l.clone();
+                    n.push(0);
+                    n
+                });
+            }
+            lane.keys.extend(keys);
+        }
+        Ok((0..self.lanes.len())
+            .filter(|&i| !self.lanes[i].keys.is_empty())
+            .min_by(|&a, &b| self.user(a).cmp(self.user(b))))
+    }
+
+    /// The next user key of `lane` (which [`TopWalk::head`] found non-empty).
+    fn user(&self, lane: usize) -> &[u8] {
+        self.lanes[lane]
+            .keys
+            .front()
+            .and_then(|k| k.get(1..))
+            .unwrap_or_default()
+    }
+
+    /// Takes the head key (its type tag and user key), and the same name in other lanes.
+    fn pop(&mut self, lane: usize) -> (u8, Vec<u8>) {
+        let tag = self.lanes[lane].tag;
+        let user = self.user(lane).to_vec();
+        for l in &mut self.lanes {
+            if l.keys.front().and_then(|k| k.get(1..)) == Some(&user[..]) {
+                l.keys.pop_front();
+            }
+        }
+        (tag, user)
     }
 }
 
@@ -272,4 +337,171 @@ pub(super) fn literal_prefix(pattern: &[u8]) -> Vec<u8> {
         .take_while(|b| !matches!(b, b'*' | b'?' | b'[' | b'\\'))
         .copied()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::collections::BTreeSet;
+
+    use bytes::Bytes;
+    use hwftl_sim::RamStore;
+
+    use crate::store::testing::open;
+    use crate::store::{SetOptions, Store, WriteGroup};
+
+    fn write(s: &Store, f: impl FnOnce(&mut WriteGroup<'_>)) {
+        let mut g = WriteGroup::new(s);
+        f(&mut g);
+        g.commit().unwrap();
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    /// Keys of two types are scanned with COUNT 25 while, between steps, keys already
+    /// returned and keys not yet returned are deleted and new keys are added, and halfway
+    /// the store is closed and opened again: the cursor goes on after the restart, every key
+    /// present for the whole scan is returned, and nothing that never existed is.
+    #[test]
+    fn scan_cursors_survive_a_restart_and_skip_no_key_that_lives_throughout() {
+        let ram = RamStore::new();
+        let mut s = open(&ram, true);
+        let name = |i: u32| format!("user:{i:06}");
+        write(&s, |g| {
+            for i in 0..400 {
+                g.set(name(i).as_bytes(), b("v"), SetOptions::default())
+                    .unwrap();
+            }
+            for i in 400..600 {
+                g.hash_set(name(i).as_bytes(), &[(b("f"), b("v"))]).unwrap();
+            }
+        });
+        let mut stable: BTreeSet<String> = (0..600).map(name).collect();
+        let mut ever: BTreeSet<String> = stable.clone();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n) as u32
+        };
+        let (mut cursor, mut steps, mut restarted) = (0u64, 0, false);
+        loop {
+            let (c, keys) = s.scan(cursor, None, 25, None).unwrap();
+            steps += 1;
+            assert!(steps < 200, "the scan does not end");
+            for k in keys {
+                let k = String::from_utf8(k.to_vec()).unwrap();
+                assert!(ever.contains(&k), "{k} never existed");
+                seen.insert(k);
+            }
+            if c == 0 {
+                break;
+            }
+            cursor = c;
+            // Delete keys on both sides of the cursor and add new ones (some between
+            // existing names, some past the end).
+            let doomed: Vec<String> = (0..6).map(|_| name(next(600))).collect();
+            let born: Vec<String> = (0..4).map(|_| format!("user:{:06}x", next(700))).collect();
+            write(&s, |g| {
+                let keys: Vec<Bytes> = doomed.iter().map(|k| b(k)).collect();
+                g.delete(&keys).unwrap();
+                for k in &born {
+                    g.set(k.as_bytes(), b("n"), SetOptions::default()).unwrap();
+                }
+            });
+            for k in &doomed {
+                stable.remove(k);
+            }
+            ever.extend(born);
+            if steps == 10 && !restarted {
+                s.into_engine().close().unwrap();
+                s = open(&ram, false);
+                restarted = true;
+            }
+        }
+        assert!(restarted);
+        let missed: Vec<&String> = stable.difference(&seen).collect();
+        assert!(
+            missed.is_empty(),
+            "keys present throughout but not returned: {missed:?}"
+        );
+    }
+
+    /// Keys that share a long prefix (redis-benchmark's and memtier's names) still come
+    /// COUNT at a time: the cursor names the bytes after the prefix every key shares.
+    #[test]
+    fn replies_stay_at_count_when_every_key_shares_a_long_prefix() {
+        let s = open(&RamStore::new(), true);
+        write(&s, |g| {
+            for i in 0..3000 {
+                g.set(
+                    format!("memtier-{i:010}").as_bytes(),
+                    b("v"),
+                    SetOptions::default(),
+                )
+                .unwrap();
+            }
+        });
+        let (mut cursor, mut seen, mut steps) = (0u64, BTreeSet::new(), 0);
+        loop {
+            let (c, keys) = s.scan(cursor, None, 10, None).unwrap();
+            steps += 1;
+            assert!(keys.len() <= 10, "a reply of {}", keys.len());
+            for k in keys {
+                assert!(seen.insert(k), "a key came twice in a stable keyspace");
+            }
+            if c == 0 {
+                break;
+            }
+            cursor = c;
+        }
+        assert_eq!((seen.len(), steps), (3000, 300));
+    }
+
+    /// Keys that agree in every byte a cursor can carry (a 70-byte common prefix: past the
+    /// 63 bytes a cursor can skip) get remembered cursors: replies stay at COUNT and every
+    /// key comes once. After a restart such a cursor starts over: keys repeat, none is
+    /// missed, and the walk ends.
+    #[test]
+    fn keys_no_cursor_tells_apart_get_remembered_cursors() {
+        let ram = RamStore::new();
+        let mut s = open(&ram, true);
+        let name = |i: u32| format!("{}{i:05}", "x".repeat(70));
+        write(&s, |g| {
+            for i in 0..3000 {
+                g.set(name(i).as_bytes(), b("v"), SetOptions::default())
+                    .unwrap();
+            }
+        });
+        let (mut cursor, mut seen, mut steps) = (0u64, BTreeSet::new(), 0);
+        loop {
+            let (c, keys) = s.scan(cursor, None, 10, None).unwrap();
+            steps += 1;
+            assert!(
+                keys.len() <= 10,
+                "a reply of {} at step {steps}, cursor {cursor:x} -> {c:x}",
+                keys.len()
+            );
+            for k in keys {
+                assert!(seen.insert(k), "a key came twice in a stable keyspace");
+            }
+            if c == 0 {
+                break;
+            }
+            assert_ne!(c & (1 << 61), 0, "a stateless cursor cannot resume here");
+            cursor = c;
+            if steps == 150 {
+                // Half way: a restart forgets the cursor, which then starts over.
+                s.into_engine().close().unwrap();
+                s = open(&ram, false);
+                seen.clear();
+            }
+        }
+        assert_eq!(seen.len(), 3000);
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use super::cursor::Remembered;
 use super::{now_ms, Result, Store, StoreError, WriteGroup, DELETE_CHUNK};
 use crate::keyspace as ks;
 
@@ -46,6 +47,16 @@ pub trait View {
     /// # Errors
     /// Engine errors.
     fn keys_from(&self, from: &[u8], end: Option<&[u8]>, limit: usize) -> Result<KeyChunk>;
+
+    /// An upper bound of the engine keys live in `from <= key < end` (`None`: none can
+    /// be), from DRAM: what a scan cursor's shared prefix is judged on (`store::cursor`).
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>>;
+
+    /// The scan cursors the drive remembers (`store::cursor`).
+    fn remembered(&self) -> &Remembered;
 }
 
 /// One step of a key walk: the keys, and where the next step starts (`None`: done).
@@ -79,6 +90,14 @@ impl View for Store {
             _ => None,
         };
         Ok((keys, next))
+    }
+
+    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.last_key_in(from, end)?)
+    }
+
+    fn remembered(&self) -> &Remembered {
+        &self.remembered
     }
 }
 
@@ -119,6 +138,23 @@ impl View for WriteGroup<'_> {
             }
         }
         Ok((keys.into_iter().collect(), next))
+    }
+
+    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
+        use std::ops::Bound;
+        let engine = self.store.db.last_key_in(from, end)?;
+        let upper = end.map_or(Bound::Unbounded, |e| Bound::Excluded(e.to_vec()));
+        // The group's own records (its deletions too: a bound may be loose).
+        let own = self
+            .overlay
+            .range((Bound::Included(from.to_vec()), upper))
+            .next_back()
+            .map(|(k, _)| k.clone());
+        Ok(engine.into_iter().chain(own).max())
+    }
+
+    fn remembered(&self) -> &Remembered {
+        &self.store.remembered
     }
 }
 
