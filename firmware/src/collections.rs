@@ -326,18 +326,8 @@ fn member_bounds<V: View + ?Sized>(
     let start = [prefix, head].concat();
     let end = ks::prefix_end(&start);
     let name = |k: &[u8]| k.get(prefix.len()..).unwrap_or_default().to_vec();
-    let Some(first) = v
-        .keys_from(&start, end.as_deref(), 1)?
-        .0
-        .first()
-        .map(|k| name(k))
-    else {
-        return Ok(None);
-    };
-    let last = v
-        .last_key_in(&start, end.as_deref())?
-        .map_or_else(|| first.clone(), |k| name(&k));
-    Ok(Some((first, last)))
+    Ok(v.range_bounds(&start, end.as_deref())?
+        .map(|(first, last)| (name(&first), name(&last))))
 }
 
 /// A blocking command (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX, BLMPOP,

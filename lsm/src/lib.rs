@@ -52,7 +52,7 @@ pub use config::{
 };
 pub use engine::{
     Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats, PendingWrite,
-    RangeRead, WriteOp,
+    RangeBounds, RangeRead, WriteOp,
 };
 pub use error::{EngineError, Result};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};

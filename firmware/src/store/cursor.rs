@@ -9,7 +9,7 @@
 //!   start with them.
 //! - `shared`: a length `L >= h` such that every key live in the subrange when the cursor
 //!   was made starts with the same `L` bytes `P`: the common prefix of the subrange's first
-//!   live key and an upper bound of its keys ([`lsm::Engine::last_key_in`]). `P` itself is
+//!   live key and an upper bound of its keys ([`lsm::Engine::range_bounds`]). `P` itself is
 //!   not carried: the next step reads it off the subrange's first live key then.
 //! - `carried`: the `6 - h` bytes of `next` after `P`.
 //!
@@ -131,7 +131,7 @@ impl Stateless {
 }
 
 /// A subrange's first live key and an upper bound of its keys (see [`Bounds`]).
-pub type SubrangeBounds = Option<(Vec<u8>, Vec<u8>)>;
+pub type SubrangeBounds = lsm::RangeBounds;
 
 /// `bounds` asked once per head: a step asks for the same subranges key after key.
 pub fn cached<'a>(
@@ -186,8 +186,13 @@ pub fn stateless_at(next: &[u8], bounds: &mut Bounds<'_>) -> crate::store::Resul
         }
         let s = Stateless::at(next, head, shared);
         let r = [&next[..s.shared], s.carried()].concat();
+        let whole = r.len() == next.len();
         if best.as_ref().is_none_or(|(_, b)| r.len() > b.len()) {
             best = Some((s, r));
+        }
+        if whole {
+            // The resume key is `next` itself: no longer head can do better.
+            break;
         }
     }
     let (s, r) = best.unwrap_or_else(|| {

@@ -189,10 +189,28 @@ impl Store {
         count: usize,
         kind: Option<&[u8]>,
     ) -> Result<ScanPage> {
-        let mut bounds = cursor::cached(|head: &[u8]| top_bounds(&self.db, head));
+        // Each type's bounds over the whole keyspace: which types a walk needs, and the
+        // subrange of the empty head that cursors are usually made on.
+        let whole = tag_bounds(&self.db, b"")?;
+        let live_tags: Vec<u8> = ks::TOP_LEVEL
+            .iter()
+            .zip(&whole)
+            .filter_map(|(&t, b)| b.as_ref().map(|_| t))
+            .collect();
+        let mut bounds = cursor::cached(|head: &[u8]| {
+            if head.is_empty() {
+                return Ok(combine(whole.clone()));
+            }
+            Ok(combine(tag_bounds(&self.db, head)?))
+        });
         let from = cursor::resume_key(cursor, b"", &self.remembered, &mut bounds)?;
         let now = now_ms();
-        let mut walk = TopWalk::new(&self.db, &from, (count + 1).clamp(16, DELETE_CHUNK));
+        let mut walk = TopWalk::new(
+            &self.db,
+            &live_tags,
+            &from,
+            (count + 1).clamp(16, DELETE_CHUNK),
+        );
         let mut out = Vec::new();
         let mut end = cursor::StepEnd::new(count);
         while let Some(lane) = walk.head()? {
@@ -225,31 +243,30 @@ impl Store {
     }
 }
 
-/// The first live user key of any type that starts with `head`, and an upper bound of every
-/// such user key ([`Engine::last_key_in`] per type); `None` when there is none.
-fn top_bounds(db: &Engine, head: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let mut first: Option<Vec<u8>> = None;
-    let mut last: Option<Vec<u8>> = None;
-    for tag in ks::TOP_LEVEL {
-        let start = ks::top(tag, head);
-        let end = ks::prefix_end(&start);
-        if let Some(k) = db.range_keys(&start, end.as_deref(), 1)?.pop() {
-            let user = k.get(1..).unwrap_or_default().to_vec();
-            if first.as_ref().is_none_or(|f| user < *f) {
-                first = Some(user);
-            }
-        }
-        if let Some(k) = db.last_key_in(&start, end.as_deref())? {
-            let user = k.get(1..).unwrap_or_default().to_vec();
-            if last.as_ref().is_none_or(|l| user > *l) {
-                last = Some(user);
-            }
-        }
-    }
-    Ok(first.map(|f| {
-        let l = last.unwrap_or_else(|| f.clone());
-        (f, l)
-    }))
+/// For each type ([`ks::TOP_LEVEL`]'s order), the first live user key starting with `head`
+/// and an upper bound of such user keys ([`Engine::range_bounds`], one view).
+fn tag_bounds(db: &Engine, head: &[u8]) -> Result<Vec<cursor::SubrangeBounds>> {
+    let starts: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, head)).collect();
+    let ends: Vec<Option<Vec<u8>>> = starts.iter().map(|s| ks::prefix_end(s)).collect();
+    let ranges: Vec<(&[u8], Option<&[u8]>)> = starts
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| (s.as_slice(), e.as_deref()))
+        .collect();
+    let user = |k: &[u8]| k.get(1..).unwrap_or_default().to_vec();
+    Ok(db
+        .range_bounds(&ranges)?
+        .into_iter()
+        .map(|b| b.map(|(f, l)| (user(&f), user(&l))))
+        .collect())
+}
+
+/// The bounds of every type's user keys together: the least first key, the greatest bound.
+fn combine(per_type: Vec<cursor::SubrangeBounds>) -> cursor::SubrangeBounds {
+    per_type
+        .into_iter()
+        .flatten()
+        .reduce(|(f, l), (g, m)| (f.min(g), l.max(m)))
 }
 
 /// One type's records in a [`TopWalk`]: a chunk of engine keys and where the next starts.
@@ -270,8 +287,8 @@ struct TopWalk<'e> {
 }
 
 impl<'e> TopWalk<'e> {
-    fn new(db: &'e Engine, from: &[u8], chunk: usize) -> TopWalk<'e> {
-        let lanes = ks::TOP_LEVEL
+    fn new(db: &'e Engine, tags: &[u8], from: &[u8], chunk: usize) -> TopWalk<'e> {
+        let lanes = tags
             .iter()
             .map(|&tag| Lane {
                 tag,

@@ -5,11 +5,12 @@
 //! holds more of a collection than its reply, and the random picks of SPOP, SRANDMEMBER and
 //! HRANDFIELD.
 
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::cursor::Remembered;
+use super::cursor::{Remembered, SubrangeBounds};
 use super::{now_ms, Result, Store, StoreError, WriteGroup, DELETE_CHUNK};
 use crate::keyspace as ks;
 
@@ -48,12 +49,13 @@ pub trait View {
     /// Engine errors.
     fn keys_from(&self, from: &[u8], end: Option<&[u8]>, limit: usize) -> Result<KeyChunk>;
 
-    /// An upper bound of the engine keys live in `from <= key < end` (`None`: none can
-    /// be), from DRAM: what a scan cursor's shared prefix is judged on (`store::cursor`).
+    /// The first engine key live in `from <= key < end` and an upper bound of the keys live
+    /// there (`None`: none is), from DRAM: what a scan cursor's shared prefix is judged on
+    /// (`store::cursor`).
     ///
     /// # Errors
     /// Engine errors.
-    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>>;
+    fn range_bounds(&self, from: &[u8], end: Option<&[u8]>) -> Result<SubrangeBounds>;
 
     /// The scan cursors the drive remembers (`store::cursor`).
     fn remembered(&self) -> &Remembered;
@@ -92,8 +94,8 @@ impl View for Store {
         Ok((keys, next))
     }
 
-    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.last_key_in(from, end)?)
+    fn range_bounds(&self, from: &[u8], end: Option<&[u8]>) -> Result<SubrangeBounds> {
+        Ok(self.db.range_bounds(&[(from, end)])?.pop().flatten())
     }
 
     fn remembered(&self) -> &Remembered {
@@ -140,17 +142,28 @@ impl View for WriteGroup<'_> {
         Ok((keys.into_iter().collect(), next))
     }
 
-    fn last_key_in(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
-        use std::ops::Bound;
-        let engine = self.store.db.last_key_in(from, end)?;
+    fn range_bounds(&self, from: &[u8], end: Option<&[u8]>) -> Result<SubrangeBounds> {
+        // The group's records over the applied state: the first live key from a one-key
+        // walk of the merged view; the bound raised by the group's own records (its
+        // deletions too: a bound may be loose).
+        let Some(first) = self.keys_from(from, end, 1)?.0.into_iter().next() else {
+            return Ok(None);
+        };
+        let engine = self.store.db.range_bounds(&[(from, end)])?.pop().flatten();
         let upper = end.map_or(Bound::Unbounded, |e| Bound::Excluded(e.to_vec()));
-        // The group's own records (its deletions too: a bound may be loose).
         let own = self
             .overlay
             .range((Bound::Included(from.to_vec()), upper))
             .next_back()
             .map(|(k, _)| k.clone());
-        Ok(engine.into_iter().chain(own).max())
+        let last = engine
+            .map(|(_, l)| l)
+            .into_iter()
+            .chain(own)
+            .chain([first.clone()])
+            .max()
+            .unwrap_or_else(|| first.clone());
+        Ok(Some((first, last)))
     }
 
     fn remembered(&self) -> &Remembered {

@@ -95,6 +95,10 @@ pub enum WriteOp<'a> {
     Delete(&'a [u8]),
 }
 
+/// A range's first live key and the greatest key with an entry in it
+/// ([`Engine::range_bounds`]); `None`: no live key.
+pub type RangeBounds = Option<(Vec<u8>, Vec<u8>)>;
+
 /// Counters and sizes for INFO and benchmarks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EngineStats {

@@ -791,35 +791,34 @@ impl Engine {
         Ok(n)
     }
 
-    /// The greatest key in `start <= key < end` (`end` `None`: no upper end) that has an
-    /// entry anywhere in the current version: in a memtable (any version, a tombstone
-    /// included) or a keytable run. Every key live in the range, now or at any earlier
-    /// instant whose entries are still held, is at or below it, so the keys live in the
-    /// range share its common prefix with the range's first live key. From DRAM only: one
-    /// search per memtable layer and per run.
+    /// For each range `start <= key < end` (`end` `None`: no upper end), its first live
+    /// key and the greatest key with an entry anywhere in the current version (a memtable
+    /// version of any age, a tombstone, a keytable entry); `None` for a range with no live
+    /// key. Every key live in the range lies between the two, so all of them share the
+    /// two's common prefix (what SCAN's stateless cursors are built on). From DRAM only, in
+    /// one view: a merge step per range and one search per memtable layer and run.
     ///
     /// # Errors
     /// `Closed`.
-    pub fn last_key_in(&self, start: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
+    pub fn range_bounds(&self, ranges: &[(&[u8], Option<&[u8]>)]) -> Result<Vec<RangeBounds>> {
         let view = self.side.view()?;
-        let mut best: Option<Vec<u8>> = None;
-        let mut offer = |k: &[u8]| {
-            if k >= start && best.as_deref().is_none_or(|b| k > b) {
-                best = Some(k.to_vec());
-            }
-        };
-        for m in view.mems() {
-            if let Some(k) = m.last_key_in(start, end) {
-                offer(&k);
-            }
-        }
-        for run in view.runs() {
-            let below = end.map_or(run.len(), |e| run.seek(e));
-            if let Some(i) = below.checked_sub(1) {
-                offer(run.key(i));
-            }
-        }
-        Ok(best)
+        Ok(ranges
+            .iter()
+            .map(|&(start, end)| {
+                // No entry at all (binary searches only): no merge to set up.
+                let last = last_key_in(&view, start, end)?;
+                let mut merge = view.merge_from(start);
+                loop {
+                    let (k, slot) = merge.next()?;
+                    if end.is_some_and(|e| k >= e) {
+                        return None;
+                    }
+                    if matches!(slot, Slot::Value(_)) {
+                        return Some((k.to_vec(), last));
+                    }
+                }
+            })
+            .collect())
     }
 
     /// The index of the first of `keys` that holds a value (`None`: none does), from DRAM
@@ -881,4 +880,27 @@ impl Inner {
     pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
         ReadPlan::new(ptrs, self.g, |log_seg| self.segment_of(log_seg))
     }
+}
+
+/// The greatest key in `start <= key < end` with an entry in `view`'s memtables (any
+/// version) or runs.
+fn last_key_in(view: &ReadView, start: &[u8], end: Option<&[u8]>) -> Option<Vec<u8>> {
+    let mut best: Option<Vec<u8>> = None;
+    let mut offer = |k: &[u8]| {
+        if k >= start && best.as_deref().is_none_or(|b| k > b) {
+            best = Some(k.to_vec());
+        }
+    };
+    for m in view.mems() {
+        if let Some(k) = m.last_key_in(start, end) {
+            offer(&k);
+        }
+    }
+    for run in view.runs() {
+        let below = end.map_or(run.len(), |e| run.seek(e));
+        if let Some(i) = below.checked_sub(1) {
+            offer(run.key(i));
+        }
+    }
+    best
 }
