@@ -14,6 +14,7 @@ mod net;
 mod peers;
 mod plots;
 mod procfs;
+mod recovery;
 mod report;
 mod resp;
 mod workloads;
@@ -119,6 +120,22 @@ enum Bench {
         /// Requests per run with 50 connections (default 20000 quick, 200000 full).
         #[arg(long)]
         requests: Option<u64>,
+    },
+    /// The drive's restart time per GiB of data, after `kill -9` (the unflushed tail is
+    /// replayed) and after a clean stop, at two data sizes (8 KiB values, plp, file backend).
+    Recovery {
+        /// 64 and 256 MiB instead of 256 MiB and 2 GiB.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for the drives' data.
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// The lightstore binary (default: next to this one).
+        #[arg(long)]
+        lightstore: Option<PathBuf>,
     },
     /// Every system side by side: the device ceiling, LightStore in-process and over RESP,
     /// RocksDB (leveled, BlobDB; WAL sync and off), fjall, Redis (in-memory, AOF everysec);
@@ -266,6 +283,39 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             emit(&rows, json)?;
+        }
+        Bench::Recovery {
+            quick,
+            json,
+            scratch,
+            lightstore,
+        } => {
+            let rows = recovery::RecoveryBench {
+                quick,
+                scratch,
+                lightstore,
+            }
+            .run()?;
+            println!(
+                "{:<8} {:>9} {:>9} {:>8} {:>8} {:>10} {:>12}",
+                "stop", "data MiB", "live MiB", "ready s", "s/GiB", "replayed", "keytable MiB"
+            );
+            for r in &rows {
+                println!(
+                    "{:<8} {:>9} {:>9.0} {:>8.2} {:>8.2} {:>10} {:>12.1}",
+                    r.stop,
+                    r.data_mib,
+                    r.live_mib,
+                    r.ready_s,
+                    r.s_per_gib,
+                    r.replayed_records,
+                    r.keytable_mib
+                );
+            }
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
+                println!("wrote {}", path.display());
+            }
         }
         Bench::Net {
             quick,

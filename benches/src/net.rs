@@ -116,6 +116,9 @@ pub(crate) struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
         // SIGTERM first so the drive closes its engine; SIGKILL if it does not stop.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -135,6 +138,12 @@ impl Drop for Server {
 impl Server {
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Stops the server with SIGKILL (no clean shutdown: a crash as the server sees it).
+    pub(crate) fn kill_hard(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

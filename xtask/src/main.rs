@@ -10,6 +10,8 @@
 //! - `cargo xtask bench device [--quick] [--json PATH]`: the device benchmark (needs fio).
 //! - `cargo xtask bench local [--quick] [--json PATH]`: the engine in-process (Table 3).
 //! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
+//! - `cargo xtask bench recovery [--quick] [--json PATH]`: the drive's restart time per GiB
+//!   after `kill -9` and after a clean stop.
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
@@ -367,8 +369,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {
-                "device" | "local" | "net" | "cluster" => {
-                    if matches!(which.as_str(), "net" | "cluster") {
+                "device" | "local" | "net" | "cluster" | "recovery" => {
+                    if matches!(which.as_str(), "net" | "cluster" | "recovery") {
                         // The drive binary the benchmark starts, next to the harness.
                         cargo(&["build", "--release", "-p", "firmware"], &[])?;
                     }
@@ -386,7 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 "all" => bench_all(&args),
                 other => bail!(
-                    "unknown benchmark `{other}` (available: device, local, net, cluster, all)"
+                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, all)"
                 ),
             }
         }
