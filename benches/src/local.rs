@@ -24,7 +24,7 @@ use lsm::{Engine, EngineConfig};
 
 use crate::kv::{key, LocalEngine};
 use crate::report::Row;
-use crate::workloads::{self, Ceiling, Shape, Workload, QD};
+use crate::workloads::{self, Ceiling, Shape, Workload, BATCH, CLIENTS, QD};
 
 /// Keys loaded at most per value size in `--quick` runs (small values would otherwise mean
 /// millions of keys).
@@ -272,6 +272,39 @@ impl LocalBench {
             row.value_size = Some(value_size as u32);
             row.write_amp = m.write_amp;
             row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(w, value_size));
+            rows.push(row);
+        }
+        // Writer scaling (8 KiB): R-SET from one client thread, next to the four above.
+        let one = format!("R-SET-1writer-{size}");
+        if value_size == 8192 && self.wanted(t, &one) {
+            let shape = Shape {
+                clients: 1,
+                ..Shape::in_process(value_size)
+            };
+            let m = workloads::run(&kv, Workload::RSet, n, n, &value, shape)?;
+            let four = rows
+                .iter()
+                .find(|r| r.workload == format!("R-SET-{size}"))
+                .map(|r| r.ops_per_sec);
+            if let Some(four) = four {
+                eprintln!(
+                    "{system}: writers scale {:.2}x (R-SET-{size}: {CLIENTS} writers {four:.0} ops/s, 1 writer {:.0})",
+                    four / m.ops_per_sec.max(1e-9),
+                    m.ops_per_sec
+                );
+            }
+            let mut row = Row::measured(
+                &system,
+                &one,
+                BATCH,
+                m.ops_per_sec,
+                m.ops_per_sec * value_size as f64 / 1e6,
+                m.p50_us,
+                m.p99_us,
+            );
+            row.value_size = Some(value_size as u32);
+            row.write_amp = m.write_amp;
+            row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(Workload::RSet, value_size));
             rows.push(row);
         }
         if self.wanted(t, &format!("recovery-{size}")) {
