@@ -1030,6 +1030,33 @@ fn a_slot_moves_live_with_ask_redirects() {
 
 /// redis-py's `RedisCluster` writing `py:{i}` until the file in `argv[3]` exists; prints how
 /// many writes were acknowledged.
+/// Builds the Jedis cluster probe (`adapters/jedis-probe`, Maven: Jedis from Maven Central,
+/// cached in `~/.m2` after the first build) and returns the `java -cp` class path that runs
+/// it; `None` (a recorded tool skip, which fails `cargo xtask test`) without Maven or a JDK.
+fn jedis_probe() -> Option<String> {
+    if !have_tool("mvn") || !have_tool("java") {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/jedis-probe");
+    let out = Command::new("mvn")
+        .args(["-q", "-B", "-Dstyle.color=never", "package"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building the Jedis probe:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deps = std::fs::read_to_string(dir.join("target/classpath.txt")).unwrap();
+    Some(format!(
+        "{}:{}",
+        dir.join("target/jedis-probe.jar").display(),
+        deps.trim()
+    ))
+}
+
 const REDIS_PY_CLUSTER_WRITER: &str = r#"
 import os, sys
 from redis.cluster import RedisCluster
@@ -1043,7 +1070,7 @@ print(i)
 
 /// `redis-cli --cluster reshard` moves slots between drives as it does between Redis
 /// nodes (SETSLOT IMPORTING/MIGRATING, GETKEYSINSLOT, MIGRATE, SETSLOT NODE to every
-/// primary) while redis-rs's and redis-py's cluster clients keep writing; `redis-cli
+/// primary) while redis-rs's, redis-py's and Jedis's cluster clients keep writing; `redis-cli
 /// --cluster check` then finds the drives agreeing, no open slot, every slot covered, and
 /// every acknowledged write reads back.
 #[test]
@@ -1064,9 +1091,24 @@ fn redis_cli_reshard_moves_slots_while_a_client_writes() {
         );
         return;
     }
+    let Some(jedis_cp) = jedis_probe() else {
+        return;
+    };
     let c = TestCluster::start(2, 0, &[]);
     let (a, b) = (c.addr(0), c.addr(1));
     let stop_file = c.dir.path().join("stop-py");
+    let jedis_stop = c.dir.path().join("stop-jedis");
+    let jedis = Command::new("java")
+        .arg("-cp")
+        .arg(&jedis_cp)
+        .arg("lightstore.probe.ClusterWriter")
+        .arg("127.0.0.1")
+        .arg(c.nodes[0].drive.addr.port().to_string())
+        .arg(&jedis_stop)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let py = Command::new(python)
         .arg("-c")
         .arg(REDIS_PY_CLUSTER_WRITER)
@@ -1134,6 +1176,23 @@ fn redis_cli_reshard_moves_slots_while_a_client_writes() {
         String::from_utf8_lossy(&py.stderr)
     );
     let py_acked: u64 = String::from_utf8_lossy(&py.stdout).trim().parse().unwrap();
+    // Jedis's cluster client wrote through the move too, and read every key back itself.
+    std::fs::write(&jedis_stop, b"").unwrap();
+    let jedis = jedis.wait_with_output().unwrap();
+    assert!(
+        jedis.status.success(),
+        "Jedis's JedisCluster during the reshard:\n{}",
+        String::from_utf8_lossy(&jedis.stderr)
+    );
+    let jedis_acked: u64 = String::from_utf8_lossy(&jedis.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(jedis_acked >= 10);
+    eprintln!(
+        "during the reshard: redis-rs {} writes, redis-py {py_acked}, Jedis {jedis_acked}",
+        acked.len()
+    );
 
     let check = cli(&["--cluster", "check", &b]);
     for want in [
@@ -1165,6 +1224,10 @@ fn redis_cli_reshard_moves_slots_while_a_client_writes() {
     for i in 0..py_acked {
         let v: u64 = con.get(format!("py:{i}")).unwrap();
         assert_eq!(v, i, "py:{i}, acknowledged to redis-py during the reshard");
+    }
+    for i in 0..jedis_acked {
+        let v: u64 = con.get(format!("jedis:{i}")).unwrap();
+        assert_eq!(v, i, "jedis:{i}, acknowledged to Jedis during the reshard");
     }
     // Each key lives on the drive the map names, and only there.
     let (mut n0, mut n1) = (c.raw(0), c.raw(1));
