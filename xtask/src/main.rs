@@ -248,7 +248,28 @@ fn cargo_env(
 /// build, its lock and `cargo test` never compile the peers), then runs the harness. Debian's
 /// `librocksdb-dev` is linked when present (installed if missing), which spares the many
 /// minutes of RocksDB's C++ build; bindgen needs libclang (`libclang-dev`).
+/// `cargo xtask bench all`'s own flags (not passed to the harness): `--ycsb` runs the YCSB
+/// section with `--quick` too, `--skip-ycsb` leaves it out of a full run.
+const YCSB_FLAG: &str = "--ycsb";
+const SKIP_YCSB_FLAG: &str = "--skip-ycsb";
+
 fn bench_all(args: &[String]) -> anyhow::Result<()> {
+    let with_ycsb = args.iter().any(|a| a == YCSB_FLAG);
+    let skip_ycsb = args.iter().any(|a| a == SKIP_YCSB_FLAG);
+    let args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != YCSB_FLAG && *a != SKIP_YCSB_FLAG)
+        .cloned()
+        .collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(
+            || std::path::PathBuf::from("bench-results"),
+            std::path::PathBuf::from,
+        );
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("no workspace root")?
@@ -290,13 +311,62 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
     }
     let status = Command::new(target.join("release").join("lightstore-bench"))
         .arg("all")
-        .args(args)
+        .args(&args)
         .status()
         .context("running lightstore-bench all")?;
     if !status.success() {
         bail!("lightstore-bench all failed ({status})");
     }
+    if !skip_ycsb && (!quick || with_ycsb) {
+        ycsb_section(&out, quick)?;
+    }
     Ok(())
+}
+
+/// The report's YCSB section: workloads A-F through YCSB's stock redis binding against the
+/// drive (plp) and redis-server (in memory) in turn (`cargo xtask ycsb --binding redis
+/// --against both`), at two data sizes: one inside the drive's value cache (its default,
+/// 64 MiB) and one more than four times its cache (a 4 MiB cache). Each table is written as
+/// `ycsb-<tag>.md` beside the report and appended to `report.md`.
+fn ycsb_section(out: &std::path::Path, quick: bool) -> anyhow::Result<()> {
+    // Records of ten 100-byte fields: ~1.1 KB each.
+    let (small, large, large_cache) = if quick {
+        (1_000, 4_000, "1MiB")
+    } else {
+        (5_000, 20_000, "4MiB")
+    };
+    let mut section = String::from(
+        "\n## YCSB through its stock redis binding (`cargo xtask ycsb --binding redis --against both`)\n",
+    );
+    for (records, cache, tag) in [
+        (small, None, "redis-binding-plp-fits-cache"),
+        (large, Some(large_cache), "redis-binding-plp-4x-cache"),
+    ] {
+        let args = ycsb::YcsbArgs {
+            workload: "all".into(),
+            drives: 1,
+            records,
+            operations: quick.then_some(2_000),
+            threads: 4,
+            binding: "redis".into(),
+            against: "both".into(),
+            durability: "plp".into(),
+            value_cache_size: cache.map(String::from),
+            out: Some(out.to_path_buf()),
+            tag: Some(tag.into()),
+        };
+        ycsb::run(&args).with_context(|| format!("YCSB, {records} records"))?;
+        let file = out.join(format!("ycsb-{tag}.md"));
+        let table = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        section.push('\n');
+        section.push_str(&table.replacen("# YCSB", "### YCSB", 1));
+    }
+    let report = out.join("report.md");
+    let mut text = std::fs::read_to_string(&report)
+        .with_context(|| format!("reading {}", report.display()))?;
+    text.push_str(&section);
+    std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
