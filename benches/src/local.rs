@@ -260,19 +260,15 @@ impl LocalBench {
                 continue;
             }
             let m = workloads::run(&kv, w, n, n, &value, Shape::in_process(value_size))?;
-            let mut row = Row::measured(
+            let name = format!("{}-{size}", w.name());
+            rows.push(engine_row(
                 &system,
-                &format!("{}-{size}", w.name()),
+                &name,
                 QD,
-                m.ops_per_sec,
-                m.ops_per_sec * value_size as f64 / 1e6,
-                m.p50_us,
-                m.p99_us,
-            );
-            row.value_size = Some(value_size as u32);
-            row.write_amp = m.write_amp;
-            row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(w, value_size));
-            rows.push(row);
+                &m,
+                value_size,
+                ceiling.ops(w, value_size),
+            ));
         }
         // Writer scaling (8 KiB): R-SET from one client thread, next to the four above.
         let one = format!("R-SET-1writer-{size}");
@@ -293,25 +289,46 @@ impl LocalBench {
                     m.ops_per_sec
                 );
             }
-            let mut row = Row::measured(
+            let ceiling_ops = ceiling.ops(Workload::RSet, value_size);
+            rows.push(engine_row(
                 &system,
                 &one,
                 BATCH,
-                m.ops_per_sec,
-                m.ops_per_sec * value_size as f64 / 1e6,
-                m.p50_us,
-                m.p99_us,
-            );
-            row.value_size = Some(value_size as u32);
-            row.write_amp = m.write_amp;
-            row.ratio_to_device = Some(m.ops_per_sec / ceiling.ops(Workload::RSet, value_size));
-            rows.push(row);
+                &m,
+                value_size,
+                ceiling_ops,
+            ));
         }
         if self.wanted(t, &format!("recovery-{size}")) {
             rows.extend(recovery_rows(engine, &dev, &system, &size, n, value_size)?);
         }
         Ok(rows)
     }
+}
+
+/// A row of the engine: `m` measured with `qd` requests in flight, next to the device's
+/// `ceiling_ops` for the workload.
+fn engine_row(
+    system: &str,
+    name: &str,
+    qd: u32,
+    m: &workloads::Measured,
+    value_size: usize,
+    ceiling_ops: f64,
+) -> Row {
+    let mut row = Row::measured(
+        system,
+        name,
+        qd,
+        m.ops_per_sec,
+        m.ops_per_sec * value_size as f64 / 1e6,
+        m.p50_us,
+        m.p99_us,
+    );
+    row.value_size = Some(value_size as u32);
+    row.write_amp = m.write_amp;
+    row.ratio_to_device = Some(m.ops_per_sec / ceiling_ops);
+    row
 }
 
 /// Recovery time: after a crash (the engine dropped without closing: the memtable and the

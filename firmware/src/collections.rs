@@ -516,14 +516,8 @@ mod tests {
     use kvproto::{Reply, ScanOf};
 
     use super::coll_scan;
-    use crate::store::testing::open;
-    use crate::store::{Store, WriteGroup};
-
-    fn write(s: &Store, f: impl FnOnce(&mut WriteGroup<'_>)) {
-        let mut g = WriteGroup::new(s);
-        f(&mut g);
-        g.commit().unwrap();
-    }
+    use crate::store::testing::{open, write};
+    use crate::store::Store;
 
     /// One SSCAN/HSCAN/ZSCAN step: the next cursor and the member names.
     fn step(s: &Store, of: ScanOf, key: &[u8], cursor: u64) -> (u64, Vec<Bytes>) {

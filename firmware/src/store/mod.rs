@@ -361,7 +361,14 @@ pub(crate) mod testing {
 
     use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore};
 
-    use super::Store;
+    use super::{Store, WriteGroup};
+
+    /// Applies `f`'s commands to `s` as one committed group.
+    pub fn write(s: &Store, f: impl FnOnce(&mut WriteGroup<'_>)) {
+        let mut g = WriteGroup::new(s);
+        f(&mut g);
+        g.commit().unwrap();
+    }
 
     /// Formats `ram` (or opens what it holds) and opens a store on it.
     pub fn open(ram: &RamStore, format: bool) -> Store {

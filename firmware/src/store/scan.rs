@@ -365,14 +365,8 @@ mod tests {
     use bytes::Bytes;
     use hwftl_sim::RamStore;
 
-    use crate::store::testing::open;
-    use crate::store::{SetOptions, Store, WriteGroup};
-
-    fn write(s: &Store, f: impl FnOnce(&mut WriteGroup<'_>)) {
-        let mut g = WriteGroup::new(s);
-        f(&mut g);
-        g.commit().unwrap();
-    }
+    use crate::store::testing::{open, write};
+    use crate::store::SetOptions;
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
