@@ -30,6 +30,23 @@ struct Cli {
     bench: Bench,
 }
 
+/// The options of every benchmark that starts drives as processes (cluster, net, recovery).
+#[derive(clap::Args)]
+struct DriveRun {
+    /// A smaller run (what shrinks: see the command's description).
+    #[arg(long)]
+    quick: bool,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for the servers' data.
+    #[arg(long, default_value = "bench-scratch")]
+    scratch: PathBuf,
+    /// The lightstore binary (default: next to this one).
+    #[arg(long)]
+    lightstore: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Bench {
     /// The append-only device on every backend and timing preset, and fio on the same file.
@@ -84,58 +101,31 @@ enum Bench {
     },
     /// One, two and four drives as one Redis Cluster under `redis-benchmark --cluster` (SET
     /// and GET, 100 B, 50 connections, pipeline 16), each next to the one-drive cluster in the
-    /// same run; every drive and the load generator share this host's cores.
+    /// same run; every drive and the load generator share this host's cores. `--quick`:
+    /// 200,000 requests per run instead of 1,000,000.
     Cluster {
-        /// 200,000 requests per run instead of 1,000,000.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Directory for the drives' data.
-        #[arg(long, default_value = "bench-scratch")]
-        scratch: PathBuf,
-        /// The lightstore binary (default: next to this one).
-        #[arg(long)]
-        lightstore: Option<PathBuf>,
+        #[command(flatten)]
+        run: DriveRun,
         /// Requests per run.
         #[arg(long)]
         requests: Option<u64>,
     },
     /// The drive over RESP next to redis-server (in-memory and AOF everysec), driven by
-    /// redis-benchmark with the same settings.
+    /// redis-benchmark with the same settings. `--quick`: small key spaces and request counts
+    /// (a few minutes).
     Net {
-        /// Small key spaces and request counts (a few minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Directory for the servers' data.
-        #[arg(long, default_value = "bench-scratch")]
-        scratch: PathBuf,
-        /// The lightstore binary (default: next to this one).
-        #[arg(long)]
-        lightstore: Option<PathBuf>,
+        #[command(flatten)]
+        run: DriveRun,
         /// Requests per run with 50 connections (default 20000 quick, 200000 full).
         #[arg(long)]
         requests: Option<u64>,
     },
     /// The drive's restart time per GiB of data, after `kill -9` (the unflushed tail is
     /// replayed) and after a clean stop, at two data sizes (8 KiB values, plp, file backend).
+    /// `--quick`: 64 and 256 MiB instead of 256 MiB and 2 GiB.
     Recovery {
-        /// 64 and 256 MiB instead of 256 MiB and 2 GiB.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Directory for the drives' data.
-        #[arg(long, default_value = "bench-scratch")]
-        scratch: PathBuf,
-        /// The lightstore binary (default: next to this one).
-        #[arg(long)]
-        lightstore: Option<PathBuf>,
+        #[command(flatten)]
+        run: DriveRun,
     },
     /// Every system side by side: the device ceiling, LightStore in-process and over RESP,
     /// RocksDB (leveled, BlobDB; WAL sync and off), fjall, Redis (in-memory, AOF everysec);
@@ -255,17 +245,12 @@ fn main() -> anyhow::Result<()> {
             };
             emit(&bench.run()?, json)?;
         }
-        Bench::Cluster {
-            quick,
-            json,
-            scratch,
-            lightstore,
-            requests,
-        } => {
+        Bench::Cluster { run, requests } => {
+            let json = run.json;
             let bench = cluster::ClusterBench {
-                quick,
-                scratch,
-                lightstore,
+                quick: run.quick,
+                scratch: run.scratch,
+                lightstore: run.lightstore,
                 requests,
             };
             let rows = bench.run()?;
@@ -284,16 +269,12 @@ fn main() -> anyhow::Result<()> {
             }
             emit(&rows, json)?;
         }
-        Bench::Recovery {
-            quick,
-            json,
-            scratch,
-            lightstore,
-        } => {
+        Bench::Recovery { run } => {
+            let json = run.json;
             let rows = recovery::RecoveryBench {
-                quick,
-                scratch,
-                lightstore,
+                quick: run.quick,
+                scratch: run.scratch,
+                lightstore: run.lightstore,
             }
             .run()?;
             println!(
@@ -317,17 +298,12 @@ fn main() -> anyhow::Result<()> {
                 println!("wrote {}", path.display());
             }
         }
-        Bench::Net {
-            quick,
-            json,
-            scratch,
-            lightstore,
-            requests,
-        } => {
+        Bench::Net { run, requests } => {
+            let json = run.json;
             let bench = net::NetBench {
-                quick,
-                scratch,
-                lightstore,
+                quick: run.quick,
+                scratch: run.scratch,
+                lightstore: run.lightstore,
                 requests,
             };
             emit(&bench.run()?, json)?;
