@@ -21,7 +21,7 @@ fn key(i: u64) -> Vec<u8> {
 }
 
 fn slot(i: u64) -> Slot {
-    Slot::Value(ValuePtr {
+    Slot::value(ValuePtr {
         log_seg: (i / 1000) as u32,
         loc: ValueLoc::Inline {
             page: (i % 1000) as u32,

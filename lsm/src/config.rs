@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::expiry::{DropExpired, ExpiryPolicy};
 use crate::gc::{GcPolicy, LeastLive};
 
 /// Default maximum key length (bytes): 64 KiB, plus 64 bytes of room for a caller's own
@@ -102,6 +103,9 @@ pub struct EngineConfig {
     /// reads find there instead of on the device. 0 turns it off (the default: the engine
     /// alone does not know the host's DRAM budget; the drive sets it).
     pub value_cache_bytes: u64,
+    /// Which expired entries compaction drops when it reaches the last level (see
+    /// [`crate::expiry`]); the default drops every one.
+    pub expiry_policy: Arc<dyn ExpiryPolicy>,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +129,7 @@ impl Default for EngineConfig {
             uncached_keytables: false,
             read_only_recovery: false,
             value_cache_bytes: 0,
+            expiry_policy: Arc::new(DropExpired),
         }
     }
 }

@@ -49,28 +49,70 @@
 //! entry longer than a page body (a long key) starts a page of its own and runs on into the
 //! next pages: their `carry` is how many of their first body bytes finish it (0 on pages
 //! written before long keys existed, so those read as before).
+//!
+//! Pages written since deadlines exist carry the magic `KE` and one more entry form: an
+//! entry whose value has a deadline is `0xFFFE | deadline u64 | key_len u32 | key | slot`,
+//! and a key of exactly 65534 bytes takes the long form. Pages with the older magic `KT`
+//! (no deadlines; a `key_len` of 0xFFFE is a key of that length) read as before.
 
 use std::collections::HashMap;
 
 use bloomfilter::Bloom;
 use hwftl_sim::PAGE_SIZE;
 
+use crate::expiry::{Deadline, LazyClock};
 use crate::vlog_format::{ValueLoc, ValuePtr};
 
 /// What a key maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Slot {
-    /// The key's value.
-    Value(ValuePtr),
+    /// The key's value, and when it expires ([`crate::expiry`]).
+    Value(ValuePtr, Deadline),
     /// The key was deleted.
     Tombstone,
+}
+
+impl Slot {
+    /// A value that never expires.
+    pub fn value(ptr: ValuePtr) -> Slot {
+        Slot::Value(ptr, None)
+    }
+
+    /// The value's address, expired or not.
+    pub fn ptr(&self) -> Option<ValuePtr> {
+        match self {
+            Slot::Value(p, _) => Some(*p),
+            Slot::Tombstone => None,
+        }
+    }
+
+    /// The value's deadline (`None` for a tombstone or a value that never expires).
+    pub fn deadline(&self) -> Deadline {
+        match self {
+            Slot::Value(_, d) => *d,
+            Slot::Tombstone => None,
+        }
+    }
+
+    /// The slot as reads see it at `clock`'s instant: an expired value is a tombstone (it
+    /// hides older versions of the key, as a deletion does).
+    #[inline]
+    pub(crate) fn visible(self, clock: &mut LazyClock) -> Slot {
+        match self {
+            Slot::Value(_, d) if clock.expired(d) => Slot::Tombstone,
+            s => s,
+        }
+    }
 }
 
 const TOMBSTONE_LEN: u32 = u32::MAX;
 const RAW_FLAG: u32 = 1 << 31;
 /// Largest page number an inline pointer can hold (18 bits).
 pub const MAX_INLINE_PAGE: u32 = (1 << 18) - 1;
-const PAGE_MAGIC: u16 = 0x544b; // "KT"
+/// Magic of pages written before deadlines existed (read only).
+const PAGE_MAGIC_V1: u16 = 0x544b; // "KT"
+/// Magic of pages that may hold entries with a deadline.
+const PAGE_MAGIC: u16 = 0x454b; // "KE"
 const PAGE_HEADER: usize = 24;
 /// Bytes of a slot in a keytable page.
 const SLOT_BYTES: usize = 16;
@@ -94,7 +136,7 @@ impl PackedSlot {
                 len: TOMBSTONE_LEN,
                 crc: 0,
             },
-            Slot::Value(p) => match p.loc {
+            Slot::Value(p, _) => match p.loc {
                 ValueLoc::Inline { page, offset } => PackedSlot {
                     log_seg: p.log_seg,
                     loc: (page.min(MAX_INLINE_PAGE) << 13) | u32::from(offset & 0x1fff),
@@ -111,7 +153,7 @@ impl PackedSlot {
         }
     }
 
-    fn unpack(&self) -> Slot {
+    fn unpack(&self, deadline: Deadline) -> Slot {
         if self.len == TOMBSTONE_LEN {
             return Slot::Tombstone;
         }
@@ -126,11 +168,14 @@ impl PackedSlot {
                 offset: (self.loc & 0x1fff) as u16,
             }
         };
-        Slot::Value(ValuePtr {
-            log_seg: self.log_seg,
-            loc,
-            len: self.len,
-        })
+        Slot::Value(
+            ValuePtr {
+                log_seg: self.log_seg,
+                loc,
+                len: self.len,
+            },
+            deadline,
+        )
     }
 
     fn to_bytes(self) -> [u8; SLOT_BYTES] {
@@ -270,15 +315,21 @@ impl Slots {
     fn push(&mut self, s: &Slot, dict: &mut SegDict) {
         let d = match s {
             Slot::Tombstone => DramSlot::TOMBSTONE,
-            Slot::Value(p) => self.narrow(p, dict).unwrap_or_else(|| {
-                // A `Vec<Slot>` holds fewer than 2^59 elements (20 bytes each within
-                // `isize::MAX` bytes), so the index fits its 61 bits.
-                let idx = self.escaped.len() as u64 & ESCAPE_INDEX_MASK;
-                self.escaped.push(*s);
-                DramSlot::new(ESCAPE_BIT | (idx << 1), 0)
-            }),
+            Slot::Value(p, None) => self.narrow(p, dict).unwrap_or_else(|| self.escape(s)),
+            // An entry with a deadline keeps it beside its pointer in the side list: the
+            // 12-byte form has no room, and few entries have one.
+            Slot::Value(_, Some(_)) => self.escape(s),
         };
         self.packed.push(d);
+    }
+
+    /// Puts `s` on the side list and returns the slot that points there.
+    fn escape(&mut self, s: &Slot) -> DramSlot {
+        // A `Vec<Slot>` holds fewer than 2^59 elements (32 bytes each within `isize::MAX`
+        // bytes), so the index fits its 61 bits.
+        let idx = self.escaped.len() as u64 & ESCAPE_INDEX_MASK;
+        self.escaped.push(*s);
+        DramSlot::new(ESCAPE_BIT | (idx << 1), 0)
     }
 
     #[inline]
@@ -288,7 +339,7 @@ impl Slots {
         let seg = || self.segs[((lo >> SEG_SHIFT) & SEG_MASK) as usize];
         let page = ((lo >> PAGE_SHIFT) & PAGE_MASK) as u32;
         if lo & RAW_BIT != 0 {
-            Slot::Value(ValuePtr {
+            Slot::value(ValuePtr {
                 log_seg: seg(),
                 loc: ValueLoc::Raw { page, crc: d.hi },
                 len: (lo >> LEN_SHIFT) as u32 + 1,
@@ -298,7 +349,7 @@ impl Slots {
         } else if lo & ESCAPE_BIT != 0 {
             self.escaped[((lo >> 1) & ESCAPE_INDEX_MASK) as usize]
         } else {
-            Slot::Value(ValuePtr {
+            Slot::value(ValuePtr {
                 log_seg: seg(),
                 loc: ValueLoc::Inline {
                     page,
@@ -697,18 +748,8 @@ impl KeyTable {
                 continue;
             }
             let at = PAGE_HEADER + carry;
-            let Some(len) = entry_len(&p[at..]) else {
-                continue;
-            };
-            let end = (at + len).min(PAGE_SIZE);
-            let key_start = if u16::from_le_bytes([p[at], p[at + 1]]) == LONG_ENTRY {
-                at + 6
-            } else {
-                at + 2
-            };
-            let key_end = (at + len - SLOT_BYTES).min(end);
-            if key_start <= key_end {
-                out.push((n as u32, p[key_start..key_end].to_vec()));
+            if let Some(key) = entry_key_prefix(&p[at..], EntryForm::Deadlines) {
+                out.push((n as u32, key.to_vec()));
             }
         }
         out
@@ -734,25 +775,27 @@ impl KeyTable {
         }
         let mut run = [0u8; 8];
         run.copy_from_slice(&p[8..16]);
-        if u16::from_le_bytes([p[4], p[5]]) != PAGE_MAGIC
+        let form = EntryForm::of_magic(u16::from_le_bytes([p[4], p[5]]));
+        if form.is_none()
             || u64::from_le_bytes(run) != id
             || u32::from_le_bytes([p[16], p[17], p[18], p[19]]) != page_no
         {
             return Err(format!("run {id} page {page_no}: not this run's page"));
         }
+        let form = form.unwrap_or(EntryForm::Deadlines);
         let count = u16::from_le_bytes([p[6], p[7]]);
         let mut at = PAGE_HEADER + u32::from_le_bytes([p[20], p[21], p[22], p[23]]) as usize;
         for _ in 0..count {
-            let len = entry_len(p.get(at..).unwrap_or_default())
+            let len = entry_len(p.get(at..).unwrap_or_default(), form)
                 .ok_or_else(|| format!("run {id} page {page_no}: truncated"))?;
             if at + len > PAGE_SIZE {
                 return Err(format!("run {id} page {page_no}: the entry runs on"));
             }
-            let (k, slot) = split_entry(&p[at..at + len])
+            let (k, slot, deadline) = split_entry(&p[at..at + len], form)
                 .ok_or_else(|| format!("run {id} page {page_no}: bad entry"))?;
             match k.cmp(key) {
                 std::cmp::Ordering::Equal => {
-                    return Ok(Some(PackedSlot::from_bytes(slot).unpack()));
+                    return Ok(Some(PackedSlot::from_bytes(slot).unpack(deadline)));
                 }
                 std::cmp::Ordering::Greater => return Ok(None),
                 std::cmp::Ordering::Less => at += len,
@@ -809,16 +852,21 @@ impl KeyTable {
         let mut entry = Vec::new();
         for i in 0..self.len() {
             let k = self.key(i);
+            let slot = self.slot(i);
             entry.clear();
-            if k.len() < usize::from(LONG_ENTRY) {
+            // Keys are bounded far below 4 GiB (the value log's 24-bit key length).
+            if let Some(d) = slot.deadline() {
+                entry.extend_from_slice(&DEADLINE_ENTRY.to_le_bytes());
+                entry.extend_from_slice(&d.get().to_le_bytes());
+                entry.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            } else if k.len() < usize::from(DEADLINE_ENTRY) {
                 entry.extend_from_slice(&(k.len() as u16).to_le_bytes());
             } else {
-                // Keys are bounded far below 4 GiB (the value log's 24-bit key length).
                 entry.extend_from_slice(&LONG_ENTRY.to_le_bytes());
                 entry.extend_from_slice(&(k.len() as u32).to_le_bytes());
             }
             entry.extend_from_slice(k);
-            entry.extend_from_slice(&PackedSlot::pack(&self.slot(i)).to_bytes());
+            entry.extend_from_slice(&PackedSlot::pack(&slot).to_bytes());
             if cur.len() + entry.len() <= PAGE_SIZE {
                 cur.extend_from_slice(&entry);
                 count += 1;
@@ -874,13 +922,17 @@ impl KeyTable {
         // An entry that runs on into the next page(s): its bytes so far, and its length.
         let mut spill: Vec<u8> = Vec::new();
         let mut spill_len = 0usize;
-        let push = |b: &mut KeyTableBuilder, key: &[u8], slot: &[u8], n: usize| {
+        let push = |b: &mut KeyTableBuilder, entry: &[u8], form: EntryForm, n: usize| {
+            let (key, slot, deadline) =
+                split_entry(entry, form).ok_or_else(|| format!("run {id} page {n}: bad entry"))?;
             if b.last_key().is_some_and(|last| last >= key) {
                 return Err(format!("run {id} page {n}: keys out of order"));
             }
-            b.push(key, &PackedSlot::from_bytes(slot).unpack());
+            b.push(key, &PackedSlot::from_bytes(slot).unpack(deadline));
             Ok(())
         };
+        // The entry form of the page a spilled entry started on.
+        let mut spill_form = EntryForm::Deadlines;
         for (n, p) in pages.iter().enumerate() {
             if p.len() != PAGE_SIZE {
                 return Err(format!("keytable page of {} bytes", p.len()));
@@ -889,9 +941,9 @@ impl KeyTable {
             if crc32c::crc32c(&p[4..]) != crc {
                 return Err(format!("run {id} page {n}: checksum mismatch"));
             }
-            if u16::from_le_bytes([p[4], p[5]]) != PAGE_MAGIC {
+            let Some(form) = EntryForm::of_magic(u16::from_le_bytes([p[4], p[5]])) else {
                 return Err(format!("run {id} page {n}: not a keytable page"));
-            }
+            };
             let mut run = [0u8; 8];
             run.copy_from_slice(&p[8..16]);
             let page_no = u32::from_le_bytes([p[16], p[17], p[18], p[19]]);
@@ -911,15 +963,13 @@ impl KeyTable {
                 spill.extend_from_slice(&p[at..at + carry]);
                 at += carry;
                 if spill.len() == spill_len {
-                    let (key, slot) = split_entry(&spill)
-                        .ok_or_else(|| format!("run {id} page {n}: bad long entry"))?;
-                    push(&mut b, key, slot, n)?;
+                    push(&mut b, &spill, spill_form, n)?;
                     spill.clear();
                     spill_len = 0;
                 }
             }
             for _ in 0..count {
-                let Some(len) = entry_len(&p[at..]) else {
+                let Some(len) = entry_len(&p[at..], form) else {
                     return Err(format!("run {id} page {n}: truncated"));
                 };
                 if at + len > PAGE_SIZE {
@@ -929,12 +979,11 @@ impl KeyTable {
                     }
                     spill.extend_from_slice(&p[at..]);
                     spill_len = len;
+                    spill_form = form;
                     at = PAGE_SIZE;
                     continue;
                 }
-                let (key, slot) = split_entry(&p[at..at + len])
-                    .ok_or_else(|| format!("run {id} page {n}: truncated entry"))?;
-                push(&mut b, key, slot, n)?;
+                push(&mut b, &p[at..at + len], form, n)?;
                 at += len;
             }
         }
@@ -950,29 +999,73 @@ const PAGE_BODY: usize = PAGE_SIZE - PAGE_HEADER;
 /// A page entry's `key_len` that means "a `u32` key length follows".
 const LONG_ENTRY: u16 = u16::MAX;
 
-/// The length of the page entry starting `b` (its header must be there).
-fn entry_len(b: &[u8]) -> Option<usize> {
-    let kl = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
-    if kl == LONG_ENTRY {
-        let l = b.get(2..6)?;
-        Some(6 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize + SLOT_BYTES)
-    } else {
-        Some(2 + usize::from(kl) + SLOT_BYTES)
+/// A page entry's `key_len` that means "a deadline and a `u32` key length follow" (pages
+/// with [`PAGE_MAGIC`] only).
+const DEADLINE_ENTRY: u16 = u16::MAX - 1;
+
+/// Which entry forms a page may hold, by its magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EntryForm {
+    /// [`PAGE_MAGIC_V1`]: short and long entries only.
+    V1,
+    /// [`PAGE_MAGIC`]: short, long and deadline entries.
+    Deadlines,
+}
+
+impl EntryForm {
+    fn of_magic(magic: u16) -> Option<EntryForm> {
+        match magic {
+            PAGE_MAGIC => Some(EntryForm::Deadlines),
+            PAGE_MAGIC_V1 => Some(EntryForm::V1),
+            _ => None,
+        }
     }
 }
 
-/// A whole page entry's key and slot bytes.
-fn split_entry(e: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = entry_len(e)?;
-    if e.len() != len {
+/// Where the key of the entry starting `b` begins, its length and its deadline (the
+/// entry's header must be there).
+fn entry_head(b: &[u8], form: EntryForm) -> Option<(usize, usize, Deadline)> {
+    let kl = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
+    let u32_at = |i: usize| -> Option<usize> {
+        let l = b.get(i..i + 4)?;
+        Some(u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize)
+    };
+    match kl {
+        LONG_ENTRY => Some((6, u32_at(2)?, None)),
+        DEADLINE_ENTRY if form == EntryForm::Deadlines => {
+            let d = b.get(2..10)?;
+            let mut w = [0u8; 8];
+            w.copy_from_slice(d);
+            Some((
+                14,
+                u32_at(10)?,
+                std::num::NonZeroU64::new(u64::from_le_bytes(w)),
+            ))
+        }
+        _ => Some((2, usize::from(kl), None)),
+    }
+}
+
+/// The length of the page entry starting `b` (its header must be there).
+fn entry_len(b: &[u8], form: EntryForm) -> Option<usize> {
+    let (start, len, _) = entry_head(b, form)?;
+    Some(start + len + SLOT_BYTES)
+}
+
+/// The key of the entry at the start of `b`, as far as it is there (the key of a page's
+/// first entry, even if it runs on into the next page).
+fn entry_key_prefix(b: &[u8], form: EntryForm) -> Option<&[u8]> {
+    let (start, len, _) = entry_head(b, form)?;
+    b.get(start..(start + len).min(b.len()))
+}
+
+/// A whole page entry's key, slot bytes and deadline.
+fn split_entry(e: &[u8], form: EntryForm) -> Option<(&[u8], &[u8], Deadline)> {
+    let (start, len, deadline) = entry_head(e, form)?;
+    if e.len() != start + len + SLOT_BYTES {
         return None;
     }
-    let key_start = if u16::from_le_bytes([e[0], e[1]]) == LONG_ENTRY {
-        6
-    } else {
-        2
-    };
-    Some((&e[key_start..len - SLOT_BYTES], &e[len - SLOT_BYTES..]))
+    Some((&e[start..start + len], &e[start + len..], deadline))
 }
 
 #[cfg(test)]
@@ -982,7 +1075,7 @@ mod long_entry_tests {
     use super::*;
 
     fn raw(i: u32) -> Slot {
-        Slot::Value(ValuePtr {
+        Slot::value(ValuePtr {
             log_seg: i,
             loc: ValueLoc::Raw {
                 page: i,
@@ -1078,7 +1171,7 @@ mod tests {
         if i % 3 == 0 {
             Slot::Tombstone
         } else if i % 3 == 1 {
-            Slot::Value(ValuePtr {
+            Slot::value(ValuePtr {
                 log_seg: i,
                 loc: ValueLoc::Inline {
                     page: i * 7 % MAX_INLINE_PAGE,
@@ -1087,7 +1180,7 @@ mod tests {
                 len: i * 3,
             })
         } else {
-            Slot::Value(ValuePtr {
+            Slot::value(ValuePtr {
                 log_seg: i,
                 loc: ValueLoc::Raw {
                     page: i * 11,
@@ -1107,7 +1200,7 @@ mod tests {
     }
 
     fn inline(log_seg: u32, page: u32, offset: u16, len: u32) -> Slot {
-        Slot::Value(ValuePtr {
+        Slot::value(ValuePtr {
             log_seg,
             loc: ValueLoc::Inline { page, offset },
             len,
@@ -1115,7 +1208,7 @@ mod tests {
     }
 
     fn raw(log_seg: u32, page: u32, crc: u32, len: u32) -> Slot {
-        Slot::Value(ValuePtr {
+        Slot::value(ValuePtr {
             log_seg,
             loc: ValueLoc::Raw { page, crc },
             len,
@@ -1215,7 +1308,11 @@ mod tests {
         let back = decode(&t);
         for (i, s) in slots.iter().enumerate() {
             // What the page format keeps of it (it clamps inline pages and offsets).
-            assert_eq!(back.slot(i), PackedSlot::pack(s).unpack(), "slot {i}");
+            assert_eq!(
+                back.slot(i),
+                PackedSlot::pack(s).unpack(s.deadline()),
+                "slot {i}"
+            );
         }
         assert_eq!(
             back.slot(4),
@@ -1449,7 +1546,7 @@ mod tests {
         let back = decode(&t);
         prop_assert_eq!(back.len(), model.len());
         for (i, (k, s)) in model.iter().enumerate() {
-            let on_device = PackedSlot::pack(s).unpack();
+            let on_device = PackedSlot::pack(s).unpack(s.deadline());
             prop_assert_eq!(back.key(i), k.as_slice());
             prop_assert_eq!(back.slot(i), on_device);
             prop_assert_eq!(back.get(k), Some(on_device));

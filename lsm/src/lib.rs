@@ -34,6 +34,7 @@ mod config;
 mod engine;
 mod epoch;
 mod error;
+pub mod expiry;
 pub mod gc;
 mod io;
 pub mod keytable;
@@ -55,5 +56,6 @@ pub use engine::{
     RangeBounds, RangeRead, WriteOp,
 };
 pub use error::{EngineError, Result};
+pub use expiry::{Deadline, DropExpired, ExpiryPolicy};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
 pub use read::{Lookup, OnLookup, OnProbedValues, OnRange, OnValues, Probes, ASYNC_READ_WINDOW};

@@ -69,6 +69,7 @@ use dashmap::DashMap;
 
 use crate::keytable::Slot;
 use crate::merge::Cursor;
+use crate::vlog_format::ValuePtr;
 
 /// Rough DRAM cost of one version: its [`RunEntry`] in a run (a version in the tail costs
 /// more, a skip-list node, but the tail is small). A key is counted once beyond that, with
@@ -110,16 +111,23 @@ impl NewestIndex {
     ///
     /// The comparison and the update are one step under the map's shard lock, so of any
     /// set of versions of a key, each one but the newest is reported shadowed exactly once,
-    /// whatever the order the inserts run in.
+    /// whatever the order the inserts run in — except a version that points at the same
+    /// value as the one that shadows it (a retime: only the deadline changed), which is not
+    /// reported: its value is still live. (Inserted out of order, a retime and two other
+    /// versions of its key in three concurrent batches could report the retimed value
+    /// twice: an over-count of garbage, never a lost value, as garbage collection judges
+    /// each record's liveness itself. The drive never has a retime in flight beside
+    /// another write of its key.)
     fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool, Option<Slot>) {
         let update = |newest: &mut (u64, Slot)| {
-            if newest.0 < seq {
+            let (older, newer) = if newest.0 < seq {
                 let old = newest.1;
                 *newest = (seq, slot);
-                Some(old)
+                (old, slot)
             } else {
-                Some(slot)
-            }
+                (slot, newest.1)
+            };
+            (older.ptr().is_none() || older.ptr() != newer.ptr()).then_some(older)
         };
         if let Some(mut e) = self.map.get_mut(&*key) {
             let shadowed = update(e.value_mut());
@@ -378,6 +386,8 @@ pub struct MemTable {
     /// [`MemTable::key_index`]: the distinct keys in order when it was built, and how many
     /// versions the table held then. Built only when a sampler asks.
     key_index: parking_lot::Mutex<Option<(usize, KeyIndex)>>,
+    /// Set once a retime's version went in (see [`MemTable::note_retime`]).
+    retimes: std::sync::atomic::AtomicBool,
 }
 
 /// A memtable's distinct keys in order, sharing the table's key allocations
@@ -419,6 +429,7 @@ impl MemTable {
             keys: AtomicUsize::new(0),
             versions: AtomicUsize::new(0),
             key_index: parking_lot::Mutex::new(None),
+            retimes: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -568,6 +579,56 @@ impl MemTable {
     /// The newest version of `key` (the writer's view).
     pub fn latest(&self, key: &[u8]) -> Option<Slot> {
         self.get(key, LATEST)
+    }
+
+    /// The oldest version of `key` in the table: the one that shadows what lies below the
+    /// table (a flush counts that as garbage unless both point at the same value).
+    pub fn oldest(&self, key: &[u8]) -> Option<Slot> {
+        let layers = self.layers.load();
+        // Versions of a key sort newest first: its oldest in a layer is the last entry
+        // before (key, seq 0)'s successor.
+        let probe = Probe::new(key, 0);
+        let probe: &dyn KeyVersion = &probe;
+        let mut best: Option<(u64, Slot)> = None;
+        let mut consider = |found: u64, slot: Slot| {
+            if best.is_none_or(|(b, _)| found < b) {
+                best = Some((found, slot));
+            }
+        };
+        if let Some(e) = layers.tail.upper_bound(Bound::Included(probe)) {
+            if e.key().user_key() == key {
+                consider(e.key().seq, *e.value());
+            }
+        }
+        for run in &layers.runs {
+            let i = run.partition_point(|e| (e as &dyn KeyVersion) <= probe);
+            if let Some(e) = i.checked_sub(1).and_then(|i| run.get(i)) {
+                if e.key.bytes() == key {
+                    consider(e.seq, e.slot);
+                }
+            }
+        }
+        best.map(|(_, slot)| slot)
+    }
+
+    /// Records that a retime's version is (about to be) inserted: a version pointing at a
+    /// value it did not write, maybe one below the table, so a flush must compare what lies
+    /// below with the key's [`MemTable::oldest`] version, not only its newest.
+    pub fn note_retime(&self) {
+        self.retimes.store(true, AtomicOrdering::Relaxed);
+    }
+
+    /// Whether [`MemTable::note_retime`] was called.
+    pub fn has_retimes(&self) -> bool {
+        self.retimes.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Whether the version of `key` right above `below` (an entry under the table) points
+    /// at the same value, so a flush does not count it as garbage: the newest version
+    /// does (nothing in the table changed the value), or, after a retime, the oldest.
+    pub fn keeps_value(&self, key: &[u8], newest: &Slot, below: &ValuePtr) -> bool {
+        newest.ptr() == Some(*below)
+            || (self.has_retimes() && self.oldest(key).and_then(|s| s.ptr()) == Some(*below))
     }
 
     /// Approximate DRAM bytes.
@@ -877,7 +938,7 @@ mod tests {
     use crate::vlog_format::{ValueLoc, ValuePtr};
 
     fn v(n: u32) -> Slot {
-        Slot::Value(ValuePtr {
+        Slot::value(ValuePtr {
             log_seg: n,
             loc: ValueLoc::Inline { page: 0, offset: 0 },
             len: n,
@@ -1045,7 +1106,7 @@ mod tests {
                 .map(|seq| v(seq as u32))
                 .collect();
             let order = |s: &Slot| match s {
-                Slot::Value(p) => p.len,
+                Slot::Value(p, _) => p.len,
                 _ => u32::MAX,
             };
             shadowed.sort_by_key(order);
@@ -1127,7 +1188,7 @@ mod tests {
                 want.extend(versions.iter().take(versions.len().saturating_sub(1)));
             }
             let order = |s: &Slot| match s {
-                Slot::Value(p) => p.len,
+                Slot::Value(p, _) => p.len,
                 _ => 0,
             };
             let tombs = |v: &[Slot]| v.iter().filter(|s| **s == Slot::Tombstone).count();
@@ -1224,7 +1285,7 @@ mod tests {
             let mut last: Option<Vec<u8>> = None;
             while let Some((k, s)) = c.current() {
                 assert!(last.as_deref() < Some(k));
-                if let Slot::Value(p) = s {
+                if let Slot::Value(p, _) = s {
                     assert!(p.len <= 5_000);
                 }
                 last = Some(k.to_vec());

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::expiry::ExpiryPolicy;
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot};
 use crate::vlog_format::ValuePtr;
 
@@ -41,7 +42,9 @@ pub fn run_source(t: &KeyTable, from: usize) -> Source<'_> {
 }
 
 /// Merges sources; `sources[0]` is the newest. Yields each key once with its newest slot, and
-/// hands every older, shadowed slot of it to `shadowed`. The key yielded is lent from its
+/// hands every older, shadowed slot of it to `shadowed` — but for a value that the version
+/// just above it points at too (a retime changed only its deadline: the value is still
+/// live, and counted once when the last version pointing at it goes). The key yielded is lent from its
 /// source until the next call. Sources are few (the memtables and a handful of runs per
 /// level), so the smallest key is found by a scan rather than a heap.
 pub struct Merge<'a> {
@@ -77,6 +80,7 @@ impl<'a> Merge<'a> {
         }
         let best = best?;
         // Older versions of the same key: shadowed, and skipped.
+        let mut above = self.sources[best].current().and_then(|(_, s)| s.ptr());
         for r in best + 1..self.sources.len() {
             while let (Some((k, s)), Some((bk, _))) =
                 (self.sources[r].current(), self.sources[best].current())
@@ -84,7 +88,11 @@ impl<'a> Merge<'a> {
                 if k != bk {
                     break;
                 }
-                shadowed(k, s);
+                let ptr = s.ptr();
+                if ptr.is_none() || ptr != above {
+                    shadowed(k, s);
+                }
+                above = ptr;
                 self.sources[r].advance();
             }
         }
@@ -153,27 +161,65 @@ pub struct OutputSpec {
     pub bottom: bool,
     /// Bloom filter false-positive rate of the output runs.
     pub fp_rate: f64,
+    /// At the bottom (`bottom`), the clock and the policy by which expired entries are
+    /// dropped (`None`: kept). Above the bottom an expired entry is kept as it is (reads
+    /// hide it): dropping it there would bare an older version below, and a tombstone in
+    /// its place would count its value as garbage twice (again when it meets that version).
+    pub expiry: Option<ExpiryDrop>,
 }
+
+/// When compaction drops expired entries (see [`OutputSpec::expiry`]): only entries whose
+/// deadline is [`EXPIRY_GRACE_MS`] behind `now`.
+#[derive(Debug, Clone)]
+pub struct ExpiryDrop {
+    /// The instant (unix ms) deadlines are judged at.
+    pub now: u64,
+    /// Which expired keys may go.
+    pub policy: Arc<dyn ExpiryPolicy>,
+}
+
+/// How long after its deadline an expired entry may be dropped by compaction. Reads hide it
+/// from its deadline on; the grace lets a writer that saw the key live a moment before
+/// (and retimes it: EXPIRE on a key about to expire) still find its entry, whatever the
+/// compactions in between.
+pub const EXPIRY_GRACE_MS: u64 = 10_000;
+
+/// Entries compaction dropped because they expired: key and value. Whether the value is
+/// garbage depends on what lies above the compaction (a newer version in a memtable may
+/// point at it: a retime), so the caller decides, under the write lock.
+pub type Expired = Vec<(Vec<u8>, ValuePtr)>;
 
 /// Merges sources (newest first) into runs of about `spec.target_bytes` each, in key order
 /// and not overlapping (a key is never split across runs: the merge yields each key once).
 /// Shadowed values are returned as invalidated; with `spec.bottom` tombstones are dropped
-/// too. Empty runs are never returned.
-pub fn compact(sources: Vec<Source<'_>>, spec: &OutputSpec) -> (Vec<KeyTable>, Vec<Invalidated>) {
+/// too, and entries expired per `spec.expiry` (returned apart). Empty runs are never
+/// returned.
+pub fn compact(
+    sources: Vec<Source<'_>>,
+    spec: &OutputSpec,
+) -> (Vec<KeyTable>, Vec<Invalidated>, Expired) {
     let mut merge = Merge::new(sources);
     let mut ids = spec.ids.clone();
     let mut outputs = Vec::new();
     let mut out: Option<KeyTableBuilder> = None;
     let mut dead = Vec::new();
+    let mut expired = Vec::new();
     loop {
         let next = merge.next_with(|k, s| {
-            if let Slot::Value(p) = s {
+            if let Slot::Value(p, _) = s {
                 dead.push((k.len(), p));
             }
         });
         let Some((key, slot)) = next else { break };
         if spec.bottom && slot == Slot::Tombstone {
             continue;
+        }
+        if let (true, Some(x), Slot::Value(p, Some(d))) = (spec.bottom, &spec.expiry, slot) {
+            // Every older version of the key was merged here (nothing lies below).
+            if d.get().saturating_add(EXPIRY_GRACE_MS) < x.now && x.policy.may_drop(key) {
+                expired.push((key.to_vec(), p));
+                continue;
+            }
         }
         let full = out
             .as_ref()
@@ -190,7 +236,7 @@ pub fn compact(sources: Vec<Source<'_>>, spec: &OutputSpec) -> (Vec<KeyTable>, V
         b.push(key, &slot);
     }
     outputs.extend(out.map(|b| b.finish(spec.fp_rate)));
-    (outputs, dead)
+    (outputs, dead, expired)
 }
 
 #[cfg(test)]
@@ -199,7 +245,7 @@ mod tests {
     use crate::vlog_format::ValueLoc;
 
     fn v(n: u32) -> Slot {
-        Slot::Value(ValuePtr {
+        Slot::value(ValuePtr {
             log_seg: n,
             loc: ValueLoc::Inline { page: 0, offset: 0 },
             len: n,
@@ -223,9 +269,10 @@ mod tests {
             target_bytes: usize::MAX,
             bottom,
             fp_rate: 0.01,
+            expiry: None,
         };
         let sources = || vec![run_source(&new, 0), run_source(&old, 0)];
-        let (mut out, dead) = compact(sources(), &spec(false));
+        let (mut out, dead, _) = compact(sources(), &spec(false));
         let t = out.remove(0);
         assert_eq!(t.len(), 3);
         assert_eq!(t.get(b"a"), Some(v(10)));
@@ -233,7 +280,7 @@ mod tests {
         let mut lens: Vec<u32> = dead.iter().map(|(_, p)| p.len).collect();
         lens.sort();
         assert_eq!(lens, vec![1, 3]);
-        let (mut out, _) = compact(sources(), &spec(true));
+        let (mut out, _, _) = compact(sources(), &spec(true));
         let t = out.remove(0);
         assert_eq!(t.len(), 2, "tombstone dropped at the bottom");
         assert_eq!(t.get(b"c"), None);
@@ -250,8 +297,9 @@ mod tests {
             target_bytes: per_run,
             bottom: false,
             fp_rate: 0.01,
+            expiry: None,
         };
-        let (out, dead) = compact(vec![run_source(&all, 0)], &spec);
+        let (out, dead, _) = compact(vec![run_source(&all, 0)], &spec);
         assert!(dead.is_empty());
         assert!((9..=11).contains(&out.len()), "{} runs", out.len());
         let ids: Vec<u64> = out.iter().map(KeyTable::id).collect();
@@ -274,7 +322,7 @@ mod tests {
         assert!(LevelCursor::new(&level, b"zzz").current().is_none());
         // With too few ids, the last run takes the rest.
         let few = OutputSpec { ids: 0..2, ..spec };
-        let (out, _) = compact(vec![run_source(&all, 0)], &few);
+        let (out, _, _) = compact(vec![run_source(&all, 0)], &few);
         assert_eq!(out.len(), 2);
         assert_eq!(out.iter().map(KeyTable::len).sum::<usize>(), 100);
     }

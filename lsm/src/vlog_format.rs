@@ -11,7 +11,19 @@
 //!         LongPut / LongDelete (keys over LONG_KEY_MIN bytes): no key bytes in the page;
 //!         payload = key_page u32 + crc32c u32 of the key (+ crc32c u32 of the value, LongPut)
 //!         Continued (no key): payload = head log_seg u32 + head page u32; seq = the head's
+//!         Retime: payload = deadline u64 (unix ms, 0 = none) + the value's address (16 bytes)
+//!         LongRetime: payload = key_page u32 + crc32c u32 of the key + the Retime payload
 //! ```
+//!
+//! A *retime* gives the key's current value a new deadline (see [`crate::expiry`]) without
+//! moving it. It names the value's address as the write path found it, so replay sets the
+//! same slot without looking anything up (a lookup at replay could miss an entry that
+//! compaction has dropped since). The address is `log_seg u32 | loc u32 | len u32 | word
+//! u32`, `loc` being the page with bit 31 set for a raw value, `word` its crc32c (raw) or
+//! its offset in the page (inline). A put with a deadline is a put record followed by a
+//! retime record in the same batch, so value records keep one size whatever their
+//! deadline, and a retime is garbage as soon as the next flush has it in a keytable, as a
+//! delete is.
 //!
 //! A key longer than [`LONG_KEY_MIN`] does not go into the packed page: it fills raw pages of
 //! its own (zero-padded to a page) right after the page, followed by the value's raw pages
@@ -32,7 +44,11 @@
 //! closed after it, and the value's garbage share covers it whole (see
 //! [`ValuePtr::segment_shares`]).
 
+use std::num::NonZeroU64;
+
 use hwftl_sim::PAGE_SIZE;
+
+use crate::expiry::Deadline;
 
 /// Bytes of a packed page's header.
 pub const PAGE_HEADER: usize = 32;
@@ -52,6 +68,11 @@ pub const LONG_PUT_PAYLOAD: usize = 12;
 pub const LONG_DELETE_PAYLOAD: usize = 8;
 /// Payload bytes of a Continued record (head log segment, head page).
 pub const CONTINUED_PAYLOAD: usize = 8;
+/// Payload bytes of a Retime record (the deadline and the value's address).
+pub const RETIME_PAYLOAD: usize = 24;
+/// Payload bytes of a LongRetime record (key page, key crc, then a Retime payload).
+pub const LONG_RETIME_PAYLOAD: usize = 8 + RETIME_PAYLOAD;
+const RAW_LOC: u32 = 1 << 31;
 
 /// The payload of an Indirect record: the value's first raw page and its crc32c.
 pub fn indirect_payload(first_page: u32, value_crc: u32) -> [u8; INDIRECT_PAYLOAD] {
@@ -131,6 +152,10 @@ pub enum RecordKind {
     /// The start of a segment that continues a value spanning segments (no key: it names
     /// the head record, which has the same sequence number).
     Continued,
+    /// A new deadline for the key's current value.
+    Retime,
+    /// A retime whose key lives in raw pages.
+    LongRetime,
 }
 
 impl RecordKind {
@@ -142,6 +167,8 @@ impl RecordKind {
             RecordKind::LongPut => 4,
             RecordKind::LongDelete => 5,
             RecordKind::Continued => 6,
+            RecordKind::Retime => 7,
+            RecordKind::LongRetime => 8,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
@@ -152,6 +179,8 @@ impl RecordKind {
             4 => RecordKind::LongPut,
             5 => RecordKind::LongDelete,
             6 => RecordKind::Continued,
+            7 => RecordKind::Retime,
+            8 => RecordKind::LongRetime,
             _ => return None,
         })
     }
@@ -322,6 +351,68 @@ pub fn delete_record_bytes(key_len: usize) -> u64 {
     }
 }
 
+/// Bytes a retime of a `key_len`-byte key occupies in the log (garbage once flushed).
+pub fn retime_record_bytes(key_len: usize) -> u64 {
+    if is_long_key(key_len) {
+        (RECORD_HEADER + LONG_RETIME_PAYLOAD) as u64 + key_pages(key_len) * PAGE_SIZE as u64
+    } else {
+        (RECORD_HEADER + key_len + RETIME_PAYLOAD) as u64
+    }
+}
+
+/// The payload of a Retime record: the deadline, then the value's address.
+pub fn retime_payload(deadline: Deadline, ptr: &ValuePtr) -> [u8; RETIME_PAYLOAD] {
+    let mut p = [0u8; RETIME_PAYLOAD];
+    p[..8].copy_from_slice(&deadline.map_or(0, NonZeroU64::get).to_le_bytes());
+    let (loc, word) = match ptr.loc {
+        ValueLoc::Inline { page, offset } => (page, u32::from(offset)),
+        ValueLoc::Raw { page, crc } => (page | RAW_LOC, crc),
+    };
+    p[8..12].copy_from_slice(&ptr.log_seg.to_le_bytes());
+    p[12..16].copy_from_slice(&loc.to_le_bytes());
+    p[16..20].copy_from_slice(&ptr.len.to_le_bytes());
+    p[20..24].copy_from_slice(&word.to_le_bytes());
+    p
+}
+
+/// The deadline and the value's address a Retime payload at `at` holds.
+fn parse_retime(p: &[u8], at: usize) -> Option<(Deadline, ValuePtr)> {
+    let loc = u32_at(p, at + 12);
+    let word = u32_at(p, at + 20);
+    let page = loc & !RAW_LOC;
+    let loc = if loc & RAW_LOC != 0 {
+        ValueLoc::Raw { page, crc: word }
+    } else {
+        ValueLoc::Inline {
+            page,
+            offset: u16::try_from(word).ok()?,
+        }
+    };
+    Some((
+        NonZeroU64::new(u64_at(p, at)),
+        ValuePtr {
+            log_seg: u32_at(p, at + 8),
+            loc,
+            len: u32_at(p, at + 16),
+        },
+    ))
+}
+
+/// The payload of a LongRetime record: the key's first raw page, the key's crc32c, then a
+/// Retime payload.
+pub fn long_retime_payload(
+    key_page: u32,
+    key: &[u8],
+    deadline: Deadline,
+    ptr: &ValuePtr,
+) -> [u8; LONG_RETIME_PAYLOAD] {
+    let mut p = [0u8; LONG_RETIME_PAYLOAD];
+    p[..4].copy_from_slice(&key_page.to_le_bytes());
+    p[4..8].copy_from_slice(&crc32c::crc32c(key).to_le_bytes());
+    p[8..].copy_from_slice(&retime_payload(deadline, ptr));
+    p
+}
+
 /// Pages a raw value of `len` bytes takes.
 pub fn raw_pages(len: u64) -> u64 {
     len.div_ceil(PAGE_SIZE as u64).max(1)
@@ -358,6 +449,8 @@ pub struct Record {
     pub long_key: Option<LongKey>,
     /// The head record's log segment and packed page (Continued).
     pub continues: Option<(u32, u32)>,
+    /// The new deadline and the value it is for (Retime, LongRetime).
+    pub retime: Option<(Deadline, ValuePtr)>,
 }
 
 /// Builds a packed page in memory.
@@ -563,7 +656,10 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             return Err("truncated record header".into());
         }
         let kind = RecordKind::from_code(p[at]).ok_or("unknown record kind")?;
-        let long = matches!(kind, RecordKind::LongPut | RecordKind::LongDelete);
+        let long = matches!(
+            kind,
+            RecordKind::LongPut | RecordKind::LongDelete | RecordKind::LongRetime
+        );
         let key_len = usize::from(u16_at(p, at + 2)) | usize::from(p[at + 1]) << 16;
         let value_len = u32_at(p, at + 4);
         let seq = u64_at(p, at + 8);
@@ -576,6 +672,8 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             RecordKind::LongPut => LONG_PUT_PAYLOAD,
             RecordKind::LongDelete => LONG_DELETE_PAYLOAD,
             RecordKind::Continued => CONTINUED_PAYLOAD,
+            RecordKind::Retime => RETIME_PAYLOAD,
+            RecordKind::LongRetime => LONG_RETIME_PAYLOAD,
         };
         if kind == RecordKind::Continued && key_len != 0 {
             return Err("continuation record with a key".into());
@@ -610,6 +708,15 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
             long_key,
             continues: (kind == RecordKind::Continued)
                 .then(|| (u32_at(p, payload), u32_at(p, payload + 4))),
+            retime: match kind {
+                RecordKind::Retime => {
+                    Some(parse_retime(p, payload).ok_or("retime record with a bad address")?)
+                }
+                RecordKind::LongRetime => {
+                    Some(parse_retime(p, payload + 8).ok_or("retime record with a bad address")?)
+                }
+                _ => None,
+            },
         });
         at = payload + payload_len;
     }

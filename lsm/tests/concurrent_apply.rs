@@ -77,8 +77,8 @@ fn racing_inserts_of_shared_keys_count_garbage_once() {
                     let mut a = acked.lock().unwrap();
                     for (op, k) in ops.iter().zip(&ks) {
                         let v = match op {
-                            WriteOp::Put(_, v) => v.to_vec(),
-                            WriteOp::Delete(_) => Vec::new(),
+                            WriteOp::Put(_, v) | WriteOp::PutUntil(_, v, _) => v.to_vec(),
+                            WriteOp::Delete(_) | WriteOp::Retime(..) => Vec::new(),
                         };
                         let versions = &mut a[*k as usize];
                         versions.push(v);

@@ -33,7 +33,7 @@ fn slot(rng: &mut SmallRng) -> Slot {
     let log_seg = rng.gen_range(10_000..13_000);
     match rng.gen_range(0..10) {
         0 => Slot::Tombstone,
-        1..=2 => Slot::Value(ValuePtr {
+        1..=2 => Slot::value(ValuePtr {
             log_seg,
             loc: ValueLoc::Raw {
                 page: rng.gen_range(0..16_384),
@@ -41,7 +41,7 @@ fn slot(rng: &mut SmallRng) -> Slot {
             },
             len: rng.gen_range(8_000..1 << 20),
         }),
-        _ => Slot::Value(ValuePtr {
+        _ => Slot::value(ValuePtr {
             log_seg,
             loc: ValueLoc::Inline {
                 page: rng.gen_range(0..16_384),
@@ -99,8 +99,9 @@ fn dram_per_key_is_at_most_key_plus_16() {
             target_bytes: usize::MAX,
             bottom: false,
             fp_rate: FP_RATE,
+            expiry: None,
         };
-        let (mut merged, dead) = compact(vec![run_source(&newer, 0), run_source(&t, 0)], &spec);
+        let (mut merged, dead, _) = compact(vec![run_source(&newer, 0), run_source(&t, 0)], &spec);
         assert_eq!(merged.len(), 1, "one output run");
         let merged = merged.remove(0);
         assert_eq!(merged.len(), 100_000);
@@ -119,7 +120,7 @@ fn dram_per_key_with_longer_keys_and_one_segment() {
     for (i, k) in keys.iter().enumerate() {
         b.push(
             k,
-            &Slot::Value(ValuePtr {
+            &Slot::value(ValuePtr {
                 log_seg: 7,
                 loc: ValueLoc::Inline {
                     page: i as u32 % 16_384,

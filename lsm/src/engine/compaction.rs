@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use super::gc::GC_BATCH_BYTES;
 use super::levels::{self, Level};
 use super::*;
-use crate::merge::{run_source, LevelCursor, OutputSpec, Source};
+use crate::merge::{run_source, Expired, LevelCursor, OutputSpec, Source};
 
 /// Which runs of the upper level a compaction takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +223,10 @@ impl Inner {
                 target_bytes: target,
                 bottom,
                 fp_rate: self.cfg.bloom_fp_rate,
+                expiry: Some(crate::merge::ExpiryDrop {
+                    now: crate::expiry::now_ms(),
+                    policy: self.cfg.expiry_policy.clone(),
+                }),
             },
             trivial_move,
         })
@@ -237,7 +241,7 @@ impl Inner {
         if c.trivial_move {
             return self.install_move(&c);
         }
-        let (outputs, dead) = compact(c.sources(), &c.spec);
+        let (outputs, dead, expired) = compact(c.sources(), &c.spec);
         // The ablation: values move with their keys, as in an LSM without key-value
         // separation. Only with an empty memtable (right after a flush): the moved records
         // then hold the newest versions, and the checkpoint moves past them below.
@@ -253,7 +257,7 @@ impl Inner {
             let (mut bytes, mut spanning) = (0u64, 0usize);
             for t in &outputs {
                 for j in 0..t.len() {
-                    if let Slot::Value(p) = t.slot(j) {
+                    if let Slot::Value(p, _) = t.slot(j) {
                         let klen = t.key(j).len();
                         if p.spans(self.g.pages_per_segment()) {
                             spanning += self.spanning_segments(klen, p.len as usize) + 1;
@@ -281,7 +285,7 @@ impl Inner {
             // (the manifest the install writes says so).
             self.move_checkpoint();
         }
-        self.install_compaction(&c, written, dead.len() as u64)
+        self.install_compaction(&c, written, dead.len() as u64, expired)
     }
 
     /// Checks that every input of `c` is still where it was taken from (only the
@@ -312,6 +316,7 @@ impl Inner {
         c: &Compaction,
         outputs: Vec<(KeyTable, Vec<(u64, u32)>)>,
         invalidated: u64,
+        expired: Expired,
     ) -> Result<()> {
         self.check_inputs(c)?;
         let gone: HashSet<u64> = c.inputs().map(|r| r.id()).collect();
@@ -336,9 +341,38 @@ impl Inner {
         self.publish_version();
         // Already counted as garbage when their successors were flushed.
         self.stats.compaction_invalidated += invalidated;
+        self.count_expired_drops(expired);
         self.persist()?;
         self.stats.compactions += 1;
         self.release_keytable_segments()
+    }
+
+    /// Counts the values of entries a compaction dropped because they expired (the new
+    /// levels installed). The version right above a dropped entry decides: one in a level
+    /// counted the value as garbage when it was flushed (it found the entry below it),
+    /// one in a memtable (the oldest of the key in the oldest memtable holding it) has not
+    /// yet and no longer will (its flush will not find the entry), and one pointing at the
+    /// same value (a retime since) keeps it live.
+    fn count_expired_drops(&mut self, expired: Expired) {
+        for (key, p) in expired {
+            let in_levels = levels::runs_for_key(&self.levels, &key).find_map(|r| r.get(&key));
+            let above = match in_levels {
+                Some(s) => Some((s, true)),
+                None => self
+                    .frozen
+                    .as_ref()
+                    .and_then(|f| f.mem.oldest(&key))
+                    .or_else(|| self.mem.oldest(&key))
+                    .map(|s| (s, false)),
+            };
+            match above {
+                Some((s, _)) if s.ptr() == Some(p) => {}
+                Some((_, true)) => {}
+                // For good: no replay finds this drop again.
+                _ => self.count_dead(key.len(), &p),
+            }
+            self.stats.expired_dropped += 1;
+        }
     }
 
     /// Moves the upper runs of `c` down to `c.to` as they are (a trivial move): readers
@@ -383,29 +417,30 @@ impl Inner {
             let mut end = i;
             let mut bytes = 0usize;
             while end < t.len() && (end == i || bytes < GC_BATCH_BYTES) {
-                if let Slot::Value(p) = t.slot(end) {
+                if let Slot::Value(p, _) = t.slot(end) {
                     bytes += p.len as usize + t.key(end).len();
                 }
                 end += 1;
             }
-            let ptrs: Vec<Option<ValuePtr>> = (i..end)
-                .map(|j| match t.slot(j) {
-                    Slot::Value(p) => Some(p),
-                    Slot::Tombstone => None,
-                })
-                .collect();
+            let ptrs: Vec<Option<ValuePtr>> = (i..end).map(|j| t.slot(j).ptr()).collect();
             let mut plan = self.plan_reads(&ptrs)?;
             let pages = plan.fetch(self.dev.as_ref());
             let values = plan.assemble(&pages, &AtomicU64::new(0), &self.side.read_faults)?;
             let keys: Vec<Vec<u8>> = (i..end).map(|j| t.key(j).to_vec()).collect();
+            // A moved value keeps its deadline (a put and a retime, as `WriteOp::expand`).
             let ops: Vec<WriteOp<'_>> = keys
                 .iter()
                 .zip(&values)
-                .filter_map(|(k, v)| v.as_ref().map(|v| WriteOp::Put(k, v)))
+                .zip(i..end)
+                .filter_map(|((k, v), j)| v.as_ref().map(|v| (k, v, t.slot(j).deadline())))
+                .flat_map(|(k, v, d)| {
+                    std::iter::once(WriteOp::Put(k, v))
+                        .chain(d.is_some().then_some(WriteOp::Retime(k, d)))
+                })
                 .collect();
             let mut new_slots: HashMap<Vec<u8>, Slot> = HashMap::new();
             if !ops.is_empty() {
-                let (pages, updates) = self.build_batch(&ops, 0)?;
+                let (pages, updates, _) = self.build_batch(&ops, 0)?;
                 let n = pages.len() as u64;
                 if let Err(e) = self.write_pages(pages) {
                     self.abandon_head_after_failure();
@@ -419,7 +454,7 @@ impl Inner {
             }
             for (j, key) in (i..end).zip(&keys) {
                 let slot = match (t.slot(j), new_slots.get(key)) {
-                    (Slot::Value(old), Some(&new)) => {
+                    (Slot::Value(old, _), Some(&new)) => {
                         self.count_dead(key.len(), &old);
                         new
                     }

@@ -31,8 +31,12 @@ pub(super) fn build_flush_run(
     let mut c = mem.cursor();
     while let Some((k, s)) = c.current() {
         b.push(k, &s);
-        if let Some(Slot::Value(old)) = levels::runs_for_key(levels, k).find_map(|r| r.get(k)) {
-            dead.push((k.len(), old));
+        if let Some(Slot::Value(old, _)) = levels::runs_for_key(levels, k).find_map(|r| r.get(k)) {
+            // A retime since points at the value: it stays live here (and is counted
+            // inside the memtable if a later version there dropped it).
+            if !mem.keeps_value(k, &s, &old) {
+                dead.push((k.len(), old));
+            }
         }
         c.advance();
     }

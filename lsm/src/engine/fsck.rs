@@ -431,7 +431,7 @@ impl Inner {
         while let Some((key, slot)) = merge.next() {
             match slot {
                 Slot::Tombstone => r.tombstones += 1,
-                Slot::Value(p) => {
+                Slot::Value(p, _) => {
                     r.live_keys += 1;
                     for (log_seg, bytes) in p.segment_shares(key.len(), pps) {
                         *live.entry(log_seg).or_default() += bytes;
@@ -453,9 +453,14 @@ impl Inner {
         let pps = self.g.pages_per_segment();
         let mut pending: BTreeMap<u32, u64> = BTreeMap::new();
         let mut c = self.mem.cursor();
-        while let Some((k, _)) = c.current() {
-            if let Some(Slot::Value(old)) =
-                levels::runs_for_key(&self.levels, k).find_map(|run| run.get(k))
+        while let Some((k, newest)) = c.current() {
+            // (A retime shadows the value it points at too: that stays live.)
+            if let Some(Slot::Value(old, _)) = levels::runs_for_key(&self.levels, k)
+                .find_map(|run| run.get(k))
+                .filter(|old| {
+                    old.ptr()
+                        .is_none_or(|p| !self.mem.keeps_value(k, &newest, &p))
+                })
             {
                 for (log_seg, bytes) in old.segment_shares(k.len(), pps) {
                     *pending.entry(log_seg).or_default() += bytes;

@@ -402,8 +402,8 @@ impl Inner {
                     let key = key_pages.and_then(|kp| lk.assemble(kp));
                     match (key, r.kind) {
                         (Some(k), _) => r.key = k,
-                        // A delete's key is not needed: tombstones are never moved.
-                        (None, RecordKind::LongDelete) => continue,
+                        // A delete's or a retime's key is not needed: neither holds a value.
+                        (None, RecordKind::LongDelete | RecordKind::LongRetime) => continue,
                         (None, _) => {
                             return Err(corrupt(format!(
                                 "a long key in log segment {log_seg} is unreadable"
@@ -432,7 +432,7 @@ impl Inner {
                     }
                     _ => continue,
                 };
-                if self.lookup(&r.key) != Some(Slot::Value(ptr)) {
+                if self.lookup(&r.key).and_then(|s| s.ptr()) != Some(ptr) {
                     continue;
                 }
                 let value = match ptr.loc {
@@ -589,7 +589,7 @@ impl Inner {
             loc: ValueLoc::Raw { page: first, crc },
             len: head.value_len,
         };
-        if self.lookup(&key) != Some(Slot::Value(ptr)) {
+        if self.lookup(&key).and_then(|s| s.ptr()) != Some(ptr) {
             return Ok(None);
         }
         let value = self
@@ -746,10 +746,14 @@ impl Inner {
         );
         let pending = std::mem::take(&mut self.gc_pending);
         self.gc_pending_bytes = 0;
-        let live: Vec<(Vec<u8>, Vec<u8>)> = pending
+        // A live value keeps the deadline its key has now (a put and a retime, as
+        // `WriteOp::expand` writes a put with a deadline).
+        let live: Vec<(Vec<u8>, Vec<u8>, Deadline)> = pending
             .into_iter()
-            .filter(|m| self.lookup(&m.key) == Some(Slot::Value(m.from)))
-            .map(|m| (m.key, m.value))
+            .filter_map(|m| match self.lookup(&m.key) {
+                Some(Slot::Value(p, d)) if p == m.from => Some((m.key, m.value, d)),
+                _ => None,
+            })
             .collect();
         let mut writes = GcWrites::default();
         let mut start = 0;
@@ -762,11 +766,14 @@ impl Inner {
             }
             let ops: Vec<WriteOp<'_>> = live[start..end]
                 .iter()
-                .map(|(k, v)| WriteOp::Put(k, v))
+                .flat_map(|(k, v, d)| {
+                    std::iter::once(WriteOp::Put(k, v))
+                        .chain(d.is_some().then_some(WriteOp::Retime(k, *d)))
+                })
                 .collect();
             let spans = live[start..end]
                 .iter()
-                .any(|(k, v)| self.put_spans(k.len(), v.len()));
+                .any(|(k, v, _)| self.put_spans(k.len(), v.len()));
             let submitted = if spans {
                 // Alone and synchronously: nothing of this step may be in flight before it.
                 self.wait_gc_batches(&mut writes).and_then(|()| {
@@ -790,7 +797,7 @@ impl Inner {
             }
             writes.bytes += live[start..end]
                 .iter()
-                .map(|(_, v)| v.len() as u64)
+                .map(|(_, v, _)| v.len() as u64)
                 .sum::<u64>();
             start = end;
         }

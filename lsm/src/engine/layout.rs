@@ -31,9 +31,14 @@ pub(super) struct BatchPages {
     batch: u64,
 }
 
-/// A laid-out batch: the pages to write, in order, and the keytable updates to apply once
-/// they are durable.
-pub(super) type LaidOut<'a> = (Vec<(Lba, PageBuf)>, Vec<(&'a [u8], u64, Slot)>);
+/// A laid-out batch: the pages to write, in order, the keytable updates to apply once
+/// they are durable, and the values the batch writes (key length and address: garbage if
+/// the batch fails; a retime's update points at a value written before, not among them).
+pub(super) type LaidOut<'a> = (
+    Vec<(Lba, PageBuf)>,
+    Vec<(&'a [u8], u64, Slot)>,
+    Vec<Invalidated>,
+);
 
 impl Inner {
     /// Raw pages a put lays out after its packed page (a long key's pages, then the
@@ -311,6 +316,54 @@ impl Inner {
         })
     }
 
+    /// The update a retime of `k` at `seq` makes, and the value it is for: the key's value
+    /// where the write order has it at this point, with the new deadline. A put earlier in
+    /// the same batch takes the deadline into its own update (one memtable version, as the
+    /// client wrote one); else the newest version in a batch still on the device, or in
+    /// the applied state. A key without a value gets no update (and `None`).
+    fn retime_update<'a>(
+        &mut self,
+        updates: &mut Vec<(&'a [u8], u64, Slot)>,
+        retimes: &mut Vec<usize>,
+        k: &'a [u8],
+        seq: u64,
+        deadline: Deadline,
+    ) -> Option<ValuePtr> {
+        if let Some(i) = updates.iter().rposition(|(uk, _, _)| *uk == k) {
+            return match &mut updates[i] {
+                (_, _, Slot::Value(p, d)) => {
+                    *d = deadline;
+                    Some(*p)
+                }
+                (_, _, Slot::Tombstone) => None,
+            };
+        }
+        let Some(Slot::Value(p, _)) = self.pending_slot(k) else {
+            return None;
+        };
+        retimes.push(updates.len());
+        updates.push((k, seq, Slot::Value(p, deadline)));
+        // Batches in flight go into the current memtable (a rotation waits for them).
+        self.mem.note_retime();
+        Some(p)
+    }
+
+    /// The newest slot of `k` counting batches still on the device: the newest batch not
+    /// yet claimed for insertion that writes it; else, once every claimed batch's insert
+    /// has finished (an inserter runs without the write lock, so one may be halfway),
+    /// the applied state.
+    fn pending_slot(&mut self, k: &[u8]) -> Option<Slot> {
+        for b in self.pipeline.values().rev() {
+            if let Some((_, _, s)) = b.updates().iter().rev().find(|(uk, _, _)| &**uk == k) {
+                return Some(*s);
+            }
+        }
+        while self.pipeline.values().any(InFlight::inserting) {
+            std::thread::yield_now();
+        }
+        self.lookup(k)
+    }
+
     pub(super) fn build_batch<'a>(
         &mut self,
         ops: &[WriteOp<'a>],
@@ -344,6 +397,8 @@ impl Inner {
             batch,
         };
         let mut updates: Vec<(&'a [u8], u64, Slot)> = Vec::with_capacity(ops.len());
+        // Indexes of the updates that retime a value written before this batch.
+        let mut retimes: Vec<usize> = Vec::new();
         let result = (|| -> Result<()> {
             for (i, op) in ops.iter().enumerate() {
                 let seq = self.next_seq;
@@ -352,7 +407,7 @@ impl Inner {
                     WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
                         let last = i + 1 == ops.len();
                         let ptr = self.lay_out_spanning(&mut b, k, v, seq, reserve, last)?;
-                        updates.push((k, seq, Slot::Value(ptr)));
+                        updates.push((k, seq, Slot::value(ptr)));
                     }
                     WriteOp::Put(k, v) if is_long_key(k.len()) => {
                         let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
@@ -365,7 +420,7 @@ impl Inner {
                         updates.push((
                             k,
                             seq,
-                            Slot::Value(ValuePtr {
+                            Slot::value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Raw {
                                     page: value_first,
@@ -402,7 +457,7 @@ impl Inner {
                         updates.push((
                             k,
                             seq,
-                            Slot::Value(ValuePtr {
+                            Slot::value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Inline { page, offset },
                                 len: v.len() as u32,
@@ -448,7 +503,7 @@ impl Inner {
                         updates.push((
                             k,
                             seq,
-                            Slot::Value(ValuePtr {
+                            Slot::value(ValuePtr {
                                 log_seg,
                                 loc: ValueLoc::Raw { page: first, crc },
                                 len: v.len() as u32,
@@ -469,6 +524,45 @@ impl Inner {
                         }
                         updates.push((k, seq, Slot::Tombstone));
                     }
+                    WriteOp::Retime(k, deadline) => {
+                        // A key without a value: nothing to retime, nothing written.
+                        let Some(ptr) =
+                            self.retime_update(&mut updates, &mut retimes, k, seq, deadline)
+                        else {
+                            continue;
+                        };
+                        // Needed only until the next flush, as a delete record.
+                        let log_seg = if is_long_key(k.len()) {
+                            let (log_seg, first) = self.lay_out_long(&mut b, k, None, reserve)?;
+                            let payload = long_retime_payload(first, k, deadline, &ptr);
+                            b.open
+                                .add_long(RecordKind::LongRetime, seq, k.len(), 0, &payload)
+                                .ok_or_else(|| corrupt("long record does not fit"))?;
+                            Some(log_seg)
+                        } else {
+                            let need = RECORD_HEADER + k.len() + RETIME_PAYLOAD;
+                            if b.open_at.is_none() || b.open.free() < need {
+                                self.open_page(&mut b, 0, reserve)?;
+                            }
+                            b.open
+                                .add(
+                                    RecordKind::Retime,
+                                    seq,
+                                    k,
+                                    0,
+                                    &retime_payload(deadline, &ptr),
+                                )
+                                .ok_or_else(|| corrupt("retime record does not fit"))?;
+                            b.open_at.map(|(log_seg, _)| log_seg)
+                        };
+                        if let Some(log_seg) = log_seg {
+                            self.count_tail_dead(log_seg, retime_record_bytes(k.len()));
+                        }
+                    }
+                    // `WriteOp::expand` turned it into a put and a retime.
+                    WriteOp::PutUntil(..) => {
+                        return Err(corrupt("a put with a deadline reached the layout whole"));
+                    }
                 }
             }
             self.seal_open(&mut b, true)
@@ -478,7 +572,15 @@ impl Inner {
             self.forget_layout(claimed_from);
             return Err(e);
         }
-        Ok((b.pages, updates))
+        // Every update but a retime's points at a value this batch wrote (a put followed by
+        // a retime in the batch was folded into one update with the put's value).
+        let fresh = updates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| retimes.binary_search(i).is_err())
+            .filter_map(|(_, (k, _, s))| s.ptr().map(|p| (k.len(), p)))
+            .collect();
+        Ok((b.pages, updates, fresh))
     }
 
     /// After a batch failed halfway through its layout (no free segment left for the rest),

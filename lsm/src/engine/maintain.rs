@@ -329,14 +329,14 @@ impl Core {
             }
             c
         };
-        let (outputs, dead) = compact(c.sources(), &c.spec);
+        let (outputs, dead, expired) = compact(c.sources(), &c.spec);
         let mut written = Vec::with_capacity(outputs.len());
         for t in outputs {
             let extents = self.write_new_run(&t)?;
             written.push((t, extents));
         }
         let mut g = self.inner.lock();
-        g.install_compaction(&c, written, dead.len() as u64)
+        g.install_compaction(&c, written, dead.len() as u64, expired)
     }
 
     /// One garbage-collection step. Under the write lock with the pipeline drained: read

@@ -38,6 +38,7 @@ use version::{ReadFaults, ReadSide, SegMap, Version};
 use write::InFlight;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ use crate::cache::{PageAddr, ValueCache, ValueCacheStats};
 use crate::config::EngineConfig;
 use crate::epoch::ReadEpochs;
 use crate::error::{EngineError, Result};
+use crate::expiry::Deadline;
 use crate::gc::GcCandidate;
 use crate::io::{FlushGate, GroupDone, Poller};
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
@@ -63,9 +65,10 @@ use crate::merge::{compact, Cursor, Invalidated};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{
     check_page, delete_record_bytes, fits_inline, indirect_payload, is_long_key, key_pages,
-    long_put_payload, parse_records, raw_pages, raw_runs, stored_record_bytes, unused_bytes,
-    PageBuilder, Record, RecordKind, ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD,
-    LONG_KEY_MAX, LONG_PUT_PAYLOAD, RECORD_HEADER,
+    long_put_payload, long_retime_payload, parse_records, raw_pages, raw_runs, retime_payload,
+    retime_record_bytes, stored_record_bytes, unused_bytes, PageBuilder, Record, RecordKind,
+    ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD,
+    RECORD_HEADER, RETIME_PAYLOAD,
 };
 use levels::Level;
 
@@ -91,8 +94,46 @@ fn device_flush(dev: &dyn AppendDevice) -> std::result::Result<(), DeviceError> 
 pub enum WriteOp<'a> {
     /// Set a key.
     Put(&'a [u8], &'a [u8]),
+    /// Set a key whose value expires after the deadline (unix ms; see [`crate::expiry`]).
+    PutUntil(&'a [u8], &'a [u8], NonZeroU64),
     /// Delete a key.
     Delete(&'a [u8]),
+    /// Give the key's current value a new deadline (`None`: never expires), leaving the
+    /// value where it is. The value is the one the key has when the operation takes its
+    /// place in the write order, expired or not; a key without a value stays without one.
+    Retime(&'a [u8], Deadline),
+}
+
+impl<'a> WriteOp<'a> {
+    /// The key the operation writes.
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            WriteOp::Put(k, _)
+            | WriteOp::PutUntil(k, _, _)
+            | WriteOp::Delete(k)
+            | WriteOp::Retime(k, _) => k,
+        }
+    }
+
+    /// The batch as the layout sees it: a put with a deadline is a put followed by a
+    /// retime of the same key (so value records have one format; see
+    /// [`crate::vlog_format`]). Borrows the batch when it has no such put.
+    pub(crate) fn expand<'b>(ops: &'b [WriteOp<'a>]) -> std::borrow::Cow<'b, [WriteOp<'a>]> {
+        if !ops.iter().any(|op| matches!(op, WriteOp::PutUntil(..))) {
+            return std::borrow::Cow::Borrowed(ops);
+        }
+        let mut out = Vec::with_capacity(ops.len() + 1);
+        for op in ops {
+            match *op {
+                WriteOp::PutUntil(k, v, d) => {
+                    out.push(WriteOp::Put(k, v));
+                    out.push(WriteOp::Retime(k, Some(d)));
+                }
+                other => out.push(other),
+            }
+        }
+        std::borrow::Cow::Owned(out)
+    }
 }
 
 /// A range's first live key and the greatest key with an entry in it
@@ -124,6 +165,9 @@ pub struct EngineStats {
     pub compactions: u64,
     /// Value versions compactions dropped (shadowed by newer versions).
     pub compaction_invalidated: u64,
+    /// Entries compaction dropped because their deadline had passed (see
+    /// [`crate::expiry`]).
+    pub expired_dropped: u64,
     /// With the `compaction_moves_values` ablation: compactions that left the values in
     /// place because the free segments could not hold them all.
     pub compactions_without_room_to_move: u64,

@@ -4,6 +4,7 @@
 use super::version::ReadView;
 use super::*;
 use crate::epoch::ReadPin;
+use crate::expiry::LazyClock;
 use crate::read::{Lookup, OnLookup, Probes};
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
@@ -369,12 +370,9 @@ impl ReadSide {
     ) -> (Vec<Option<ValuePtr>>, LookupShape) {
         let mut ptrs: Vec<Option<ValuePtr>> = keys
             .iter()
-            .map(|k| match self.lookup(view, k) {
-                Some(Slot::Value(p)) => Some(p),
-                _ => None,
-            })
+            .map(|k| self.lookup(view, k).and_then(|s| s.ptr()))
             .collect();
-        let exists = |k: &[u8]| matches!(self.lookup(view, k), Some(Slot::Value(_)));
+        let exists = |k: &[u8]| matches!(self.lookup(view, k), Some(Slot::Value(..)));
         let present: Vec<bool> = match probes {
             Probes::Each(ks) => ks.iter().map(|k| exists(k)).collect(),
             Probes::FirstOfUnlessFound(ks) if ptrs.iter().all(Option::is_some) => {
@@ -396,6 +394,7 @@ impl ReadSide {
         let mut range_keys = Vec::new();
         if let Some(range) = range {
             let mut bytes = 0u64;
+            let mut clock = LazyClock::new();
             let mut merge = view.merge_from(range.start);
             while range_keys.len() < range.limit
                 && (range_keys.is_empty() || bytes < range.max_bytes)
@@ -404,7 +403,7 @@ impl ReadSide {
                 if range.end.is_some_and(|e| k >= e) {
                     break;
                 }
-                if let Slot::Value(p) = slot {
+                if let Slot::Value(p, _) = slot.visible(&mut clock) {
                     if range.skip.is_some_and(|skip| skip(k)) {
                         continue;
                     }
@@ -442,10 +441,7 @@ impl Engine {
         let view = side.view()?;
         let ptrs: Vec<Option<ValuePtr>> = keys
             .iter()
-            .map(|k| match side.lookup(&view, k) {
-                Some(Slot::Value(p)) => Some(p),
-                _ => None,
-            })
+            .map(|k| side.lookup(&view, k).and_then(|s| s.ptr()))
             .collect();
         let mut plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
@@ -558,7 +554,7 @@ impl Engine {
         let side = &self.side;
         let cache = side.cache.as_ref()?;
         let view = side.view().ok()?;
-        let Some(Slot::Value(p)) = side.lookup(&view, key) else {
+        let Some(Slot::Value(p, _)) = side.lookup(&view, key) else {
             return None;
         };
         let len = p.len as usize;
@@ -717,13 +713,14 @@ impl Engine {
         let view = side.view()?;
         let mut keys = Vec::new();
         let mut ptrs = Vec::new();
+        let mut clock = LazyClock::new();
         let mut merge = view.merge_from(start);
         while keys.len() < limit {
             let Some((k, slot)) = merge.next() else { break };
             if end.is_some_and(|e| k >= e) {
                 break;
             }
-            if let Slot::Value(p) = slot {
+            if let Slot::Value(p, _) = slot.visible(&mut clock) {
                 keys.push(k.to_vec());
                 ptrs.push(Some(p));
             }
@@ -759,13 +756,14 @@ impl Engine {
     ) -> Result<Vec<Vec<u8>>> {
         let view = self.side.view()?;
         let mut keys = Vec::new();
+        let mut clock = LazyClock::new();
         let mut merge = view.merge_from(start);
         while keys.len() < limit {
             let Some((k, slot)) = merge.next() else { break };
             if end.is_some_and(|e| k >= e) {
                 break;
             }
-            if matches!(slot, Slot::Value(_)) {
+            if matches!(slot.visible(&mut clock), Slot::Value(..)) {
                 keys.push(k.to_vec());
             }
         }
@@ -779,12 +777,13 @@ impl Engine {
     pub fn count_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
         let view = self.side.view()?;
         let mut n = 0;
+        let mut clock = LazyClock::new();
         let mut merge = view.merge_from(start);
         while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
                 break;
             }
-            if matches!(slot, Slot::Value(_)) {
+            if matches!(slot.visible(&mut clock), Slot::Value(..)) {
                 n += 1;
             }
         }
@@ -802,6 +801,7 @@ impl Engine {
     /// `Closed`.
     pub fn range_bounds(&self, ranges: &[(&[u8], Option<&[u8]>)]) -> Result<Vec<RangeBounds>> {
         let view = self.side.view()?;
+        let mut clock = LazyClock::new();
         Ok(ranges
             .iter()
             .map(|&(start, end)| {
@@ -813,7 +813,7 @@ impl Engine {
                     if end.is_some_and(|e| k >= e) {
                         return None;
                     }
-                    if matches!(slot, Slot::Value(_)) {
+                    if matches!(slot.visible(&mut clock), Slot::Value(..)) {
                         return Some((k.to_vec(), last));
                     }
                 }
@@ -833,7 +833,41 @@ impl Engine {
         let view = side.view()?;
         Ok(keys
             .iter()
-            .position(|k| matches!(side.lookup(&view, k), Some(Slot::Value(_)))))
+            .position(|k| matches!(side.lookup(&view, k), Some(Slot::Value(..)))))
+    }
+
+    /// As [`Engine::first_present`], with the deadline of the key found.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn first_present_until(&self, keys: &[&[u8]]) -> Result<Option<(usize, Deadline)>> {
+        let side = &self.side;
+        let view = side.view()?;
+        Ok(keys
+            .iter()
+            .enumerate()
+            .find_map(|(i, k)| match side.lookup(&view, k) {
+                Some(Slot::Value(_, d)) => Some((i, d)),
+                _ => None,
+            }))
+    }
+
+    /// As [`Engine::first_present_until`], counting a key whose deadline has passed as
+    /// present (its entry is still there): what an application whose keys own other records
+    /// needs to remove those too (see [`crate::ExpiryPolicy`]).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn first_written(&self, keys: &[&[u8]]) -> Result<Option<(usize, Deadline)>> {
+        let side = &self.side;
+        let view = side.view()?;
+        Ok(keys
+            .iter()
+            .enumerate()
+            .find_map(|(i, k)| match side.lookup_entry(&view, k) {
+                Some(Slot::Value(_, d)) => Some((i, d)),
+                _ => None,
+            }))
     }
 
     /// The value length of each key, `None` for a missing key, from DRAM only (no device
@@ -846,10 +880,7 @@ impl Engine {
         let view = side.view()?;
         Ok(keys
             .iter()
-            .map(|k| match side.lookup(&view, k) {
-                Some(Slot::Value(p)) => Some(p.len),
-                _ => None,
-            })
+            .map(|k| side.lookup(&view, k).and_then(|s| s.ptr()).map(|p| p.len))
             .collect())
     }
 }

@@ -27,6 +27,14 @@ pub(super) enum TailRead {
     Failed(String),
 }
 
+/// What a replayed record does to its key.
+enum Replayed {
+    /// Sets this slot.
+    Set(Slot),
+    /// Sets this slot, written by a retime (its record is garbage once flushed).
+    Retime(Slot),
+}
+
 /// What is wrong with the page replay stopped at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FaultKind {
@@ -464,7 +472,7 @@ impl Inner {
         acc: &mut ReplayAcc,
     ) -> Result<SpanEnd> {
         // Records of the batch being collected, with their log segment (a batch may span two).
-        let mut pending: Vec<(Vec<u8>, Slot, u64, u64, u32)> = Vec::new();
+        let mut pending: Vec<(Vec<u8>, Replayed, u64, u64, u32)> = Vec::new();
         // Unused bytes of the batch's packed pages, by log segment.
         let mut pending_waste: Vec<(u32, u64)> = Vec::new();
         let mut pending_batch: Option<u64> = None;
@@ -583,14 +591,14 @@ impl Inner {
                         }
                     };
                     let slot = match r.kind {
-                        RecordKind::Put => Slot::Value(ValuePtr {
+                        RecordKind::Put => Replayed::Set(Slot::value(ValuePtr {
                             log_seg: m.log_seg,
                             loc: ValueLoc::Inline {
                                 page,
                                 offset: r.payload_offset,
                             },
                             len: r.value_len,
-                        }),
+                        })),
                         RecordKind::Indirect | RecordKind::LongPut => {
                             let (first, crc) = r.raw.unwrap_or((0, 0));
                             let p = ValuePtr {
@@ -642,9 +650,16 @@ impl Inner {
                                     break;
                                 }
                             }
-                            Slot::Value(p)
+                            Replayed::Set(Slot::value(p))
                         }
-                        RecordKind::Delete | RecordKind::LongDelete => Slot::Tombstone,
+                        RecordKind::Delete | RecordKind::LongDelete => {
+                            Replayed::Set(Slot::Tombstone)
+                        }
+                        // The value the write path found for it, with its new deadline.
+                        RecordKind::Retime | RecordKind::LongRetime => match r.retime {
+                            Some((deadline, p)) => Replayed::Retime(Slot::Value(p, deadline)),
+                            None => continue,
+                        },
                         // The head record carries the value.
                         RecordKind::Continued => continue,
                     };
@@ -660,14 +675,23 @@ impl Inner {
                     for (log_seg, waste) in pending_waste.drain(..) {
                         self.count_tail_dead(log_seg, waste);
                     }
-                    for (k, slot, seq, batch, log_seg) in pending.drain(..) {
+                    for (k, replayed, seq, batch, log_seg) in pending.drain(..) {
                         acc.max_seq = acc.max_seq.max(seq);
                         acc.max_batch = acc.max_batch.max(batch);
-                        if slot == Slot::Tombstone {
-                            self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
-                        }
-                        self.apply(&k, seq, slot);
                         acc.replayed += 1;
+                        let slot = match replayed {
+                            Replayed::Set(Slot::Tombstone) => {
+                                self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
+                                Slot::Tombstone
+                            }
+                            Replayed::Set(slot) => slot,
+                            Replayed::Retime(slot) => {
+                                self.count_tail_dead(log_seg, retime_record_bytes(k.len()));
+                                self.mem.note_retime();
+                                slot
+                            }
+                        };
+                        self.apply(&k, seq, slot);
                     }
                     acc.last_complete = Some(info.batch);
                     pending_batch = None;

@@ -183,6 +183,7 @@ fn live_from(
     let (start, end) = ranges[r];
     let mut left = steps;
     let mut met: Vec<Vec<u8>> = Vec::new();
+    let mut clock = crate::expiry::LazyClock::new();
     // From `from` to the range's end, then from its start up to `from`.
     'walk: for (at, stop) in [(from, end), (start, Some(from))] {
         let mut merge = view.merge_from(at);
@@ -194,7 +195,7 @@ fn live_from(
                 break 'walk;
             }
             left -= 1;
-            if matches!(slot, Slot::Value(_)) && accept(k) {
+            if matches!(slot.visible(&mut clock), Slot::Value(..)) && accept(k) {
                 met.push(k.to_vec());
                 if met.len() > skip {
                     break 'walk;

@@ -24,8 +24,10 @@ impl Inner {
                 WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
                     self.spanning_segments(k.len(), v.len()) as u64 * segment
                 }
-                WriteOp::Put(k, v) => stored_record_bytes(k.len(), v.len()),
-                WriteOp::Delete(_) => 0,
+                WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => {
+                    stored_record_bytes(k.len(), v.len())
+                }
+                WriteOp::Delete(_) | WriteOp::Retime(..) => 0,
             })
             .sum()
     }

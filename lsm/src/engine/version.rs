@@ -37,6 +37,7 @@ use hwftl_sim::{AppendDevice, Geometry, Lba};
 use crate::cache::ValueCache;
 use crate::epoch::{ReadEpochs, ReadPin};
 use crate::error::{EngineError, Result};
+use crate::expiry::LazyClock;
 use crate::io::Poller;
 use crate::keytable::{KeyTable, Slot};
 use crate::memtable::MemTable;
@@ -183,6 +184,12 @@ impl ReadSide {
 
     /// The slot of `key` in `view`: memtables newest first, then runs newest first.
     pub(super) fn lookup(&self, view: &ReadView, key: &[u8]) -> Option<Slot> {
+        self.lookup_entry(view, key)
+            .map(|s| s.visible(&mut LazyClock::new()))
+    }
+
+    /// The newest entry of `key` in `view`, expired or not.
+    pub(super) fn lookup_entry(&self, view: &ReadView, key: &[u8]) -> Option<Slot> {
         for m in &view.version.mems {
             if let Some(s) = m.get(key, view.seq) {
                 return Some(s);

@@ -75,6 +75,8 @@ pub(super) enum PendingState {
 pub(super) struct InFlight {
     /// Keys with their sequence numbers and new slots.
     updates: Vec<(Box<[u8]>, u64, Slot)>,
+    /// The values it writes (garbage if it fails).
+    fresh: Vec<Invalidated>,
     user_bytes: u64,
     pages: u64,
     /// Set when all its pages completed (or one failed).
@@ -90,6 +92,20 @@ pub(super) struct InFlight {
     /// then decided); it leaves the pipeline when the insert is done and every batch before
     /// it left ([`Inner::settle_applied`]).
     insertion: Option<Arc<Insertion>>,
+}
+
+impl InFlight {
+    /// Its updates, while not yet claimed for insertion (empty after).
+    pub(super) fn updates(&self) -> &[(Box<[u8]>, u64, Slot)] {
+        &self.updates
+    }
+
+    /// Whether a thread is inserting its updates into the memtable right now.
+    pub(super) fn inserting(&self) -> bool {
+        self.insertion
+            .as_ref()
+            .is_some_and(|i| !i.done.load(Ordering::Acquire))
+    }
 }
 
 /// A batch's memtable insert, run by whichever thread claimed it (see
@@ -128,7 +144,7 @@ impl ApplyJob {
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
             let len = k.len();
-            if let Some(Slot::Value(old)) = mem.insert_owned(k, seq, slot) {
+            if let Some(Slot::Value(old, _)) = mem.insert_owned(k, seq, slot) {
                 shadowed.push((len, old));
             }
         }
@@ -207,6 +223,7 @@ impl Engine {
     /// the maintenance it waited for failed; `ReadOnly` on a read-only engine
     /// ([`EngineConfig::read_only_recovery`]). Nothing of a failed batch is applied.
     pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
+        let ops = &*WriteOp::expand(ops);
         let mut g = self.core.inner.lock();
         g.check_writable()?;
         if ops.is_empty() {
@@ -290,6 +307,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
+        let ops = &*WriteOp::expand(ops);
         let mut g = self.core.inner.lock();
         g.check_writable()?;
         if ops.is_empty() {
@@ -636,7 +654,9 @@ impl Inner {
         kind: BatchKind,
     ) -> Result<(u64, Arc<GroupDone>)> {
         let gc = kind == BatchKind::GcMoves;
-        let any_put = ops.iter().any(|op| matches!(op, WriteOp::Put(..)));
+        let any_put = ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::Put(..) | WriteOp::PutUntil(..)));
         let reserve = match (gc, any_put) {
             (true, _) => GC_MOVE_RESERVE,
             (false, true) => RESERVED_SEGMENTS,
@@ -645,7 +665,7 @@ impl Inner {
         self.in_gc = gc;
         let built = self.build_batch(ops, reserve);
         self.in_gc = false;
-        let (pages, updates) = built?;
+        let (pages, updates, fresh) = built?;
         let cache_fill = if gc {
             Vec::new()
         } else {
@@ -728,6 +748,7 @@ impl Inner {
                     .into_iter()
                     .map(|(k, seq, s)| (Box::from(k), seq, s))
                     .collect(),
+                fresh,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
                 pages: bound,
                 io: refused.map(|e| Err(BatchFailure::Page(e))),
@@ -800,17 +821,14 @@ impl Inner {
                 _ => {
                     b.insertion = Some(Insertion::finished());
                     b.max_seq = 0;
-                    let updates = std::mem::take(&mut b.updates);
+                    b.updates.clear();
+                    let fresh = std::mem::take(&mut b.fresh);
                     let failure = match b.io.take() {
                         Some(Err(f)) => Some(f),
                         _ => None,
                     };
                     // Its records are garbage; the head may hold a hole.
-                    for (k, _, slot) in &updates {
-                        if let Slot::Value(p) = slot {
-                            self.mark_dead(&[(k.len(), *p)]);
-                        }
-                    }
+                    self.mark_dead(&fresh);
                     self.abandon_head_after_failure();
                     self.poisoned_below = self.poisoned_below.max(self.next_ticket);
                     let aborted = failure.is_none();
@@ -863,7 +881,7 @@ impl Inner {
         let mut any_put = false;
         for op in ops {
             match op {
-                WriteOp::Put(k, v) => {
+                WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => {
                     self.validate_key(k)?;
                     if v.len() as u64 > max_value {
                         return Err(EngineError::ValueTooLarge {
@@ -873,7 +891,7 @@ impl Inner {
                     }
                     any_put = true;
                 }
-                WriteOp::Delete(k) => self.validate_key(k)?,
+                WriteOp::Delete(k) | WriteOp::Retime(k, _) => self.validate_key(k)?,
             }
         }
         Ok(any_put)
@@ -903,8 +921,23 @@ impl Inner {
                     packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
                     other += 1 + Self::put_raw_pages(k.len(), v.len());
                 }
-                WriteOp::Delete(k) if is_long_key(k.len()) => other += 1 + key_pages(k.len()),
+                WriteOp::Delete(k) | WriteOp::Retime(k, _) if is_long_key(k.len()) => {
+                    other += 1 + key_pages(k.len());
+                }
                 WriteOp::Delete(k) => packed_bytes += (RECORD_HEADER + k.len()) as u64,
+                WriteOp::Retime(k, _) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + RETIME_PAYLOAD) as u64;
+                }
+                // Expanded before the layout (`WriteOp::expand`): bounded as its two parts.
+                WriteOp::PutUntil(k, v, _) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + RETIME_PAYLOAD) as u64;
+                    if !is_long_key(k.len()) && fits_inline(k.len(), v.len()) {
+                        packed_bytes += (RECORD_HEADER + k.len() + v.len()) as u64;
+                    } else {
+                        packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
+                        other += 1 + Self::put_raw_pages(k.len(), v.len());
+                    }
+                }
             }
         }
         // A small record opens a packed page only when the page before it had no room for
@@ -974,8 +1007,8 @@ impl Inner {
     pub(super) fn user_bytes(ops: &[WriteOp<'_>]) -> u64 {
         ops.iter()
             .map(|op| match op {
-                WriteOp::Put(k, v) => (k.len() + v.len()) as u64,
-                WriteOp::Delete(k) => k.len() as u64,
+                WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => (k.len() + v.len()) as u64,
+                WriteOp::Delete(k) | WriteOp::Retime(k, _) => k.len() as u64,
             })
             .sum()
     }
@@ -999,7 +1032,7 @@ impl Inner {
         } else {
             0
         };
-        let (pages, updates) = self.build_batch(ops, reserve)?;
+        let (pages, updates, fresh) = self.build_batch(ops, reserve)?;
         let cache_fill = if self.in_gc {
             Vec::new()
         } else {
@@ -1020,11 +1053,7 @@ impl Inner {
         }
         if let Err(e) = written {
             // Its records are garbage, as a failed pipelined batch's (`claim_ready`).
-            for (k, _, slot) in &updates {
-                if let Slot::Value(p) = slot {
-                    self.mark_dead(&[(k.len(), *p)]);
-                }
-            }
+            self.mark_dead(&fresh);
             self.abandon_head_after_failure();
             return Err(e);
         }
@@ -1093,7 +1122,7 @@ impl Inner {
     pub(super) fn apply_owned(&mut self, key: Box<[u8]>, seq: u64, slot: Slot) {
         self.applied_seq = self.applied_seq.max(seq);
         let len = key.len();
-        if let Some(Slot::Value(old)) = self.mem.insert_owned(key, seq, slot) {
+        if let Some(Slot::Value(old, _)) = self.mem.insert_owned(key, seq, slot) {
             self.mark_dead(&[(len, old)]);
         }
     }
