@@ -133,11 +133,12 @@ fn compaction(c: &mut Criterion) {
         target_bytes: lsm::DEFAULT_KEYTABLE_BYTES,
         bottom: true,
         fp_rate: 0.01,
+        expiry: None,
     };
     g.bench_function("merge 2 runs (75K entries)", |b| {
         b.iter(|| {
             let sources = runs.iter().map(|r| lsm::merge::run_source(r, 0)).collect();
-            let (out, dead) = lsm::merge::compact(sources, &spec);
+            let (out, dead, _) = lsm::merge::compact(sources, &spec);
             black_box((out.len(), dead.len()))
         });
     });
