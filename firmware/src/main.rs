@@ -276,7 +276,7 @@ fn run_fsck(args: &FsckArgs, top: &Args) -> anyhow::Result<bool> {
     println!("lightstore fsck {} ({geometry})", path.display());
     let report = Engine::fsck(
         dev.clone() as Arc<dyn AppendDevice>,
-        EngineConfig::default(),
+        store::engine_config(EngineConfig::default()),
     )
     .context("checking the store")?;
     println!("{report}");
@@ -435,7 +435,7 @@ fn main() -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let engine = Engine::open(
         dev.clone() as Arc<dyn AppendDevice>,
-        EngineConfig {
+        store::engine_config(EngineConfig {
             // plp: the device's write cache is power-protected; no flush per batch.
             flush_writes: cfg.durability == Durability::Sync,
             compaction_moves_values: cfg.ablations.value_compaction,
@@ -443,7 +443,7 @@ fn main() -> anyhow::Result<()> {
             read_only_recovery: cfg.recover_read_only,
             value_cache_bytes: cfg.value_cache_bytes,
             ..EngineConfig::default()
-        },
+        }),
     )
     .context("opening the engine")?;
     let store = Arc::new(Store::open(engine).context("loading the expiry index")?);

@@ -46,6 +46,11 @@ impl LazyClock {
         LazyClock(None)
     }
 
+    /// A clock stopped at `now`.
+    pub(crate) fn at(now: u64) -> Self {
+        LazyClock(Some(now))
+    }
+
     /// Whether `deadline` has passed, reading the time once if it must.
     #[inline]
     pub(crate) fn expired(&mut self, deadline: Deadline) -> bool {

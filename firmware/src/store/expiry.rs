@@ -1,20 +1,54 @@
-//! Deadlines of keys of every type: the DRAM index of `x` records ([`Store::deadline`], by
-//! key and by time: [`Deadlines`]), TTL and its family, EXPIRE/PERSIST in a group, and the
-//! sweep that removes expired keys.
+//! Deadlines of keys of every type: kept in the keytable entry of the key's type record
+//! (`lsm::expiry`: [`lsm::WriteOp::PutUntil`], [`lsm::WriteOp::Retime`]), so they cost no
+//! record of their own and are exact after a restart; the DRAM index of the deadlines not
+//! yet acted on ([`Deadlines`], by key and by time); TTL and its family, EXPIRE/PERSIST in a
+//! group; and the sweep.
 //!
-//! A key whose deadline has passed is no key to every read (the lazy check: one hash lookup
-//! in [`Store::kind`], the asynchronous reads, SCAN, KEYS, DBSIZE), though its records stay
-//! until one of two things deletes them all: the writer's sweep
-//! ([`WriteGroup::expire`]), or the next command that writes the key
-//! ([`WriteGroup::purge_expired`]), so a key created under an expired name never sees the
-//! old key's fields, members or items. A deadline never outlives its key: deleting a key's
-//! type record deletes its deadline ([`WriteGroup::del`]).
+//! **Reads.** A key whose deadline has passed is no key to every read: the engine hides an
+//! expired entry from every read path (GET's asynchronous read, ranges, SCAN, KEYS,
+//! counts), and the store judges a type lookup against the entry's deadline at the
+//! command's fixed instant ([`Store::kind_at`]); reads that go straight to the engine also
+//! ask the index first (one hash lookup, none when no key has a deadline).
+//!
+//! **Strings cost no sweep.** An expired string's entry is dropped by compaction when it
+//! reaches the last level ([`StringsExpire`], the engine's expiry policy), and its value
+//! becomes garbage that garbage collection takes back. The writer's sweep only lets go of
+//! it ([`WriteGroup::forget_expired`]: the key count and the index, no engine write), so a
+//! million expiring strings cost no deletes. **Collections** own other records (a hash's
+//! fields): their header stays until the sweep ([`WriteGroup::expire`]) or the next command
+//! that writes the name ([`WriteGroup::purge_expired`]) deletes every record, so a key
+//! created under an expired name never sees the old key's fields, members or items.
+//!
+//! A deadline never outlives its key: deleting a key's type record deletes its entry, and
+//! with it the deadline ([`WriteGroup::del`]); writing a type record again writes the key's
+//! deadline into its new entry (HSET keeps a hash's deadline, as in Redis).
 
 use std::collections::BTreeSet;
+use std::num::NonZeroU64;
 
 use foldhash::{HashMap, HashMapExt};
+use lsm::{Engine, WriteOp};
 
-use super::{now_ms, Result, Store, StoreError, WriteGroup};
+use super::{now_ms, Result, Store, StoreError, WriteGroup, DELETE_CHUNK};
+use crate::keyspace::{self as ks, EXPIRY};
+
+/// The drive's expiry policy for the engine: an expired string's entry may be dropped by
+/// compaction (the string owns nothing else); a collection's header stays until the
+/// writer has deleted its members with it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StringsExpire;
+
+impl lsm::ExpiryPolicy for StringsExpire {
+    fn may_drop(&self, key: &[u8]) -> bool {
+        key.first() == Some(&ks::STRING)
+    }
+}
+
+/// `deadline` as an entry's deadline (0 is never written: unix ms 0 is long past, and 1
+/// stands in for it).
+pub(super) fn entry_deadline(deadline: u64) -> NonZeroU64 {
+    NonZeroU64::new(deadline).unwrap_or(NonZeroU64::MIN)
+}
 
 /// The deadlines in DRAM: each key's (for the lazy check on every read, one hash lookup)
 /// and the same ordered by time, so the sweep and DBSIZE find the keys that are due in
@@ -98,9 +132,9 @@ impl Deadlines {
 }
 
 impl Store {
-    /// The deadline (unix ms) of `key`, if it has one.
+    /// The deadline (unix ms) of `key`, if it has one: its type record's entry, from DRAM.
     pub fn deadline(&self, key: &[u8]) -> Option<u64> {
-        self.expiries.read().get(key).copied()
+        self.type_entry(key).ok().flatten().and_then(|(_, d)| d)
     }
 
     /// TTL, PTTL, EXPIRETIME and PEXPIRETIME, from DRAM only.
@@ -223,21 +257,122 @@ impl WriteGroup<'_> {
         Ok(true)
     }
 
-    /// Removes keys whose deadline passed, with all their records (the expiry sweep); how
-    /// many.
+    /// The expiry sweep over keys whose deadline passed: a collection is deleted with all
+    /// its records; a string is let go ([`WriteGroup::forget_expired`]: compaction drops
+    /// its entry). How many.
     ///
     /// # Errors
     /// Engine errors.
     pub fn expire(&mut self, keys: &[Vec<u8>]) -> Result<u64> {
         let mut n = 0;
         for key in keys {
-            if self.expired(key) {
-                self.purge(key)?;
-                n += 1;
+            if !self.expired(key) {
+                continue;
             }
+            if self.type_record(key)? == Some(ks::STRING) {
+                self.forget_expired(key);
+            } else {
+                self.purge(key)?;
+            }
+            n += 1;
         }
         Ok(n)
     }
+}
+
+/// Moves the deadline records (`x` key) of an older build into the type records' entries
+/// (a retime each) and deletes them, in batches; nothing when there are none. Before
+/// that, the leftovers of a build that kept deadlines for strings only are removed (see
+/// [`drop_string_only_deadlines`]).
+///
+/// # Errors
+/// Engine errors (the next open goes on where this one stopped).
+pub(super) fn move_legacy_deadlines(db: &Engine) -> Result<()> {
+    let end = ks::prefix_end(&[EXPIRY]);
+    let mut legacy = Deadlines::new();
+    for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
+        if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
+            legacy.insert(key.to_vec(), deadline);
+        }
+    }
+    if legacy.is_empty() {
+        return Ok(());
+    }
+    drop_string_only_deadlines(db, &mut legacy)?;
+    let moved: Vec<(Vec<u8>, u64)> = legacy.by_key.into_iter().collect();
+    for chunk in moved.chunks(DELETE_CHUNK) {
+        let mut names: Vec<(Vec<u8>, Option<Vec<u8>>, NonZeroU64)> = Vec::new();
+        for (key, d) in chunk {
+            let tops = ks::TopKeys::new(key);
+            let top = db
+                .first_written(&tops.all())?
+                .map(|(i, _)| ks::top(ks::TOP_LEVEL[i], key));
+            names.push((ks::top(EXPIRY, key), top, entry_deadline(*d)));
+        }
+        let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(2 * names.len());
+        for (x, top, d) in &names {
+            if let Some(top) = top {
+                ops.push(WriteOp::Retime(top, Some(*d)));
+            }
+            ops.push(WriteOp::Delete(x));
+        }
+        db.write(&ops)?;
+    }
+    // Older x records of keys long gone (none above): the range is empty now.
+    tracing::info!(
+        keys = moved.len(),
+        "moved deadline records of an older build into the keytable entries"
+    );
+    Ok(())
+}
+
+/// Drives written before every type could expire kept deadlines for strings only, and an
+/// expired string's records could stay beside a live key of another type written over its
+/// name (HSET on the expired name) until the sweep ran. Today a passed deadline hides the
+/// key whatever its type, so such a leftover would hide that live key: at open, the expired
+/// string and its deadline are deleted wherever a key of another type shares the name.
+/// Only deadlines already due at open are looked at (a leftover's deadline had passed when
+/// the older build wrote the other key); a clock set back across the restart could leave
+/// one, which then hides the key until that time. Checking every deadline instead would
+/// cost five keytable lookups per expiring key at every start.
+fn drop_string_only_deadlines(db: &Engine, expiries: &mut Deadlines) -> Result<()> {
+    let due = expiries.due(now_ms(), usize::MAX);
+    let mut doomed = Vec::new();
+    for key in due {
+        let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, &key)).collect();
+        let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
+        let lens = db.value_lens(&refs)?;
+        let (mut string, mut other) = (false, false);
+        for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
+            if len.is_some() {
+                *(if tag == ks::STRING {
+                    &mut string
+                } else {
+                    &mut other
+                }) = true;
+            }
+        }
+        if string && other {
+            doomed.push(key);
+        }
+    }
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<[Vec<u8>; 2]> = doomed
+        .iter()
+        .map(|k| [ks::top(ks::STRING, k), ks::top(EXPIRY, k)])
+        .collect();
+    let ops: Vec<WriteOp<'_>> = names.iter().flatten().map(|k| WriteOp::Delete(k)).collect();
+    db.write(&ops)?;
+    for k in &doomed {
+        expiries.remove(k);
+    }
+    tracing::info!(
+        keys = doomed.len(),
+        "removed expired strings left beside live keys of another type by an older build"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

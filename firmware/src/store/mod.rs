@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lsm::{Engine, EngineError, WriteOp};
+use lsm::{Engine, EngineConfig, EngineError, WriteOp};
 use parking_lot::RwLock;
 
-use crate::keyspace::{self as ks, EXPIRY};
+use crate::keyspace as ks;
 
 mod count;
 pub mod cursor;
@@ -105,8 +105,22 @@ impl StoreError {
     }
 }
 
+/// A key's type record as found in the applied state: its tag and the deadline its entry
+/// carries (`None`: no type record).
+pub(super) type TypeEntry = Option<(u8, Option<u64>)>;
+
 /// Result of a store operation.
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The engine configuration the store needs on top of `base`: its expiry policy
+/// ([`expiry::StringsExpire`]: compaction drops expired strings, never a collection's
+/// header).
+pub fn engine_config(base: EngineConfig) -> EngineConfig {
+    EngineConfig {
+        expiry_policy: Arc::new(expiry::StringsExpire),
+        ..base
+    }
+}
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
@@ -121,7 +135,9 @@ pub struct Store {
     db: Engine,
     /// WATCH's per-key versions.
     pub watches: Watches,
-    /// Deadline (unix ms) of every key that has one, by key and by time.
+    /// The deadlines not yet acted on, by key and by time: every key whose type record
+    /// carries one, but for expired strings the sweep has already let go (see
+    /// [`expiry`]). The deadlines themselves live in the type records' keytable entries.
     expiries: RwLock<expiry::Deadlines>,
     /// The scan cursors the drive remembers (the exception to stateless cursors, see
     /// [`cursor`]).
@@ -156,20 +172,28 @@ impl KeyspaceCounters {
 }
 
 impl Store {
-    /// Wraps an open engine, loading the expiry index.
+    /// Wraps an open engine (opened with [`expiry::StringsExpire`] as its expiry policy),
+    /// loading the deadline index from the type records' entries (a walk over the DRAM
+    /// keytables), after moving the deadline records of an older build into the entries.
     ///
     /// # Errors
     /// Engine read errors.
     pub fn open(db: Engine) -> Result<Store> {
+        expiry::move_legacy_deadlines(&db)?;
         let mut expiries = expiry::Deadlines::new();
-        let end = ks::prefix_end(&[EXPIRY]);
-        for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
-            if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
-                expiries.insert(key.to_vec(), deadline);
+        let mut keys = 0u64;
+        for tag in ks::TOP_LEVEL {
+            let end = ks::prefix_end(&[tag]);
+            for (k, d) in db.deadlines_in(&[tag], end.as_deref())? {
+                // Every entry counts, expired or not: each expired one is in the index
+                // until the sweep lets it go (see `store::count`).
+                keys += 1;
+                if let (Some(d), Some(user)) = (d, k.get(1..)) {
+                    expiries.insert(user.to_vec(), d.get());
+                }
             }
         }
-        drop_string_only_deadlines(&db, &mut expiries)?;
-        let keys = count::KeyCount::new(count_type_records(&db)?);
+        let keys = count::KeyCount::new(keys);
         Ok(Store {
             db,
             watches: Watches::default(),
@@ -191,10 +215,18 @@ impl Store {
         self.db
     }
 
-    /// Whether `key` has passed its deadline (it is then no key, whatever its type).
+    /// Whether the deadline index says `key` has passed its deadline (one hash lookup,
+    /// none when no key has a deadline): the reads' early answer. A key the index no longer
+    /// holds (an expired string the sweep let go) is hidden by the engine itself.
     pub(super) fn expired(&self, key: &[u8], now: u64) -> bool {
         let ex = self.expiries.read();
         !ex.is_empty() && ex.get(key).is_some_and(|&d| d < now)
+    }
+
+    /// Whether the deadline index still holds `key` (its deadline not yet acted on).
+    pub(super) fn indexed(&self, key: &[u8]) -> bool {
+        let ex = self.expiries.read();
+        !ex.is_empty() && ex.get(key).is_some()
     }
 
     /// The type tag of `key` (one of [`ks::TOP_LEVEL`]; `None`: no key, or its deadline
@@ -211,84 +243,46 @@ impl Store {
     /// # Errors
     /// Engine errors.
     pub fn kind_at(&self, key: &[u8], now: u64) -> Result<Option<u8>> {
-        if self.expired(key, now) {
-            return Ok(None);
-        }
-        self.type_record(key)
+        Ok(self
+            .type_entry(key)?
+            .filter(|&(_, d)| d.is_none_or(|d| d >= now))
+            .map(|(tag, _)| tag))
     }
 
-    /// The tag of `key`'s type record in the applied state, expired or not: one engine
-    /// call, which stops at the record it finds (a key has one type; strings come first, so
-    /// a string costs one lookup).
+    /// The tag of `key`'s type record in the applied state and the deadline its entry
+    /// carries, expired or not: one engine call from DRAM, which stops at the record it
+    /// finds (a key has one type; strings come first, so a string costs one lookup).
     ///
     /// # Errors
     /// Engine errors.
-    pub(super) fn type_record(&self, key: &[u8]) -> Result<Option<u8>> {
+    pub(super) fn type_entry(&self, key: &[u8]) -> Result<TypeEntry> {
         let tops = ks::TopKeys::new(key);
-        Ok(self
-            .db
-            .first_present(&tops.all())?
-            .map(|i| ks::TOP_LEVEL[i]))
+        let all = tops.all();
+        let entry = |i: usize, d: lsm::Deadline| (ks::TOP_LEVEL[i], d.map(|d| d.get()));
+        let Some((i, d)) = self.db.first_written(&all)? else {
+            return Ok(None);
+        };
+        if d.is_some_and(|d| d.get() < now_ms()) {
+            // An expired record never stands beside a live one of another type (a write
+            // to the name deletes it first), but if one did, the live key wins.
+            if let Some((j, d)) = self.db.first_present_until(&all[i + 1..])? {
+                return Ok(Some(entry(i + 1 + j, d)));
+            }
+        }
+        Ok(Some(entry(i, d)))
     }
 }
 
-/// Keys with a type record, expired or not: a walk over the DRAM keytables (no device read).
-fn count_type_records(db: &Engine) -> Result<u64> {
+/// The keys DBSIZE's count holds (see `store::count`) at `now`: the live ones (a walk over
+/// the DRAM keytables judged at `now`, no device read) and the expired ones the deadline
+/// index still holds.
+fn count_type_records(db: &Engine, expiries: &expiry::Deadlines, now: u64) -> Result<u64> {
     let mut n = 0u64;
     for tag in ks::TOP_LEVEL {
         let end = ks::prefix_end(&[tag]);
-        n += db.count_keys(&[tag], end.as_deref())?;
+        n += db.count_keys_at(&[tag], end.as_deref(), now)?;
     }
-    Ok(n)
-}
-
-/// Drives written before every type could expire kept deadlines for strings only, and an
-/// expired string's records could stay beside a live key of another type written over its
-/// name (HSET on the expired name) until the sweep ran. Today a passed deadline hides the
-/// key whatever its type, so such a leftover would hide that live key: at open, the expired
-/// string and its deadline are deleted wherever a key of another type shares the name.
-/// Only deadlines already due at open are looked at (a leftover's deadline had passed when
-/// the older build wrote the other key); a clock set back across the restart could leave
-/// one, which then hides the key until that time. Checking every deadline instead would
-/// cost five keytable lookups per expiring key at every start.
-fn drop_string_only_deadlines(db: &Engine, expiries: &mut expiry::Deadlines) -> Result<()> {
-    let due = expiries.due(now_ms(), usize::MAX);
-    let mut doomed = Vec::new();
-    for key in due {
-        let tops: Vec<Vec<u8>> = ks::TOP_LEVEL.iter().map(|&t| ks::top(t, &key)).collect();
-        let refs: Vec<&[u8]> = tops.iter().map(Vec::as_slice).collect();
-        let lens = db.value_lens(&refs)?;
-        let (mut string, mut other) = (false, false);
-        for (&tag, len) in ks::TOP_LEVEL.iter().zip(&lens) {
-            if len.is_some() {
-                *(if tag == ks::STRING {
-                    &mut string
-                } else {
-                    &mut other
-                }) = true;
-            }
-        }
-        if string && other {
-            doomed.push(key);
-        }
-    }
-    if doomed.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<[Vec<u8>; 2]> = doomed
-        .iter()
-        .map(|k| [ks::top(ks::STRING, k), ks::top(EXPIRY, k)])
-        .collect();
-    let ops: Vec<WriteOp<'_>> = names.iter().flatten().map(|k| WriteOp::Delete(k)).collect();
-    db.write(&ops)?;
-    for k in &doomed {
-        expiries.remove(k);
-    }
-    tracing::info!(
-        keys = doomed.len(),
-        "removed expired strings left beside live keys of another type by an older build"
-    );
-    Ok(())
+    Ok(n + expiries.due_count(now) as u64)
 }
 
 /// FLUSHALL: deletes every key, in batches.
@@ -309,22 +303,16 @@ pub fn flush_all(store: &Store) -> Result<()> {
         }
     }
     let r = (|| {
-        // Deadlines first: a FLUSHALL cut short (a device error, a crash) must not leave a
-        // deadline whose key is gone, which a new key of that name would inherit. Cut short
-        // here, it leaves keys without their deadline instead.
-        let delete_range = |start: &[u8], end: Option<&[u8]>| -> Result<()> {
-            loop {
-                let keys = store.db.range_keys(start, end, DELETE_CHUNK)?;
-                if keys.is_empty() {
-                    return Ok(());
-                }
-                let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
-                store.db.write(&ops)?;
+        // Every record, expired or not (a deadline goes with its type record's entry).
+        loop {
+            let keys = store.db.written_keys(&[], None, DELETE_CHUNK)?;
+            if keys.is_empty() {
+                break;
             }
-        };
-        delete_range(&[EXPIRY], ks::prefix_end(&[EXPIRY]).as_deref())?;
+            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
+            store.db.write(&ops)?;
+        }
         store.expiries.write().clear();
-        delete_range(&[], None)?;
         store.remembered.clear();
         store.keys.set(0);
         Ok(())
@@ -388,7 +376,7 @@ pub(crate) mod testing {
         };
         let engine = lsm::Engine::open(
             Arc::new(dev) as Arc<dyn AppendDevice>,
-            lsm::EngineConfig::default(),
+            super::engine_config(lsm::EngineConfig::default()),
         )
         .unwrap();
         Store::open(engine).unwrap()
@@ -433,7 +421,8 @@ mod tests {
         };
         let dev =
             Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
-        Store::open(Engine::open(dev, EngineConfig::default()).unwrap()).unwrap()
+        Store::open(Engine::open(dev, super::engine_config(EngineConfig::default())).unwrap())
+            .unwrap()
     }
 
     fn b(s: &str) -> Bytes {
@@ -442,7 +431,7 @@ mod tests {
 
     /// The writer-kept key count against a walk of the type records.
     fn assert_count_exact(s: &Store, when: &str) {
-        let walked = count_type_records(&s.db).unwrap();
+        let walked = count_type_records(&s.db, &s.expiries.read(), now_ms()).unwrap();
         assert_eq!(s.keys.get(), Some(walked), "after {when}");
     }
 
@@ -977,7 +966,7 @@ mod tests {
             g.hash_set(b"k", &[(b("f"), b("v"))]).unwrap();
         });
         // The older layout: the string's record and its passed deadline beside the hash.
-        let (string, deadline) = (ks::top(STRING, b"k"), ks::top(EXPIRY, b"k"));
+        let (string, deadline) = (ks::top(STRING, b"k"), ks::top(ks::EXPIRY, b"k"));
         let past = 1u64.to_le_bytes();
         s.engine()
             .write(&[
@@ -988,6 +977,90 @@ mod tests {
         let s = Store::open(s.into_engine()).unwrap();
         assert_eq!((s.kind(b"k").unwrap(), ttl(&s, b"k")), (Some(HASH), -1));
         assert_eq!(records(&s), 2, "the hash's header and field only");
+    }
+
+    #[test]
+    fn the_sweep_lets_expired_strings_go_without_a_write_and_the_name_is_free() {
+        let s = store();
+        write(&s, &[b"a", b"b", b"c"], |g| {
+            for k in [b"a", b"b", b"c"] {
+                g.set(k, b("v"), SetOptions::default()).unwrap();
+                g.expire_key(k, 10, false, None, "pexpire").unwrap();
+            }
+        });
+        assert_eq!((s.dbsize().unwrap(), s.expiring_keys()), (3, 3));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(s.dbsize().unwrap(), 0);
+        let device_writes = s.engine().device_stats().writes;
+        let due = s.due_expiries(10);
+        let mut g = WriteGroup::new(&s);
+        assert_eq!(g.expire(&due).unwrap(), 3);
+        g.commit().unwrap();
+        assert_eq!(
+            s.engine().device_stats().writes,
+            device_writes,
+            "letting expired strings go writes nothing"
+        );
+        assert_eq!((s.dbsize().unwrap(), s.expiring_keys()), (0, 0));
+        assert_count_exact(&s, "the sweep");
+        // Their entries are still there (compaction drops them), hidden from every read.
+        assert_eq!(
+            (s.kind(b"a").unwrap(), ttl(&s, b"a"), records(&s)),
+            (None, -2, 0)
+        );
+        // A key of another type takes a name: the expired string goes first, so it can
+        // never hide the new key.
+        write(&s, &[b"a"], |g| {
+            g.hash_set(b"a", &[(b("f"), b("v"))]).unwrap();
+        });
+        assert_eq!((s.kind(b"a").unwrap(), ttl(&s, b"a")), (Some(HASH), -1));
+        assert_eq!(s.dbsize().unwrap(), 1);
+        assert_count_exact(&s, "a hash over an expired string");
+        // A restart finds the others' entries (expired) and counts them until the sweep.
+        let s = Store::open(s.into_engine()).unwrap();
+        assert_eq!((s.dbsize().unwrap(), s.expiring_keys()), (1, 2));
+        assert_count_exact(&s, "reopen");
+    }
+
+    #[test]
+    fn deadline_records_of_an_older_build_move_into_the_entries() {
+        let s = store();
+        write(&s, &[b"h", b"s"], |g| {
+            g.hash_set(b"h", &[(b("f"), b("v"))]).unwrap();
+            g.set(b"s", b("v"), SetOptions::default()).unwrap();
+        });
+        // The older layout: a deadline record per key, far ahead and long past.
+        let far = (now_ms() + 3_600_000).to_le_bytes();
+        let past = 5u64.to_le_bytes();
+        let (xh, xs, xgone) = (
+            ks::top(ks::EXPIRY, b"h"),
+            ks::top(ks::EXPIRY, b"s"),
+            ks::top(ks::EXPIRY, b"gone"),
+        );
+        s.engine()
+            .write(&[
+                WriteOp::Put(&xh, &far),
+                WriteOp::Put(&xs, &past),
+                WriteOp::Put(&xgone, &far),
+            ])
+            .unwrap();
+        let s = Store::open(s.into_engine()).unwrap();
+        assert!(
+            (3_590..=3_600).contains(&(ttl(&s, b"h") / 1000)),
+            "{}",
+            ttl(&s, b"h")
+        );
+        assert_eq!(s.kind(b"s").unwrap(), None, "expired");
+        let end = ks::prefix_end(&[ks::EXPIRY]);
+        assert!(
+            s.engine()
+                .written_keys(&[ks::EXPIRY], end.as_deref(), 10)
+                .unwrap()
+                .is_empty(),
+            "no deadline record is left"
+        );
+        assert_eq!(s.expiring_keys(), 2, "h, and s until the sweep lets it go");
+        assert_eq!(s.dbsize().unwrap(), 1);
     }
 
     #[test]

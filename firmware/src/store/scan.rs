@@ -138,7 +138,8 @@ impl Store {
     /// # Errors
     /// Engine errors: the count stays stale.
     pub fn recount_keys(&self) -> Result<()> {
-        let n = super::count_type_records(&self.db)?;
+        let now = now_ms();
+        let n = super::count_type_records(&self.db, &self.expiries.read(), now)?;
         self.keys.set(n);
         tracing::info!(keys = n, "key count recomputed after a failed write group");
         Ok(())
@@ -164,11 +165,12 @@ impl Store {
     /// # Errors
     /// Engine errors (of the walk).
     pub fn dbsize_at(&self, now: u64) -> Result<i64> {
+        let expiries = self.expiries.read();
         let n = match self.keys.get() {
             Some(n) => n,
-            None => super::count_type_records(&self.db)?,
+            None => super::count_type_records(&self.db, &expiries, now)?,
         };
-        let expired = self.expiries.read().due_count(now) as u64;
+        let expired = expiries.due_count(now) as u64;
         Ok(n.saturating_sub(expired) as i64)
     }
 

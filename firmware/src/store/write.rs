@@ -9,17 +9,40 @@ use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
 use lsm::WriteOp;
 
-use super::expiry::DeadlineChange;
+use super::expiry::{entry_deadline, DeadlineChange};
 use super::{now_ms, Result, Store, StoreError};
-use crate::keyspace::{self as ks, EXPIRY};
+use crate::keyspace as ks;
 
 /// A group whose engine batch is on the device ([`WriteGroup::try_submit`]).
 pub struct PendingCommit {
     write: Option<lsm::PendingWrite>,
     deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    /// Expired strings the group let go of ([`WriteGroup::forget_expired`]).
+    forgotten: Vec<Vec<u8>>,
     value_bytes: u64,
     /// Keys the group creates minus keys it removes (see `store::count`).
     key_delta: i64,
+}
+
+/// Publishes a durable, applied group's deadline changes to the index.
+fn publish_deadlines(
+    store: &Store,
+    deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    forgotten: &[Vec<u8>],
+) {
+    if deadlines.is_empty() && forgotten.is_empty() {
+        return;
+    }
+    let mut ex = store.expiries.write();
+    for (k, c) in deadlines {
+        match c {
+            DeadlineChange::Set(d) => ex.insert(k, d),
+            DeadlineChange::Clear => ex.remove(&k),
+        }
+    }
+    for k in forgotten {
+        ex.remove(k);
+    }
 }
 
 impl PendingCommit {
@@ -36,17 +59,7 @@ impl PendingCommit {
             }
         }
         store.keys.add(self.key_delta);
-        let mut ex = store.expiries.write();
-        for (k, c) in self.deadlines {
-            match c {
-                DeadlineChange::Set(d) => {
-                    ex.insert(k, d);
-                }
-                DeadlineChange::Clear => {
-                    ex.remove(&k);
-                }
-            }
-        }
+        publish_deadlines(store, self.deadlines, &self.forgotten);
         Ok(self.value_bytes)
     }
 }
@@ -57,11 +70,13 @@ pub struct WriteGroup<'s> {
     /// Latest state of every engine key this group wrote (`None`: deleted).
     pub(super) overlay: BTreeMap<Vec<u8>, Option<Bytes>>,
     pub(super) deadlines: HashMap<Vec<u8>, DeadlineChange>,
+    /// Expired strings the group lets go of ([`WriteGroup::forget_expired`]).
+    forgotten: Vec<Vec<u8>>,
     pub(super) bytes: usize,
-    /// The type of each user key this group looked up, in the applied state (expired or
-    /// not; `None`: no type record). Looked up once per key: the type checks and the key
-    /// count (`store::count`) share it.
-    base_kinds: RefCell<HashMap<Vec<u8>, Option<u8>>>,
+    /// The type of each user key this group looked up, in the applied state, with the
+    /// deadline its entry carries (expired or not; `None`: no type record). Looked up once
+    /// per key: the type checks, the deadlines and the key count (`store::count`) share it.
+    base_entries: RefCell<HashMap<Vec<u8>, super::TypeEntry>>,
     /// Keys a group in flight wrote plainly ([`WriteGroup::assume_string`]).
     assumed_strings: foldhash::HashSet<Vec<u8>>,
     /// The instant expiry is judged at (unix ms), fixed per command or per EXEC by
@@ -77,8 +92,9 @@ impl<'s> WriteGroup<'s> {
             store,
             overlay: BTreeMap::new(),
             deadlines: HashMap::new(),
+            forgotten: Vec::new(),
             bytes: 0,
-            base_kinds: RefCell::new(HashMap::new()),
+            base_entries: RefCell::new(HashMap::new()),
             assumed_strings: foldhash::HashSet::default(),
             clock: None,
         }
@@ -97,14 +113,35 @@ impl<'s> WriteGroup<'s> {
         }
     }
 
-    /// The type of `key` in the applied state, expired or not (cached per group).
-    fn base_kind(&self, key: &[u8]) -> Result<Option<u8>> {
-        if let Some(&k) = self.base_kinds.borrow().get(key) {
-            return Ok(k);
+    /// The type of `key` in the applied state and its entry's deadline, expired or not
+    /// (cached per group).
+    fn base_entry(&self, key: &[u8]) -> Result<super::TypeEntry> {
+        if let Some(&e) = self.base_entries.borrow().get(key) {
+            return Ok(e);
         }
-        let kind = self.store.type_record(key)?;
-        self.base_kinds.borrow_mut().insert(key.to_vec(), kind);
-        Ok(kind)
+        let entry = self.store.type_entry(key)?;
+        self.base_entries.borrow_mut().insert(key.to_vec(), entry);
+        Ok(entry)
+    }
+
+    /// The type of `key` in the applied state, expired or not.
+    fn base_kind(&self, key: &[u8]) -> Result<Option<u8>> {
+        Ok(self.base_entry(key)?.map(|(tag, _)| tag))
+    }
+
+    /// Whether the key count holds `key` before this group (see `store::count`): it has a
+    /// type record, and either no deadline or one the index still holds (an expired
+    /// string the sweep let go is no longer counted, though compaction has not yet dropped
+    /// its entry).
+    fn counted_before(&self, key: &[u8]) -> Result<bool> {
+        if self.assumed_strings.contains(key) {
+            return Ok(true);
+        }
+        Ok(match self.base_entry(key)? {
+            None => false,
+            Some((_, None)) => true,
+            Some((_, Some(_))) => self.store.indexed(key),
+        })
     }
 
     /// Keys this group creates minus keys it removes: every user key whose type records it
@@ -120,11 +157,11 @@ impl<'s> WriteGroup<'s> {
             if !ks::TOP_LEVEL.contains(tag) || !seen.insert(user) {
                 continue;
             }
-            let before = self.assumed_strings.contains(user) || self.base_kind(user)?.is_some();
+            let before = self.counted_before(user)?;
             let after = self.type_record(user)?.is_some();
             delta += i64::from(after) - i64::from(before);
         }
-        Ok(delta)
+        Ok(delta - self.forgotten.len() as i64)
     }
 
     /// Fixes the instant every expiry decision of the group uses from now on (the writer
@@ -186,28 +223,79 @@ impl<'s> WriteGroup<'s> {
         }
     }
 
+    /// The deadline of `key` as this group sees it: its own change, else the one the
+    /// type record's entry carries in the applied state (an engine error reads as none:
+    /// the type lookup that comes with every use reports it).
     pub(super) fn deadline(&self, key: &[u8]) -> Option<u64> {
         match self.deadlines.get(key) {
             Some(DeadlineChange::Set(d)) => Some(*d),
             Some(DeadlineChange::Clear) => None,
-            None => self.store.expiries.read().get(key).copied(),
+            None => self.base_entry(key).ok().flatten().and_then(|(_, d)| d),
         }
     }
 
+    /// Changes `key`'s deadline: written into its type record's entry at commit (with the
+    /// record, if the group writes it, else as a retime of the entry).
     pub(super) fn set_deadline(&mut self, key: &[u8], change: DeadlineChange) {
-        match change {
-            DeadlineChange::Set(d) => self.put(
-                ks::top(EXPIRY, key),
-                Bytes::copy_from_slice(&d.to_le_bytes()),
-            ),
-            DeadlineChange::Clear => {
-                if self.deadline(key).is_none() {
-                    return;
-                }
-                self.del(ks::top(EXPIRY, key));
-            }
+        if matches!(change, DeadlineChange::Clear) && self.deadline(key).is_none() {
+            return;
         }
         self.deadlines.insert(key.to_vec(), change);
+    }
+
+    /// Lets go of an expired string (the sweep): it leaves the key count and the index,
+    /// with no engine write; reads already hide it, and compaction drops its entry.
+    pub(super) fn forget_expired(&mut self, key: &[u8]) {
+        self.forgotten.push(key.to_vec());
+    }
+
+    /// The deadline changes the group's own records do not carry: for each key whose
+    /// deadline it changed without writing its type record, that record's engine key and
+    /// the new deadline (a retime). A key the group deleted needs none.
+    fn retimes(&self) -> Result<Vec<(Vec<u8>, lsm::Deadline)>> {
+        let mut out = Vec::new();
+        for (user, change) in &self.deadlines {
+            let Some(tag) = self.type_record(user)? else {
+                continue;
+            };
+            let top = ks::top(tag, user);
+            if matches!(self.overlay.get(&top), Some(Some(_))) {
+                continue;
+            }
+            let d = match change {
+                DeadlineChange::Set(d) => Some(entry_deadline(*d)),
+                DeadlineChange::Clear => None,
+            };
+            out.push((top, d));
+        }
+        Ok(out)
+    }
+
+    /// The group as engine operations: its records (a type record with the key's deadline
+    /// in its entry), then the retimes; and the value bytes they hand over.
+    fn engine_ops<'a>(
+        &'a self,
+        retimes: &'a [(Vec<u8>, lsm::Deadline)],
+    ) -> (Vec<WriteOp<'a>>, u64) {
+        let mut value_bytes = 0u64;
+        let mut ops: Vec<WriteOp<'a>> = Vec::with_capacity(self.overlay.len() + retimes.len());
+        for (k, v) in &self.overlay {
+            let Some(v) = v else {
+                ops.push(WriteOp::Delete(k));
+                continue;
+            };
+            value_bytes += v.len() as u64;
+            let deadline = k
+                .split_first()
+                .filter(|(tag, _)| ks::TOP_LEVEL.contains(tag))
+                .and_then(|(_, user)| self.deadline(user));
+            ops.push(match deadline {
+                Some(d) => WriteOp::PutUntil(k, v, entry_deadline(d)),
+                None => WriteOp::Put(k, v),
+            });
+        }
+        ops.extend(retimes.iter().map(|(k, d)| WriteOp::Retime(k, *d)));
+        (ops, value_bytes)
     }
 
     /// Writes a hash's or sorted set's header (its member count); a count of 0 deletes it.
@@ -239,7 +327,7 @@ impl<'s> WriteGroup<'s> {
 
     /// The tag of `key`'s type record as this group leaves it, expired or not: the group's
     /// own record where it wrote one, else the applied state's (a key has one type record).
-    fn type_record(&self, key: &[u8]) -> Result<Option<u8>> {
+    pub(super) fn type_record(&self, key: &[u8]) -> Result<Option<u8>> {
         let base = self.base_kind(key)?;
         let tops = ks::TopKeys::new(key);
         for (&tag, top) in ks::TOP_LEVEL.iter().zip(tops.all()) {
@@ -314,10 +402,16 @@ impl<'s> WriteGroup<'s> {
         Ok(())
     }
 
-    /// Deletes whatever records `key` has, of any type, and its deadline.
+    /// Deletes whatever records `key` has, of any type, expired or not, and its deadline.
     pub(super) fn purge(&mut self, key: &[u8]) -> Result<()> {
         for tag in ks::TOP_LEVEL {
-            if self.present(&ks::top(tag, key))? {
+            let top = ks::top(tag, key);
+            let written = match self.overlay.get(&top) {
+                Some(v) => v.is_some(),
+                // The engine hides an expired entry from reads: ask for entries.
+                None => self.store.db.first_written(&[&top])?.is_some(),
+            };
+            if written {
                 self.remove_records(tag, key)?;
             }
         }
@@ -333,15 +427,18 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// Engine errors.
     pub fn purge_expired(&mut self, keys: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
-        if self.deadlines.is_empty() && self.store.expiries.read().is_empty() {
-            // No key has a deadline: nothing to look up.
-            return Ok(Vec::new());
-        }
+        // Every key is looked up, index or not: an expired string the sweep let go is in
+        // no index, and its entry must go before a key of another type takes the name.
+        // (The lookup is the group's cached type lookup the command makes anyway.)
         let mut purged = Vec::new();
         for key in keys {
             if self.expired(key) {
+                // One the sweep let go of was reported then.
+                let reported = self.deadlines.contains_key(*key) || self.store.indexed(key);
                 self.purge(key)?;
-                purged.push(key.to_vec());
+                if reported {
+                    purged.push(key.to_vec());
+                }
             }
         }
         Ok(purged)
@@ -486,40 +583,23 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// The engine's refusal or failure: nothing of the group is applied.
     pub fn commit(self) -> Result<u64> {
-        if self.overlay.is_empty() {
+        if self.overlay.is_empty() && self.deadlines.is_empty() && self.forgotten.is_empty() {
             return Ok(0);
         }
         let key_delta = self.key_delta()?;
-        let mut value_bytes = 0u64;
-        let ops: Vec<WriteOp<'_>> = self
-            .overlay
-            .iter()
-            .map(|(k, v)| match v {
-                Some(v) => {
-                    value_bytes += v.len() as u64;
-                    WriteOp::Put(k, v)
-                }
-                None => WriteOp::Delete(k),
-            })
-            .collect();
-        if let Err(e) = self.store.db.write(&ops) {
-            // Nothing of the group is applied; a group built meanwhile may have assumed
-            // it was (see `store::count`).
-            self.store.keys.mark_stale();
-            return Err(e.into());
-        }
-        self.store.keys.add(key_delta);
-        let mut ex = self.store.expiries.write();
-        for (k, c) in self.deadlines {
-            match c {
-                DeadlineChange::Set(d) => {
-                    ex.insert(k, d);
-                }
-                DeadlineChange::Clear => {
-                    ex.remove(&k);
-                }
+        let retimes = self.retimes()?;
+        let (ops, value_bytes) = self.engine_ops(&retimes);
+        if !ops.is_empty() {
+            if let Err(e) = self.store.db.write(&ops) {
+                // Nothing of the group is applied; a group built meanwhile may have assumed
+                // it was (see `store::count`).
+                self.store.keys.mark_stale();
+                return Err(e.into());
             }
         }
+        drop(ops);
+        self.store.keys.add(key_delta);
+        publish_deadlines(self.store, self.deadlines, &self.forgotten);
         Ok(value_bytes)
     }
 
@@ -532,18 +612,8 @@ impl<'s> WriteGroup<'s> {
     /// The engine's refusal: nothing of the group is applied.
     pub fn try_submit(&mut self) -> Result<Option<PendingCommit>> {
         let key_delta = self.key_delta()?;
-        let mut value_bytes = 0u64;
-        let ops: Vec<WriteOp<'_>> = self
-            .overlay
-            .iter()
-            .map(|(k, v)| match v {
-                Some(v) => {
-                    value_bytes += v.len() as u64;
-                    WriteOp::Put(k, v)
-                }
-                None => WriteOp::Delete(k),
-            })
-            .collect();
+        let retimes = self.retimes()?;
+        let (ops, value_bytes) = self.engine_ops(&retimes);
         let write = if ops.is_empty() {
             None
         } else {
@@ -552,9 +622,11 @@ impl<'s> WriteGroup<'s> {
                 None => return Ok(None),
             }
         };
+        drop(ops);
         Ok(Some(PendingCommit {
             write,
             deadlines: std::mem::take(&mut self.deadlines),
+            forgotten: std::mem::take(&mut self.forgotten),
             value_bytes,
             key_delta,
         }))

@@ -743,6 +743,57 @@ impl Engine {
             .collect())
     }
 
+    /// Every key with a value entry in `start <= key < end`, expired or not, with its
+    /// deadline where it has one, in key order, from DRAM only: what an application that
+    /// keeps its own index of deadlines loads at start (see [`crate::ExpiryPolicy`]).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn deadlines_in(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Result<Vec<(Vec<u8>, Deadline)>> {
+        let view = self.side.view()?;
+        let mut out = Vec::new();
+        let mut merge = view.merge_from(start);
+        while let Some((k, slot)) = merge.next() {
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if let Slot::Value(_, d) = slot {
+                out.push((k.to_vec(), d));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` keys with a value entry in `start <= key < end`, expired or not, in key
+    /// order, from DRAM only (what deleting everything in a range must find).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn written_keys(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let view = self.side.view()?;
+        let mut keys = Vec::new();
+        let mut merge = view.merge_from(start);
+        while keys.len() < limit {
+            let Some((k, slot)) = merge.next() else { break };
+            if end.is_some_and(|e| k >= e) {
+                break;
+            }
+            if matches!(slot, Slot::Value(..)) {
+                keys.push(k.to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
     /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
     /// order, from the DRAM-cached keytables and memtables only (no device read).
     ///
@@ -775,9 +826,26 @@ impl Engine {
     /// # Errors
     /// `Closed`.
     pub fn count_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        self.count_keys_with(start, end, LazyClock::new())
+    }
+
+    /// As [`Engine::count_keys`], judging deadlines at `now` (unix ms), so a caller can
+    /// pair the count with its own view of what expired at that instant.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn count_keys_at(&self, start: &[u8], end: Option<&[u8]>, now: u64) -> Result<u64> {
+        self.count_keys_with(start, end, LazyClock::at(now))
+    }
+
+    fn count_keys_with(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        mut clock: LazyClock,
+    ) -> Result<u64> {
         let view = self.side.view()?;
         let mut n = 0;
-        let mut clock = LazyClock::new();
         let mut merge = view.merge_from(start);
         while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
