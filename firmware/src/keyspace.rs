@@ -11,7 +11,7 @@
 //! | `z` | `z` key | sorted set: member count, u64 LE |
 //! | `m` | `m` len(key) u32 BE, key, member | the member's score, f64 LE |
 //! | `o` | `o` len(key) u32 BE, key, sortable score (8 bytes BE), member | empty: the score order |
-//! | `x` | `x` key | expiry deadline of `key` (any type), unix milliseconds u64 LE |
+//! | `x` | `x` key | written by older builds only: the deadline of `key`, unix ms u64 LE (moved into the type record's entry at open) |
 //! | `t` | `t` key | set: member count, u64 LE |
 //! | `e` | `e` len(key) u32 BE, key, member | empty: the member (so set reads walk DRAM keytables only) |
 //! | `l` | `l` key | list: item count u64 LE, then the head position and the position after the tail, i64 LE each |
@@ -23,6 +23,9 @@
 //!
 //! The length prefix keeps one key's sub-records contiguous and apart from a longer key
 //! that shares its prefix.
+//!
+//! A key's expiry deadline is not a record: it rides in the keytable entry of its type record
+//! (`s`, `h`, `z`, `t` or `l`; see `store::expiry`).
 
 use bytes::Bytes;
 
@@ -38,7 +41,7 @@ pub const ZSET: u8 = b'z';
 pub const ZSET_MEMBER: u8 = b'm';
 /// Tag of sorted-set score-order records.
 pub const ZSET_ORDER: u8 = b'o';
-/// Tag of expiry records.
+/// Tag of the deadline records older builds wrote (see `store::expiry::move_legacy_deadlines`).
 pub const EXPIRY: u8 = b'x';
 /// Tag of set headers.
 pub const SET: u8 = b't';

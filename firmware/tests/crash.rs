@@ -1,7 +1,10 @@
 //! Crash test: the drive under pipelined SET load from four clients (each sends 16 SETs
 //! before it reads their replies) is killed with SIGKILL at a random moment and restarted on
 //! the same data; after every restart every SET whose OK reached a client reads back with its
-//! exact bytes, and a SET that was not acknowledged is either absent or whole. Ten rounds on
+//! exact bytes, and a SET that was not acknowledged is either absent or whole. A quarter of
+//! the keys get a deadline with the SET (`EX`), a quarter one from a PEXPIRE after it, and a
+//! quarter one that a PERSIST takes away again: every acknowledged key keeps exactly the
+//! deadline it was acknowledged with (deadlines live in keytable entries and retime records). Ten rounds on
 //! the simulated device and ten on a `file:` device; after every kill `lightstore fsck` must
 //! find the device clean. `CRASH_SIGKILL_ROUNDS` overrides the rounds per device.
 
@@ -41,6 +44,34 @@ fn key(round: u64, client: u64, seq: u64) -> String {
     format!("r{round}:c{client}:{seq}")
 }
 
+/// Seconds far ahead: a deadline that does not pass during the test.
+const FAR: u64 = 10_000_000;
+
+/// Whether key `seq` ends with a deadline (`SET EX`, or `SET` then `PEXPIRE`); the others
+/// end without one (plain `SET`, or `SET EX` then `PERSIST`).
+fn has_deadline(seq: u64) -> bool {
+    matches!(seq % 4, 1 | 2)
+}
+
+/// Adds key `seq`'s commands to `pipe`: a SET, maybe with EX, maybe followed by PEXPIRE or
+/// PERSIST.
+fn add_commands(pipe: &mut redis::Pipeline, round: u64, client: u64, seq: u64) {
+    let k = key(round, client, seq);
+    let set = pipe.cmd("SET").arg(&k).arg(value(round, client, seq));
+    if seq % 4 == 1 || seq % 4 == 3 {
+        set.arg("EX").arg(FAR);
+    }
+    match seq % 4 {
+        2 => {
+            pipe.cmd("PEXPIRE").arg(&k).arg(FAR * 1000);
+        }
+        3 => {
+            pipe.cmd("PERSIST").arg(&k);
+        }
+        _ => {}
+    }
+}
+
 /// Keys acknowledged and keys sent without an acknowledgement, per client.
 #[derive(Default)]
 struct Ledger {
@@ -67,15 +98,18 @@ fn load(
                 while !stop.load(Ordering::Relaxed) {
                     let mut pipe = redis::pipe();
                     for s in seq..seq + PIPELINE {
-                        pipe.cmd("SET")
-                            .arg(key(round, client, s))
-                            .arg(value(round, client, s));
+                        add_commands(&mut pipe, round, client, s);
                     }
                     let sent: Vec<(u64, u64, u64)> =
                         (seq..seq + PIPELINE).map(|s| (round, client, s)).collect();
                     seq += PIPELINE;
-                    match pipe.query::<Vec<String>>(&mut con) {
-                        Ok(replies) if replies.iter().all(|r| r == "OK") => {
+                    // SET answers OK, PEXPIRE and PERSIST 1.
+                    let ok = |v: &redis::Value| {
+                        matches!(v, redis::Value::Okay | redis::Value::Int(1))
+                            || matches!(v, redis::Value::SimpleString(s) if s == "OK")
+                    };
+                    match pipe.query::<Vec<redis::Value>>(&mut con) {
+                        Ok(replies) if replies.iter().all(ok) => {
                             ledger.lock().unwrap().acked.extend(sent);
                         }
                         _ => {
@@ -103,9 +137,10 @@ fn verify(d: &Drive, l: &Ledger, when: &str) {
         let mut pipe = redis::pipe();
         for &(_, (r, c, s)) in chunk {
             pipe.cmd("GET").arg(key(r, c, s));
+            pipe.cmd("PTTL").arg(key(r, c, s));
         }
-        let got: Vec<Option<Vec<u8>>> = pipe.query(&mut con).unwrap();
-        for (&(acked, (r, c, s)), got) in chunk.iter().zip(got) {
+        let got: Vec<(Option<Vec<u8>>, i64)> = pipe.query(&mut con).unwrap();
+        for (&(acked, (r, c, s)), (got, pttl)) in chunk.iter().zip(got) {
             if acked {
                 assert_eq!(
                     got.as_deref(),
@@ -113,6 +148,16 @@ fn verify(d: &Drive, l: &Ledger, when: &str) {
                     "{when}: acknowledged {} lost or changed",
                     key(r, c, s)
                 );
+                // A deadline FAR seconds ahead, or none, as acknowledged.
+                if has_deadline(s) {
+                    assert!(
+                        pttl > (FAR as i64 - 3_600) * 1000,
+                        "{when}: {} lost its deadline (PTTL {pttl})",
+                        key(r, c, s)
+                    );
+                } else {
+                    assert_eq!(pttl, -1, "{when}: {} has a deadline", key(r, c, s));
+                }
             } else if let Some(v) = got {
                 assert_eq!(
                     v,

@@ -240,6 +240,9 @@ impl<'s> WriteGroup<'s> {
         if matches!(change, DeadlineChange::Clear) && self.deadline(key).is_none() {
             return;
         }
+        // What the change costs in the batch (a retime: the key and its deadline); the
+        // writer also reads a change in `bytes` as "the command wrote something".
+        self.bytes += key.len() + 8;
         self.deadlines.insert(key.to_vec(), change);
     }
 
