@@ -1063,7 +1063,8 @@ fn object_answers_as_redis_server_does() {
         "OBJECT IDLETIME missing",
         "OBJECT FREQ missing",
         "OBJECT FREQ s",
-        "OBJECT IDLETIME s",
+        // (`OBJECT IDLETIME s` is left out: redis-server answers 1 when its one-second LRU
+        // clock ticks between the SET and the OBJECT, a flake once in a dozen runs.)
         "OBJECT HELP",
         "OBJECT help extra",
         "OBJECT",

@@ -113,6 +113,11 @@ impl ValueCache {
         })
     }
 
+    /// Drops every cached page (after [`crate::Engine::clear`]: they name segments gone).
+    pub fn clear(&self) {
+        self.pages.clear();
+    }
+
     /// The page at `addr`, if cached (counted as a hit or a miss).
     pub fn get(&self, addr: PageAddr) -> Option<Bytes> {
         let page = self.pages.get(&addr);

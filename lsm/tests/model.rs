@@ -66,6 +66,8 @@ enum Op {
     Compact,
     Reopen,
     PowerCut,
+    /// Every key deleted at once.
+    Clear,
 }
 
 fn key(k: u16) -> Vec<u8> {
@@ -103,6 +105,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
         1 => Just(Op::PowerCut),
+        1 => Just(Op::Clear),
     ]
 }
 
@@ -202,6 +205,10 @@ fn run_with(ops: Vec<Op>, backend: Backend, ecfg: &EngineConfig) -> Result<(), T
                     .map(|(k, e)| (k.clone(), e.0.clone()))
                     .collect();
                 prop_assert_eq!(got, want);
+            }
+            Op::Clear => {
+                e.clear().unwrap();
+                model.clear();
             }
             Op::Flush => e.flush().unwrap(),
             Op::Compact => e.compact_all().unwrap(),

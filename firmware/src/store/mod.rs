@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lsm::{Engine, EngineConfig, EngineError, WriteOp};
+use lsm::{Engine, EngineConfig, EngineError};
 use parking_lot::RwLock;
 
 use crate::keyspace as ks;
@@ -285,10 +285,11 @@ fn count_type_records(db: &Engine, expiries: &expiry::Deadlines, now: u64) -> Re
     Ok(n + expiries.due_count(now) as u64)
 }
 
-/// FLUSHALL: deletes every key, in batches.
+/// FLUSHALL: deletes every key at once ([`lsm::Engine::clear`]).
 ///
 /// # Errors
-/// Engine errors (keys deleted before the failure stay deleted).
+/// Engine errors (the store is then as before, or, if the engine's manifest reached the
+/// device, empty: the key count is recomputed either way).
 pub fn flush_all(store: &Store) -> Result<()> {
     // The watched keys FLUSHALL deletes, judged before it: deleting a live key is a change
     // to every watcher, deleting an expired one only to those that watched it live, and a
@@ -302,25 +303,26 @@ pub fn flush_all(store: &Store) -> Result<()> {
             expired.push(k);
         }
     }
-    let r = (|| {
-        // Every record, expired or not (a deadline goes with its type record's entry).
-        loop {
-            let keys = store.db.written_keys(&[], None, DELETE_CHUNK)?;
-            if keys.is_empty() {
-                break;
-            }
-            let ops: Vec<WriteOp<'_>> = keys.iter().map(|k| WriteOp::Delete(k)).collect();
-            store.db.write(&ops)?;
+    // Every record, expired or not, in one atomic step: the engine drops its runs and log
+    // and frees their segments (a manifest write, not a tombstone per key).
+    let r = store.db.clear();
+    match &r {
+        // Refused before anything changed.
+        Err(EngineError::ReadOnly | EngineError::Closed) => {}
+        Ok(()) => {
+            store.expiries.write().clear();
+            store.remembered.clear();
+            store.keys.set(0);
         }
-        store.expiries.write().clear();
-        store.remembered.clear();
-        store.keys.set(0);
-        Ok(())
-    })();
-    if r.is_err() {
-        // Some keys may be gone: the writer recounts.
-        store.keys.mark_stale();
+        Err(_) => {
+            // The engine is empty now (a failed manifest write may leave the old state on
+            // the device for the next open): the writer recounts.
+            store.expiries.write().clear();
+            store.remembered.clear();
+            store.keys.mark_stale();
+        }
     }
+    let r = r.map_err(StoreError::from);
     // Even a failed FLUSHALL may have deleted some keys: WATCHers must see a change.
     store.touch_watched(live.iter().map(Vec::as_slice));
     store.touch_expired(expired.iter().map(Vec::as_slice));
@@ -391,7 +393,7 @@ mod tests {
 
     use bytes::Bytes;
     use hwftl_sim::{Backend, DeviceConfig, Ftl, Geometry, RamStore};
-    use lsm::EngineConfig;
+    use lsm::{EngineConfig, WriteOp};
 
     use crate::keyspace::{HASH, HASH_FIELD, STRING, ZSET, ZSET_MEMBER};
 

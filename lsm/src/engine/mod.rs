@@ -13,6 +13,7 @@
 //! | `recovery` | the manifest snapshot, opening: runs, free list, replay of the tail |
 //! | `fsck` | the offline check: every checksum, pointer and garbage count of a store |
 
+mod clear;
 mod compaction;
 mod flush;
 mod fsck;
@@ -168,6 +169,8 @@ pub struct EngineStats {
     /// Entries compaction dropped because their deadline had passed (see
     /// [`crate::expiry`]).
     pub expired_dropped: u64,
+    /// Times every key was deleted at once ([`Engine::clear`]).
+    pub clears: u64,
     /// With the `compaction_moves_values` ablation: compactions that left the values in
     /// place because the free segments could not hold them all.
     pub compactions_without_room_to_move: u64,
