@@ -103,7 +103,7 @@ pub struct EngineConfig {
     /// reads find there instead of on the device. 0 turns it off (the default: the engine
     /// alone does not know the host's DRAM budget; the drive sets it).
     pub value_cache_bytes: u64,
-    /// Which expired entries compaction drops when it reaches the last level (see
+    /// Which expired entries compaction drops where nothing older of the key lies below (see
     /// [`crate::expiry`]); the default drops every one.
     pub expiry_policy: Arc<dyn ExpiryPolicy>,
 }

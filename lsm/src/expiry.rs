@@ -5,11 +5,12 @@
 //! [`crate::WriteOp::Retime`]) carries a [`Deadline`]: a unix time in milliseconds. Once
 //! the clock is past it (`now > deadline`, Redis's rule: at the deadline itself the key is
 //! still there) every public read treats the key as absent — the lazy check, one comparison
-//! on the slot a read already holds, no extra lookup. The entry itself stays until
-//! compaction meets it: where [`ExpiryPolicy::may_drop`] allows, an expired entry is then
-//! dropped (at the last level) or turned into a tombstone (above it, so an older version
-//! below it cannot reappear), and its value becomes garbage that garbage collection takes
-//! back. So keys that expire cost no background sweep and no DRAM beyond their entry.
+//! on the slot a read already holds, no extra lookup. The entry itself stays until a
+//! compaction meets it with nothing older of its key below (see
+//! [`crate::merge::OutputSpec::expiry`]): where [`ExpiryPolicy::may_drop`] allows, and its
+//! deadline is [`crate::merge::EXPIRY_GRACE_MS`] behind, it is then dropped, and its value
+//! becomes garbage that garbage collection takes back. So keys that expire cost no
+//! background sweep and no DRAM beyond their entry.
 //!
 //! The engine's own bookkeeping (garbage collection's liveness check, a retime's target,
 //! recovery) sees expired entries as they are: an expired value is moved by garbage

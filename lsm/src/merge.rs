@@ -161,10 +161,12 @@ pub struct OutputSpec {
     pub bottom: bool,
     /// Bloom filter false-positive rate of the output runs.
     pub fp_rate: f64,
-    /// At the bottom (`bottom`), the clock and the policy by which expired entries are
-    /// dropped (`None`: kept). Above the bottom an expired entry is kept as it is (reads
-    /// hide it): dropping it there would bare an older version below, and a tombstone in
-    /// its place would count its value as garbage twice (again when it meets that version).
+    /// The clock and the policy by which expired entries are dropped (`None`: kept). An
+    /// expired entry goes only where nothing older of its key lies below the output: at the
+    /// bottom, or where no deeper run holds the key (`ExpiryDrop::below`). Otherwise it is
+    /// kept as it is (reads hide it): dropping it would bare the older version, and a
+    /// tombstone in its place would count its value as garbage twice (again when it meets
+    /// that version).
     pub expiry: Option<ExpiryDrop>,
 }
 
@@ -176,6 +178,18 @@ pub struct ExpiryDrop {
     pub now: u64,
     /// Which expired keys may go.
     pub policy: Arc<dyn ExpiryPolicy>,
+    /// The runs of the levels below the output (empty at the bottom): an expired entry
+    /// whose key one of them holds stays (bloom filter first, then a DRAM search).
+    pub below: Vec<Arc<KeyTable>>,
+}
+
+impl ExpiryDrop {
+    /// Whether `key`'s entry, expired at `deadline`, may be dropped.
+    fn drops(&self, key: &[u8], deadline: u64) -> bool {
+        deadline.saturating_add(EXPIRY_GRACE_MS) < self.now
+            && self.policy.may_drop(key)
+            && !self.below.iter().any(|t| t.get(key).is_some())
+    }
 }
 
 /// How long after its deadline an expired entry may be dropped by compaction. Reads hide it
@@ -214,9 +228,9 @@ pub fn compact(
         if spec.bottom && slot == Slot::Tombstone {
             continue;
         }
-        if let (true, Some(x), Slot::Value(p, Some(d))) = (spec.bottom, &spec.expiry, slot) {
-            // Every older version of the key was merged here (nothing lies below).
-            if d.get().saturating_add(EXPIRY_GRACE_MS) < x.now && x.policy.may_drop(key) {
+        if let (Some(x), Slot::Value(p, Some(d))) = (&spec.expiry, slot) {
+            // Every older version of the key was merged here, or there is none below.
+            if x.drops(key, d.get()) {
                 expired.push((key.to_vec(), p));
                 continue;
             }
@@ -284,6 +298,49 @@ mod tests {
         let t = out.remove(0);
         assert_eq!(t.len(), 2, "tombstone dropped at the bottom");
         assert_eq!(t.get(b"c"), None);
+    }
+
+    /// An expired entry goes where nothing older of its key lies below the output, and
+    /// not before its grace is over; one with an older version below stays (reads hide it).
+    #[test]
+    fn expired_entries_go_only_where_nothing_older_lies_below() {
+        let until = |n: u32, d: u64| match v(n) {
+            Slot::Value(p, _) => Slot::Value(p, std::num::NonZeroU64::new(d)),
+            s => s,
+        };
+        let now = 1_000_000;
+        let input = run(
+            2,
+            &[
+                ("a", until(1, 5)),
+                ("b", until(2, 5)),
+                ("c", until(3, now - 1)),
+                ("d", v(4)),
+            ],
+        );
+        let below = run(1, &[("b", v(9))]);
+        let spec = OutputSpec {
+            ids: 3..4,
+            target_bytes: usize::MAX,
+            bottom: false,
+            fp_rate: 0.01,
+            expiry: Some(ExpiryDrop {
+                now,
+                policy: Arc::new(crate::expiry::DropExpired),
+                below: vec![below],
+            }),
+        };
+        let (mut out, dead, expired) = compact(vec![run_source(&input, 0)], &spec);
+        let t = out.remove(0);
+        let keys: Vec<&[u8]> = (0..t.len()).map(|i| t.key(i)).collect();
+        assert_eq!(
+            keys,
+            vec![&b"b"[..], b"c", b"d"],
+            "a dropped; b has b below; c in grace"
+        );
+        assert!(dead.is_empty());
+        assert_eq!(expired.len(), 1);
+        assert_eq!((expired[0].0.as_slice(), expired[0].1.len), (&b"a"[..], 1));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! ask the index first (one hash lookup, none when no key has a deadline).
 //!
 //! **Strings cost no sweep.** An expired string's entry is dropped by compaction when it
-//! reaches the last level ([`StringsExpire`], the engine's expiry policy), and its value
+//! meets nothing older below it ([`StringsExpire`], the engine's expiry policy), and its value
 //! becomes garbage that garbage collection takes back. The writer's sweep only lets go of
 //! it ([`WriteGroup::forget_expired`]: the key count and the index, no engine write), so a
 //! million expiring strings cost no deletes. **Collections** own other records (a hash's

@@ -226,6 +226,8 @@ impl Inner {
                 expiry: Some(crate::merge::ExpiryDrop {
                     now: crate::expiry::now_ms(),
                     policy: self.cfg.expiry_policy.clone(),
+                    // Only maintenance changes the levels below, and it is running this.
+                    below: self.levels[to + 1..].iter().flatten().cloned().collect(),
                 }),
             },
             trivial_move,
