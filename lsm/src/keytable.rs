@@ -269,7 +269,13 @@ struct Slots {
     segs: Vec<u32>,
     /// Slots that do not fit the 12-byte form, in key order.
     escaped: Vec<Slot>,
+    /// Slots with a deadline (their page entries take [`DEADLINE_ENTRY_EXTRA`] more bytes).
+    with_deadline: usize,
 }
+
+/// Bytes a page entry with a deadline takes beyond a short entry's: the deadline and the
+/// `u32` key length.
+const DEADLINE_ENTRY_EXTRA: usize = 12;
 
 impl Slots {
     /// The 12-byte form of `p`, adding its log segment to the dictionary, or `None` if it
@@ -318,7 +324,10 @@ impl Slots {
             Slot::Value(p, None) => self.narrow(p, dict).unwrap_or_else(|| self.escape(s)),
             // An entry with a deadline keeps it beside its pointer in the side list: the
             // 12-byte form has no room, and few entries have one.
-            Slot::Value(_, Some(_)) => self.escape(s),
+            Slot::Value(_, Some(_)) => {
+                self.with_deadline += 1;
+                self.escape(s)
+            }
         };
         self.packed.push(d);
     }
@@ -613,7 +622,9 @@ impl KeyTableBuilder {
 
     /// Bytes of the run so far, measured as [`KeyTable::data_bytes`].
     pub fn data_bytes(&self) -> usize {
-        self.keys.len() + self.len() * (SLOT_BYTES + 2)
+        self.keys.len()
+            + self.len() * (SLOT_BYTES + 2)
+            + self.slots.with_deadline * DEADLINE_ENTRY_EXTRA
     }
 
     /// Finishes the run, building its bloom filter.
@@ -826,7 +837,9 @@ impl KeyTable {
 
     /// Bytes of the run's metadata (keys and slots), the level-size measure.
     pub fn data_bytes(&self) -> usize {
-        self.keys.len() + self.len() * (SLOT_BYTES + 2)
+        self.keys.len()
+            + self.len() * (SLOT_BYTES + 2)
+            + self.slots.with_deadline * DEADLINE_ENTRY_EXTRA
     }
 
     /// Encodes the run as 8 KiB pages.

@@ -113,11 +113,9 @@ impl NewestIndex {
     /// set of versions of a key, each one but the newest is reported shadowed exactly once,
     /// whatever the order the inserts run in — except a version that points at the same
     /// value as the one that shadows it (a retime: only the deadline changed), which is not
-    /// reported: its value is still live. (Inserted out of order, a retime and two other
-    /// versions of its key in three concurrent batches could report the retimed value
-    /// twice: an over-count of garbage, never a lost value, as garbage collection judges
-    /// each record's liveness itself. The drive never has a retime in flight beside
-    /// another write of its key.)
+    /// reported: its value is still live. The write path never lets a later batch's version
+    /// of a key overtake a retime (`ApplyJob::after`): that version would report the
+    /// retimed value, and the retime, arriving second, would report it again.
     fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool, Option<Slot>) {
         let update = |newest: &mut (u64, Slot)| {
             let (older, newer) = if newest.0 < seq {

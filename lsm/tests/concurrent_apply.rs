@@ -4,7 +4,8 @@
 //! inserts of one key race: the garbage each insert reports (the version it shadows) must
 //! still be counted exactly once, which the offline check verifies against the live
 //! pointers after a clean close, and each key must end with the value of its newest
-//! acknowledged write.
+//! acknowledged write. Puts with deadlines and retimes race with the rest (a retime must
+//! not be overtaken by a later batch's version of its key: `ApplyJob::after`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -20,6 +21,11 @@ mod common;
 const WRITERS: u64 = 4;
 const KEYS: u32 = 96;
 const BATCHES: u32 = 1000;
+
+/// A deadline far ahead (2100).
+fn far() -> std::num::NonZeroU64 {
+    std::num::NonZeroU64::new(4_102_444_800_000).unwrap()
+}
 
 fn key(k: u32) -> Vec<u8> {
     format!("shared-{k:03}").into_bytes()
@@ -65,12 +71,12 @@ fn racing_inserts_of_shared_keys_count_garbage_once() {
                     let ops: Vec<WriteOp<'_>> = kv
                         .iter()
                         .enumerate()
-                        .map(|(i, (k, v))| {
-                            if (b + i as u32) % 9 == 0 {
-                                WriteOp::Delete(k)
-                            } else {
-                                WriteOp::Put(k, v)
-                            }
+                        .map(|(i, (k, v))| match (b + i as u32) % 9 {
+                            0 => WriteOp::Delete(k),
+                            // Retimes race with other writers' versions of the key.
+                            5 => WriteOp::Retime(k, Some(far())),
+                            6 => WriteOp::PutUntil(k, v, far()),
+                            _ => WriteOp::Put(k, v),
                         })
                         .collect();
                     db.write(&ops).unwrap();
@@ -78,7 +84,9 @@ fn racing_inserts_of_shared_keys_count_garbage_once() {
                     for (op, k) in ops.iter().zip(&ks) {
                         let v = match op {
                             WriteOp::Put(_, v) | WriteOp::PutUntil(_, v, _) => v.to_vec(),
-                            WriteOp::Delete(_) | WriteOp::Retime(..) => Vec::new(),
+                            WriteOp::Delete(_) => Vec::new(),
+                            // The value stays what it was.
+                            WriteOp::Retime(..) => continue,
                         };
                         let versions = &mut a[*k as usize];
                         versions.push(v);

@@ -225,3 +225,30 @@ fn retimes_survive_a_power_cut_before_any_flush() {
     db.close().unwrap();
     common::assert_fsck_clean(&backend, cfg, ecfg);
 }
+
+/// A put with a deadline of a long key (its key in raw pages, its retime a long record)
+/// wherever the packed page it starts on ends: the retime's larger record always finds
+/// room (it once refused the batch as corrupt when the page had room for a delete's).
+#[test]
+fn long_keys_take_deadlines_wherever_the_page_ends() {
+    let (backend, cfg) = setup();
+    let ecfg = config();
+    let db = open(&backend, cfg, &ecfg);
+    let long = vec![b'L'; 5000];
+    // A small put first fills the batch's packed page to within 40-100 bytes of its end.
+    for filler in 8043..8104usize {
+        let v = vec![1u8; filler];
+        db.write(&[
+            WriteOp::Put(b"s", &v),
+            WriteOp::PutUntil(&long, b"value", future()),
+        ])
+        .unwrap_or_else(|e| panic!("filler {filler}: {e}"));
+        assert_eq!(
+            db.first_present_until(&[&long]).unwrap(),
+            Some((0, Some(future()))),
+            "filler {filler}"
+        );
+    }
+    db.close().unwrap();
+    common::assert_fsck_clean(&backend, cfg, ecfg);
+}

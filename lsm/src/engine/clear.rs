@@ -22,9 +22,9 @@ impl Engine {
     /// and for the maintenance thread's current task.
     ///
     /// # Errors
-    /// `ReadOnly`; `Closed`; writing the manifest (the store is then as before, or, if the
-    /// manifest reached the device, empty); trimming (the segments are taken back at the
-    /// next open).
+    /// `ReadOnly`; `Closed`; `OutcomeUnknown` when the manifest write fails (reads then see
+    /// an empty store, and the next open finds the old one or an empty one); trimming (the
+    /// segments are taken back at the next open).
     pub fn clear(&self) -> Result<()> {
         let _m = self.core.maint.lock();
         let mut inner = self.core.inner.lock();
@@ -74,7 +74,13 @@ impl Inner {
         self.pages_since_checkpoint = 0;
         self.publish_version();
         self.publish_segs();
-        self.persist()?;
+        if let Err(e) = self.persist() {
+            // Reads already see the empty store, but the device may still hold the old
+            // manifest: what the next open finds is not known.
+            return Err(EngineError::OutcomeUnknown {
+                reason: format!("the manifest write that empties the store failed: {e}"),
+            });
+        }
         if let Some(cache) = &self.side.cache {
             cache.clear();
         }

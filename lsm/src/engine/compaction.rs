@@ -17,6 +17,7 @@
 use std::collections::HashSet;
 
 use super::gc::GC_BATCH_BYTES;
+use super::layout::LaidOut;
 use super::levels::{self, Level};
 use super::*;
 use crate::merge::{run_source, Expired, LevelCursor, OutputSpec, Source};
@@ -352,20 +353,15 @@ impl Inner {
     /// Counts the values of entries a compaction dropped because they expired (the new
     /// levels installed). The version right above a dropped entry decides: one in a level
     /// counted the value as garbage when it was flushed (it found the entry below it),
-    /// one in a memtable (the oldest of the key in the oldest memtable holding it) has not
-    /// yet and no longer will (its flush will not find the entry), and one pointing at the
-    /// same value (a retime since) keeps it live.
+    /// one not yet flushed (in a memtable, or in a batch still on the device: see
+    /// `oldest_unflushed`) has not yet and no longer will (its flush will not find the
+    /// entry), and one pointing at the same value (a retime since) keeps it live.
     fn count_expired_drops(&mut self, expired: Expired) {
         for (key, p) in expired {
             let in_levels = levels::runs_for_key(&self.levels, &key).find_map(|r| r.get(&key));
             let above = match in_levels {
                 Some(s) => Some((s, true)),
-                None => self
-                    .frozen
-                    .as_ref()
-                    .and_then(|f| f.mem.oldest(&key))
-                    .or_else(|| self.mem.oldest(&key))
-                    .map(|s| (s, false)),
+                None => self.oldest_unflushed(&key).map(|s| (s, false)),
             };
             match above {
                 Some((s, _)) if s.ptr() == Some(p) => {}
@@ -442,7 +438,7 @@ impl Inner {
                 .collect();
             let mut new_slots: HashMap<Vec<u8>, Slot> = HashMap::new();
             if !ops.is_empty() {
-                let (pages, updates, _) = self.build_batch(&ops, 0)?;
+                let LaidOut { pages, updates, .. } = self.build_batch(&ops, 0)?;
                 let n = pages.len() as u64;
                 if let Err(e) = self.write_pages(pages) {
                     self.abandon_head_after_failure();

@@ -31,14 +31,19 @@ pub(super) struct BatchPages {
     batch: u64,
 }
 
-/// A laid-out batch: the pages to write, in order, the keytable updates to apply once
-/// they are durable, and the values the batch writes (key length and address: garbage if
-/// the batch fails; a retime's update points at a value written before, not among them).
-pub(super) type LaidOut<'a> = (
-    Vec<(Lba, PageBuf)>,
-    Vec<(&'a [u8], u64, Slot)>,
-    Vec<Invalidated>,
-);
+/// A laid-out batch.
+pub(super) struct LaidOut<'a> {
+    /// The pages to write, in order.
+    pub(super) pages: Vec<(Lba, PageBuf)>,
+    /// The keytable updates to apply once they are durable.
+    pub(super) updates: Vec<(&'a [u8], u64, Slot)>,
+    /// The values the batch writes (key length and address): garbage if the batch fails. A
+    /// retime's update points at a value written before, not among them.
+    pub(super) fresh: Vec<Invalidated>,
+    /// Whether an update retimes a value written before the batch: the batches after it
+    /// must not be inserted before it (see [`InFlight`]'s `retimes`).
+    pub(super) retimes: bool,
+}
 
 impl Inner {
     /// Raw pages a put lays out after its packed page (a long key's pages, then the
@@ -154,22 +159,19 @@ impl Inner {
     /// the keytable updates to apply once they are durable. On error the head is abandoned.
     /// Reserves raw pages after the batch's open packed page for a long key (and a value, for
     /// a put) and queues them: the key zero-padded to whole pages, then the value's pages.
+    /// The open page keeps room for the long record, whose payload is `payload` bytes.
     /// Returns the log segment and the first raw page.
     pub(super) fn lay_out_long(
         &mut self,
         b: &mut BatchPages,
         key: &[u8],
         value: Option<&[u8]>,
+        payload: usize,
         reserve: usize,
     ) -> Result<(u32, u32)> {
         let kp = key_pages(key.len()) as u32;
         let vp = value.map_or(0, |v| raw_pages(v.len() as u64) as u32);
         let n = kp + vp;
-        let payload = if value.is_some() {
-            LONG_PUT_PAYLOAD
-        } else {
-            LONG_DELETE_PAYLOAD
-        };
         let pps = self.g.pages_per_segment();
         let room = self.head.is_some_and(|h| h.next_page + n <= pps);
         if b.open_at.is_none() || b.open.free() < RECORD_HEADER + payload || !room {
@@ -364,6 +366,25 @@ impl Inner {
         self.lookup(k)
     }
 
+    /// The oldest version of `k` not yet in a keytable: in the frozen memtable, else in the
+    /// active one (once every claimed batch's insert has finished), else in the oldest batch
+    /// still on the device that writes it. What a flush will compare with the levels.
+    pub(super) fn oldest_unflushed(&mut self, k: &[u8]) -> Option<Slot> {
+        if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.oldest(k)) {
+            return Some(s);
+        }
+        while self.pipeline.values().any(InFlight::inserting) {
+            std::thread::yield_now();
+        }
+        if let Some(s) = self.mem.oldest(k) {
+            return Some(s);
+        }
+        self.pipeline
+            .values()
+            .find_map(|b| b.updates().iter().find(|(uk, _, _)| &**uk == k))
+            .map(|(_, _, s)| *s)
+    }
+
     pub(super) fn build_batch<'a>(
         &mut self,
         ops: &[WriteOp<'a>],
@@ -410,7 +431,8 @@ impl Inner {
                         updates.push((k, seq, Slot::value(ptr)));
                     }
                     WriteOp::Put(k, v) if is_long_key(k.len()) => {
-                        let (log_seg, first) = self.lay_out_long(&mut b, k, Some(v), reserve)?;
+                        let (log_seg, first) =
+                            self.lay_out_long(&mut b, k, Some(v), LONG_PUT_PAYLOAD, reserve)?;
                         let value_first = first + key_pages(k.len()) as u32;
                         let crc = crc32c::crc32c(v);
                         let payload = long_put_payload(first, k, crc);
@@ -431,7 +453,8 @@ impl Inner {
                         ));
                     }
                     WriteOp::Delete(k) if is_long_key(k.len()) => {
-                        let (log_seg, first) = self.lay_out_long(&mut b, k, None, reserve)?;
+                        let (log_seg, first) =
+                            self.lay_out_long(&mut b, k, None, LONG_DELETE_PAYLOAD, reserve)?;
                         let mut payload = [0u8; LONG_DELETE_PAYLOAD];
                         payload[..4].copy_from_slice(&first.to_le_bytes());
                         payload[4..].copy_from_slice(&crc32c::crc32c(k).to_le_bytes());
@@ -533,7 +556,8 @@ impl Inner {
                         };
                         // Needed only until the next flush, as a delete record.
                         let log_seg = if is_long_key(k.len()) {
-                            let (log_seg, first) = self.lay_out_long(&mut b, k, None, reserve)?;
+                            let (log_seg, first) =
+                                self.lay_out_long(&mut b, k, None, LONG_RETIME_PAYLOAD, reserve)?;
                             let payload = long_retime_payload(first, k, deadline, &ptr);
                             b.open
                                 .add_long(RecordKind::LongRetime, seq, k.len(), 0, &payload)
@@ -580,7 +604,12 @@ impl Inner {
             .filter(|(i, _)| retimes.binary_search(i).is_err())
             .filter_map(|(_, (k, _, s))| s.ptr().map(|p| (k.len(), p)))
             .collect();
-        Ok((b.pages, updates, fresh))
+        Ok(LaidOut {
+            pages: b.pages,
+            updates,
+            fresh,
+            retimes: !retimes.is_empty(),
+        })
     }
 
     /// After a batch failed halfway through its layout (no free segment left for the rest),

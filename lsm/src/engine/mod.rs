@@ -69,7 +69,7 @@ use crate::vlog_format::{
     long_put_payload, long_retime_payload, parse_records, raw_pages, raw_runs, retime_payload,
     retime_record_bytes, stored_record_bytes, unused_bytes, PageBuilder, Record, RecordKind,
     ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD,
-    RECORD_HEADER, RETIME_PAYLOAD,
+    LONG_RETIME_PAYLOAD, RECORD_HEADER, RETIME_PAYLOAD,
 };
 use levels::Level;
 
@@ -416,6 +416,9 @@ struct Inner {
     needs_checkpoint: bool,
     /// The memtable being flushed (rotated out of `mem`, still read by readers).
     frozen: Option<Frozen>,
+    /// The insert of the last claimed batch that retimes a value, while it may still be
+    /// running (see `ApplyJob::after`).
+    last_retime_insertion: Option<Arc<write::Insertion>>,
     /// What writers asked of maintenance, and what it reports back.
     maint: MaintenanceShared,
     /// [`Inner::compaction_debt`] as of the last version published (levels change only
@@ -541,6 +544,7 @@ impl Engine {
             side: side.clone(),
             needs_checkpoint: false,
             frozen: None,
+            last_retime_insertion: None,
             maint: MaintenanceShared::default(),
             debt: AtomicU64::new(0),
         };

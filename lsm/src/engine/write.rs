@@ -10,6 +10,7 @@
 //! memtable's module docs.
 
 use super::gc::GC_MOVE_RESERVE;
+use super::layout::LaidOut;
 use super::maintain::STALL_POLL;
 use super::*;
 
@@ -77,6 +78,9 @@ pub(super) struct InFlight {
     updates: Vec<(Box<[u8]>, u64, Slot)>,
     /// The values it writes (garbage if it fails).
     fresh: Vec<Invalidated>,
+    /// It retimes a value written before it: a later batch's insert must wait for its
+    /// insert (see [`ApplyJob::after`]).
+    retimes: bool,
     user_bytes: u64,
     pages: u64,
     /// Set when all its pages completed (or one failed).
@@ -134,6 +138,12 @@ pub(super) struct ApplyJob {
     updates: Vec<(Box<[u8]>, u64, Slot)>,
     cache_fill: Vec<(PageAddr, Bytes)>,
     insertion: Arc<Insertion>,
+    /// The insert of the last earlier batch with a retime, which must be done before this
+    /// one starts. Inserts of different batches may otherwise run in any order, and the
+    /// memtable's garbage count is exact for that (`NewestIndex::record`) except where a
+    /// retime is overtaken by a later version of its key: that version would report the
+    /// retimed value as shadowed, and the retime, arriving second, would report it again.
+    after: Option<Arc<Insertion>>,
 }
 
 impl ApplyJob {
@@ -141,6 +151,12 @@ impl ApplyJob {
     /// the insertion done. Needs no lock: inserts of different batches may run at once (see
     /// the memtable's module docs); the batch is visible only once it settles.
     pub(super) fn run(self, mem: &MemTable, cache: Option<&ValueCache>) {
+        if let Some(before) = &self.after {
+            // That insert needs no lock to finish (its thread holds none while it runs).
+            while !before.done.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+        }
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
             let len = k.len();
@@ -665,7 +681,12 @@ impl Inner {
         self.in_gc = gc;
         let built = self.build_batch(ops, reserve);
         self.in_gc = false;
-        let (pages, updates, fresh) = built?;
+        let LaidOut {
+            pages,
+            updates,
+            fresh,
+            retimes,
+        } = built?;
         let cache_fill = if gc {
             Vec::new()
         } else {
@@ -749,6 +770,7 @@ impl Inner {
                     .map(|(k, seq, s)| (Box::from(k), seq, s))
                     .collect(),
                 fresh,
+                retimes,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
                 pages: bound,
                 io: refused.map(|e| Err(BatchFailure::Page(e))),
@@ -811,10 +833,20 @@ impl Inner {
                     self.stats.user_bytes_written += b.user_bytes;
                     let insertion = Arc::new(Insertion::default());
                     b.insertion = Some(insertion.clone());
+                    let after = self
+                        .last_retime_insertion
+                        .take()
+                        .filter(|i| !i.done.load(Ordering::Acquire));
+                    if b.retimes {
+                        self.last_retime_insertion = Some(insertion.clone());
+                    } else {
+                        self.last_retime_insertion = after.clone();
+                    }
                     jobs.push(ApplyJob {
                         updates: std::mem::take(&mut b.updates),
                         cache_fill: std::mem::take(&mut b.cache_fill),
                         insertion,
+                        after,
                     });
                     Ok(())
                 }
@@ -1008,7 +1040,10 @@ impl Inner {
         ops.iter()
             .map(|op| match op {
                 WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => (k.len() + v.len()) as u64,
-                WriteOp::Delete(k) | WriteOp::Retime(k, _) => k.len() as u64,
+                WriteOp::Delete(k) => k.len() as u64,
+                // A deadline is metadata (and a put with one was expanded into a put and a
+                // retime: its key counts once).
+                WriteOp::Retime(..) => 0,
             })
             .sum()
     }
@@ -1032,7 +1067,12 @@ impl Inner {
         } else {
             0
         };
-        let (pages, updates, fresh) = self.build_batch(ops, reserve)?;
+        let LaidOut {
+            pages,
+            updates,
+            fresh,
+            ..
+        } = self.build_batch(ops, reserve)?;
         let cache_fill = if self.in_gc {
             Vec::new()
         } else {
