@@ -448,7 +448,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             "# Lsm\r\nuser_bytes_written:{}\r\ndevice_bytes_written:{}\r\nwrite_amplification:{wa:.3}\r\n\
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              memtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
-             compaction_invalidated:{}\r\nexpired_entries_dropped:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
+             compaction_invalidated:{}\r\nexpired_entries_dropped:{}\r\nexpiry_compactions:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
              write_stalls_capacity:{}\r\nwrite_stalls_l0_runs:{}\r\nwrite_stalls_compaction_debt:{}\r\n\
@@ -469,6 +469,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.compactions,
             e.compaction_invalidated,
             e.expired_dropped,
+            e.expiry_compactions,
             e.compactions_without_room_to_move,
             e.gc_segments,
             e.gc_bytes_moved,

@@ -271,6 +271,8 @@ struct Slots {
     escaped: Vec<Slot>,
     /// Slots with a deadline (their page entries take [`DEADLINE_ENTRY_EXTRA`] more bytes).
     with_deadline: usize,
+    /// The earliest of their deadlines (0: none).
+    earliest_deadline: u64,
 }
 
 /// Bytes a page entry with a deadline takes beyond a short entry's: the deadline and the
@@ -324,8 +326,11 @@ impl Slots {
             Slot::Value(p, None) => self.narrow(p, dict).unwrap_or_else(|| self.escape(s)),
             // An entry with a deadline keeps it beside its pointer in the side list: the
             // 12-byte form has no room, and few entries have one.
-            Slot::Value(_, Some(_)) => {
+            Slot::Value(_, Some(d)) => {
                 self.with_deadline += 1;
+                if self.earliest_deadline == 0 || d.get() < self.earliest_deadline {
+                    self.earliest_deadline = d.get();
+                }
                 self.escape(s)
             }
         };
@@ -833,6 +838,11 @@ impl KeyTable {
             + self.fences.capacity() * 8
             + self.slots.dram_bytes()
             + self.bloom.as_ref().map_or(0, |b| b.as_slice().len())
+    }
+
+    /// The earliest deadline an entry of the run carries, if any has one.
+    pub fn earliest_deadline(&self) -> Option<u64> {
+        (self.slots.earliest_deadline != 0).then_some(self.slots.earliest_deadline)
     }
 
     /// Bytes of the run's metadata (keys and slots), the level-size measure.

@@ -386,6 +386,8 @@ pub struct MemTable {
     key_index: parking_lot::Mutex<Option<(usize, KeyIndex)>>,
     /// Set once a retime's version went in (see [`MemTable::note_retime`]).
     retimes: std::sync::atomic::AtomicBool,
+    /// The earliest deadline a version inserted carries (`u64::MAX`: none).
+    earliest_deadline: std::sync::atomic::AtomicU64,
 }
 
 /// A memtable's distinct keys in order, sharing the table's key allocations
@@ -428,6 +430,7 @@ impl MemTable {
             versions: AtomicUsize::new(0),
             key_index: parking_lot::Mutex::new(None),
             retimes: std::sync::atomic::AtomicBool::new(false),
+            earliest_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 
@@ -448,6 +451,10 @@ impl MemTable {
     /// tail freezes it into a run, and may then merge runs, on the calling thread.
     pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
         let len = key.len();
+        if let Some(d) = slot.deadline() {
+            self.earliest_deadline
+                .fetch_min(d.get(), AtomicOrdering::Relaxed);
+        }
         // Index first, then the tail; both before the batch is published (see the module
         // docs).
         let (key, new_key, shadowed) = self.newest.record(key, seq, slot);
@@ -614,6 +621,12 @@ impl MemTable {
     /// below with the key's [`MemTable::oldest`] version, not only its newest.
     pub fn note_retime(&self) {
         self.retimes.store(true, AtomicOrdering::Relaxed);
+    }
+
+    /// The earliest deadline a version inserted carries, if any has one.
+    pub fn earliest_deadline(&self) -> Option<u64> {
+        let d = self.earliest_deadline.load(AtomicOrdering::Relaxed);
+        (d != u64::MAX).then_some(d)
     }
 
     /// Whether [`MemTable::note_retime`] was called.

@@ -252,3 +252,53 @@ fn long_keys_take_deadlines_wherever_the_page_ends() {
     db.close().unwrap();
     common::assert_fsck_clean(&backend, cfg, ecfg);
 }
+
+/// A store full of expired values takes writes: a put refused for capacity first has the
+/// maintenance thread compact every level, which drops the expired entries, and garbage
+/// collection takes their space back. The same load without deadlines is refused.
+#[test]
+fn expired_values_never_hold_a_full_store_shut() {
+    let run = |deadline: Option<NonZeroU64>| -> (Result<(), lsm::EngineError>, u64) {
+        let (backend, cfg) = setup();
+        let ecfg = EngineConfig {
+            // Flushes pile up in L0 with no compaction due: the expired entries are all
+            // still there when a put is first refused.
+            l0_runs: 1_000,
+            l0_stop_runs: 2_000,
+            overprovision_percent: 50,
+            ..EngineConfig::default()
+        };
+        let db = open(&backend, cfg, &ecfg);
+        let value = vec![5u8; 3000];
+        let mut result = Ok(());
+        // About three times the user capacity (~14 MiB on this geometry).
+        for i in 0..15_000 {
+            let k = key(i);
+            let op = match deadline {
+                Some(d) => WriteOp::PutUntil(&k, &value, d),
+                None => WriteOp::Put(&k, &value),
+            };
+            if let Err(e) = db.write(&[op]) {
+                result = Err(e);
+                break;
+            }
+        }
+        let compactions = db.stats().expiry_compactions;
+        let st = db.stats();
+        eprintln!(
+            "deadline {deadline:?}: {result:?}, capacity {}, live {}, flushes {}, compactions {}, expired_dropped {}, expiry_compactions {}, gc {}",
+            st.user_capacity_bytes, st.live_bytes, st.flushes, st.compactions, st.expired_dropped, st.expiry_compactions, st.gc_segments
+        );
+        db.close().unwrap();
+        common::assert_fsck_clean(&backend, cfg, ecfg);
+        (result, compactions)
+    };
+    let (r, compactions) = run(Some(past()));
+    assert!(r.is_ok(), "expired values held the store shut: {r:?}");
+    assert!(compactions >= 1, "no compaction for expired entries ran");
+    let (r, _) = run(None);
+    assert!(
+        matches!(r, Err(lsm::EngineError::CapacityFull { .. })),
+        "the load is past the capacity: {r:?}"
+    );
+}

@@ -96,6 +96,9 @@ pub(super) struct MaintenanceShared {
     pub(super) shutdown: bool,
     /// A writer at the user capacity wants every memtable flushed (an exact garbage count).
     pub(super) full_flush_requested: bool,
+    /// When a full flush last compacted every level for expired entries and dropped none
+    /// (see `Inner::expiry_compaction_due`).
+    pub(super) futile_expiry_compaction: Option<std::time::Instant>,
     /// Full flushes done (a writer waits for this to pass the value it saw).
     pub(super) full_flushes: u64,
     /// A writer of a value spanning segments wants this many free segments.
@@ -132,7 +135,37 @@ enum Task {
     ReleaseReclaimed,
 }
 
+/// Least time after a compaction of every level for expired entries that dropped none
+/// before the next (the entries it met were a policy's to keep, say).
+const EXPIRY_COMPACTION_PAUSE: Duration = Duration::from_millis(crate::merge::EXPIRY_GRACE_MS);
+
 impl Inner {
+    /// Whether compacting every level may give back room that expired entries hold: a
+    /// memtable or a run holds an entry expired past the grace; and no such compaction in
+    /// the last [`EXPIRY_COMPACTION_PAUSE`] dropped nothing (a write refused for capacity
+    /// asks for one, and must not start a futile one per refusal).
+    pub(super) fn expiry_compaction_due(&self) -> bool {
+        if self
+            .maint
+            .futile_expiry_compaction
+            .is_some_and(|t| t.elapsed() < EXPIRY_COMPACTION_PAUSE)
+        {
+            return false;
+        }
+        let horizon = crate::expiry::now_ms().saturating_sub(crate::merge::EXPIRY_GRACE_MS);
+        let past = |d: Option<u64>| d.is_some_and(|d| d < horizon);
+        past(self.mem.earliest_deadline())
+            || self
+                .frozen
+                .as_ref()
+                .is_some_and(|f| past(f.mem.earliest_deadline()))
+            || self
+                .levels
+                .iter()
+                .flatten()
+                .any(|r| past(r.earliest_deadline()))
+    }
+
     /// Whether the maintenance thread should collect garbage now.
     pub(super) fn gc_due(&self) -> bool {
         !self.closed
@@ -255,7 +288,16 @@ impl Core {
                 let mut g = self.inner.lock();
                 g.maint.full_flush_requested = false;
                 self.quiesce(&mut g);
-                let r = g.flush();
+                let mut r = g.flush();
+                if r.is_ok() && g.expiry_compaction_due() {
+                    // A write waits for room that expired entries hold: compacting every
+                    // level drops them (and counts their values as garbage).
+                    let dropped = g.stats.expired_dropped;
+                    g.stats.expiry_compactions += 1;
+                    r = g.compact_all();
+                    g.maint.futile_expiry_compaction =
+                        (g.stats.expired_dropped == dropped).then(std::time::Instant::now);
+                }
                 g.maint.full_flushes += 1;
                 r
             }

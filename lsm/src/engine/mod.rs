@@ -171,6 +171,9 @@ pub struct EngineStats {
     pub expired_dropped: u64,
     /// Times every key was deleted at once ([`Engine::clear`]).
     pub clears: u64,
+    /// Compactions of every level run to give back room expired entries held, for a write
+    /// refused for capacity.
+    pub expiry_compactions: u64,
     /// With the `compaction_moves_values` ablation: compactions that left the values in
     /// place because the free segments could not hold them all.
     pub compactions_without_room_to_move: u64,

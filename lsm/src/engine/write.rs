@@ -586,9 +586,12 @@ impl Inner {
         if !self.fits_user_capacity(b.put_bytes) {
             // Garbage the memtables shadow in the runs is counted when they are flushed:
             // flush once before refusing.
+            // And expired entries hold room until compaction drops them: the full flush then
+            // compacts every level (at most once per grace period).
             let unflushed = !self.mem.is_empty() || self.frozen.is_some();
+            let expired = self.expiry_compaction_due();
             match waits.capacity_flush {
-                None if unflushed => {
+                None if unflushed || expired => {
                     waits.capacity_flush = Some(self.maint.full_flushes);
                     self.maint.full_flush_requested = true;
                     return Admission::Wait(Some(StallReason::Capacity));
