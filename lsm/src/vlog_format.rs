@@ -20,10 +20,13 @@
 //! same slot without looking anything up (a lookup at replay could miss an entry that
 //! compaction has dropped since). The address is `log_seg u32 | loc u32 | len u32 | word
 //! u32`, `loc` being the page with bit 31 set for a raw value, `word` its crc32c (raw) or
-//! its offset in the page (inline). A put with a deadline is a put record followed by a
-//! retime record in the same batch, so value records keep one size whatever their
-//! deadline, and a retime is garbage as soon as the next flush has it in a keytable, as a
-//! delete is.
+//! its offset in the page (inline). A retime is garbage as soon as the next flush has it in
+//! a keytable, as a delete is.
+//!
+//! A put with a deadline sets bit 7 of its `kind` byte ([`DEADLINE_FLAG`]): the deadline
+//! (u64) follows the record's payload. Those 8 bytes are counted as garbage at once, as a
+//! retime record is, so a value's garbage share stays what [`ValuePtr::record_bytes`]
+//! says, deadline or not. (A put with a deadline that spans segments is a put and a retime.)
 //!
 //! A key longer than [`LONG_KEY_MIN`] does not go into the packed page: it fills raw pages of
 //! its own (zero-padded to a page) right after the page, followed by the value's raw pages
@@ -68,6 +71,11 @@ pub const LONG_PUT_PAYLOAD: usize = 12;
 pub const LONG_DELETE_PAYLOAD: usize = 8;
 /// Payload bytes of a Continued record (head log segment, head page).
 pub const CONTINUED_PAYLOAD: usize = 8;
+/// Set in a put record's `kind` byte when the record's payload is followed by a deadline.
+pub const DEADLINE_FLAG: u8 = 0x80;
+/// Bytes a deadline adds after a flagged put record's payload.
+pub const DEADLINE_SUFFIX: usize = 8;
+
 /// Payload bytes of a Retime record (the deadline and the value's address).
 pub const RETIME_PAYLOAD: usize = 24;
 /// Payload bytes of a LongRetime record (key page, key crc, then a Retime payload).
@@ -451,6 +459,8 @@ pub struct Record {
     pub continues: Option<(u32, u32)>,
     /// The new deadline and the value it is for (Retime, LongRetime).
     pub retime: Option<(Deadline, ValuePtr)>,
+    /// The deadline a put record carries ([`DEADLINE_FLAG`]).
+    pub deadline: Deadline,
 }
 
 /// Builds a packed page in memory.
@@ -502,11 +512,31 @@ impl PageBuilder {
         value_len: u32,
         payload: &[u8],
     ) -> Option<u16> {
-        let need = RECORD_HEADER + key.len() + payload.len();
+        self.add_until(kind, seq, key, value_len, payload, None)
+    }
+
+    /// As [`PageBuilder::add`], for a put with `deadline` after its payload (see
+    /// [`DEADLINE_FLAG`]; `None`: an ordinary record).
+    pub fn add_until(
+        &mut self,
+        kind: RecordKind,
+        seq: u64,
+        key: &[u8],
+        value_len: u32,
+        payload: &[u8],
+        deadline: Deadline,
+    ) -> Option<u16> {
+        let suffix = if deadline.is_some() {
+            DEADLINE_SUFFIX
+        } else {
+            0
+        };
+        let need = RECORD_HEADER + key.len() + payload.len() + suffix;
         if need > self.free() || key.len() > usize::from(u16::MAX) {
             return None;
         }
-        self.buf.push(kind.code());
+        let flag = if deadline.is_some() { DEADLINE_FLAG } else { 0 };
+        self.buf.push(kind.code() | flag);
         self.buf.push(0);
         self.buf
             .extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -515,6 +545,9 @@ impl PageBuilder {
         self.buf.extend_from_slice(key);
         let at = self.buf.len() as u16;
         self.buf.extend_from_slice(payload);
+        if let Some(d) = deadline {
+            self.buf.extend_from_slice(&d.get().to_le_bytes());
+        }
         Some(at)
     }
 
@@ -528,11 +561,30 @@ impl PageBuilder {
         value_len: u32,
         payload: &[u8],
     ) -> Option<u16> {
-        let need = RECORD_HEADER + payload.len();
+        self.add_long_until(kind, seq, key_len, value_len, payload, None)
+    }
+
+    /// As [`PageBuilder::add_long`], for a put with `deadline` after its payload.
+    pub fn add_long_until(
+        &mut self,
+        kind: RecordKind,
+        seq: u64,
+        key_len: usize,
+        value_len: u32,
+        payload: &[u8],
+        deadline: Deadline,
+    ) -> Option<u16> {
+        let suffix = if deadline.is_some() {
+            DEADLINE_SUFFIX
+        } else {
+            0
+        };
+        let need = RECORD_HEADER + payload.len() + suffix;
         if need > self.free() || key_len > LONG_KEY_MAX {
             return None;
         }
-        self.buf.push(kind.code());
+        let flag = if deadline.is_some() { DEADLINE_FLAG } else { 0 };
+        self.buf.push(kind.code() | flag);
         self.buf.push((key_len >> 16) as u8);
         self.buf
             .extend_from_slice(&((key_len & 0xffff) as u16).to_le_bytes());
@@ -540,6 +592,9 @@ impl PageBuilder {
         self.buf.extend_from_slice(&seq.to_le_bytes());
         let at = self.buf.len() as u16;
         self.buf.extend_from_slice(payload);
+        if let Some(d) = deadline {
+            self.buf.extend_from_slice(&d.get().to_le_bytes());
+        }
         Some(at)
     }
 
@@ -655,7 +710,17 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
         if at + RECORD_HEADER > end {
             return Err("truncated record header".into());
         }
-        let kind = RecordKind::from_code(p[at]).ok_or("unknown record kind")?;
+        let flagged = p[at] & DEADLINE_FLAG != 0;
+        let kind = RecordKind::from_code(p[at] & !DEADLINE_FLAG).ok_or("unknown record kind")?;
+        if flagged
+            && !matches!(
+                kind,
+                RecordKind::Put | RecordKind::Indirect | RecordKind::LongPut
+            )
+        {
+            return Err("a deadline on a record that is not a put".into());
+        }
+        let suffix = if flagged { DEADLINE_SUFFIX } else { 0 };
         let long = matches!(
             kind,
             RecordKind::LongPut | RecordKind::LongDelete | RecordKind::LongRetime
@@ -678,7 +743,7 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
         if kind == RecordKind::Continued && key_len != 0 {
             return Err("continuation record with a key".into());
         }
-        if payload + payload_len > end {
+        if payload + payload_len + suffix > end {
             return Err("record runs past the page".into());
         }
         let long_key = long.then(|| LongKey {
@@ -717,8 +782,13 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
                 }
                 _ => None,
             },
+            deadline: if flagged {
+                NonZeroU64::new(u64_at(p, payload + payload_len))
+            } else {
+                None
+            },
         });
-        at = payload + payload_len;
+        at = payload + payload_len + suffix;
     }
     Ok(out)
 }
@@ -726,6 +796,33 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A put's deadline rides after its payload, flagged in the kind byte; the records after
+    /// it parse as before, and a flag on a record that is not a put is refused.
+    #[test]
+    fn a_put_carries_its_deadline_after_its_payload() {
+        let d = NonZeroU64::new(1_700_000_000_000);
+        let mut b = PageBuilder::new();
+        let off = b
+            .add_until(RecordKind::Put, 1, b"k", 3, b"abc", d)
+            .expect("fits");
+        b.add(RecordKind::Delete, 2, b"j", 0, &[]).expect("fits");
+        let page = b.seal(0, 0, 1, true, 0);
+        let info = check_page(&page, 0, 0).expect("valid");
+        let recs = parse_records(&page, &info).expect("parse");
+        assert_eq!((recs[0].deadline, recs[0].payload_offset), (d, off));
+        assert_eq!(&page[usize::from(off)..usize::from(off) + 3], b"abc");
+        assert_eq!((recs[1].kind, recs[1].deadline), (RecordKind::Delete, None));
+        let mut bad = PageBuilder::new();
+        bad.add(RecordKind::Delete, 3, b"j", 0, &[0; DEADLINE_SUFFIX])
+            .expect("fits");
+        let mut page = bad.seal(0, 0, 1, true, 0);
+        page[PAGE_HEADER] |= DEADLINE_FLAG;
+        let crc = crc32c::crc32c(&page[4..]);
+        page[0..4].copy_from_slice(&crc.to_le_bytes());
+        let info = check_page(&page, 0, 0).expect("valid");
+        assert!(parse_records(&page, &info).is_err());
+    }
 
     #[test]
     fn page_round_trip() {

@@ -366,6 +366,27 @@ impl Inner {
         self.lookup(k)
     }
 
+    /// The deadline op `i` of `ops`, a put, takes into its own record: that of a retime of the
+    /// same key right after it (a put with a deadline, expanded), unless the value spans
+    /// segments or the 8 bytes would move it out of its packed page.
+    fn folded(&self, ops: &[WriteOp<'_>], i: usize) -> Deadline {
+        let (WriteOp::Put(k, v), Some(WriteOp::Retime(rk, Some(d)))) = (ops[i], ops.get(i + 1))
+        else {
+            return None;
+        };
+        let same_form =
+            fits_inline(k.len(), v.len()) == fits_inline(k.len(), v.len() + DEADLINE_SUFFIX);
+        (k == *rk && !self.put_spans(k.len(), v.len()) && same_form).then_some(*d)
+    }
+
+    /// Counts the deadline after a put record as garbage at once (see
+    /// [`crate::vlog_format::DEADLINE_FLAG`]).
+    fn count_deadline_suffix(&mut self, log_seg: u32, until: Deadline) {
+        if until.is_some() {
+            self.count_tail_dead(log_seg, DEADLINE_SUFFIX as u64);
+        }
+    }
+
     /// The oldest version of `k` not yet in a keytable: in the frozen memtable, else in the
     /// active one (once every claimed batch's insert has finished), else in the oldest batch
     /// still on the device that writes it. What a flush will compare with the levels.
@@ -421,9 +442,19 @@ impl Inner {
         // Indexes of the updates that retime a value written before this batch.
         let mut retimes: Vec<usize> = Vec::new();
         let result = (|| -> Result<()> {
+            // Set when a put took the deadline of the retime after it (see `folded`).
+            let mut skip = false;
             for (i, op) in ops.iter().enumerate() {
+                if std::mem::take(&mut skip) {
+                    continue;
+                }
                 let seq = self.next_seq;
                 self.next_seq += 1;
+                // A put followed by a retime of its key (a put with a deadline, as
+                // `WriteOp::expand` lays it out) writes the deadline into its own record.
+                let until = self.folded(ops, i);
+                skip = until.is_some();
+                let suffix = if until.is_some() { DEADLINE_SUFFIX } else { 0 };
                 match *op {
                     WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
                         let last = i + 1 == ops.len();
@@ -431,25 +462,41 @@ impl Inner {
                         updates.push((k, seq, Slot::value(ptr)));
                     }
                     WriteOp::Put(k, v) if is_long_key(k.len()) => {
-                        let (log_seg, first) =
-                            self.lay_out_long(&mut b, k, Some(v), LONG_PUT_PAYLOAD, reserve)?;
+                        let (log_seg, first) = self.lay_out_long(
+                            &mut b,
+                            k,
+                            Some(v),
+                            LONG_PUT_PAYLOAD + suffix,
+                            reserve,
+                        )?;
                         let value_first = first + key_pages(k.len()) as u32;
                         let crc = crc32c::crc32c(v);
                         let payload = long_put_payload(first, k, crc);
                         b.open
-                            .add_long(RecordKind::LongPut, seq, k.len(), v.len() as u32, &payload)
+                            .add_long_until(
+                                RecordKind::LongPut,
+                                seq,
+                                k.len(),
+                                v.len() as u32,
+                                &payload,
+                                until,
+                            )
                             .ok_or_else(|| corrupt("long record does not fit"))?;
+                        self.count_deadline_suffix(log_seg, until);
                         updates.push((
                             k,
                             seq,
-                            Slot::value(ValuePtr {
-                                log_seg,
-                                loc: ValueLoc::Raw {
-                                    page: value_first,
-                                    crc,
+                            Slot::Value(
+                                ValuePtr {
+                                    log_seg,
+                                    loc: ValueLoc::Raw {
+                                        page: value_first,
+                                        crc,
+                                    },
+                                    len: v.len() as u32,
                                 },
-                                len: v.len() as u32,
-                            }),
+                                until,
+                            ),
                         ));
                     }
                     WriteOp::Delete(k) if is_long_key(k.len()) => {
@@ -466,7 +513,7 @@ impl Inner {
                         updates.push((k, seq, Slot::Tombstone));
                     }
                     WriteOp::Put(k, v) if fits_inline(k.len(), v.len()) => {
-                        let need = RECORD_HEADER + k.len() + v.len();
+                        let need = RECORD_HEADER + k.len() + v.len() + suffix;
                         if b.open_at.is_none() || b.open.free() < need {
                             self.open_page(&mut b, 0, reserve)?;
                         }
@@ -475,21 +522,25 @@ impl Inner {
                         };
                         let offset = b
                             .open
-                            .add(RecordKind::Put, seq, k, v.len() as u32, v)
+                            .add_until(RecordKind::Put, seq, k, v.len() as u32, v, until)
                             .ok_or_else(|| corrupt("record does not fit a fresh page"))?;
+                        self.count_deadline_suffix(log_seg, until);
                         updates.push((
                             k,
                             seq,
-                            Slot::value(ValuePtr {
-                                log_seg,
-                                loc: ValueLoc::Inline { page, offset },
-                                len: v.len() as u32,
-                            }),
+                            Slot::Value(
+                                ValuePtr {
+                                    log_seg,
+                                    loc: ValueLoc::Inline { page, offset },
+                                    len: v.len() as u32,
+                                },
+                                until,
+                            ),
                         ));
                     }
                     WriteOp::Put(k, v) => {
                         let n = raw_pages(v.len() as u64) as u32;
-                        let need = RECORD_HEADER + k.len() + INDIRECT_PAYLOAD;
+                        let need = RECORD_HEADER + k.len() + INDIRECT_PAYLOAD + suffix;
                         let pps = self.g.pages_per_segment();
                         let room = self.head.is_some_and(|h| h.next_page + n <= pps);
                         if b.open_at.is_none() || b.open.free() < need || !room {
@@ -515,22 +566,27 @@ impl Inner {
                             m.written += u64::from(n) * PAGE_SIZE as u64;
                         }
                         b.open
-                            .add(
+                            .add_until(
                                 RecordKind::Indirect,
                                 seq,
                                 k,
                                 v.len() as u32,
                                 &indirect_payload(first, crc),
+                                until,
                             )
                             .ok_or_else(|| corrupt("indirect record does not fit"))?;
+                        self.count_deadline_suffix(log_seg, until);
                         updates.push((
                             k,
                             seq,
-                            Slot::value(ValuePtr {
-                                log_seg,
-                                loc: ValueLoc::Raw { page: first, crc },
-                                len: v.len() as u32,
-                            }),
+                            Slot::Value(
+                                ValuePtr {
+                                    log_seg,
+                                    loc: ValueLoc::Raw { page: first, crc },
+                                    len: v.len() as u32,
+                                },
+                                until,
+                            ),
                         ));
                     }
                     WriteOp::Delete(k) => {

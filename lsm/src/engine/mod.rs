@@ -68,8 +68,8 @@ use crate::vlog_format::{
     check_page, delete_record_bytes, fits_inline, indirect_payload, is_long_key, key_pages,
     long_put_payload, long_retime_payload, parse_records, raw_pages, raw_runs, retime_payload,
     retime_record_bytes, stored_record_bytes, unused_bytes, PageBuilder, Record, RecordKind,
-    ValueLoc, ValuePtr, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX, LONG_PUT_PAYLOAD,
-    LONG_RETIME_PAYLOAD, RECORD_HEADER, RETIME_PAYLOAD,
+    ValueLoc, ValuePtr, DEADLINE_SUFFIX, INDIRECT_PAYLOAD, LONG_DELETE_PAYLOAD, LONG_KEY_MAX,
+    LONG_PUT_PAYLOAD, LONG_RETIME_PAYLOAD, RECORD_HEADER, RETIME_PAYLOAD,
 };
 use levels::Level;
 

@@ -591,14 +591,17 @@ impl Inner {
                         }
                     };
                     let slot = match r.kind {
-                        RecordKind::Put => Replayed::Set(Slot::value(ValuePtr {
-                            log_seg: m.log_seg,
-                            loc: ValueLoc::Inline {
-                                page,
-                                offset: r.payload_offset,
+                        RecordKind::Put => Replayed::Set(Slot::Value(
+                            ValuePtr {
+                                log_seg: m.log_seg,
+                                loc: ValueLoc::Inline {
+                                    page,
+                                    offset: r.payload_offset,
+                                },
+                                len: r.value_len,
                             },
-                            len: r.value_len,
-                        })),
+                            r.deadline,
+                        )),
                         RecordKind::Indirect | RecordKind::LongPut => {
                             let (first, crc) = r.raw.unwrap_or((0, 0));
                             let p = ValuePtr {
@@ -650,7 +653,7 @@ impl Inner {
                                     break;
                                 }
                             }
-                            Replayed::Set(Slot::value(p))
+                            Replayed::Set(Slot::Value(p, r.deadline))
                         }
                         RecordKind::Delete | RecordKind::LongDelete => {
                             Replayed::Set(Slot::Tombstone)
@@ -684,7 +687,14 @@ impl Inner {
                                 self.count_tail_dead(log_seg, delete_record_bytes(k.len()));
                                 Slot::Tombstone
                             }
-                            Replayed::Set(slot) => slot,
+                            // A put's deadline after its record: garbage at once, as the
+                            // write path counted it.
+                            Replayed::Set(slot) => {
+                                if slot.deadline().is_some() {
+                                    self.count_tail_dead(log_seg, DEADLINE_SUFFIX as u64);
+                                }
+                                slot
+                            }
                             Replayed::Retime(slot) => {
                                 self.count_tail_dead(log_seg, retime_record_bytes(k.len()));
                                 self.mem.note_retime();
