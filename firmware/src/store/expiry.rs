@@ -266,7 +266,16 @@ impl WriteGroup<'_> {
     pub fn expire(&mut self, keys: &[Vec<u8>]) -> Result<u64> {
         let mut n = 0;
         for key in keys {
+            if self.dropped_under_index(key)? {
+                // Compaction was first: only the index and the count still hold it.
+                self.forget_expired(key);
+                n += 1;
+                continue;
+            }
             if !self.expired(key) {
+                if !self.deadlines.contains_key(key) {
+                    self.unindex_stale(key)?;
+                }
                 continue;
             }
             if self.type_record(key)? == Some(ks::STRING) {
@@ -288,13 +297,7 @@ impl WriteGroup<'_> {
 /// # Errors
 /// Engine errors (the next open goes on where this one stopped).
 pub(super) fn move_legacy_deadlines(db: &Engine) -> Result<()> {
-    let end = ks::prefix_end(&[EXPIRY]);
-    let mut legacy = Deadlines::new();
-    for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
-        if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
-            legacy.insert(key.to_vec(), deadline);
-        }
-    }
+    let mut legacy = legacy_deadlines(db)?;
     if legacy.is_empty() {
         return Ok(());
     }
@@ -324,6 +327,21 @@ pub(super) fn move_legacy_deadlines(db: &Engine) -> Result<()> {
         "moved deadline records of an older build into the keytable entries"
     );
     Ok(())
+}
+
+/// The deadline records (`x` key) of an older build, as an index.
+///
+/// # Errors
+/// Engine errors.
+pub(super) fn legacy_deadlines(db: &Engine) -> Result<Deadlines> {
+    let end = ks::prefix_end(&[EXPIRY]);
+    let mut legacy = Deadlines::new();
+    for (k, v) in db.range(&[EXPIRY], end.as_deref(), usize::MAX)? {
+        if let (Some(key), Some(deadline)) = (k.get(1..), ks::decode_deadline(&v)) {
+            legacy.insert(key.to_vec(), deadline);
+        }
+    }
+    Ok(legacy)
 }
 
 /// Drives written before every type could expire kept deadlines for strings only, and an

@@ -19,6 +19,8 @@ pub struct PendingCommit {
     deadlines: HashMap<Vec<u8>, DeadlineChange>,
     /// Expired strings the group let go of ([`WriteGroup::forget_expired`]).
     forgotten: Vec<Vec<u8>>,
+    /// Index entries found stale ([`WriteGroup::unindex_stale`]).
+    stale: Vec<(Vec<u8>, Option<u64>)>,
     value_bytes: u64,
     /// Keys the group creates minus keys it removes (see `store::count`).
     key_delta: i64,
@@ -29,19 +31,27 @@ fn publish_deadlines(
     store: &Store,
     deadlines: HashMap<Vec<u8>, DeadlineChange>,
     forgotten: &[Vec<u8>],
+    stale: &[(Vec<u8>, Option<u64>)],
 ) {
-    if deadlines.is_empty() && forgotten.is_empty() {
+    if deadlines.is_empty() && forgotten.is_empty() && stale.is_empty() {
         return;
     }
     let mut ex = store.expiries.write();
+    // Let go of first: a command may give the name a new deadline after.
+    for k in forgotten {
+        ex.remove(k);
+    }
+    for (k, entry) in stale {
+        ex.remove(k);
+        if let Some(d) = entry {
+            ex.insert(k.clone(), *d);
+        }
+    }
     for (k, c) in deadlines {
         match c {
             DeadlineChange::Set(d) => ex.insert(k, d),
             DeadlineChange::Clear => ex.remove(&k),
         }
-    }
-    for k in forgotten {
-        ex.remove(k);
     }
 }
 
@@ -59,7 +69,7 @@ impl PendingCommit {
             }
         }
         store.keys.add(self.key_delta);
-        publish_deadlines(store, self.deadlines, &self.forgotten);
+        publish_deadlines(store, self.deadlines, &self.forgotten, &self.stale);
         Ok(self.value_bytes)
     }
 }
@@ -72,6 +82,9 @@ pub struct WriteGroup<'s> {
     pub(super) deadlines: HashMap<Vec<u8>, DeadlineChange>,
     /// Expired strings the group lets go of ([`WriteGroup::forget_expired`]).
     forgotten: Vec<Vec<u8>>,
+    /// Index entries that disagree with the key's entry, with the entry's deadline
+    /// ([`WriteGroup::unindex_stale`]).
+    stale: Vec<(Vec<u8>, Option<u64>)>,
     pub(super) bytes: usize,
     /// The type of each user key this group looked up, in the applied state, with the
     /// deadline its entry carries (expired or not; `None`: no type record). Looked up once
@@ -93,6 +106,7 @@ impl<'s> WriteGroup<'s> {
             overlay: BTreeMap::new(),
             deadlines: HashMap::new(),
             forgotten: Vec::new(),
+            stale: Vec::new(),
             bytes: 0,
             base_entries: RefCell::new(HashMap::new()),
             assumed_strings: foldhash::HashSet::default(),
@@ -209,17 +223,22 @@ impl<'s> WriteGroup<'s> {
         self.overlay.insert(key, None);
     }
 
+    /// The record `key` as this group sees it. Expired or not: the group judges expiry
+    /// itself, at its fixed instant ([`WriteGroup::fix_clock`]), and the engine's own
+    /// hiding (at the time of the read) must not make a key it judged live read as empty.
     pub(super) fn read(&self, key: &[u8]) -> Result<Option<Bytes>> {
         match self.overlay.get(key) {
             Some(v) => Ok(v.clone()),
-            None => Ok(self.store.db.get(key)?.map(Bytes::from)),
+            None => Ok(self.store.db.get_written(key)?.map(Bytes::from)),
         }
     }
 
+    /// Whether the record `key` exists as this group sees it (expired or not, as
+    /// [`WriteGroup::read`]).
     pub(super) fn present(&self, key: &[u8]) -> Result<bool> {
         match self.overlay.get(key) {
             Some(v) => Ok(v.is_some()),
-            None => Ok(self.store.db.value_lens(&[key])?[0].is_some()),
+            None => Ok(self.store.db.first_written(&[key])?.is_some()),
         }
     }
 
@@ -250,6 +269,28 @@ impl<'s> WriteGroup<'s> {
     /// with no engine write; reads already hide it, and compaction drops its entry.
     pub(super) fn forget_expired(&mut self, key: &[u8]) {
         self.forgotten.push(key.to_vec());
+    }
+
+    /// Sets the index right for `key`, which it holds as due though the key's entry says it
+    /// is not expired (no path is known to leave that; the sweep must not stall on one):
+    /// the entry's deadline replaces the index's, and the key count is left alone.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub(super) fn unindex_stale(&mut self, key: &[u8]) -> Result<()> {
+        let entry = self.base_entry(key)?.and_then(|(_, d)| d);
+        self.stale.push((key.to_vec(), entry));
+        Ok(())
+    }
+
+    /// Whether the index still holds `key` though compaction has dropped its expired entry
+    /// (the sweep, 1,024 keys per 100 ms, had not reached it yet): the key is counted and
+    /// indexed, and has no record left. The group lets go of it as of an expired string.
+    pub(super) fn dropped_under_index(&self, key: &[u8]) -> Result<bool> {
+        Ok(!self.deadlines.contains_key(key)
+            && !self.forgotten.iter().any(|k| k == key)
+            && self.store.indexed(key)
+            && self.base_entry(key)?.is_none())
     }
 
     /// The deadline changes the group's own records do not carry: for each key whose
@@ -435,6 +476,10 @@ impl<'s> WriteGroup<'s> {
         // (The lookup is the group's cached type lookup the command makes anyway.)
         let mut purged = Vec::new();
         for key in keys {
+            if self.dropped_under_index(key)? {
+                self.forget_expired(key);
+                continue;
+            }
             if self.expired(key) {
                 // One the sweep let go of was reported then.
                 let reported = self.deadlines.contains_key(*key) || self.store.indexed(key);
@@ -586,7 +631,11 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// The engine's refusal or failure: nothing of the group is applied.
     pub fn commit(self) -> Result<u64> {
-        if self.overlay.is_empty() && self.deadlines.is_empty() && self.forgotten.is_empty() {
+        if self.overlay.is_empty()
+            && self.deadlines.is_empty()
+            && self.forgotten.is_empty()
+            && self.stale.is_empty()
+        {
             return Ok(0);
         }
         let key_delta = self.key_delta()?;
@@ -602,7 +651,7 @@ impl<'s> WriteGroup<'s> {
         }
         drop(ops);
         self.store.keys.add(key_delta);
-        publish_deadlines(self.store, self.deadlines, &self.forgotten);
+        publish_deadlines(self.store, self.deadlines, &self.forgotten, &self.stale);
         Ok(value_bytes)
     }
 
@@ -630,6 +679,7 @@ impl<'s> WriteGroup<'s> {
             write,
             deadlines: std::mem::take(&mut self.deadlines),
             forgotten: std::mem::take(&mut self.forgotten),
+            stale: std::mem::take(&mut self.stale),
             value_bytes,
             key_delta,
         }))

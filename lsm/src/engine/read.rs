@@ -432,16 +432,38 @@ impl Engine {
         Ok(v.pop().flatten())
     }
 
+    /// The value of `key`, expired or not: for an application that judges deadlines at an
+    /// instant of its own (a transaction's fixed clock) and must not have a read hide what
+    /// it judged live.
+    ///
+    /// # Errors
+    /// As [`Engine::get`].
+    pub fn get_written(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut v = self.multi_get_with(&[key], true)?;
+        Ok(v.pop().flatten())
+    }
+
     /// The values of several keys, read from the device in parallel, all as of one instant.
     ///
     /// # Errors
     /// As [`Engine::get`].
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.multi_get_with(keys, false)
+    }
+
+    fn multi_get_with(&self, keys: &[&[u8]], expired_too: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let side = &self.side;
         let view = side.view()?;
         let ptrs: Vec<Option<ValuePtr>> = keys
             .iter()
-            .map(|k| side.lookup(&view, k).and_then(|s| s.ptr()))
+            .map(|k| {
+                let slot = if expired_too {
+                    side.lookup_entry(&view, k)
+                } else {
+                    side.lookup(&view, k)
+                };
+                slot.and_then(|s| s.ptr())
+            })
             .collect();
         let mut plan = side.plan_reads(&ptrs)?;
         let pages = plan.fetch(side.dev.as_ref());
