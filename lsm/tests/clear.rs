@@ -8,7 +8,8 @@ mod common;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
+use common::{formatted_ram as setup, open_engine as open};
+use hwftl_sim::Ftl;
 use lsm::{Engine, EngineConfig, WriteOp};
 
 fn key(i: u32) -> Vec<u8> {
@@ -18,17 +19,6 @@ fn key(i: u32) -> Vec<u8> {
 /// Far ahead (2100).
 fn future() -> NonZeroU64 {
     NonZeroU64::new(4_102_444_800_000).unwrap()
-}
-
-fn open(backend: &Backend, cfg: DeviceConfig, ecfg: &EngineConfig) -> Engine {
-    Engine::open(Arc::new(Ftl::open(backend, cfg).unwrap()), ecfg.clone()).unwrap()
-}
-
-fn setup() -> (Backend, DeviceConfig) {
-    let backend = Backend::Ram(RamStore::new());
-    let cfg = DeviceConfig::new(common::small_geometry());
-    drop(Ftl::format(&backend, cfg).unwrap());
-    (backend, cfg)
 }
 
 /// `Engine::clear` empties the store in one step: nothing written before it reads back,

@@ -10,7 +10,8 @@ mod common;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
+use common::{formatted_ram as setup, open_engine as open};
+use hwftl_sim::Ftl;
 use lsm::{Engine, EngineConfig, ExpiryPolicy, WriteOp};
 
 /// Long past (1970): beyond compaction's grace.
@@ -32,17 +33,6 @@ fn config() -> EngineConfig {
 
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
-}
-
-fn open(backend: &Backend, cfg: DeviceConfig, ecfg: &EngineConfig) -> Engine {
-    Engine::open(Arc::new(Ftl::open(backend, cfg).unwrap()), ecfg.clone()).unwrap()
-}
-
-fn setup() -> (Backend, DeviceConfig) {
-    let backend = Backend::Ram(RamStore::new());
-    let cfg = DeviceConfig::new(common::small_geometry());
-    drop(Ftl::format(&backend, cfg).unwrap());
-    (backend, cfg)
 }
 
 /// Keeps the entries of keys starting with `k` (as a hash header that owns fields).

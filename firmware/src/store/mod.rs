@@ -1130,7 +1130,7 @@ mod tests {
         let end = ks::prefix_end(&[ks::EXPIRY]);
         assert!(
             s.engine()
-                .written_keys(&[ks::EXPIRY], end.as_deref(), 10)
+                .deadlines_in(&[ks::EXPIRY], end.as_deref())
                 .unwrap()
                 .is_empty(),
             "no deadline record is left"

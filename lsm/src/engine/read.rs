@@ -790,32 +790,6 @@ impl Engine {
         Ok(out)
     }
 
-    /// Up to `limit` keys with a value entry in `start <= key < end`, expired or not, in key
-    /// order, from DRAM only (what deleting everything in a range must find).
-    ///
-    /// # Errors
-    /// `Closed`.
-    pub fn written_keys(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Vec<u8>>> {
-        let view = self.side.view()?;
-        let mut keys = Vec::new();
-        let mut merge = view.merge_from(start);
-        while keys.len() < limit {
-            let Some((k, slot)) = merge.next() else { break };
-            if end.is_some_and(|e| k >= e) {
-                break;
-            }
-            if matches!(slot, Slot::Value(..)) {
-                keys.push(k.to_vec());
-            }
-        }
-        Ok(keys)
-    }
-
     /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
     /// order, from the DRAM-cached keytables and memtables only (no device read).
     ///

@@ -22,6 +22,19 @@ pub fn small_geometry() -> Geometry {
     }
 }
 
+/// A freshly formatted RAM device on [`small_geometry`], closed again.
+pub fn formatted_ram() -> (Backend, DeviceConfig) {
+    let backend = Backend::Ram(hwftl_sim::RamStore::new());
+    let cfg = DeviceConfig::new(small_geometry());
+    drop(Ftl::format(&backend, cfg).unwrap());
+    (backend, cfg)
+}
+
+/// The engine on the device `backend` holds, opened (again).
+pub fn open_engine(backend: &Backend, cfg: DeviceConfig, ecfg: &lsm::EngineConfig) -> lsm::Engine {
+    lsm::Engine::open(Arc::new(Ftl::open(backend, cfg).unwrap()), ecfg.clone()).unwrap()
+}
+
 /// Runs the offline check on the device as it is now (opened read-only; nothing may hold it),
 /// asserts it is clean and wrote nothing, and returns its report.
 pub fn assert_fsck_clean(
