@@ -526,20 +526,35 @@ impl PageBuilder {
         payload: &[u8],
         deadline: Deadline,
     ) -> Option<u16> {
-        let suffix = if deadline.is_some() {
-            DEADLINE_SUFFIX
-        } else {
-            0
-        };
-        let need = RECORD_HEADER + key.len() + payload.len() + suffix;
-        if need > self.free() || key.len() > usize::from(u16::MAX) {
+        if key.len() > usize::from(u16::MAX) {
             return None;
         }
-        let flag = if deadline.is_some() { DEADLINE_FLAG } else { 0 };
+        self.push_record(kind, seq, (key.len(), key), value_len, payload, deadline)
+    }
+
+    /// Appends a record: the header (`key_len` may run past 16 bits for a long record, whose
+    /// key is not in the page: `key` is then empty), the key, the payload and the deadline;
+    /// `None` (nothing appended) if it does not fit. Returns the offset of the payload.
+    fn push_record(
+        &mut self,
+        kind: RecordKind,
+        seq: u64,
+        (key_len, key): (usize, &[u8]),
+        value_len: u32,
+        payload: &[u8],
+        deadline: Deadline,
+    ) -> Option<u16> {
+        let (flag, suffix) = match deadline {
+            Some(_) => (DEADLINE_FLAG, DEADLINE_SUFFIX),
+            None => (0, 0),
+        };
+        if RECORD_HEADER + key.len() + payload.len() + suffix > self.free() {
+            return None;
+        }
         self.buf.push(kind.code() | flag);
-        self.buf.push(0);
+        self.buf.push((key_len >> 16) as u8);
         self.buf
-            .extend_from_slice(&(key.len() as u16).to_le_bytes());
+            .extend_from_slice(&((key_len & 0xffff) as u16).to_le_bytes());
         self.buf.extend_from_slice(&value_len.to_le_bytes());
         self.buf.extend_from_slice(&seq.to_le_bytes());
         self.buf.extend_from_slice(key);
@@ -574,28 +589,10 @@ impl PageBuilder {
         payload: &[u8],
         deadline: Deadline,
     ) -> Option<u16> {
-        let suffix = if deadline.is_some() {
-            DEADLINE_SUFFIX
-        } else {
-            0
-        };
-        let need = RECORD_HEADER + payload.len() + suffix;
-        if need > self.free() || key_len > LONG_KEY_MAX {
+        if key_len > LONG_KEY_MAX {
             return None;
         }
-        let flag = if deadline.is_some() { DEADLINE_FLAG } else { 0 };
-        self.buf.push(kind.code() | flag);
-        self.buf.push((key_len >> 16) as u8);
-        self.buf
-            .extend_from_slice(&((key_len & 0xffff) as u16).to_le_bytes());
-        self.buf.extend_from_slice(&value_len.to_le_bytes());
-        self.buf.extend_from_slice(&seq.to_le_bytes());
-        let at = self.buf.len() as u16;
-        self.buf.extend_from_slice(payload);
-        if let Some(d) = deadline {
-            self.buf.extend_from_slice(&d.get().to_le_bytes());
-        }
-        Some(at)
+        self.push_record(kind, seq, (key_len, &[]), value_len, payload, deadline)
     }
 
     /// Appends a Continued record naming the head record of a value that spans segments
