@@ -4,6 +4,7 @@ mod all;
 mod all_report;
 mod cluster;
 mod device;
+mod expiry;
 mod extras;
 mod extras_report;
 mod fio;
@@ -124,6 +125,14 @@ enum Bench {
     /// replayed) and after a clean stop, at two data sizes (8 KiB values, plp, file backend).
     /// `--quick`: 64 and 256 MiB instead of 256 MiB and 2 GiB.
     Recovery {
+        #[command(flatten)]
+        run: DriveRun,
+    },
+    /// What keys with deadlines and FLUSHALL cost the device, from the drive's INFO: bytes
+    /// per `SET ... EX`, bytes written while the keys expire, the expired entries compaction
+    /// drops and the space it gives back, and FLUSHALL's time and bytes. `--quick`: 50,000
+    /// expiring SETs and 1,500,000 plain ones instead of 200,000 and 4,000,000.
+    Expiry {
         #[command(flatten)]
         run: DriveRun,
     },
@@ -295,6 +304,31 @@ fn main() -> anyhow::Result<()> {
             }
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
+                println!("wrote {}", path.display());
+            }
+        }
+        Bench::Expiry { run } => {
+            let json = run.json;
+            let r = expiry::ExpiryBench {
+                quick: run.quick,
+                scratch: run.scratch,
+                lightstore: run.lightstore,
+            }
+            .run()?;
+            println!(
+                "{} SET EX ({} keys): {:.0} device bytes per SET; the expiry wrote {} bytes",
+                r.expiring_sets, r.expiring_keys, r.bytes_per_expiring_set, r.expiry_device_bytes
+            );
+            println!(
+                "after plain SETs: {} expired entries dropped, live bytes {} -> {}",
+                r.expired_entries_dropped, r.live_bytes_before, r.live_bytes_after
+            );
+            println!(
+                "FLUSHALL of {} keys: {:.3} s, {} device bytes",
+                r.flushall_keys, r.flushall_s, r.flushall_device_bytes
+            );
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
                 println!("wrote {}", path.display());
             }
         }

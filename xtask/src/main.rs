@@ -12,6 +12,8 @@
 //! - `cargo xtask bench net [--quick] [--json PATH]`: the drive over RESP next to Redis.
 //! - `cargo xtask bench recovery [--quick] [--json PATH]`: the drive's restart time per GiB
 //!   after `kill -9` and after a clean stop.
+//! - `cargo xtask bench expiry [--quick] [--json PATH]`: device bytes of keys with deadlines
+//!   (per SET EX, while they expire) and of FLUSHALL, and what compaction gives back.
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
@@ -439,8 +441,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {
-                "device" | "local" | "net" | "cluster" | "recovery" => {
-                    if matches!(which.as_str(), "net" | "cluster" | "recovery") {
+                "device" | "local" | "net" | "cluster" | "recovery" | "expiry" => {
+                    if matches!(which.as_str(), "net" | "cluster" | "recovery" | "expiry") {
                         // The drive binary the benchmark starts, next to the harness.
                         cargo(&["build", "--release", "-p", "firmware"], &[])?;
                     }
@@ -458,7 +460,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 "all" => bench_all(&args),
                 other => bail!(
-                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, all)"
+                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, all)"
                 ),
             }
         }
