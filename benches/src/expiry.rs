@@ -13,13 +13,13 @@
 //!    before `Engine::clear`, a manifest write since).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::net::{lightstore_bin, start_drive_on, Server};
+use crate::net::{info_u64, lightstore_bin, redis_benchmark, redis_cli, start_drive_on, Server};
 
 /// Seconds a key of phase 1 lives.
 const TTL_S: u64 = 2;
@@ -114,7 +114,7 @@ impl ExpiryBench {
         // The load's flushes and compactions done first: FLUSHALL's bytes are its own.
         let w3 = settled_bytes(&drive)?;
         let t = Instant::now();
-        cli(&drive, &["FLUSHALL"])?;
+        redis_cli(&drive, &["FLUSHALL"])?;
         let flushall_s = t.elapsed().as_secs_f64();
         let w4 = info(&drive, "device_bytes_written")?;
         drop(drive);
@@ -139,20 +139,10 @@ impl ExpiryBench {
 /// `redis-benchmark` sending `n` of `command` (keys drawn from `n` values), 20
 /// connections, pipeline 16.
 fn bench(drive: &Server, n: u64, command: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("redis-benchmark")
-        .args(["-h", &drive.addr.ip().to_string()])
-        .args(["-p", &drive.addr.port().to_string()])
-        .args(["-c", "20", "-P", "16", "-q"])
-        .args(["-n", &n.to_string(), "-r", &n.to_string()])
-        .args(command)
-        .output()
-        .context("running redis-benchmark")?;
-    if !out.status.success() {
-        bail!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let n = n.to_string();
+    let mut args = vec!["-c", "20", "-P", "16", "-q", "-n", &n, "-r", &n];
+    args.extend(command);
+    redis_benchmark(drive, &args)?;
     Ok(())
 }
 
@@ -171,19 +161,8 @@ fn settled_bytes(drive: &Server) -> anyhow::Result<u64> {
     Ok(last)
 }
 
-/// `redis-cli` with `args`; its output.
-fn cli(drive: &Server, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("redis-cli")
-        .args(["-h", &drive.addr.ip().to_string()])
-        .args(["-p", &drive.addr.port().to_string()])
-        .args(args)
-        .output()
-        .context("running redis-cli")?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 fn dbsize(drive: &Server) -> anyhow::Result<u64> {
-    cli(drive, &["DBSIZE"])?
+    redis_cli(drive, &["DBSIZE"])?
         .trim()
         .parse()
         .context("DBSIZE is not a number")
@@ -191,9 +170,5 @@ fn dbsize(drive: &Server) -> anyhow::Result<u64> {
 
 /// A numeric INFO field of the drive.
 fn info(drive: &Server, name: &str) -> anyhow::Result<u64> {
-    cli(drive, &["INFO", "everything"])?
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-        .with_context(|| format!("INFO has no {name}"))
+    info_u64(drive, "everything", name)
 }

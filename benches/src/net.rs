@@ -462,6 +462,53 @@ async fn fill(addr: SocketAddr, keyspace: u64, value_size: u32) -> anyhow::Resul
 }
 
 /// Parses `redis-benchmark --csv` output: the last line's rps, p50 and p99 (ms).
+/// `redis-benchmark` against `server` with `args` after its address: its standard output.
+///
+/// # Errors
+/// When it cannot run or fails.
+pub(crate) fn redis_benchmark(server: &Server, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", &server.addr.ip().to_string()])
+        .args(["-p", &server.addr.port().to_string()])
+        .args(args)
+        .output()
+        .context("running redis-benchmark")?;
+    if !out.status.success() {
+        bail!(
+            "redis-benchmark failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `redis-cli` against `server` with `args`: its standard output.
+///
+/// # Errors
+/// When it cannot run.
+pub(crate) fn redis_cli(server: &Server, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", &server.addr.ip().to_string()])
+        .args(["-p", &server.addr.port().to_string()])
+        .args(args)
+        .output()
+        .context("running redis-cli")?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The numeric field `name` of `server`'s INFO `section`.
+///
+/// # Errors
+/// When redis-cli cannot run or the field is missing.
+pub(crate) fn info_u64(server: &Server, section: &str, name: &str) -> anyhow::Result<u64> {
+    redis_cli(server, &["INFO", section])?
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("INFO {section} has no {name}"))
+}
+
 pub(crate) fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
     let line = out
         .lines()
@@ -498,24 +545,17 @@ fn run_one(
     keyspace: u64,
 ) -> anyhow::Result<Row> {
     let cpu0 = cpu_seconds(server.pid())?;
-    let out = Command::new("redis-benchmark")
-        .args(["-h", &server.addr.ip().to_string()])
-        .args(["-p", &server.addr.port().to_string()])
-        .args(["-c", &connections.to_string(), "-P", &pipeline.to_string()])
-        .args(["-n", &requests.to_string(), "-r", &keyspace.to_string()])
-        .args(["-d", &value_size.to_string(), "--csv"])
-        .args(w.args())
-        .output()
-        .context("running redis-benchmark")?;
+    let (c, p) = (connections.to_string(), pipeline.to_string());
+    let (n, r, d) = (
+        requests.to_string(),
+        keyspace.to_string(),
+        value_size.to_string(),
+    );
+    let mut args = vec!["-c", &c, "-P", &p, "-n", &n, "-r", &r, "-d", &d, "--csv"];
+    let workload = w.args();
+    args.extend(workload.iter().map(String::as_str));
+    let stdout = redis_benchmark(server, &args)?;
     let cpu = cpu_seconds(server.pid())? - cpu0;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "redis-benchmark failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
     let (rps, p50_ms, p99_ms) = parse_csv(&stdout)?;
     let bytes_per_op = f64::from(value_size) * f64::from(w.keys_per_op());
     let mut row = Row::measured(

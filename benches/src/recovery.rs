@@ -12,13 +12,12 @@
 //! `replayed_records`, `keytable_dram_bytes`).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::net::{lightstore_bin, start_drive_on, Server};
+use crate::net::{info_u64, lightstore_bin, redis_benchmark, start_drive_on, Server};
 
 /// Value size of the load, bytes.
 const VALUE_SIZE: u64 = 8192;
@@ -91,38 +90,19 @@ impl RecoveryBench {
 /// repeat, so a little less is live).
 fn load(drive: &Server, mib: u64) -> anyhow::Result<()> {
     let n = (mib << 20) / VALUE_SIZE;
-    let out = Command::new("redis-benchmark")
-        .args(["-h", &drive.addr.ip().to_string()])
-        .args(["-p", &drive.addr.port().to_string()])
-        .args(["-c", "50", "-P", "16", "-t", "set", "-q"])
-        .args(["-n", &n.to_string(), "-r", &(n * 2).to_string()])
-        .args(["-d", &VALUE_SIZE.to_string()])
-        .output()
-        .context("running redis-benchmark")?;
-    if !out.status.success() {
-        bail!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let (requests, keys, size) = (n.to_string(), (n * 2).to_string(), VALUE_SIZE.to_string());
+    redis_benchmark(
+        drive,
+        &[
+            "-c", "50", "-P", "16", "-t", "set", "-q", "-n", &requests, "-r", &keys, "-d", &size,
+        ],
+    )?;
     Ok(())
 }
 
 /// The row of a restarted drive, from its INFO.
 fn row(drive: &Server, stop: &str, mib: u64, ready_s: f64) -> anyhow::Result<RecoveryRow> {
-    let out = Command::new("redis-cli")
-        .args(["-h", &drive.addr.ip().to_string()])
-        .args(["-p", &drive.addr.port().to_string()])
-        .args(["INFO", "lsm"])
-        .output()
-        .context("running redis-cli")?;
-    let info = String::from_utf8_lossy(&out.stdout);
-    let field = |name: &str| -> anyhow::Result<u64> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-            .with_context(|| format!("INFO lsm has no {name}"))
-    };
+    let field = |name: &str| info_u64(drive, "lsm", name);
     let live = field("live_bytes")? as f64;
     Ok(RecoveryRow {
         stop: stop.into(),
