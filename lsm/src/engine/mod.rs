@@ -137,6 +137,9 @@ impl<'a> WriteOp<'a> {
     }
 }
 
+/// Keys with the deadlines their entries carry ([`Engine::deadlines_in`]).
+pub type KeyDeadlines = Vec<(Vec<u8>, NonZeroU64)>;
+
 /// A range's first live key and the greatest key with an entry in it
 /// ([`Engine::range_bounds`]); `None`: no live key.
 pub type RangeBounds = Option<(Vec<u8>, Vec<u8>)>;

@@ -765,29 +765,29 @@ impl Engine {
             .collect())
     }
 
-    /// Every key with a value entry in `start <= key < end`, expired or not, with its
-    /// deadline where it has one, in key order, from DRAM only: what an application that
-    /// keeps its own index of deadlines loads at start (see [`crate::ExpiryPolicy`]).
+    /// How many keys have a value entry in `start <= key < end`, expired or not, and those
+    /// of them whose entry carries a deadline, with it, in key order, from DRAM only: what
+    /// an application that keeps its own index of deadlines loads at start (see
+    /// [`crate::ExpiryPolicy`]). Only the keys with a deadline are copied.
     ///
     /// # Errors
     /// `Closed`.
-    pub fn deadlines_in(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-    ) -> Result<Vec<(Vec<u8>, Deadline)>> {
+    pub fn deadlines_in(&self, start: &[u8], end: Option<&[u8]>) -> Result<(u64, KeyDeadlines)> {
         let view = self.side.view()?;
-        let mut out = Vec::new();
+        let (mut entries, mut out) = (0u64, Vec::new());
         let mut merge = view.merge_from(start);
         while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
                 break;
             }
             if let Slot::Value(_, d) = slot {
-                out.push((k.to_vec(), d));
+                entries += 1;
+                if let Some(d) = d {
+                    out.push((k.to_vec(), d));
+                }
             }
         }
-        Ok(out)
+        Ok((entries, out))
     }
 
     /// Up to `limit` live keys with `start <= key < end` (no `end`: to the last key), in key
