@@ -36,7 +36,7 @@ fn run(id: u64, first: u64, step: u64, n: u64) -> KeyTable {
     let mut b = KeyTableBuilder::new(id);
     for i in 0..n {
         let k = first + i * step;
-        b.push(&key(k), &slot(k));
+        b.push(&key(k), &slot(k), None);
     }
     b.finish(0.01)
 }

@@ -118,6 +118,11 @@ pub struct Args {
     /// 64MiB; 0 turns it off.
     #[arg(long)]
     pub value_cache_size: Option<String>,
+    /// Values of at most this many bytes are also held in their keytable entries in DRAM,
+    /// so reading one never costs a device read (default 64; 0: none; at most 4096). Each
+    /// held value costs its length + ~4 bytes of DRAM (INFO `entry_value_bytes`).
+    #[arg(long)]
+    pub entry_value_max: Option<usize>,
     /// Close a client idle for this many seconds (0: never, the default).
     #[arg(long)]
     pub timeout: Option<u64>,
@@ -215,6 +220,8 @@ struct FileConfig {
     recover_read_only: Option<bool>,
     #[serde(alias = "value_cache_size")]
     value_cache_size: Option<String>,
+    #[serde(alias = "entry_value_max")]
+    entry_value_max: Option<usize>,
     timeout: Option<u64>,
     #[serde(alias = "slowlog_log_slower_than")]
     slowlog_log_slower_than: Option<i64>,
@@ -327,6 +334,8 @@ pub struct DriveConfig {
     pub recover_read_only: bool,
     /// Value cache size in bytes (0: off).
     pub value_cache_bytes: u64,
+    /// Longest value held in its keytable entry (`lsm::EngineConfig::entry_value_max`).
+    pub entry_value_max: usize,
     /// `slowlog-log-slower-than` in microseconds (negative: off).
     pub slowlog_log_slower_than: i64,
     /// `slowlog-max-len`.
@@ -497,6 +506,19 @@ impl DriveConfig {
             ablations: Ablations::parse(&args.ablate.or(file.ablate).unwrap_or_default())?,
             recover_read_only: args.recover_read_only || file.recover_read_only.unwrap_or(false),
             value_cache_bytes: parse_size(&value_cache)?,
+            entry_value_max: {
+                let n = args
+                    .entry_value_max
+                    .or(file.entry_value_max)
+                    .unwrap_or(lsm::DEFAULT_ENTRY_VALUE_MAX);
+                if n > lsm::keytable::MAX_HELD_VALUE {
+                    anyhow::bail!(
+                        "entry-value-max {n} is above the most an entry holds ({})",
+                        lsm::keytable::MAX_HELD_VALUE
+                    );
+                }
+                n
+            },
             slowlog_log_slower_than: args
                 .slowlog_log_slower_than
                 .or(file.slowlog_log_slower_than)

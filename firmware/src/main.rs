@@ -174,6 +174,7 @@ fn reported_settings(
             cfg.liveness.tcp_keepalive_secs.to_string(),
         ),
         ("maxmemory".into(), "0".into()),
+        ("entry-value-max".into(), cfg.entry_value_max.to_string()),
         (
             "cluster-enabled".into(),
             if cfg.cluster_config.is_some() {
@@ -442,6 +443,7 @@ fn main() -> anyhow::Result<()> {
             uncached_keytables: cfg.ablations.uncached_keytables,
             read_only_recovery: cfg.recover_read_only,
             value_cache_bytes: cfg.value_cache_bytes,
+            entry_value_max: cfg.entry_value_max,
             ..EngineConfig::default()
         }),
     )

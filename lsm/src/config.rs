@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_KEY: usize = (64 << 10) + 64;
 /// Default maximum value length (bytes), further bounded by one segment (see
 /// [`EngineConfig::max_value`]).
 pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+/// Default [`EngineConfig::entry_value_max`]: values up to this many bytes are held in
+/// their keytable entries (as BlobDB's `min_blob_size`).
+pub const DEFAULT_ENTRY_VALUE_MAX: usize = 64;
 /// Default memtable size before it is flushed to a keytable run (bytes of keys + pointers).
 pub const DEFAULT_MEMTABLE_BYTES: usize = 32 << 20;
 /// Default number of L0 runs that triggers a compaction into L1.
@@ -106,6 +109,12 @@ pub struct EngineConfig {
     /// Which expired entries compaction drops where nothing older of the key lies below (see
     /// [`crate::expiry`]); the default drops every one.
     pub expiry_policy: Arc<dyn ExpiryPolicy>,
+    /// Values of at most this many bytes are also held in their memtable version and
+    /// keytable entry, in DRAM, so reading one costs no device read (see
+    /// [`crate::keytable`]'s held values); 0 holds none. At most
+    /// [`crate::keytable::MAX_HELD_VALUE`] (larger settings act as that). Each held value
+    /// costs its length + ~4 bytes of DRAM in a keytable (INFO `entry_value_bytes`).
+    pub entry_value_max: usize,
 }
 
 impl Default for EngineConfig {
@@ -130,6 +139,7 @@ impl Default for EngineConfig {
             read_only_recovery: false,
             value_cache_bytes: 0,
             expiry_policy: Arc::new(DropExpired),
+            entry_value_max: DEFAULT_ENTRY_VALUE_MAX,
         }
     }
 }

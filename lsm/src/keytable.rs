@@ -34,10 +34,21 @@
 //!   so every pointer round-trips exactly and only such a pointer costs more (12 + 20 bytes).
 //! - **Bloom filter** (`bloomfilter` crate): ~9.6 bits per key at a 1% false-positive rate.
 //!
+//! - **Held values** ([`HeldValues`]): a small value (at most
+//!   [`crate::EngineConfig::entry_value_max`] bytes, 64 by default) is also kept in its
+//!   entry, as BlobDB's `min_blob_size` keeps small values in the SST: a read of it costs no
+//!   device read, cold or hot, and is exact after a restart (the pages carry it). Its log
+//!   record stays the value's address (the slot above), so garbage collection, garbage
+//!   counting and retimes treat it as any other value; the entry holds a verified copy. In
+//!   DRAM: the values back to back in one shared arena, one bit per entry (held or not), a
+//!   `u32` count per 64 entries and a `u32` end offset per held value: a held value costs its
+//!   length + 4 bytes, an entry without one 1/8 + 1/16 byte (and nothing in a run that holds
+//!   none).
+//!
 //! So a key costs its length + 12 (slot) + 2 (end offset) + 12/64 (anchor and fence) + ~1.2
 //! (bloom at 1%) = key + ~15.4 bytes, plus 4 bytes per distinct log segment and ~50 bytes
-//! per run (`lsm/tests/keytable_dram.rs` checks key + 16). The previous layout (a `u32` end
-//! offset and a 16-byte slot per key) cost key + ~21.2.
+//! per run (`lsm/tests/keytable_dram.rs` checks key + 16), plus a held value's length + 4.
+//! The previous layout (a `u32` end offset and a 16-byte slot per key) cost key + ~21.2.
 //!
 //! # Page layout
 //!
@@ -54,10 +65,16 @@
 //! entry whose value has a deadline is `0xFFFE | deadline u64 | key_len u32 | key | slot`,
 //! and a key of exactly 65534 bytes takes the long form. Pages with the older magic `KT`
 //! (no deadlines; a `key_len` of 0xFFFE is a key of that length) read as before.
+//!
+//! Pages written since entries hold small values carry the magic `KV` and one more form: an
+//! entry holding its value is `0xFFFD | deadline u64 (0: none) | value_len u16 | key_len u32
+//! | value | key | slot`; a key of exactly 65533 bytes takes the long form. `KE` pages (where a
+//! `key_len` of 0xFFFD is a key of that length) read as before.
 
 use std::collections::HashMap;
 
 use bloomfilter::Bloom;
+use bytes::Bytes;
 use hwftl_sim::PAGE_SIZE;
 
 use crate::expiry::{Deadline, LazyClock};
@@ -111,8 +128,13 @@ const RAW_FLAG: u32 = 1 << 31;
 pub const MAX_INLINE_PAGE: u32 = (1 << 18) - 1;
 /// Magic of pages written before deadlines existed (read only).
 const PAGE_MAGIC_V1: u16 = 0x544b; // "KT"
-/// Magic of pages that may hold entries with a deadline.
-const PAGE_MAGIC: u16 = 0x454b; // "KE"
+/// Magic of pages that may hold entries with a deadline, but no held value (read only).
+const PAGE_MAGIC_V2: u16 = 0x454b; // "KE"
+/// Magic of pages that may hold entries with a deadline or a held value.
+const PAGE_MAGIC: u16 = 0x564b; // "KV"
+/// Longest value an entry holds: the page form's `u16` length, well above any sensible
+/// [`crate::EngineConfig::entry_value_max`].
+pub const MAX_HELD_VALUE: usize = 4096;
 const PAGE_HEADER: usize = 24;
 /// Bytes of a slot in a keytable page.
 const SLOT_BYTES: usize = 16;
@@ -269,15 +291,103 @@ struct Slots {
     segs: Vec<u32>,
     /// Slots that do not fit the 12-byte form, in key order.
     escaped: Vec<Slot>,
-    /// Slots with a deadline (their page entries take [`DEADLINE_ENTRY_EXTRA`] more bytes).
-    with_deadline: usize,
-    /// The earliest of their deadlines (0: none).
+    /// The earliest deadline of the slots (0: none).
     earliest_deadline: u64,
 }
 
 /// Bytes a page entry with a deadline takes beyond a short entry's: the deadline and the
 /// `u32` key length.
 const DEADLINE_ENTRY_EXTRA: usize = 12;
+
+/// Bytes a page entry holding its value takes beyond a short entry's, besides the value:
+/// the deadline, the value's `u16` length and the `u32` key length.
+const HELD_ENTRY_EXTRA: usize = 14;
+
+/// The values a run's entries hold (see the module documentation): entry `i` holds one when
+/// bit `i % 64` of `bits[i / 64]` is set; it is then the `n`th held value, `n` being
+/// `before[i / 64]` plus the set bits below it in its word, and takes `arena[ends[n - 1]..
+/// ends[n]]` (from 0 for the first).
+#[derive(Default)]
+struct HeldValues {
+    /// One bit per entry, as far as the last entry that holds a value.
+    bits: Vec<u64>,
+    /// Per word of `bits`: held values in the words before it.
+    before: Vec<u32>,
+    /// Per held value, in entry order: where it ends in the arena.
+    ends: Vec<u32>,
+    /// The values back to back (a `Vec` while the run is built; shared once finished, so a
+    /// read takes a slice without a copy).
+    building: Vec<u8>,
+    arena: Bytes,
+}
+
+impl HeldValues {
+    /// Records that entry `i` (entries are pushed in order) holds `v`; `false` (nothing
+    /// recorded) when the arena would pass 4 GiB.
+    fn push(&mut self, i: usize, v: &[u8]) -> bool {
+        let Ok(end) = u32::try_from(self.building.len() + v.len()) else {
+            return false;
+        };
+        let word = i / 64;
+        while self.bits.len() <= word {
+            self.bits.push(0);
+        }
+        self.bits[word] |= 1 << (i % 64);
+        self.building.extend_from_slice(v);
+        self.ends.push(end);
+        true
+    }
+
+    /// Freezes the arena and counts the values before each word.
+    fn finish(&mut self) {
+        let mut n = 0u32;
+        self.before = self
+            .bits
+            .iter()
+            .map(|w| {
+                let b = n;
+                n += w.count_ones();
+                b
+            })
+            .collect();
+        self.bits.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        self.arena = Bytes::from(std::mem::take(&mut self.building));
+    }
+
+    /// The value entry `i` holds.
+    #[inline]
+    fn get(&self, i: usize) -> Option<Bytes> {
+        let w = *self.bits.get(i / 64)?;
+        let bit = 1u64 << (i % 64);
+        if w & bit == 0 {
+            return None;
+        }
+        let n = *self.before.get(i / 64)? as usize + (w & (bit - 1)).count_ones() as usize;
+        let start = n
+            .checked_sub(1)
+            .map_or(Some(0), |m| self.ends.get(m).copied())? as usize;
+        let end = *self.ends.get(n)? as usize;
+        (start <= end && end <= self.arena.len()).then(|| self.arena.slice(start..end))
+    }
+
+    /// How many values are held.
+    fn count(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Their bytes.
+    fn value_bytes(&self) -> usize {
+        self.arena.len().max(self.building.len())
+    }
+
+    fn dram_bytes(&self) -> usize {
+        self.bits.capacity() * 8
+            + self.before.capacity() * 4
+            + self.ends.capacity() * 4
+            + self.value_bytes()
+    }
+}
 
 impl Slots {
     /// The 12-byte form of `p`, adding its log segment to the dictionary, or `None` if it
@@ -327,7 +437,6 @@ impl Slots {
             // An entry with a deadline keeps it beside its pointer in the side list: the
             // 12-byte form has no room, and few entries have one.
             Slot::Value(_, Some(d)) => {
-                self.with_deadline += 1;
                 if self.earliest_deadline == 0 || d.get() < self.earliest_deadline {
                     self.earliest_deadline = d.get();
                 }
@@ -567,6 +676,9 @@ pub struct KeyTable {
     /// Per block of a narrow index: the fence of its first key after the common prefix.
     fences: Vec<u64>,
     slots: Slots,
+    held: HeldValues,
+    /// Page bytes the entries take beyond the short form (deadlines, held values).
+    extra_bytes: usize,
     bloom: Option<Bloom<[u8]>>,
 }
 
@@ -582,6 +694,8 @@ pub struct KeyTableBuilder {
     keys: Vec<u8>,
     index: KeyIndex,
     slots: Slots,
+    held: HeldValues,
+    extra_bytes: usize,
     /// Dictionary index by log segment number.
     dict: SegDict,
 }
@@ -594,17 +708,35 @@ impl KeyTableBuilder {
             keys: Vec::new(),
             index: KeyIndex::new(),
             slots: Slots::default(),
+            held: HeldValues::default(),
+            extra_bytes: 0,
             dict: SegDict::default(),
         }
     }
 
-    /// Appends the next key (must sort after the previous one).
-    pub fn push(&mut self, key: &[u8], slot: &Slot) {
+    /// Appends the next key (must sort after the previous one), with the value its entry
+    /// holds, if any: `held` is kept only for a value of at most [`MAX_HELD_VALUE`] bytes
+    /// whose length is the slot's (the bytes the slot's pointer leads to).
+    pub fn push(&mut self, key: &[u8], slot: &Slot, held: Option<&[u8]>) {
         debug_assert!(self.last_key().is_none_or(|k| k < key), "keys out of order");
+        let i = self.index.len();
         let start = self.keys.len();
         self.keys.extend_from_slice(key);
         self.index.push(start, self.keys.len());
         self.slots.push(slot, &mut self.dict);
+        let held = match (held, slot) {
+            (Some(v), Slot::Value(p, _))
+                if v.len() <= MAX_HELD_VALUE && v.len() == p.len as usize =>
+            {
+                self.held.push(i, v)
+            }
+            _ => false,
+        };
+        self.extra_bytes += match (held, slot.deadline()) {
+            (true, _) => HELD_ENTRY_EXTRA + slot.ptr().map_or(0, |p| p.len as usize),
+            (false, Some(_)) => DEADLINE_ENTRY_EXTRA,
+            (false, None) => 0,
+        };
     }
 
     fn last_key(&self) -> Option<&[u8]> {
@@ -627,9 +759,7 @@ impl KeyTableBuilder {
 
     /// Bytes of the run so far, measured as [`KeyTable::data_bytes`].
     pub fn data_bytes(&self) -> usize {
-        self.keys.len()
-            + self.len() * (SLOT_BYTES + 2)
-            + self.slots.with_deadline * DEADLINE_ENTRY_EXTRA
+        self.keys.len() + self.len() * (SLOT_BYTES + 2) + self.extra_bytes
     }
 
     /// Finishes the run, building its bloom filter.
@@ -637,6 +767,7 @@ impl KeyTableBuilder {
         self.keys.shrink_to_fit();
         self.index.shrink_to_fit();
         self.slots.shrink_to_fit();
+        self.held.finish();
         drop(self.dict);
         let mut t = KeyTable {
             id: self.id,
@@ -645,6 +776,8 @@ impl KeyTableBuilder {
             common: 0,
             fences: Vec::new(),
             slots: self.slots,
+            held: self.held,
+            extra_bytes: self.extra_bytes,
             bloom: None,
         };
         if let Some((first, last)) = t.range() {
@@ -695,6 +828,16 @@ impl KeyTable {
     /// Slot `i`.
     pub fn slot(&self, i: usize) -> Slot {
         self.slots.get(i)
+    }
+
+    /// The value entry `i` holds, if it holds one (a slice of the run's arena, no copy).
+    pub fn held(&self, i: usize) -> Option<Bytes> {
+        self.held.get(i)
+    }
+
+    /// How many entries hold their value, and the bytes of those values.
+    pub fn held_values(&self) -> (usize, usize) {
+        (self.held.count(), self.held.value_bytes())
     }
 
     /// Smallest and largest key.
@@ -764,7 +907,7 @@ impl KeyTable {
                 continue;
             }
             let at = PAGE_HEADER + carry;
-            if let Some(key) = entry_key_prefix(&p[at..], EntryForm::Deadlines) {
+            if let Some(key) = entry_key_prefix(&p[at..], EntryForm::Held) {
                 out.push((n as u32, key.to_vec()));
             }
         }
@@ -798,7 +941,7 @@ impl KeyTable {
         {
             return Err(format!("run {id} page {page_no}: not this run's page"));
         }
-        let form = form.unwrap_or(EntryForm::Deadlines);
+        let form = form.unwrap_or(EntryForm::Held);
         let count = u16::from_le_bytes([p[6], p[7]]);
         let mut at = PAGE_HEADER + u32::from_le_bytes([p[20], p[21], p[22], p[23]]) as usize;
         for _ in 0..count {
@@ -807,11 +950,11 @@ impl KeyTable {
             if at + len > PAGE_SIZE {
                 return Err(format!("run {id} page {page_no}: the entry runs on"));
             }
-            let (k, slot, deadline) = split_entry(&p[at..at + len], form)
+            let e = split_entry(&p[at..at + len], form)
                 .ok_or_else(|| format!("run {id} page {page_no}: bad entry"))?;
-            match k.cmp(key) {
+            match e.key.cmp(key) {
                 std::cmp::Ordering::Equal => {
-                    return Ok(Some(PackedSlot::from_bytes(slot).unpack(deadline)));
+                    return Ok(Some(PackedSlot::from_bytes(e.slot).unpack(e.deadline)));
                 }
                 std::cmp::Ordering::Greater => return Ok(None),
                 std::cmp::Ordering::Less => at += len,
@@ -822,21 +965,32 @@ impl KeyTable {
 
     /// The slot of `key`, if the run has it (bloom filter first).
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
+        self.find(key).map(|i| self.slot(i))
+    }
+
+    /// The slot of `key` and the value its entry holds, if the run has the key.
+    pub fn get_held(&self, key: &[u8]) -> Option<(Slot, Option<Bytes>)> {
+        self.find(key).map(|i| (self.slot(i), self.held(i)))
+    }
+
+    /// The index of `key`'s entry (bloom filter first).
+    fn find(&self, key: &[u8]) -> Option<usize> {
         if let Some(b) = &self.bloom {
             if !b.check(key) {
                 return None;
             }
         }
         let i = self.seek(key);
-        (i < self.len() && self.key(i) == key).then(|| self.slot(i))
+        (i < self.len() && self.key(i) == key).then_some(i)
     }
 
-    /// DRAM bytes held (keys, key index, slots, bloom filter).
+    /// DRAM bytes held (keys, key index, slots, held values, bloom filter).
     pub fn dram_bytes(&self) -> usize {
         self.keys.capacity()
             + self.index.dram_bytes()
             + self.fences.capacity() * 8
             + self.slots.dram_bytes()
+            + self.held.dram_bytes()
             + self.bloom.as_ref().map_or(0, |b| b.as_slice().len())
     }
 
@@ -847,9 +1001,7 @@ impl KeyTable {
 
     /// Bytes of the run's metadata (keys and slots), the level-size measure.
     pub fn data_bytes(&self) -> usize {
-        self.keys.len()
-            + self.len() * (SLOT_BYTES + 2)
-            + self.slots.with_deadline * DEADLINE_ENTRY_EXTRA
+        self.keys.len() + self.len() * (SLOT_BYTES + 2) + self.extra_bytes
     }
 
     /// Encodes the run as 8 KiB pages.
@@ -877,12 +1029,19 @@ impl KeyTable {
             let k = self.key(i);
             let slot = self.slot(i);
             entry.clear();
-            // Keys are bounded far below 4 GiB (the value log's 24-bit key length).
-            if let Some(d) = slot.deadline() {
+            // Keys are bounded far below 4 GiB (the value log's 24-bit key length); a held
+            // value by MAX_HELD_VALUE.
+            if let Some(v) = self.held(i) {
+                entry.extend_from_slice(&HELD_ENTRY.to_le_bytes());
+                entry.extend_from_slice(&slot.deadline().map_or(0, |d| d.get()).to_le_bytes());
+                entry.extend_from_slice(&(v.len() as u16).to_le_bytes());
+                entry.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                entry.extend_from_slice(&v);
+            } else if let Some(d) = slot.deadline() {
                 entry.extend_from_slice(&DEADLINE_ENTRY.to_le_bytes());
                 entry.extend_from_slice(&d.get().to_le_bytes());
                 entry.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            } else if k.len() < usize::from(DEADLINE_ENTRY) {
+            } else if k.len() < usize::from(HELD_ENTRY) {
                 entry.extend_from_slice(&(k.len() as u16).to_le_bytes());
             } else {
                 entry.extend_from_slice(&LONG_ENTRY.to_le_bytes());
@@ -946,16 +1105,22 @@ impl KeyTable {
         let mut spill: Vec<u8> = Vec::new();
         let mut spill_len = 0usize;
         let push = |b: &mut KeyTableBuilder, entry: &[u8], form: EntryForm, n: usize| {
-            let (key, slot, deadline) =
+            let e =
                 split_entry(entry, form).ok_or_else(|| format!("run {id} page {n}: bad entry"))?;
-            if b.last_key().is_some_and(|last| last >= key) {
+            if b.last_key().is_some_and(|last| last >= e.key) {
                 return Err(format!("run {id} page {n}: keys out of order"));
             }
-            b.push(key, &PackedSlot::from_bytes(slot).unpack(deadline));
+            let slot = PackedSlot::from_bytes(e.slot).unpack(e.deadline);
+            if let Some(v) = e.held {
+                if slot.ptr().is_none_or(|p| p.len as usize != v.len()) {
+                    return Err(format!("run {id} page {n}: a held value's length differs"));
+                }
+            }
+            b.push(e.key, &slot, e.held);
             Ok(())
         };
         // The entry form of the page a spilled entry started on.
-        let mut spill_form = EntryForm::Deadlines;
+        let mut spill_form = EntryForm::Held;
         for (n, p) in pages.iter().enumerate() {
             if p.len() != PAGE_SIZE {
                 return Err(format!("keytable page of {} bytes", p.len()));
@@ -1023,72 +1188,115 @@ const PAGE_BODY: usize = PAGE_SIZE - PAGE_HEADER;
 const LONG_ENTRY: u16 = u16::MAX;
 
 /// A page entry's `key_len` that means "a deadline and a `u32` key length follow" (pages
-/// with [`PAGE_MAGIC`] only).
+/// with [`PAGE_MAGIC_V2`] or [`PAGE_MAGIC`]).
 const DEADLINE_ENTRY: u16 = u16::MAX - 1;
+
+/// A page entry's `key_len` that means "a deadline, a `u16` value length, a `u32` key length
+/// and the value follow" (pages with [`PAGE_MAGIC`] only).
+const HELD_ENTRY: u16 = u16::MAX - 2;
 
 /// Which entry forms a page may hold, by its magic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EntryForm {
     /// [`PAGE_MAGIC_V1`]: short and long entries only.
     V1,
-    /// [`PAGE_MAGIC`]: short, long and deadline entries.
+    /// [`PAGE_MAGIC_V2`]: short, long and deadline entries.
     Deadlines,
+    /// [`PAGE_MAGIC`]: short, long, deadline and held-value entries.
+    Held,
 }
 
 impl EntryForm {
     fn of_magic(magic: u16) -> Option<EntryForm> {
         match magic {
-            PAGE_MAGIC => Some(EntryForm::Deadlines),
+            PAGE_MAGIC => Some(EntryForm::Held),
+            PAGE_MAGIC_V2 => Some(EntryForm::Deadlines),
             PAGE_MAGIC_V1 => Some(EntryForm::V1),
             _ => None,
         }
     }
 }
 
-/// Where the key of the entry starting `b` begins, its length and its deadline (the
-/// entry's header must be there).
-fn entry_head(b: &[u8], form: EntryForm) -> Option<(usize, usize, Deadline)> {
+/// The header of a page entry: where its key starts and its length, its deadline, and the
+/// place and length of the value it holds (if any).
+struct EntryHead {
+    key_at: usize,
+    key_len: usize,
+    deadline: Deadline,
+    held: Option<(usize, usize)>,
+}
+
+/// The header of the entry starting `b` (the header must be there).
+fn entry_head(b: &[u8], form: EntryForm) -> Option<EntryHead> {
     let kl = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
     let u32_at = |i: usize| -> Option<usize> {
         let l = b.get(i..i + 4)?;
         Some(u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize)
     };
+    let deadline_at = |i: usize| -> Option<Deadline> {
+        let d = b.get(i..i + 8)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(d);
+        Some(std::num::NonZeroU64::new(u64::from_le_bytes(w)))
+    };
+    let plain = |key_at: usize, key_len: usize, deadline: Deadline| EntryHead {
+        key_at,
+        key_len,
+        deadline,
+        held: None,
+    };
     match kl {
-        LONG_ENTRY => Some((6, u32_at(2)?, None)),
-        DEADLINE_ENTRY if form == EntryForm::Deadlines => {
-            let d = b.get(2..10)?;
-            let mut w = [0u8; 8];
-            w.copy_from_slice(d);
-            Some((
-                14,
-                u32_at(10)?,
-                std::num::NonZeroU64::new(u64::from_le_bytes(w)),
-            ))
+        LONG_ENTRY => Some(plain(6, u32_at(2)?, None)),
+        DEADLINE_ENTRY if form != EntryForm::V1 => Some(plain(14, u32_at(10)?, deadline_at(2)?)),
+        HELD_ENTRY if form == EntryForm::Held => {
+            let vl = usize::from(u16::from_le_bytes([*b.get(10)?, *b.get(11)?]));
+            Some(EntryHead {
+                key_at: 16 + vl,
+                key_len: u32_at(12)?,
+                deadline: deadline_at(2)?,
+                held: Some((16, vl)),
+            })
         }
-        _ => Some((2, usize::from(kl), None)),
+        _ => Some(plain(2, usize::from(kl), None)),
     }
 }
 
 /// The length of the page entry starting `b` (its header must be there).
 fn entry_len(b: &[u8], form: EntryForm) -> Option<usize> {
-    let (start, len, _) = entry_head(b, form)?;
-    Some(start + len + SLOT_BYTES)
+    let h = entry_head(b, form)?;
+    Some(h.key_at + h.key_len + SLOT_BYTES)
 }
 
 /// The key of the entry at the start of `b`, as far as it is there (the key of a page's
 /// first entry, even if it runs on into the next page).
 fn entry_key_prefix(b: &[u8], form: EntryForm) -> Option<&[u8]> {
-    let (start, len, _) = entry_head(b, form)?;
-    b.get(start..(start + len).min(b.len()))
+    let h = entry_head(b, form)?;
+    b.get(h.key_at..(h.key_at + h.key_len).min(b.len()))
 }
 
-/// A whole page entry's key, slot bytes and deadline.
-fn split_entry(e: &[u8], form: EntryForm) -> Option<(&[u8], &[u8], Deadline)> {
-    let (start, len, deadline) = entry_head(e, form)?;
-    if e.len() != start + len + SLOT_BYTES {
+/// A whole page entry's parts.
+struct PageEntry<'a> {
+    key: &'a [u8],
+    slot: &'a [u8],
+    deadline: Deadline,
+    held: Option<&'a [u8]>,
+}
+
+/// Splits a whole page entry.
+fn split_entry(e: &[u8], form: EntryForm) -> Option<PageEntry<'_>> {
+    let h = entry_head(e, form)?;
+    if e.len() != h.key_at + h.key_len + SLOT_BYTES {
         return None;
     }
-    Some((&e[start..start + len], &e[start + len..], deadline))
+    Some(PageEntry {
+        key: &e[h.key_at..h.key_at + h.key_len],
+        slot: &e[h.key_at + h.key_len..],
+        deadline: h.deadline,
+        held: match h.held {
+            Some((at, len)) => Some(e.get(at..at + len)?),
+            None => None,
+        },
+    })
 }
 
 #[cfg(test)]

@@ -57,12 +57,12 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 use dashmap::DashMap;
@@ -83,6 +83,10 @@ const INDEX_SIZING_BYTES_PER_KEY: usize = 2 * ENTRY_OVERHEAD + INDEX_OVERHEAD + 
 /// Rough DRAM cost of one [`NewestIndex`] entry beyond its key copy (hash slot, sequence
 /// number and slot).
 const INDEX_OVERHEAD: usize = 48;
+
+/// Rough DRAM cost of one held value beyond its bytes (hash slot, pointer, `Bytes` and its
+/// allocation's header).
+const HELD_OVERHEAD: usize = 64;
 
 /// Each key's newest version in one memtable, by hash: a point lookup costs one hash probe
 /// instead of a skip-list descent (which visits a few dozen nodes, most of them cache
@@ -388,6 +392,15 @@ pub struct MemTable {
     retimes: std::sync::atomic::AtomicBool,
     /// The earliest deadline a version inserted carries (`u64::MAX`: none).
     earliest_deadline: std::sync::atomic::AtomicU64,
+    /// Copies of the small values versions point at, by their address, so a read of one
+    /// costs no device read and a flush can put it into the keytable entry (see the
+    /// keytable's held values). Filled before the version goes in ([`MemTable::hold`]), so a
+    /// reader that sees the version finds the copy, by the same argument as the
+    /// [`NewestIndex`]'s. An address names one value for good (a value is never rewritten in
+    /// place), so a copy is right for every version pointing there.
+    held: DashMap<ValuePtr, Bytes, foldhash::fast::RandomState>,
+    /// Bytes of the held values.
+    held_bytes: AtomicUsize,
 }
 
 /// A memtable's distinct keys in order, sharing the table's key allocations
@@ -431,7 +444,37 @@ impl MemTable {
             key_index: parking_lot::Mutex::new(None),
             retimes: std::sync::atomic::AtomicBool::new(false),
             earliest_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
+            held: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            held_bytes: AtomicUsize::new(0),
         }
+    }
+
+    /// Keeps `value`, a copy of the small value at `ptr` (a copy of its own: not a slice of
+    /// a larger buffer the table would keep alive). Called before the version pointing
+    /// there is inserted.
+    pub fn hold(&self, ptr: ValuePtr, value: Bytes) {
+        let len = value.len();
+        if self.held.insert(ptr, value).is_none() {
+            self.held_bytes.fetch_add(len, AtomicOrdering::Relaxed);
+            self.bytes
+                .fetch_add(len + HELD_OVERHEAD, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// The copy of the value at `ptr`, if the table holds one.
+    pub fn held(&self, ptr: &ValuePtr) -> Option<Bytes> {
+        if self.held.is_empty() {
+            return None;
+        }
+        self.held.get(ptr).map(|v| v.clone())
+    }
+
+    /// How many values the table holds copies of, and their bytes.
+    pub fn held_values(&self) -> (usize, usize) {
+        (
+            self.held.len(),
+            self.held_bytes.load(AtomicOrdering::Relaxed),
+        )
     }
 
     /// Adds version `seq` of `key` and returns the version it shadows (see
@@ -683,7 +726,7 @@ impl MemTable {
             tail,
             runs,
             current: None,
-            _table: PhantomData,
+            table: self,
         };
         for r in 0..c.runs.len() {
             c.settle_run(r);
@@ -829,7 +872,8 @@ pub struct MemCursor<'a> {
     runs: Vec<usize>,
     /// The layer standing on the cursor's key with that key's newest visible version.
     current: Option<Layer>,
-    _table: PhantomData<&'a MemTable>,
+    /// The table (for its held values).
+    table: &'a MemTable,
 }
 
 impl MemCursor<'_> {
@@ -889,6 +933,11 @@ impl Cursor for MemCursor<'_> {
     fn current(&self) -> Option<(&[u8], Slot)> {
         let (v, slot) = self.at(self.current?)?;
         Some((v.user_key(), slot))
+    }
+
+    fn held(&self) -> Option<Bytes> {
+        let (_, slot) = self.at(self.current?)?;
+        self.table.held(&slot.ptr()?)
     }
 
     fn advance(&mut self) {

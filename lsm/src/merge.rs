@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::expiry::ExpiryPolicy;
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot};
 use crate::vlog_format::ValuePtr;
@@ -15,6 +17,11 @@ pub trait Cursor {
     fn current(&self) -> Option<(&[u8], Slot)>;
     /// Moves to the next key.
     fn advance(&mut self);
+    /// The value the entry the cursor stands on holds (a keytable entry's held value, a
+    /// memtable version's copy of a small value), if any.
+    fn held(&self) -> Option<Bytes> {
+        None
+    }
 }
 
 /// A boxed [`Cursor`].
@@ -34,6 +41,10 @@ impl Cursor for RunCursor<'_> {
     fn advance(&mut self) {
         self.i += 1;
     }
+
+    fn held(&self) -> Option<Bytes> {
+        self.t.held(self.i)
+    }
 }
 
 /// Entries of a run from index `from` on.
@@ -51,6 +62,9 @@ pub struct Merge<'a> {
     sources: Vec<Source<'a>>,
     /// The source whose entry was yielded last: it moves on at the next call.
     yielded: Option<usize>,
+    /// The value an older version of the key yielded last holds, when that version points
+    /// at the same value (a retime above a held value: see [`Merge::held`]).
+    held_below: Option<Bytes>,
 }
 
 impl<'a> Merge<'a> {
@@ -59,11 +73,34 @@ impl<'a> Merge<'a> {
         Merge {
             sources,
             yielded: None,
+            held_below: None,
         }
     }
 
     /// The next key with its newest slot; older versions go to `shadowed`.
-    pub fn next_with(&mut self, mut shadowed: impl FnMut(&[u8], Slot)) -> Option<(&[u8], Slot)> {
+    pub fn next_with(&mut self, shadowed: impl FnMut(&[u8], Slot)) -> Option<(&[u8], Slot)> {
+        let y = self.step(shadowed)?;
+        self.sources[y].current()
+    }
+
+    /// [`Merge::next_with`], with the value the key's entry holds (see [`Merge::held`]).
+    pub fn next_held_with(
+        &mut self,
+        shadowed: impl FnMut(&[u8], Slot),
+    ) -> Option<(&[u8], Slot, Option<Bytes>)> {
+        let y = self.step(shadowed)?;
+        let held = self.held();
+        let (k, s) = self.sources[y].current()?;
+        Some((k, s, held))
+    }
+
+    /// [`Merge::next`], with the value the key's entry holds.
+    pub fn next_held(&mut self) -> Option<(&[u8], Slot, Option<Bytes>)> {
+        self.next_held_with(|_, _| {})
+    }
+
+    /// Moves to the next key and returns the source standing on it.
+    fn step(&mut self, mut shadowed: impl FnMut(&[u8], Slot)) -> Option<usize> {
         if let Some(r) = self.yielded.take() {
             self.sources[r].advance();
         }
@@ -81,6 +118,8 @@ impl<'a> Merge<'a> {
         let best = best?;
         // Older versions of the same key: shadowed, and skipped.
         let mut above = self.sources[best].current().and_then(|(_, s)| s.ptr());
+        let newest = above;
+        self.held_below = None;
         for r in best + 1..self.sources.len() {
             while let (Some((k, s)), Some((bk, _))) =
                 (self.sources[r].current(), self.sources[best].current())
@@ -92,12 +131,23 @@ impl<'a> Merge<'a> {
                 if ptr.is_none() || ptr != above {
                     shadowed(k, s);
                 }
+                if ptr.is_some() && ptr == newest && self.held_below.is_none() {
+                    self.held_below = self.sources[r].held();
+                }
                 above = ptr;
                 self.sources[r].advance();
             }
         }
         self.yielded = Some(best);
-        self.sources[best].current()
+        Some(best)
+    }
+
+    /// The value the key yielded last holds: its newest version's copy, else that of an
+    /// older version pointing at the same value (a retime's version holds none of its own
+    /// until it is flushed beside the value it retimes).
+    fn held(&self) -> Option<Bytes> {
+        let y = self.yielded?;
+        self.sources[y].held().or_else(|| self.held_below.clone())
     }
 
     /// The next key with its newest slot.
@@ -146,6 +196,10 @@ impl Cursor for LevelCursor<'_> {
     fn advance(&mut self) {
         self.i += 1;
         self.skip_exhausted();
+    }
+
+    fn held(&self) -> Option<Bytes> {
+        self.runs.get(self.r)?.held(self.i)
     }
 }
 
@@ -219,12 +273,12 @@ pub fn compact(
     let mut dead = Vec::new();
     let mut expired = Vec::new();
     loop {
-        let next = merge.next_with(|k, s| {
+        let next = merge.next_held_with(|k, s| {
             if let Slot::Value(p, _) = s {
                 dead.push((k.len(), p));
             }
         });
-        let Some((key, slot)) = next else { break };
+        let Some((key, slot, held)) = next else { break };
         if spec.bottom && slot == Slot::Tombstone {
             continue;
         }
@@ -247,7 +301,7 @@ pub fn compact(
             Some(b) => b,
             None => out.insert(KeyTableBuilder::new(ids.next().unwrap_or(spec.ids.end))),
         };
-        b.push(key, &slot);
+        b.push(key, &slot, held.as_deref());
     }
     outputs.extend(out.map(|b| b.finish(spec.fp_rate)));
     (outputs, dead, expired)
@@ -269,7 +323,7 @@ mod tests {
     fn run(id: u64, entries: &[(&str, Slot)]) -> Arc<KeyTable> {
         let mut b = KeyTableBuilder::new(id);
         for (k, s) in entries {
-            b.push(k.as_bytes(), s);
+            b.push(k.as_bytes(), s, None);
         }
         Arc::new(b.finish(0.01))
     }

@@ -56,7 +56,7 @@ fn build(id: u64, keys: &[Vec<u8>], seed: u64) -> KeyTable {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut b = KeyTableBuilder::new(id);
     for k in keys {
-        b.push(k, &slot(&mut rng));
+        b.push(k, &slot(&mut rng), None);
     }
     b.finish(FP_RATE)
 }
@@ -128,6 +128,7 @@ fn dram_per_key_with_longer_keys_and_one_segment() {
                 },
                 len: 100,
             }),
+            None,
         );
     }
     check("100-byte keys", &b.finish(FP_RATE));

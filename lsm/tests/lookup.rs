@@ -89,12 +89,20 @@ fn probe_modes_answer_as_documented() {
 #[test]
 fn lookup_cached_declines_what_needs_the_device() {
     let db = engine(0);
-    db.put(b"k", b"v").unwrap();
+    let big = vec![b'v'; lsm::DEFAULT_ENTRY_VALUE_MAX + 1];
+    db.put(b"k", &big).unwrap();
     // No cache: the value must come from the device, so the DRAM-only lookup declines ...
     assert!(db
         .lookup_cached(&[b"k"], Probes::NONE, None)
         .unwrap()
         .is_none());
+    // ... but not a small value: DRAM holds a copy of it with its entry.
+    db.put(b"small", b"v").unwrap();
+    let held = db
+        .lookup_cached(&[b"small"], Probes::NONE, None)
+        .unwrap()
+        .expect("a held value needs no page");
+    assert_eq!(held.values[0].as_deref(), Some(&b"v"[..]));
     // ... but answers what needs no page: a missing key and probes.
     let l = db
         .lookup_cached(&[b"nope"], Probes::Each(&[b"k"]), None)

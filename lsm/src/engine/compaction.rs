@@ -439,6 +439,8 @@ impl Inner {
             let mut new_slots: HashMap<Vec<u8>, Slot> = HashMap::new();
             if !ops.is_empty() {
                 let LaidOut { pages, updates, .. } = self.build_batch(&ops, 0)?;
+                // The moved values are the same bytes: the new run's entries hold what the
+                // old ones held.
                 let n = pages.len() as u64;
                 if let Err(e) = self.write_pages(pages) {
                     self.abandon_head_after_failure();
@@ -458,7 +460,7 @@ impl Inner {
                     }
                     (slot, _) => slot,
                 };
-                out.push(key, &slot);
+                out.push(key, &slot, t.held(j).as_deref());
             }
             i = end;
         }

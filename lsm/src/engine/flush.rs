@@ -30,8 +30,15 @@ pub(super) fn build_flush_run(
     let mut dead: Vec<Invalidated> = Vec::new();
     let mut c = mem.cursor();
     while let Some((k, s)) = c.current() {
-        b.push(k, &s);
-        if let Some(Slot::Value(old, _)) = levels::runs_for_key(levels, k).find_map(|r| r.get(k)) {
+        let below = levels::runs_for_key(levels, k).find_map(|r| r.get_held(k));
+        // A small value's copy: the memtable's, or, for a retime of a value flushed before
+        // (the version points at the same value), the one its entry below holds.
+        let held = c.held().or_else(|| match &below {
+            Some((below_slot, held)) if below_slot.ptr() == s.ptr() => held.clone(),
+            _ => None,
+        });
+        b.push(k, &s, held.as_deref());
+        if let Some((Slot::Value(old, _), _)) = below {
             // A retime since points at the value: it stays live here (and is counted
             // inside the memtable if a later version there dropped it).
             if !mem.keeps_value(k, &s, &old) {

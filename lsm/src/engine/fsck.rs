@@ -17,7 +17,9 @@
 //! - **live pointers**: for every key's newest version (memtable, then runs newest first),
 //!   the log segment exists, the pages lie below where the segment ends, and the value reads
 //!   back: an inline value's packed page passes its checksum and holds a record of that key
-//!   at that offset with that length; a raw value's pages match the crc in the pointer;
+//!   at that offset with that length; a raw value's pages match the crc in the pointer; a
+//!   value held in its entry (a small value's DRAM copy, from the keytable page or the
+//!   replayed record) equals its record's bytes (raw: matches the pointer's crc);
 //! - **value-log pages**: every packed page of every log segment (checksum, identity,
 //!   records), skipping the raw pages each announces; pages never written (a failed batch's)
 //!   and the raw pages after them are passed over as garbage collection passes them;
@@ -231,8 +233,12 @@ impl fmt::Display for FsckReport {
     }
 }
 
-/// A live inline value to find in its packed page: key, offset in the page, length.
-type InlineValue = (Vec<u8>, u16, u32);
+/// A live inline value to find in its packed page: key, offset in the page, length, and the
+/// copy its entry holds (if any), which must equal the record's bytes.
+type InlineValue = (Vec<u8>, u16, u32, Option<Bytes>);
+
+/// A live value whose pointer is checked: key, pointer, and the copy its entry holds.
+type LiveValue = (Vec<u8>, ValuePtr, Option<Bytes>);
 
 /// A page as the check read it.
 /// A page as fsck read it (the tail replay's patient read, without a check).
@@ -427,8 +433,8 @@ impl Inner {
         }
         let mut merge = Merge::new(sources);
         let mut live: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut batch: Vec<(Vec<u8>, ValuePtr)> = Vec::new();
-        while let Some((key, slot)) = merge.next() {
+        let mut batch: Vec<LiveValue> = Vec::new();
+        while let Some((key, slot, held)) = merge.next_held() {
             match slot {
                 Slot::Tombstone => r.tombstones += 1,
                 Slot::Value(p, _) => {
@@ -436,7 +442,7 @@ impl Inner {
                     for (log_seg, bytes) in p.segment_shares(key.len(), pps) {
                         *live.entry(log_seg).or_default() += bytes;
                     }
-                    batch.push((key.to_vec(), p));
+                    batch.push((key.to_vec(), p, held));
                     if batch.len() >= VALUE_BATCH {
                         self.fsck_values(&mut batch, r)?;
                     }
@@ -478,12 +484,12 @@ impl Inner {
     }
 
     /// Verifies the values of `batch` (drained): pointers into the log, records, checksums.
-    fn fsck_values(&self, batch: &mut Vec<(Vec<u8>, ValuePtr)>, r: &mut FsckReport) -> Result<()> {
+    fn fsck_values(&self, batch: &mut Vec<LiveValue>, r: &mut FsckReport) -> Result<()> {
         let pps = self.g.pages_per_segment();
         // Inline values by their page, so each packed page is read once.
         let mut inline: BTreeMap<(u32, u32), Vec<InlineValue>> = BTreeMap::new();
         let mut raw: Vec<(Vec<u8>, ValuePtr)> = Vec::new();
-        for (key, p) in batch.drain(..) {
+        for (key, p, held) in batch.drain(..) {
             let mut dangling = None;
             for run in p.runs(pps) {
                 match self.log_segs.get(&run.log_seg) {
@@ -520,8 +526,21 @@ impl Inner {
                 ValueLoc::Inline { page, offset } => inline
                     .entry((p.log_seg, page))
                     .or_default()
-                    .push((key, offset, p.len)),
-                ValueLoc::Raw { .. } => raw.push((key, p)),
+                    .push((key, offset, p.len, held)),
+                ValueLoc::Raw { crc, .. } => {
+                    if let Some(h) = held.filter(|h| crc32c::crc32c(h) != crc) {
+                        r.findings.push(Finding::new(
+                            FindingKind::Structure,
+                            format!(
+                                "key {}: the value its entry holds ({} bytes) does not match \
+                                 its record's checksum",
+                                show(&key),
+                                h.len()
+                            ),
+                        ));
+                    }
+                    raw.push((key, p));
+                }
             }
         }
         self.fsck_raw_values(&raw, r);
@@ -645,13 +664,26 @@ impl Inner {
                 return Ok(());
             }
         };
-        for (key, offset, len) in values {
+        for (key, offset, len, held) in values {
             let found = records.iter().any(|rec| {
                 matches!(rec.kind, RecordKind::Put)
                     && rec.payload_offset == *offset
                     && rec.value_len == *len
                     && rec.key == key.as_slice()
             });
+            let at = usize::from(*offset);
+            if let Some(h) = held {
+                if found && buf.get(at..at + *len as usize) != Some(&h[..]) {
+                    r.findings.push(Finding::new(
+                        FindingKind::Structure,
+                        format!(
+                            "key {}: the value its entry holds differs from its record at \
+                             offset {offset} of page {page} of log segment {log_seg}",
+                            show(key)
+                        ),
+                    ));
+                }
+            }
             if found {
                 r.values_checked += 1;
                 r.value_bytes_checked += u64::from(*len);

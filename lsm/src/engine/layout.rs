@@ -43,6 +43,10 @@ pub(super) struct LaidOut<'a> {
     /// Whether an update retimes a value written before the batch: the batches after it
     /// must not be inserted before it (see [`InFlight`]'s `retimes`).
     pub(super) retimes: bool,
+    /// The small values the batch writes (at most `EngineConfig::entry_value_max` bytes), by
+    /// address: the memtable keeps a copy of each ([`MemTable::hold`]) before it takes the
+    /// versions, and a flush puts it into the keytable entry.
+    pub(super) held: Vec<(ValuePtr, &'a [u8])>,
 }
 
 impl Inner {
@@ -441,6 +445,8 @@ impl Inner {
         let mut updates: Vec<(&'a [u8], u64, Slot)> = Vec::with_capacity(ops.len());
         // Indexes of the updates that retime a value written before this batch.
         let mut retimes: Vec<usize> = Vec::new();
+        let mut held: Vec<(ValuePtr, &'a [u8])> = Vec::new();
+        let hold_max = self.cfg.entry_value_max.min(MAX_HELD_VALUE);
         let result = (|| -> Result<()> {
             // Set when a put took the deadline of the retime after it (see `folded`).
             let mut skip = false;
@@ -455,6 +461,7 @@ impl Inner {
                 let until = self.folded(ops, i);
                 skip = until.is_some();
                 let suffix = if until.is_some() { DEADLINE_SUFFIX } else { 0 };
+                let pushed = updates.len();
                 match *op {
                     WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
                         let last = i + 1 == ops.len();
@@ -644,6 +651,14 @@ impl Inner {
                         return Err(corrupt("a put with a deadline reached the layout whole"));
                     }
                 }
+                // A small value is also kept in DRAM with its version (see `LaidOut::held`).
+                if let (WriteOp::Put(_, v), Some((_, _, Slot::Value(p, _)))) =
+                    (*op, updates.get(pushed))
+                {
+                    if v.len() <= hold_max {
+                        held.push((*p, v));
+                    }
+                }
             }
             self.seal_open(&mut b, true)
         })();
@@ -665,6 +680,7 @@ impl Inner {
             updates,
             fresh,
             retimes: !retimes.is_empty(),
+            held,
         })
     }
 

@@ -116,7 +116,7 @@ mod tests {
     fn run(id: u64, keys: &[&str]) -> Arc<KeyTable> {
         let mut b = KeyTableBuilder::new(id);
         for k in keys {
-            b.push(k.as_bytes(), &Slot::Tombstone);
+            b.push(k.as_bytes(), &Slot::Tombstone, None);
         }
         Arc::new(b.finish(0.01))
     }

@@ -59,7 +59,7 @@ use crate::error::{EngineError, Result};
 use crate::expiry::Deadline;
 use crate::gc::GcCandidate;
 use crate::io::{FlushGate, GroupDone, Poller};
-use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_INLINE_PAGE};
+use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_HELD_VALUE, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
 use crate::memtable::MemTable;
 use crate::merge::{compact, Cursor, Invalidated};
@@ -155,8 +155,13 @@ pub struct EngineStats {
     pub live_bytes: u64,
     /// Value-log bytes in segments in use.
     pub total_bytes: u64,
-    /// DRAM held by keytable runs.
+    /// DRAM held by keytable runs (their held values included).
     pub keytable_dram_bytes: u64,
+    /// Small values held in DRAM beside their keytable entries or memtable versions (see
+    /// [`EngineConfig::entry_value_max`]), so reading one costs no device read.
+    pub held_values: u64,
+    /// Bytes of those values.
+    pub held_value_bytes: u64,
     /// Keys in the memtable.
     pub memtable_keys: u64,
     /// Runs per level, L0 first.
@@ -780,6 +785,17 @@ impl Inner {
             .flatten()
             .map(|r| r.dram_bytes() as u64)
             .sum();
+        let mems = std::iter::once(&self.mem).chain(self.frozen.as_ref().map(|f| &f.mem));
+        let held = self
+            .levels
+            .iter()
+            .flatten()
+            .map(|r| r.held_values())
+            .chain(mems.map(|m| m.held_values()));
+        for (n, bytes) in held {
+            s.held_values += n as u64;
+            s.held_value_bytes += bytes as u64;
+        }
         s.memtable_keys =
             self.mem.len() as u64 + self.frozen.as_ref().map_or(0, |f| f.mem.len() as u64);
         s.runs_per_level = self.levels.iter().map(Vec::len).collect();

@@ -34,6 +34,8 @@ pub(super) type OnValuesWith<T> = Box<dyn FnOnce(Result<Vec<Option<Bytes>>>, T) 
 /// Page reads that resolve a list of value pointers.
 pub(super) struct ReadPlan {
     ptrs: Vec<Option<ValuePtr>>,
+    /// Per pointer: the value's copy held in DRAM, if resolved with one (read from nowhere).
+    held: Vec<Option<Bytes>>,
     lbas: Vec<Lba>,
     /// The log address of each of `lbas` (the value cache's key).
     addrs: Vec<PageAddr>,
@@ -121,15 +123,18 @@ pub(super) fn finish_page(
 }
 
 impl ReadPlan {
-    /// The pages that hold these values; `segment_of` maps a log segment to its device
+    /// The pages that hold these values, but those whose copy `held` has (it may be shorter
+    /// than `ptrs`: the rest have none); `segment_of` maps a log segment to its device
     /// segment.
     pub(super) fn new(
         ptrs: &[Option<ValuePtr>],
+        held: Vec<Option<Bytes>>,
         g: Geometry,
         segment_of: impl Fn(u32) -> Result<u32>,
     ) -> Result<ReadPlan> {
         let mut plan = ReadPlan {
             ptrs: ptrs.to_vec(),
+            held,
             lbas: Vec::new(),
             addrs: Vec::new(),
             cache: None,
@@ -139,11 +144,15 @@ impl ReadPlan {
         // Small values read in key order (ranges, sequential multi-gets) often share a packed
         // page with the one before: that page is read once.
         let mut last_inline: Option<(u32, u32, usize)> = None;
-        for p in ptrs {
+        for (i, p) in ptrs.iter().enumerate() {
             let Some(p) = p else {
                 plan.spans.push(None);
                 continue;
             };
+            if plan.held.get(i).is_some_and(Option::is_some) {
+                plan.spans.push(None);
+                continue;
+            }
             if let ValueLoc::Inline { page, .. } = p.loc {
                 match last_inline {
                     Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
@@ -272,7 +281,11 @@ impl ReadPlan {
             .map(|i| self.cache.is_some() && self.fill.get(i) == Some(&false))
             .collect();
         let mut out = Vec::with_capacity(self.ptrs.len());
-        for (p, span) in self.ptrs.iter().zip(&self.spans) {
+        for (i, (p, span)) in self.ptrs.iter().zip(&self.spans).enumerate() {
+            if let Some(Some(v)) = self.held.get(i) {
+                out.push(Some(v.clone()));
+                continue;
+            }
             let (Some(p), Some((at, n))) = (p, span) else {
                 out.push(None);
                 continue;
@@ -332,6 +345,31 @@ impl ReadPlan {
     }
 }
 
+/// The values a read resolved: a pointer per value (`None`: no such key), and, where the
+/// value has a copy in DRAM (a small value held by its keytable entry or memtable version),
+/// that copy, which the read then takes instead of the pages.
+#[derive(Default)]
+pub(super) struct Resolved {
+    pub(super) ptrs: Vec<Option<ValuePtr>>,
+    pub(super) held: Vec<Option<Bytes>>,
+}
+
+impl Resolved {
+    /// Adds a value: a slot's pointer (none for a tombstone) and its copy.
+    pub(super) fn push(&mut self, ptr: Option<ValuePtr>, held: Option<Bytes>) {
+        self.ptrs.push(ptr);
+        self.held.push(held.filter(|_| ptr.is_some()));
+    }
+
+    /// Adds a looked-up slot and its copy.
+    pub(super) fn push_slot(&mut self, found: Option<(Slot, Option<Bytes>)>) {
+        match found {
+            Some((s, held)) => self.push(s.ptr(), held),
+            None => self.push(None, None),
+        }
+    }
+}
+
 /// What a lookup resolved besides its value pointers: how many were asked for by key, the
 /// probes' answers and the range's keys (their pointers follow the keys' in the plan).
 #[derive(Default)]
@@ -367,15 +405,15 @@ impl ReadSide {
         keys: &[&[u8]],
         probes: Probes<'_>,
         range: Option<&RangeRead<'_>>,
-    ) -> (Vec<Option<ValuePtr>>, LookupShape) {
-        let mut ptrs: Vec<Option<ValuePtr>> = keys
-            .iter()
-            .map(|k| self.lookup(view, k).and_then(|s| s.ptr()))
-            .collect();
+    ) -> (Resolved, LookupShape) {
+        let mut values = Resolved::default();
+        for k in keys {
+            values.push_slot(self.lookup_held(view, k));
+        }
         let exists = |k: &[u8]| matches!(self.lookup(view, k), Some(Slot::Value(..)));
         let present: Vec<bool> = match probes {
             Probes::Each(ks) => ks.iter().map(|k| exists(k)).collect(),
-            Probes::FirstOfUnlessFound(ks) if ptrs.iter().all(Option::is_some) => {
+            Probes::FirstOfUnlessFound(ks) if values.ptrs.iter().all(Option::is_some) => {
                 vec![false; ks.len()]
             }
             Probes::FirstOf(ks) | Probes::FirstOfUnlessFound(ks) => {
@@ -399,7 +437,9 @@ impl ReadSide {
             while range_keys.len() < range.limit
                 && (range_keys.is_empty() || bytes < range.max_bytes)
             {
-                let Some((k, slot)) = merge.next() else { break };
+                let Some((k, slot, held)) = merge.next_held() else {
+                    break;
+                };
                 if range.end.is_some_and(|e| k >= e) {
                     break;
                 }
@@ -409,7 +449,7 @@ impl ReadSide {
                     }
                     bytes += u64::from(p.len);
                     range_keys.push(k.to_vec());
-                    ptrs.push(Some(p));
+                    values.push(Some(p), held);
                 }
             }
         }
@@ -418,7 +458,7 @@ impl ReadSide {
             present,
             range_keys,
         };
-        (ptrs, shape)
+        (values, shape)
     }
 }
 
@@ -454,18 +494,15 @@ impl Engine {
     fn multi_get_with(&self, keys: &[&[u8]], expired_too: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let side = &self.side;
         let view = side.view()?;
-        let ptrs: Vec<Option<ValuePtr>> = keys
-            .iter()
-            .map(|k| {
-                let slot = if expired_too {
-                    side.lookup_entry(&view, k)
-                } else {
-                    side.lookup(&view, k)
-                };
-                slot.and_then(|s| s.ptr())
-            })
-            .collect();
-        let mut plan = side.plan_reads(&ptrs)?;
+        let mut values = Resolved::default();
+        for k in keys {
+            values.push_slot(if expired_too {
+                side.lookup_entry_held(&view, k)
+            } else {
+                side.lookup_held(&view, k)
+            });
+        }
+        let mut plan = side.plan_reads(values)?;
         let pages = plan.fetch(side.dev.as_ref());
         let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);
@@ -556,8 +593,8 @@ impl Engine {
     ) -> Result<Option<Lookup>> {
         let side = &self.side;
         let view = side.view()?;
-        let (ptrs, shape) = side.resolve_lookup(&view, keys, probes, range);
-        let mut plan = side.plan_reads(&ptrs)?;
+        let (values, shape) = side.resolve_lookup(&view, keys, probes, range);
+        let mut plan = side.plan_reads(values)?;
         let Some(pages) = plan.all_cached() else {
             return Ok(None);
         };
@@ -574,11 +611,14 @@ impl Engine {
     /// without its per-call vectors: the drive's GET of a hot key.
     pub fn get_cached(&self, key: &[u8]) -> Option<Bytes> {
         let side = &self.side;
-        let cache = side.cache.as_ref()?;
         let view = side.view().ok()?;
-        let Some(Slot::Value(p, _)) = side.lookup(&view, key) else {
+        let Some((Slot::Value(p, _), held)) = side.lookup_held(&view, key) else {
             return None;
         };
+        if held.is_some() {
+            return held;
+        }
+        let cache = side.cache.as_ref()?;
         let len = p.len as usize;
         // Cached pages were verified when they entered the cache.
         let value = match p.loc {
@@ -609,15 +649,15 @@ impl Engine {
     /// (see [`Engine::multi_get_async`]) and the `T` (its default when `resolve` failed).
     fn read_async<T: Default + Send + 'static>(
         &self,
-        resolve: impl FnOnce(&ReadView) -> Result<(Vec<Option<ValuePtr>>, T)>,
+        resolve: impl FnOnce(&ReadView) -> Result<(Resolved, T)>,
         done: OnValuesWith<T>,
     ) {
         let side = &self.side;
         let mut extra = T::default();
         let resolved = side.view().and_then(|view| {
-            let (ptrs, t) = resolve(&view)?;
+            let (values, t) = resolve(&view)?;
             extra = t;
-            let plan = side.plan_reads(&ptrs)?;
+            let plan = side.plan_reads(values)?;
             Ok((plan, view.into_pin()))
         });
         let done: OnValues = Box::new(move |r| done(r, extra));
@@ -734,21 +774,23 @@ impl Engine {
         let side = &self.side;
         let view = side.view()?;
         let mut keys = Vec::new();
-        let mut ptrs = Vec::new();
+        let mut values = Resolved::default();
         let mut clock = LazyClock::new();
         let mut merge = view.merge_from(start);
         while keys.len() < limit {
-            let Some((k, slot)) = merge.next() else { break };
+            let Some((k, slot, held)) = merge.next_held() else {
+                break;
+            };
             if end.is_some_and(|e| k >= e) {
                 break;
             }
             if let Slot::Value(p, _) = slot.visible(&mut clock) {
                 keys.push(k.to_vec());
-                ptrs.push(Some(p));
+                values.push(Some(p), held);
             }
         }
         drop(merge);
-        let mut plan = side.plan_reads(&ptrs)?;
+        let mut plan = side.plan_reads(values)?;
         let pages = plan.fetch(side.dev.as_ref());
         let values = plan.assemble(&pages, &side.read_copied, &side.read_faults)?;
         drop(view);
@@ -973,7 +1015,7 @@ impl Inner {
 
     /// Which pages hold these values.
     pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
-        ReadPlan::new(ptrs, self.g, |log_seg| self.segment_of(log_seg))
+        ReadPlan::new(ptrs, Vec::new(), self.g, |log_seg| self.segment_of(log_seg))
     }
 }
 

@@ -472,7 +472,11 @@ impl Inner {
         acc: &mut ReplayAcc,
     ) -> Result<SpanEnd> {
         // Records of the batch being collected, with their log segment (a batch may span two).
-        let mut pending: Vec<(Vec<u8>, Replayed, u64, u64, u32)> = Vec::new();
+        // Per record of the batch: key, slot, sequence number, batch, log segment, and the
+        // copy of a small value the memtable keeps (as the write path's `LaidOut::held`).
+        type Pending = (Vec<u8>, Replayed, u64, u64, u32, Option<Bytes>);
+        let mut pending: Vec<Pending> = Vec::new();
+        let hold_max = self.cfg.entry_value_max.min(MAX_HELD_VALUE);
         // Unused bytes of the batch's packed pages, by log segment.
         let mut pending_waste: Vec<(u32, u64)> = Vec::new();
         let mut pending_batch: Option<u64> = None;
@@ -590,6 +594,7 @@ impl Inner {
                             }
                         }
                     };
+                    let mut held = None;
                     let slot = match r.kind {
                         RecordKind::Put => Replayed::Set(Slot::Value(
                             ValuePtr {
@@ -666,7 +671,13 @@ impl Inner {
                         // The head record carries the value.
                         RecordKind::Continued => continue,
                     };
-                    pending.push((key, slot, r.seq, info.batch, m.log_seg));
+                    if r.kind == RecordKind::Put && r.value_len as usize <= hold_max {
+                        let at = usize::from(r.payload_offset);
+                        held = buf
+                            .get(at..at + r.value_len as usize)
+                            .map(Bytes::copy_from_slice);
+                    }
+                    pending.push((key, slot, r.seq, info.batch, m.log_seg, held));
                 }
                 if let Some((kind, why)) = bad {
                     return Ok(fault(kind, why, batch_start, Some(info.batch)));
@@ -678,7 +689,7 @@ impl Inner {
                     for (log_seg, waste) in pending_waste.drain(..) {
                         self.count_tail_dead(log_seg, waste);
                     }
-                    for (k, replayed, seq, batch, log_seg) in pending.drain(..) {
+                    for (k, replayed, seq, batch, log_seg, held) in pending.drain(..) {
                         acc.max_seq = acc.max_seq.max(seq);
                         acc.max_batch = acc.max_batch.max(batch);
                         acc.replayed += 1;
@@ -701,6 +712,9 @@ impl Inner {
                                 slot
                             }
                         };
+                        if let (Some(p), Some(v)) = (slot.ptr(), held) {
+                            self.mem.hold(p, v);
+                        }
                         self.apply(&k, seq, slot);
                     }
                     acc.last_complete = Some(info.batch);

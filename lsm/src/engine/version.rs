@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use hwftl_sim::{AppendDevice, Geometry, Lba};
 
 use crate::cache::ValueCache;
@@ -43,10 +44,9 @@ use crate::keytable::{KeyTable, Slot};
 use crate::memtable::MemTable;
 use crate::merge::{run_source, LevelCursor, Merge, Source};
 use crate::read::ReadWindow;
-use crate::vlog_format::ValuePtr;
 
 use super::levels::{self, Level};
-use super::read::ReadPlan;
+use super::read::{ReadPlan, Resolved};
 use super::{corrupt, Inner};
 
 /// The sparse page index and extents of a run, for the keytable-caching ablation (lookups
@@ -129,9 +129,9 @@ impl ReadSide {
 
     /// Which device pages hold these values (the segment map is loaded now, after the
     /// pointers were resolved).
-    pub(super) fn plan_reads(&self, ptrs: &[Option<ValuePtr>]) -> Result<ReadPlan> {
+    pub(super) fn plan_reads(&self, values: Resolved) -> Result<ReadPlan> {
         let segs = self.segs.load();
-        let plan = ReadPlan::new(ptrs, self.g, |log_seg| {
+        let plan = ReadPlan::new(&values.ptrs, values.held, self.g, |log_seg| {
             segs.get(&log_seg).copied().ok_or_else(|| {
                 corrupt(format!(
                     "value in log segment {log_seg}, which no longer exists"
@@ -186,6 +186,41 @@ impl ReadSide {
     pub(super) fn lookup(&self, view: &ReadView, key: &[u8]) -> Option<Slot> {
         self.lookup_entry(view, key)
             .map(|s| s.visible(&mut LazyClock::new()))
+    }
+
+    /// [`ReadSide::lookup`], with the copy of the value DRAM holds, if any (see
+    /// [`ReadSide::lookup_entry_held`]).
+    pub(super) fn lookup_held(&self, view: &ReadView, key: &[u8]) -> Option<(Slot, Option<Bytes>)> {
+        let (slot, held) = self.lookup_entry_held(view, key)?;
+        match slot.visible(&mut LazyClock::new()) {
+            Slot::Tombstone => Some((Slot::Tombstone, None)),
+            s => Some((s, held)),
+        }
+    }
+
+    /// [`ReadSide::lookup_entry`], with the copy of the value DRAM holds: the keytable
+    /// entry's held value, or a memtable's copy (a version that retimes a value flushed
+    /// before has none until it is flushed beside it: its value is read as any other).
+    pub(super) fn lookup_entry_held(
+        &self,
+        view: &ReadView,
+        key: &[u8],
+    ) -> Option<(Slot, Option<Bytes>)> {
+        for m in &view.version.mems {
+            if let Some(s) = m.get(key, view.seq) {
+                let held = s
+                    .ptr()
+                    .and_then(|p| view.version.mems.iter().find_map(|m| m.held(&p)));
+                return Some((s, held));
+            }
+        }
+        let mut runs = levels::runs_for_key(&view.version.levels, key);
+        if self.uncached_keytables {
+            return runs
+                .find_map(|run| self.lookup_on_device(view, run, key))
+                .map(|s| (s, None));
+        }
+        runs.find_map(|run| run.get_held(key))
     }
 
     /// The newest entry of `key` in `view`, expired or not.

@@ -76,6 +76,8 @@ pub(super) enum PendingState {
 pub(super) struct InFlight {
     /// Keys with their sequence numbers and new slots.
     updates: Vec<(Box<[u8]>, u64, Slot)>,
+    /// Copies of the small values it writes, by address (`LaidOut::held`).
+    held: Vec<(ValuePtr, Bytes)>,
     /// The values it writes (garbage if it fails).
     fresh: Vec<Invalidated>,
     /// It retimes a value written before it: a later batch's insert must wait for its
@@ -136,6 +138,7 @@ impl Insertion {
 /// (see [`Inner::claim_ready`]).
 pub(super) struct ApplyJob {
     updates: Vec<(Box<[u8]>, u64, Slot)>,
+    held: Vec<(ValuePtr, Bytes)>,
     cache_fill: Vec<(PageAddr, Bytes)>,
     insertion: Arc<Insertion>,
     /// The insert of the last earlier batch with a retime, which must be done before this
@@ -156,6 +159,10 @@ impl ApplyJob {
             while !before.done.load(Ordering::Acquire) {
                 std::thread::yield_now();
             }
+        }
+        // The copies first: a reader that sees a version finds its copy.
+        for (ptr, v) in self.held {
+            mem.hold(ptr, v);
         }
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
@@ -689,6 +696,7 @@ impl Inner {
             updates,
             fresh,
             retimes,
+            held,
         } = built?;
         let cache_fill = if gc {
             Vec::new()
@@ -772,6 +780,10 @@ impl Inner {
                     .into_iter()
                     .map(|(k, seq, s)| (Box::from(k), seq, s))
                     .collect(),
+                held: held
+                    .into_iter()
+                    .map(|(p, v)| (p, Bytes::copy_from_slice(v)))
+                    .collect(),
                 fresh,
                 retimes,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
@@ -847,6 +859,7 @@ impl Inner {
                     }
                     jobs.push(ApplyJob {
                         updates: std::mem::take(&mut b.updates),
+                        held: std::mem::take(&mut b.held),
                         cache_fill: std::mem::take(&mut b.cache_fill),
                         insertion,
                         after,
@@ -857,6 +870,7 @@ impl Inner {
                     b.insertion = Some(Insertion::finished());
                     b.max_seq = 0;
                     b.updates.clear();
+                    b.held.clear();
                     let fresh = std::mem::take(&mut b.fresh);
                     let failure = match b.io.take() {
                         Some(Err(f)) => Some(f),
@@ -1029,6 +1043,13 @@ impl Inner {
     }
 
     /// Counts a durable batch's user bytes and applies its updates to the memtable.
+    /// Gives the memtable copies of a batch's small values before its versions go in.
+    pub(super) fn hold_values(&self, held: Vec<(ValuePtr, &[u8])>) {
+        for (p, v) in held {
+            self.mem.hold(p, Bytes::copy_from_slice(v));
+        }
+    }
+
     pub(super) fn commit_updates(&mut self, user_bytes: u64, updates: Vec<(&[u8], u64, Slot)>) {
         if !self.in_gc {
             self.stats.user_bytes_written += user_bytes;
@@ -1074,6 +1095,7 @@ impl Inner {
             pages,
             updates,
             fresh,
+            held,
             ..
         } = self.build_batch(ops, reserve)?;
         let cache_fill = if self.in_gc {
@@ -1101,6 +1123,7 @@ impl Inner {
             return Err(e);
         }
         self.pages_since_checkpoint += n;
+        self.hold_values(held);
         self.commit_updates(Self::user_bytes(ops), updates);
         self.fill_cache(cache_fill);
         Ok(())

@@ -21,7 +21,7 @@ fn page_index_and_page_search_agree_with_the_run() {
         .map(|i| format!("key{i:06}").into_bytes())
         .collect();
     for (i, k) in keys.iter().enumerate() {
-        b.push(k, &raw(i as u32));
+        b.push(k, &raw(i as u32), None);
     }
     let t = b.finish(0.01);
     let pages = t.encode_pages();
@@ -42,11 +42,13 @@ fn page_index_and_page_search_agree_with_the_run() {
 }
 
 /// Keys from 1 byte to 70,000 bytes (pages of their own, continued on the next ones,
-/// with short entries after them on the same page) survive the pages exactly.
+/// with short entries after them on the same page), some holding small values, survive the
+/// pages exactly (65,533, 65,534 and 65,535 are the special `key_len`s: those keys take the
+/// long form).
 #[test]
 fn long_entries_span_pages() {
     let sizes = [
-        1usize, 5000, 8100, 8200, 20_000, 65_534, 65_535, 65_536, 70_000, 3, 16_360,
+        1usize, 5000, 8100, 8200, 20_000, 65_533, 65_534, 65_535, 65_536, 70_000, 3, 16_360,
     ];
     let mut keys: Vec<Vec<u8>> = sizes
         .iter()
@@ -59,13 +61,24 @@ fn long_entries_span_pages() {
         .collect();
     keys.sort();
     let mut b = KeyTableBuilder::new(9);
+    let held = |i: usize| vec![i as u8; 9000 + i];
     for (i, k) in keys.iter().enumerate() {
-        let slot = if i % 4 == 3 {
-            Slot::Tombstone
-        } else {
-            raw(i as u32)
+        let slot = match i % 4 {
+            3 => Slot::Tombstone,
+            // Held values longer than MAX_HELD_VALUE are not kept: a short one instead.
+            1 => Slot::value(ValuePtr {
+                log_seg: 1,
+                loc: ValueLoc::Inline { page: 2, offset: 3 },
+                len: 40,
+            }),
+            _ => raw(i as u32),
         };
-        b.push(k, &slot);
+        let v = if i % 4 == 1 {
+            vec![i as u8; 40]
+        } else {
+            held(i)
+        };
+        b.push(k, &slot, Some(&v));
     }
     let t = b.finish(0.01);
     let pages = t.encode_pages();
@@ -75,13 +88,21 @@ fn long_entries_span_pages() {
     for (i, k) in keys.iter().enumerate() {
         assert_eq!(back.key(i), k.as_slice());
         assert_eq!(back.slot(i), t.slot(i));
+        let want = (i % 4 == 1).then(|| vec![i as u8; 40]);
+        assert_eq!(t.held(i).as_deref(), want.as_deref(), "entry {i}");
+        assert_eq!(
+            back.held(i).as_deref(),
+            want.as_deref(),
+            "entry {i} decoded"
+        );
     }
+    assert_eq!(back.data_bytes(), t.data_bytes());
     // Cut short: the last long entry is missing its end.
     let cut: Vec<&[u8]> = refs[..refs.len() - 1].to_vec();
     assert!(KeyTable::decode_pages(9, &cut, 0.01).is_err() || cut.is_empty());
     // Short keys only: pages as before (no continuation).
     let mut b = KeyTableBuilder::new(1);
-    b.push(b"k", &raw(1));
+    b.push(b"k", &raw(1), None);
     let p = b.finish(0.01).encode_pages();
     assert_eq!(&p[0][20..24], &[0, 0, 0, 0]);
 }

@@ -31,7 +31,7 @@ fn ptr(i: u32) -> Slot {
 fn table(n: u32) -> KeyTable {
     let mut b = KeyTableBuilder::new(5);
     for i in 0..n {
-        b.push(format!("key{i:08}").as_bytes(), &ptr(i));
+        b.push(format!("key{i:08}").as_bytes(), &ptr(i), None);
     }
     b.finish(0.01)
 }
@@ -56,7 +56,7 @@ fn raw(log_seg: u32, page: u32, crc: u32, len: u32) -> Slot {
 fn run_of(slots: &[Slot]) -> KeyTable {
     let mut b = KeyTableBuilder::new(9);
     for (i, s) in slots.iter().enumerate() {
-        b.push(format!("k{i:06}").as_bytes(), s);
+        b.push(format!("k{i:06}").as_bytes(), s, None);
     }
     b.finish(0.01)
 }
@@ -204,7 +204,7 @@ fn long_keys_shrink_blocks_and_very_long_keys_go_wide() {
         })
         .collect();
     for (i, k) in keys.iter().enumerate() {
-        b.push(k, &inline(1, i as u32, 0, 1));
+        b.push(k, &inline(1, i as u32, 0, 1), None);
     }
     let t = b.finish(0.01);
     assert_eq!(shift_of(&t), Some(4));
@@ -219,9 +219,9 @@ fn long_keys_shrink_blocks_and_very_long_keys_go_wide() {
 
     // One maximal key: one key per anchor.
     let mut b = KeyTableBuilder::new(1);
-    b.push(b"a", &Slot::Tombstone);
-    b.push(&vec![b'b'; 65535], &Slot::Tombstone);
-    b.push(b"c", &Slot::Tombstone);
+    b.push(b"a", &Slot::Tombstone, None);
+    b.push(&vec![b'b'; 65535], &Slot::Tombstone, None);
+    b.push(b"c", &Slot::Tombstone, None);
     let t = b.finish(0.01);
     assert_eq!(shift_of(&t), Some(0));
     assert_eq!(t.key(1).len(), 65535);
@@ -233,10 +233,10 @@ fn long_keys_shrink_blocks_and_very_long_keys_go_wide() {
     let big = vec![b'm'; 70_000];
     for i in 0..200u32 {
         let k = format!("a{i:05}");
-        b.push(k.as_bytes(), &inline(1, i, 0, 1));
+        b.push(k.as_bytes(), &inline(1, i, 0, 1), None);
     }
-    b.push(&big, &inline(2, 0, 0, 2));
-    b.push(b"z", &inline(3, 0, 0, 3));
+    b.push(&big, &inline(2, 0, 0, 2), None);
+    b.push(b"z", &inline(3, 0, 0, 3), None);
     let t = b.finish(0.01);
     assert_eq!(shift_of(&t), None);
     assert_eq!(t.len(), 202);
@@ -320,6 +320,11 @@ fn edge_u32() -> impl Strategy<Value = u32> {
 fn any_slot() -> impl Strategy<Value = Slot> {
     prop_oneof![
         1 => Just(Slot::Tombstone),
+        2 => (0u32..4, 0u16..8192, 0u32..80, prop_oneof![Just(0u64), 1u64..u64::MAX])
+            .prop_map(|(s, o, l, d)| match inline(s, 5, o, l) {
+                Slot::Value(p, _) => Slot::Value(p, std::num::NonZeroU64::new(d)),
+                t => t,
+            }),
         3 => (edge_u32(), edge_u32(), prop_oneof![0u16..8192, any::<u16>()], edge_u32())
             .prop_map(|(s, p, o, l)| inline(s, p, o, l)),
         3 => (edge_u32(), edge_u32(), any::<u32>(), edge_u32())
@@ -343,6 +348,13 @@ fn long_key() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// The value the model's entry for `k` holds: one of the right length for about half the
+/// values of at most 80 bytes.
+fn held_of(k: &[u8], s: &Slot) -> Option<Vec<u8>> {
+    let p = s.ptr()?;
+    (p.len <= 80 && k.len() % 2 == 0).then(|| vec![k.len() as u8 ^ 0x5c; p.len as usize])
+}
+
 fn check_model(
     model: &BTreeMap<Vec<u8>, Slot>,
     probes: &[Vec<u8>],
@@ -350,7 +362,10 @@ fn check_model(
 ) -> Result<(), TestCaseError> {
     let mut b = KeyTableBuilder::new(3);
     for (k, s) in model {
-        b.push(k, s);
+        // A held value of the wrong length is refused.
+        let wrong = s.ptr().map(|p| vec![0u8; p.len as usize + 1]);
+        let held = held_of(k, s).or(if k.len() % 3 == 0 { wrong } else { None });
+        b.push(k, s, held.as_deref());
     }
     prop_assert_eq!(b.len(), model.len());
     let t = b.finish(0.01);
@@ -359,7 +374,13 @@ fn check_model(
         prop_assert_eq!(t.key(i), k.as_slice());
         prop_assert_eq!(t.slot(i), *s);
         prop_assert_eq!(t.get(k), Some(*s));
+        prop_assert_eq!(t.held(i).map(|v| v.to_vec()), held_of(k, s));
     }
+    let held: Vec<Vec<u8>> = model.iter().filter_map(|(k, s)| held_of(k, s)).collect();
+    prop_assert_eq!(
+        t.held_values(),
+        (held.len(), held.iter().map(Vec::len).sum::<usize>())
+    );
     for p in probes {
         prop_assert_eq!(t.get(p), model.get(p).copied());
         prop_assert_eq!(t.seek(p), model.range(..p.clone()).count());
@@ -387,7 +408,13 @@ fn check_model(
         prop_assert_eq!(back.key(i), k.as_slice());
         prop_assert_eq!(back.slot(i), on_device);
         prop_assert_eq!(back.get(k), Some(on_device));
+        prop_assert_eq!(back.held(i).map(|v| v.to_vec()), held_of(k, s));
+        prop_assert_eq!(
+            back.get_held(k).map(|(_, h)| h.map(|v| v.to_vec())),
+            Some(held_of(k, s))
+        );
     }
+    prop_assert_eq!(back.data_bytes(), t.data_bytes());
     Ok(())
 }
 
