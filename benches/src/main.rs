@@ -18,6 +18,7 @@ mod procfs;
 mod recovery;
 mod report;
 mod resp;
+mod small_values;
 mod workloads;
 
 use std::path::PathBuf;
@@ -133,6 +134,12 @@ enum Bench {
     /// drops and the space it gives back, and FLUSHALL's time and bytes. `--quick`: 50,000
     /// expiring SETs and 1,500,000 plain ones instead of 200,000 and 4,000,000.
     Expiry {
+        #[command(flatten)]
+        run: DriveRun,
+    },
+    /// Small values held in their keytable entries against none held, value cache off:
+    /// GET and HGET throughput and device page reads per request after a restart.
+    SmallValues {
         #[command(flatten)]
         run: DriveRun,
     },
@@ -329,6 +336,35 @@ fn main() -> anyhow::Result<()> {
             );
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
+                println!("wrote {}", path.display());
+            }
+        }
+        Bench::SmallValues { run } => {
+            let json = run.json;
+            let rows = small_values::SmallValuesBench {
+                quick: run.quick,
+                scratch: run.scratch,
+                lightstore: run.lightstore,
+            }
+            .run()?;
+            println!(
+                "{:<10} {:<10} {:>10} {:>8} {:>8} {:>12} {:>12}",
+                "drive", "workload", "req/s", "p50 ms", "p99 ms", "reads/req", "held values"
+            );
+            for r in &rows {
+                println!(
+                    "{:<10} {:<10} {:>10.0} {:>8.3} {:>8.3} {:>12.3} {:>12}",
+                    r.drive,
+                    r.workload,
+                    r.rps,
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.page_reads_per_request,
+                    r.entry_values
+                );
+            }
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
                 println!("wrote {}", path.display());
             }
         }

@@ -1,9 +1,9 @@
 //! Reading commands run at the device's queue depth: a command whose page is held at the
 //! device does not hold up other clients. The drive runs on a timing model whose page reads
 //! take 400 ms on the wall clock; one client's HGETALL waits on such a read while another
-//! client's PING and its GET of a value in the value cache come back at once (before the
-//! change that made every reading command asynchronous, the HGETALL held the engine
-//! thread and the GET waited behind it).
+//! client's PING, its GET of a value in the value cache and its GET of a small value held in
+//! its keytable entry come back at once (before the change that made every reading command
+//! asynchronous, the HGETALL held the engine thread and the GET waited behind it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -18,6 +18,8 @@ use redis::Commands;
 /// Page reads of 400 ms; programs, erases and transfers of microseconds.
 const SLOW_READS: &str = "custom:400000000,20000,20000,1000,1000";
 const READ: Duration = Duration::from_millis(400);
+/// A value past `entry-value-max` (64 B): the value cache serves it once read.
+const HOT: &str = "a cached value, longer than the values the keytable entries hold themselves";
 
 #[test]
 fn a_read_held_at_the_device_does_not_stall_other_clients() {
@@ -30,7 +32,8 @@ fn a_read_held_at_the_device_does_not_stall_other_clients() {
         let d = Drive::start(&data, &[]);
         let mut c = d.conn();
         let _: () = c.hset_multiple("user:1", &fields).unwrap();
-        let _: () = c.set("hot", "cached value").unwrap();
+        let _: () = c.set("hot", HOT).unwrap();
+        let _: () = c.set("tiny", "held").unwrap();
         assert!(d.shutdown());
     }
     // Restarted on slow reads: the value cache starts empty.
@@ -38,7 +41,8 @@ fn a_read_held_at_the_device_does_not_stall_other_clients() {
     let mut a = d.conn();
     let mut b = d.conn();
     // The first GET reads the page from the device and caches it.
-    assert_eq!(b.get::<_, String>("hot").unwrap(), "cached value");
+    assert!(HOT.len() > 64);
+    assert_eq!(b.get::<_, String>("hot").unwrap(), HOT);
     let reads_before = info_field(&mut b, "ftl", "page_reads");
 
     // Client a's HGETALL goes to the device (400 ms) ...
@@ -55,11 +59,16 @@ fn a_read_held_at_the_device_does_not_stall_other_clients() {
     let t = Instant::now();
     let hot: String = b.get("hot").unwrap();
     let get_took = t.elapsed();
+    // Never read before: its entry holds it.
+    let t = Instant::now();
+    let tiny: String = b.get("tiny").unwrap();
+    let tiny_took = t.elapsed();
     let slow_still_waiting = !slow.is_finished();
     let (all, hgetall_took) = slow.join().unwrap();
 
     assert_eq!(pong, "PONG");
-    assert_eq!(hot, "cached value");
+    assert_eq!(hot, HOT);
+    assert_eq!(tiny, "held");
     let want: HashMap<String, String> = fields.into_iter().collect();
     assert_eq!(all, want);
     assert!(
@@ -75,8 +84,9 @@ fn a_read_held_at_the_device_does_not_stall_other_clients() {
         "the HGETALL finished before the other client's commands ({hgetall_took:?})"
     );
     assert!(
-        ping_took < READ / 2 && get_took < READ / 2,
-        "another client waited behind a device read: PING {ping_took:?}, GET {get_took:?}"
+        ping_took < READ / 2 && get_took < READ / 2 && tiny_took < READ / 2,
+        "another client waited behind a device read: PING {ping_took:?}, GET {get_took:?}, \
+         GET of a held value {tiny_took:?}"
     );
     assert!(info_field(&mut b, "valuecache", "value_cache_hits") >= 1);
 }

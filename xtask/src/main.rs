@@ -14,6 +14,9 @@
 //!   after `kill -9` and after a clean stop.
 //! - `cargo xtask bench expiry [--quick] [--json PATH]`: device bytes of keys with deadlines
 //!   (per SET EX, while they expire) and of FLUSHALL, and what compaction gives back.
+//! - `cargo xtask bench small-values [--quick] [--json PATH]`: GET/HGET of small values held
+//!   in their keytable entries against none held (value cache off): requests per second and
+//!   device page reads per request.
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
@@ -441,8 +444,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench { which, args } => {
             ensure_debian_tools();
             match which.as_str() {
-                "device" | "local" | "net" | "cluster" | "recovery" | "expiry" => {
-                    if matches!(which.as_str(), "net" | "cluster" | "recovery" | "expiry") {
+                "device" | "local" | "net" | "cluster" | "recovery" | "expiry" | "small-values" => {
+                    if matches!(
+                        which.as_str(),
+                        "net" | "cluster" | "recovery" | "expiry" | "small-values"
+                    ) {
                         // The drive binary the benchmark starts, next to the harness.
                         cargo(&["build", "--release", "-p", "firmware"], &[])?;
                     }
@@ -460,7 +466,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 "all" => bench_all(&args),
                 other => bail!(
-                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, all)"
+                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, small-values, all)"
                 ),
             }
         }
