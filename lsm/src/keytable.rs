@@ -352,6 +352,9 @@ impl HeldValues {
             .collect();
         self.bits.shrink_to_fit();
         self.ends.shrink_to_fit();
+        // `Bytes::from` keeps a `Vec`'s whole allocation: trim it first, so `dram_bytes`
+        // counts what is held.
+        self.building.shrink_to_fit();
         self.arena = Bytes::from(std::mem::take(&mut self.building));
     }
 
@@ -830,7 +833,8 @@ impl KeyTable {
         self.slots.get(i)
     }
 
-    /// The value entry `i` holds, if it holds one (a slice of the run's arena, no copy).
+    /// The value entry `i` holds, if it holds one: a slice of the run's arena, no copy (it
+    /// keeps the whole arena alive: reads hand clients a copy, see `ReadPlan::assemble`).
     pub fn held(&self, i: usize) -> Option<Bytes> {
         self.held.get(i)
     }

@@ -399,6 +399,9 @@ pub struct MemTable {
     /// [`NewestIndex`]'s. An address names one value for good (a value is never rewritten in
     /// place), so a copy is right for every version pointing there.
     held: DashMap<ValuePtr, Bytes, foldhash::fast::RandomState>,
+    /// How many values are held (`DashMap::is_empty` and `len` lock every shard: a lookup
+    /// asks this first).
+    held_count: AtomicUsize,
     /// Bytes of the held values.
     held_bytes: AtomicUsize,
 }
@@ -445,6 +448,7 @@ impl MemTable {
             retimes: std::sync::atomic::AtomicBool::new(false),
             earliest_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             held: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            held_count: AtomicUsize::new(0),
             held_bytes: AtomicUsize::new(0),
         }
     }
@@ -455,6 +459,9 @@ impl MemTable {
     pub fn hold(&self, ptr: ValuePtr, value: Bytes) {
         let len = value.len();
         if self.held.insert(ptr, value).is_none() {
+            // After the insert: a reader that sees the count also finds the copy (and one
+            // that reads 0 just reads the page).
+            self.held_count.fetch_add(1, AtomicOrdering::Release);
             self.held_bytes.fetch_add(len, AtomicOrdering::Relaxed);
             self.bytes
                 .fetch_add(len + HELD_OVERHEAD, AtomicOrdering::Relaxed);
@@ -463,7 +470,7 @@ impl MemTable {
 
     /// The copy of the value at `ptr`, if the table holds one.
     pub fn held(&self, ptr: &ValuePtr) -> Option<Bytes> {
-        if self.held.is_empty() {
+        if self.held_count.load(AtomicOrdering::Acquire) == 0 {
             return None;
         }
         self.held.get(ptr).map(|v| v.clone())
@@ -472,7 +479,7 @@ impl MemTable {
     /// How many values the table holds copies of, and their bytes.
     pub fn held_values(&self) -> (usize, usize) {
         (
-            self.held.len(),
+            self.held_count.load(AtomicOrdering::Relaxed),
             self.held_bytes.load(AtomicOrdering::Relaxed),
         )
     }

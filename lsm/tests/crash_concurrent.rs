@@ -575,6 +575,7 @@ fn flip_left_in_place(
         tries += 1;
         // The live values on the page small enough to be held in their keytable entries:
         // their reads take the entry's intact copy, not the flipped page.
+        // (Distinct keys: two records of one key with the same bytes are one live value.)
         let held_live = recs
             .iter()
             .filter(|r| {
@@ -585,7 +586,9 @@ fn flip_left_in_place(
                         .get(&r.key)
                         .is_some_and(|v| buf.get(at..at + r.value_len as usize) == Some(&v[..]))
             })
-            .count();
+            .map(|r| r.key.clone())
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         // A byte of that value: covered by the page's checksum.
         let byte = usize::from(rec.payload_offset);
         dev.corrupt_page(lba, byte).unwrap();
@@ -641,6 +644,10 @@ fn flip_left_in_place(
             Err(e) => panic!("key {}: {e}", String::from_utf8_lossy(k)),
         }
     }
+    assert!(
+        held_live <= live_on_page,
+        "{held_live} held of {live_on_page} live"
+    );
     assert_eq!(
         corrupt,
         live_on_page - held_live,

@@ -651,11 +651,12 @@ impl Inner {
                         return Err(corrupt("a put with a deadline reached the layout whole"));
                     }
                 }
-                // A small value is also kept in DRAM with its version (see `LaidOut::held`).
+                // A small value packed into its page is also kept in DRAM with its version (see
+                // `LaidOut::held`; replay rebuilds the copies of those records, so only those).
                 if let (WriteOp::Put(_, v), Some((_, _, Slot::Value(p, _)))) =
                     (*op, updates.get(pushed))
                 {
-                    if v.len() <= hold_max {
+                    if v.len() <= hold_max && matches!(p.loc, ValueLoc::Inline { .. }) {
                         held.push((*p, v));
                     }
                 }

@@ -283,7 +283,9 @@ impl ReadPlan {
         let mut out = Vec::with_capacity(self.ptrs.len());
         for (i, (p, span)) in self.ptrs.iter().zip(&self.spans).enumerate() {
             if let Some(Some(v)) = self.held.get(i) {
-                out.push(Some(v.clone()));
+                // A copy of its own: a run's copy is a slice of the run's whole arena, which
+                // a client's reply must not keep alive.
+                out.push(Some(Bytes::copy_from_slice(v)));
                 continue;
             }
             let (Some(p), Some((at, n))) = (p, span) else {
@@ -615,8 +617,9 @@ impl Engine {
         let Some((Slot::Value(p, _), held)) = side.lookup_held(&view, key) else {
             return None;
         };
-        if held.is_some() {
-            return held;
+        if let Some(v) = held.filter(|_| !side.uncached_keytables) {
+            // Its own copy, as `ReadPlan::assemble` gives.
+            return Some(Bytes::copy_from_slice(&v));
         }
         let cache = side.cache.as_ref()?;
         let len = p.len as usize;

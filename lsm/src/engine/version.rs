@@ -131,7 +131,13 @@ impl ReadSide {
     /// pointers were resolved).
     pub(super) fn plan_reads(&self, values: Resolved) -> Result<ReadPlan> {
         let segs = self.segs.load();
-        let plan = ReadPlan::new(&values.ptrs, values.held, self.g, |log_seg| {
+        // The keytable-caching ablation measures reads that go to the device.
+        let held = if self.uncached_keytables {
+            Vec::new()
+        } else {
+            values.held
+        };
+        let plan = ReadPlan::new(&values.ptrs, held, self.g, |log_seg| {
             segs.get(&log_seg).copied().ok_or_else(|| {
                 corrupt(format!(
                     "value in log segment {log_seg}, which no longer exists"
