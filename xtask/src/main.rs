@@ -331,8 +331,9 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
 /// The report's YCSB section: workloads A-F through YCSB's stock redis binding against the
 /// drive (plp) and redis-server (in memory) in turn (`cargo xtask ycsb --binding redis
 /// --against both`), at two data sizes: one inside the drive's value cache (its default,
-/// 64 MiB) and one more than four times its cache (a 4 MiB cache). Each table is written as
-/// `ycsb-<tag>.md` beside the report and appended to `report.md`.
+/// 64 MiB) and one more than four times its cache (a 4 MiB cache); a full run does each
+/// workload three times on each side, in turn (the median ratio and its range). Each table
+/// is written as `ycsb-<tag>.md` beside the report and appended to `report.md`.
 fn ycsb_section(out: &std::path::Path, quick: bool) -> anyhow::Result<()> {
     // Records of ten 100-byte fields: ~1.1 KB each.
     let (small, large, large_cache) = if quick {
@@ -352,6 +353,7 @@ fn ycsb_section(out: &std::path::Path, quick: bool) -> anyhow::Result<()> {
             drives: 1,
             records,
             operations: quick.then_some(2_000),
+            repeat: if quick { 1 } else { 3 },
             threads: 4,
             binding: "redis".into(),
             against: "both".into(),

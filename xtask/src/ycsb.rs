@@ -48,9 +48,14 @@ pub struct YcsbArgs {
     /// Records loaded before each workload (YCSB `recordcount`).
     #[arg(long, default_value_t = 10_000)]
     pub records: u64,
-    /// Operations of the run phase (YCSB `operationcount`) [default: 10000, 2000 for E].
+    /// Operations of the run phase (YCSB `operationcount`) [default: 100000, 10000 for E].
     #[arg(long)]
     pub operations: Option<u64>,
+    /// With `--against both`: runs of each workload on each side, drive and redis-server in
+    /// turn; the table gives the median of the paired ratios, their range, and the pair
+    /// whose ratio is the median.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
     /// YCSB client threads (each has one connection per drive).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
@@ -134,11 +139,14 @@ fn parse_workloads(spec: &str) -> anyhow::Result<Vec<char>> {
 }
 
 /// Operations of the run phase when not given: scans (E) read ~50 records each, so fewer.
+/// At 10,000 operations a run lasted about a second and measured the client's JVM warming
+/// up more than the servers (workload B: 0.67x redis-server at 10,000 operations, 1.02x at
+/// 100,000, same build).
 fn default_operations(workload: char) -> u64 {
     if workload == 'e' {
-        2_000
-    } else {
         10_000
+    } else {
+        100_000
     }
 }
 
@@ -923,31 +931,54 @@ fn p99(s: &Summary, op: &str) -> Option<f64> {
 
 /// The drive against redis-server, workload by workload (`--against both`), as a Markdown
 /// table.
-fn comparison(pairs: &[(WorkloadResult, WorkloadResult)]) -> String {
+fn comparison(workloads: &[Vec<(WorkloadResult, WorkloadResult)>]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| workload | drive ops/s | redis ops/s | ratio | drive p99 read us | redis p99 read us \
-         | drive p99 write us | redis p99 write us |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| workload | drive ops/s | redis ops/s | ratio | ratio range | drive p99 read us | redis p99 read us \
+         | drive p99 write us | redis p99 write us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (d, r) in pairs {
-        let ratio = match (d.run.throughput(), r.run.throughput()) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
+    let ratio_of = |(d, r): &(WorkloadResult, WorkloadResult)| match (
+        d.run.throughput(),
+        r.run.throughput(),
+    ) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    for runs in workloads {
+        // The run whose ratio is the median (a run without one sorts last); its figures
+        // stand for the workload.
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by(|&a, &b| {
+            let key = |i: usize| ratio_of(&runs[i]).unwrap_or(f64::INFINITY);
+            key(a).total_cmp(&key(b))
+        });
+        let Some(&mid) = order.get((order.len().saturating_sub(1)) / 2) else {
+            continue;
         };
+        let (d, r) = &runs[mid];
+        let ratio = ratio_of(&runs[mid]);
+        let ratios: Vec<f64> = runs.iter().filter_map(ratio_of).collect();
+        let range = match (
+            ratios.iter().copied().reduce(f64::min),
+            ratios.iter().copied().reduce(f64::max),
+        ) {
+            (Some(lo), Some(hi)) if ratios.len() > 1 => format!("{lo:.2}-{hi:.2}"),
+            _ => "-".into(),
+        };
+        let problems = runs
+            .iter()
+            .any(|(d, r)| !d.problems.is_empty() || !r.problems.is_empty());
         // Reads: READ (or SCAN for E); writes: UPDATE (or INSERT for D and E).
         let rd = |s: &Summary| p99(s, "READ").or_else(|| p99(s, "SCAN"));
         let wr = |s: &Summary| p99(s, "UPDATE").or_else(|| p99(s, "INSERT"));
         out.push_str(&format!(
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             d.workload.to_ascii_uppercase(),
-            if d.problems.is_empty() && r.problems.is_empty() {
-                ""
-            } else {
-                " (errors)"
-            },
+            if problems { " (errors)" } else { "" },
             fmt_opt(d.run.throughput(), 0),
             fmt_opt(r.run.throughput(), 0),
             fmt_opt(ratio, 2),
+            range,
             fmt_opt(rd(&d.run), 0),
             fmt_opt(rd(&r.run), 0),
             fmt_opt(wr(&d.run), 0),
@@ -1014,38 +1045,50 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
     let root = repo_root();
     let bin = build_drive(&root, true)?;
     let classes = build_binding(&root)?;
+    let repeat = if targets.len() == 2 {
+        args.repeat.max(1)
+    } else {
+        1
+    };
     let mut results = Vec::new();
-    let mut pairs = Vec::new();
+    let mut pairs: Vec<Vec<(WorkloadResult, WorkloadResult)>> = Vec::new();
     for &w in &workloads {
-        let mut per_target = Vec::new();
-        for &target in &targets {
-            let spec = RunSpec {
-                workload: w,
-                drives: args.drives,
-                records: args.records,
-                operations: args.operations.unwrap_or_else(|| default_operations(w)),
-                threads: args.threads,
-                binding,
-                target,
-                drive_args: drive_args.clone(),
-            };
-            let r = run_workload(&root, &bin, &classes, &spec)?;
-            for p in &r.problems {
-                eprintln!("xtask: {p}");
+        let mut runs = Vec::new();
+        for _ in 0..repeat {
+            let mut per_target = Vec::new();
+            for &target in &targets {
+                let spec = RunSpec {
+                    workload: w,
+                    drives: args.drives,
+                    records: args.records,
+                    operations: args.operations.unwrap_or_else(|| default_operations(w)),
+                    threads: args.threads,
+                    binding,
+                    target,
+                    drive_args: drive_args.clone(),
+                };
+                let r = run_workload(&root, &bin, &classes, &spec)?;
+                for p in &r.problems {
+                    eprintln!("xtask: {p}");
+                }
+                per_target.push(r);
             }
-            per_target.push(r);
+            if let [d, r] = &per_target[..] {
+                runs.push((d.clone(), r.clone()));
+            }
+            results.extend(per_target);
         }
-        if let [d, r] = &per_target[..] {
-            pairs.push((d.clone(), r.clone()));
+        if !runs.is_empty() {
+            pairs.push(runs);
         }
-        results.extend(per_target);
     }
     if !pairs.is_empty() {
         let table = comparison(&pairs);
         let header = format!(
             "YCSB through the {} binding: the drive (durability {}, value cache {}) against \
              in-memory redis-server (no RDB, no AOF), same client, {} threads, {} records, \
-             {} operations per workload (E: {}); commit {}.",
+             {} operations per workload (E: {}), {} run(s) of each side per workload, in \
+             turn; commit {}.",
             binding_name(binding),
             args.durability,
             args.value_cache_size.as_deref().unwrap_or("default 64MiB"),
@@ -1053,6 +1096,7 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
             args.records,
             args.operations.unwrap_or(default_operations('a')),
             args.operations.unwrap_or(default_operations('e')),
+            repeat,
             commit_id(&root),
         );
         println!("\n== {header}\n{table}");
@@ -1085,6 +1129,36 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(ops: f64) -> WorkloadResult {
+        WorkloadResult {
+            workload: 'a',
+            load: Summary::default(),
+            run: Summary::parse(&format!(
+                "[OVERALL], Throughput(ops/sec), {ops}\n[READ], 99thPercentileLatency(us), {}\n",
+                ops as u64 / 10
+            )),
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn repeated_runs_report_the_median_pair_and_the_range() {
+        let runs = vec![
+            (result(500.0), result(1000.0)),
+            (result(900.0), result(1000.0)),
+            (result(700.0), result(1000.0)),
+        ];
+        let table = comparison(&[runs]);
+        let row = table.lines().last().unwrap();
+        assert!(
+            row.starts_with("| A | 700 | 1000 | 0.70 | 0.50-0.90 | 70 | 100 |"),
+            "{row}"
+        );
+        // One run: no range.
+        let one = comparison(&[vec![(result(800.0), result(1000.0))]]);
+        assert!(one.lines().last().unwrap().contains("| 0.80 | - |"));
+    }
 
     #[test]
     fn workload_specs() {
