@@ -254,16 +254,19 @@ fn cargo_env(
 /// `librocksdb-dev` is linked when present (installed if missing), which spares the many
 /// minutes of RocksDB's C++ build; bindgen needs libclang (`libclang-dev`).
 /// `cargo xtask bench all`'s own flags (not passed to the harness): `--ycsb` runs the YCSB
-/// section with `--quick` too, `--skip-ycsb` leaves it out of a full run.
+/// section with `--quick` too, `--skip-ycsb` leaves it out of a full run, `--skip-cluster`
+/// leaves out the cluster-scaling section.
 const YCSB_FLAG: &str = "--ycsb";
 const SKIP_YCSB_FLAG: &str = "--skip-ycsb";
+const SKIP_CLUSTER_FLAG: &str = "--skip-cluster";
 
 fn bench_all(args: &[String]) -> anyhow::Result<()> {
     let with_ycsb = args.iter().any(|a| a == YCSB_FLAG);
     let skip_ycsb = args.iter().any(|a| a == SKIP_YCSB_FLAG);
+    let skip_cluster = args.iter().any(|a| a == SKIP_CLUSTER_FLAG);
     let args: Vec<String> = args
         .iter()
-        .filter(|a| *a != YCSB_FLAG && *a != SKIP_YCSB_FLAG)
+        .filter(|a| *a != YCSB_FLAG && *a != SKIP_YCSB_FLAG && *a != SKIP_CLUSTER_FLAG)
         .cloned()
         .collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -325,7 +328,71 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
     if !skip_ycsb && (!quick || with_ycsb) {
         ycsb_section(&out, quick)?;
     }
+    if !skip_cluster {
+        cluster_section(
+            &out,
+            &target.join("release").join("lightstore-bench"),
+            quick,
+        )?;
+    }
     Ok(())
+}
+
+/// The report's cluster-scaling section: `lightstore-bench cluster` (1, 2 and 4 drives as one
+/// Redis Cluster, SET and GET through redis-benchmark's cluster mode) run with the harness
+/// just built; its rows go to `cluster.json` beside the report and a table into `report.md`.
+fn cluster_section(
+    out: &std::path::Path,
+    harness: &std::path::Path,
+    quick: bool,
+) -> anyhow::Result<()> {
+    let json = out.join("cluster.json");
+    let mut cmd = Command::new(harness);
+    cmd.arg("cluster").arg("--json").arg(&json);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let status = cmd.status().context("running lightstore-bench cluster")?;
+    if !status.success() {
+        bail!("lightstore-bench cluster failed ({status})");
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
+    )
+    .context("cluster.json")?;
+    let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_f64);
+    let mut section = format!(
+        "\n## Cluster scaling (`lightstore-bench cluster{}`)\n\n\
+         1, 2 and 4 drives as one Redis Cluster on this host, SET and GET of 100-byte values \
+         through redis-benchmark's cluster mode (50 connections, pipeline 16). Every drive and \
+         the client share the host's cores, so this measures the cost of the cluster layer, \
+         not the scaling of drives with a CPU each.\n\n\
+         | system | workload | ops/s | x one drive | drive CPU s per M ops | p50 us | p99 us |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+        if quick { " --quick" } else { "" }
+    );
+    for r in &rows {
+        let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |x| format!("{x:.d$}"));
+        section.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.get("system")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?"),
+            r.get("workload")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?"),
+            f(num(r, "ops_per_sec"), 0),
+            f(num(r, "ratio_to_one_drive"), 2),
+            f(num(r, "cpu_s_per_mop"), 2),
+            f(num(r, "p50_us"), 0),
+            f(num(r, "p99_us"), 0),
+        ));
+    }
+    let report = out.join("report.md");
+    let mut text = std::fs::read_to_string(&report)
+        .with_context(|| format!("reading {}", report.display()))?;
+    text.push_str(&section);
+    std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
 }
 
 /// The report's YCSB section: workloads A-F through YCSB's stock redis binding against the
