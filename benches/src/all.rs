@@ -1150,6 +1150,7 @@ impl RunOne {
                 m.p99_us,
             );
             r.p999_us = Some(m.p999_us);
+            r.max_us = Some(m.max_us);
             r.value_size = Some(self.value_size as u32);
             r.write_amp = m.write_amp;
             r.cpu_s_per_mop = m.cpu_s_per_mop;

@@ -100,7 +100,7 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
         for v in arr.iter_mut() {
             if v.get("system").and_then(|s| s.as_str()) == Some(DEVICE) {
                 if let Some(o) = v.as_object_mut() {
-                    for k in ["p50_us", "p99_us", "p999_us"] {
+                    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
                         o.insert(k.into(), serde_json::Value::Null);
                     }
                 }
@@ -478,15 +478,18 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
         "c x P: clients (threads or connections) x requests each keeps in flight. WA: bytes \
          written to storage / user bytes (16-byte keys + values), including the flushes and \
          compactions the writes left. CPU: CPU seconds per million operations of the serving \
-         process. RSS: its resident memory after the workload, MB.\n"
+         process. RSS: its resident memory after the workload, MB. Latencies are per \
+         operation: in-process rows from an HdrHistogram (3 significant digits) in which \
+         every operation of a batch has the batch's latency; RESP rows from redis-benchmark; \
+         max only where the histogram is ours.\n"
     );
     let _ = writeln!(
         m,
-        "| system | workload | value | c x P | ops/s | MB/s | p50 µs | p99 µs | p99.9 µs | WA | CPU s/Mop | RSS MB | vs device | vs LightStore |"
+        "| system | workload | value | c x P | ops/s | MB/s | p50 µs | p99 µs | p99.9 µs | max µs | WA | CPU s/Mop | RSS MB | vs device | vs LightStore |"
     );
     let _ = writeln!(
         m,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in rows
         .iter()
@@ -494,7 +497,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
     {
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {}x{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}x{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.system,
             r.workload,
             r.value_size
@@ -506,6 +509,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             fmt_lat(r.p50_us),
             fmt_lat(r.p99_us),
             r.p999_us.map_or_else(|| "—".to_string(), fmt_lat),
+            r.max_us.map_or_else(|| "—".to_string(), fmt_lat),
             fmt_opt(r.write_amp, 2),
             fmt_opt(r.cpu_s_per_mop, 2),
             fmt_opt(r.rss_mb, 0),

@@ -34,6 +34,9 @@ pub struct Row {
     /// 99.9th percentile latency in microseconds (`bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p999_us: Option<f64>,
+    /// The slowest operation's latency in microseconds (`bench all`'s in-process rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_us: Option<f64>,
     /// Commands in flight.
     pub queue_depth: u32,
     /// Ratio of ops/s to fio's on the same bytes (device benchmark, file backend).
@@ -214,7 +217,7 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
 
 /// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
 /// apply, e.g. write amplification of a read workload).
-pub const ALL_KEYS: [&str; 22] = [
+pub const ALL_KEYS: [&str; 23] = [
     "system",
     "workload",
     "value_size",
@@ -223,6 +226,7 @@ pub const ALL_KEYS: [&str; 22] = [
     "p50_us",
     "p99_us",
     "p999_us",
+    "max_us",
     "write_amp",
     "cpu_s_per_mop",
     "rss_mb",

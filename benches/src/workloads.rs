@@ -1,13 +1,14 @@
 //! The paper's Table 3 workloads — S-SET, S-GET, R-SET, R-GET, R-Mixed (9 reads : 1 write)
 //! — and Z-GET (random gets with YCSB's scrambled Zipfian key choice, theta 0.99: a hot set,
 //! as caches see), defined once for every system behind [`KvUnderTest`], with the closed-loop runner that
-//! measures them (client threads each issuing batches; throughput, latency percentiles and
-//! CDF, write amplification, CPU per operation, resident memory), and the device ceiling each
-//! workload is held to.
+//! measures them (client threads each issuing batches; throughput, per-operation latency
+//! percentiles and CDF from an HdrHistogram, write amplification, CPU per operation, resident
+//! memory), and the device ceiling each workload is held to.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use hdrhistogram::Histogram;
 use hwftl_sim::PAGE_SIZE;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -193,14 +194,18 @@ impl Shape {
 pub struct Measured {
     /// Operations per second.
     pub ops_per_sec: f64,
-    /// Mean latency of a batch, µs.
+    /// Mean latency of an operation, µs.
     pub mean_us: f64,
-    /// Latency percentiles of a batch (every key of a batch completes with it), µs.
+    /// Latency percentiles of an operation, µs: each operation of a batch is recorded with the
+    /// batch's latency (they are submitted together and the batch returns when the last is
+    /// done), in an HdrHistogram of 3 significant digits.
     pub p50_us: f64,
     /// 99th percentile, µs.
     pub p99_us: f64,
     /// 99.9th percentile, µs.
     pub p999_us: f64,
+    /// The slowest operation, µs.
+    pub max_us: f64,
     /// Bytes written to storage over user bytes (keys + values), counting the background
     /// work the writes left (waited for after the timed part); `None` for read workloads.
     pub write_amp: Option<f64>,
@@ -209,7 +214,7 @@ pub struct Measured {
     pub cpu_s_per_mop: Option<f64>,
     /// Resident memory of the serving process after the workload, MB.
     pub rss_mb: Option<f64>,
-    /// Latency CDF: `[µs, fraction of batches at or below]`, at most `CDF_POINTS` points.
+    /// Latency CDF: `[µs, fraction of operations at or below]`, at most `CDF_POINTS` points.
     pub cdf: Vec<[f64; 2]>,
 }
 
@@ -302,7 +307,7 @@ where
     let written0 = kv.written_bytes().ok();
     let cpu0 = kv.cpu_seconds().ok();
     let start = Instant::now();
-    let per_client: Vec<anyhow::Result<Vec<f64>>> = std::thread::scope(|scope| {
+    let per_client: Vec<anyhow::Result<Histogram<u64>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let (f, next, put_keys) = (&f, &next, &put_keys);
@@ -311,7 +316,8 @@ where
                     let mut rng = SmallRng::seed_from_u64(
                         0x5eed + seed.wrapping_mul(0x9e37_79b9) + u64::from(c),
                     );
-                    let mut lat = Vec::new();
+                    // Nanoseconds; it grows to fit whatever is recorded.
+                    let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
                     loop {
                         let b = next.fetch_add(1, Ordering::Relaxed);
                         if b >= batches {
@@ -319,7 +325,8 @@ where
                         }
                         let t0 = Instant::now();
                         let put = f(session.as_mut(), &mut rng, b)?;
-                        lat.push(t0.elapsed().as_nanos() as f64 / 1e3);
+                        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        lat.record_n(ns.max(1), batch_len.max(1))?;
                         put_keys.fetch_add(put, Ordering::Relaxed);
                     }
                 })
@@ -340,18 +347,13 @@ where
         kv.settle()?;
     }
     let secs = start.elapsed().as_secs_f64();
-    let mut lat = Vec::new();
+    let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
     for l in per_client {
-        lat.extend(l?);
+        lat.add(l?)?;
     }
     let written1 = kv.written_bytes().ok();
     let cpu1 = kv.cpu_seconds().ok();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        lat.get(((lat.len().max(1) - 1) as f64 * p) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let pct = |q: f64| lat.value_at_quantile(q) as f64 / 1e3;
     let done = batches * batch_len;
     let user = put_keys * (std::mem::size_of::<Key>() + value_len) as u64;
     let write_amp = match (written0, written1) {
@@ -362,17 +364,14 @@ where
         (Some(a), Some(b)) if done > 0 => Some((b - a).max(0.0) / (done as f64 / 1e6)),
         _ => None,
     };
-    let mean_us = if lat.is_empty() {
-        0.0
-    } else {
-        lat.iter().sum::<f64>() / lat.len() as f64
-    };
+    let empty = lat.is_empty();
     Ok(Measured {
         ops_per_sec: done as f64 / secs.max(1e-9),
-        mean_us,
+        mean_us: if empty { 0.0 } else { lat.mean() / 1e3 },
         p50_us: pct(0.5),
         p99_us: pct(0.99),
         p999_us: pct(0.999),
+        max_us: lat.max() as f64 / 1e3,
         write_amp,
         cpu_s_per_mop,
         rss_mb: kv.rss_mb(),
@@ -380,21 +379,21 @@ where
     })
 }
 
-/// At most `CDF_POINTS` points of the CDF of sorted samples, always with the last one.
-fn cdf(sorted: &[f64]) -> Vec<[f64; 2]> {
-    let n = sorted.len();
-    if n == 0 {
+/// Significant decimal digits of the latency histograms (0.1% resolution).
+const LATENCY_DIGITS: u8 = 3;
+
+/// At most `CDF_POINTS` points of the histogram's CDF (`[µs, fraction at or below]`), at
+/// evenly spaced fractions, ending with the slowest operation.
+fn cdf(lat: &Histogram<u64>) -> Vec<[f64; 2]> {
+    if lat.is_empty() {
         return Vec::new();
     }
-    let step = n.div_ceil(CDF_POINTS).max(1);
-    let mut out: Vec<[f64; 2]> = (0..n)
-        .step_by(step)
-        .map(|i| [sorted[i], (i + 1) as f64 / n as f64])
-        .collect();
-    if out.last().is_some_and(|p| p[1] < 1.0) {
-        out.push([sorted[n - 1], 1.0]);
-    }
-    out
+    (1..=CDF_POINTS)
+        .map(|i| {
+            let q = i as f64 / CDF_POINTS as f64;
+            [lat.value_at_quantile(q) as f64 / 1e3, q]
+        })
+        .collect()
 }
 
 /// The raw device's figures at depth `QD` on the same backend: 8 KiB pages per second of
@@ -431,11 +430,34 @@ mod tests {
 
     #[test]
     fn cdf_ends_at_one_and_is_bounded() {
-        let v: Vec<f64> = (0..1000).map(f64::from).collect();
-        let c = cdf(&v);
-        assert!(c.len() <= CDF_POINTS + 1);
+        let mut h = Histogram::<u64>::new(LATENCY_DIGITS).unwrap();
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let c = cdf(&h);
+        assert!(c.len() <= CDF_POINTS);
         assert_eq!(c.last().map(|p| p[1]), Some(1.0));
-        assert!(cdf(&[]).is_empty());
+        // The last point is the slowest operation (within the histogram's 0.1%).
+        assert!((c.last().unwrap()[0] - 1000.0).abs() <= 1.0, "{c:?}");
+        assert!(c
+            .windows(2)
+            .all(|w| w[0][0] <= w[1][0] && w[0][1] < w[1][1]));
+        assert!(cdf(&Histogram::<u64>::new(LATENCY_DIGITS).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn a_batch_counts_once_per_operation() {
+        // 99 fast single-key batches and one slow batch of 100 keys: half the operations
+        // are slow, so the median is the slow one's latency (a per-batch count would say fast).
+        let mut h = Histogram::<u64>::new(LATENCY_DIGITS).unwrap();
+        h.record_n(10_000, 1).unwrap();
+        for _ in 0..98 {
+            h.record_n(10_000, 1).unwrap();
+        }
+        h.record_n(5_000_000, 100).unwrap();
+        assert_eq!(h.len(), 199);
+        assert!(h.value_at_quantile(0.6) >= 4_990_000);
+        assert!(h.value_at_quantile(0.4) <= 10_010);
     }
 
     #[test]
