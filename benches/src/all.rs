@@ -700,6 +700,7 @@ impl AllBench {
             .env("RUST_LIB_BACKTRACE", "0")
             .args(["--system", sys])
             .args(["--device-mib", &self.overwrite_device_mib().to_string()])
+            .args(["--fill-percent", &extras::FILL_PERCENT.to_string()])
             .arg("--dir")
             .arg(&dir)
             .arg("--json")

@@ -359,14 +359,18 @@ impl KvUnderTest for NoSettle<'_> {
 
 /// The sustained run's sizes: LightStore's device geometry of `device_mib` (the one a
 /// drive formats for that capacity, [`Geometry::for_drive`]: 8 MiB segments at 1 GiB), its
-/// capacity, the engine's user capacity on it and the keys that fill `FILL_PERCENT` of that.
+/// capacity, the engine's user capacity on it and the keys that fill `fill_percent` of that
+/// ([`FILL_PERCENT`] in `bench all`).
 /// Runs before 2026-11-28 used 512 KiB segments (2 x 2 chips), a geometry no drive formats:
 /// at 1 GiB the manifest then listed 2,048 segments and its writes (one per segment opened
 /// or released) took 32 s of an 85 s run.
 ///
 /// # Errors
 /// When the geometry is invalid.
-pub fn overwrite_sizes(device_mib: u64) -> anyhow::Result<(Geometry, u64, u64, u64)> {
+pub fn overwrite_sizes(
+    device_mib: u64,
+    fill_percent: u64,
+) -> anyhow::Result<(Geometry, u64, u64, u64)> {
     let g = Geometry::for_drive(device_mib << 20)?;
     let dev = Arc::new(Ftl::format(
         &Backend::Ram(RamStore::new()),
@@ -376,7 +380,7 @@ pub fn overwrite_sizes(device_mib: u64) -> anyhow::Result<(Geometry, u64, u64, u
     let user = engine.stats().user_capacity_bytes;
     engine.close()?;
     let record = lsm::vlog_format::stored_record_bytes(16, VALUE_SIZE);
-    let keys = user * FILL_PERCENT / 100 / record;
+    let keys = user * fill_percent / 100 / record;
     Ok((g, g.capacity_bytes(), user, keys))
 }
 
@@ -387,6 +391,12 @@ pub struct Overwrite {
     pub system: String,
     /// LightStore's device, MiB.
     pub device_mib: u64,
+    /// Share of the user capacity the keys fill, percent.
+    pub fill_percent: u64,
+    /// DRAM for the system's cache (LightStore's value cache, BlobDB's block cache), bytes;
+    /// `None`: none for LightStore (the engine's default), a sixteenth of the data for
+    /// BlobDB (`bench all`'s sustained run).
+    pub cache_bytes: Option<u64>,
     /// Directory for the system's files.
     pub dir: PathBuf,
     /// Where to write the [`OverwriteRun`].
@@ -400,7 +410,8 @@ impl Overwrite {
     /// # Errors
     /// When the system fails.
     pub fn run(&self) -> anyhow::Result<()> {
-        let (g, capacity, user_capacity, keys) = overwrite_sizes(self.device_mib)?;
+        let (g, capacity, user_capacity, keys) =
+            overwrite_sizes(self.device_mib, self.fill_percent)?;
         let mut run = OverwriteRun {
             system: self.system.clone(),
             capacity_bytes: capacity,
@@ -419,6 +430,7 @@ impl Overwrite {
                 )?);
                 let cfg = lsm::EngineConfig {
                     flush_writes: sys == "lightstore-local",
+                    value_cache_bytes: self.cache_bytes.unwrap_or(0),
                     ..lsm::EngineConfig::default()
                 };
                 let engine = lsm::Engine::open(dev as Arc<dyn AppendDevice>, cfg)?;
@@ -449,7 +461,7 @@ impl Overwrite {
     fn blobdb(&self, run: &mut OverwriteRun) -> anyhow::Result<()> {
         use crate::peers::{Rocks, RocksLayout};
         let data = run.keys * (16 + VALUE_SIZE as u64);
-        let cache = (data / 16).max(1 << 20) as usize;
+        let cache = self.cache_bytes.unwrap_or((data / 16).max(1 << 20)) as usize;
         let db = Rocks::open(&self.dir.join("db"), RocksLayout::Blob, false, cache)?;
         run.wa_source = "/proc/self/io write_bytes - cancelled_write_bytes of the process \
                          (RocksDB in-process) / user bytes (16-byte keys + values)"

@@ -19,6 +19,7 @@ mod recovery;
 mod report;
 mod resp;
 mod small_values;
+mod sweep;
 mod workloads;
 
 use std::path::PathBuf;
@@ -174,13 +175,35 @@ enum Bench {
         #[arg(long)]
         repeat: Option<usize>,
     },
-    /// One system's sustained random overwrite (a child of `all`).
+    /// How sustained random overwrites cost as data grows (0.25x, 1x, 4x a DRAM budget, at
+    /// 80% fill) and as the store fills (50%, 80%, 95% at 1x): LightStore in-process (plp)
+    /// and BlobDB without a WAL (built with the `peers` feature), same cache DRAM each.
+    Sweep {
+        /// Only the smallest data size (a few minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Write the runs as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for the systems' files.
+        #[arg(long, default_value = "bench-scratch")]
+        scratch: PathBuf,
+        /// Only these systems (repeatable): lightstore-local/plp, rocksdb-blobdb/no-wal.
+        #[arg(long)]
+        system: Vec<String>,
+    },
+    /// One system's sustained random overwrite (a child of `all` and `sweep`).
     #[command(hide = true)]
     RunOverwrite {
         #[arg(long)]
         system: String,
         #[arg(long)]
         device_mib: u64,
+        #[arg(long)]
+        fill_percent: u64,
+        /// The system's cache, MiB (default: see `extras::Overwrite::cache_bytes`).
+        #[arg(long)]
+        cache_mib: Option<u64>,
         #[arg(long)]
         dir: PathBuf,
         #[arg(long)]
@@ -406,16 +429,38 @@ fn main() -> anyhow::Result<()> {
         Bench::RunOverwrite {
             system,
             device_mib,
+            fill_percent,
+            cache_mib,
             dir,
             json,
         } => {
             extras::Overwrite {
                 system,
                 device_mib,
+                fill_percent,
+                cache_bytes: cache_mib.map(|m| m << 20),
                 dir,
                 json,
             }
             .run()?;
+        }
+        Bench::Sweep {
+            quick,
+            json,
+            scratch,
+            system,
+        } => {
+            let runs = sweep::Sweep {
+                quick,
+                scratch,
+                systems: system,
+            }
+            .run()?;
+            sweep::print(&runs);
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&runs)?)?;
+                println!("wrote {}", path.display());
+            }
         }
         Bench::RunOne {
             system,

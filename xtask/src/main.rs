@@ -17,6 +17,9 @@
 //! - `cargo xtask bench small-values [--quick] [--json PATH]`: GET/HGET of small values held
 //!   in their keytable entries against none held (value cache off): requests per second and
 //!   device page reads per request.
+//! - `cargo xtask bench sweep [--quick] [--json PATH]`: sustained overwrites of LightStore
+//!   and BlobDB as data grows (0.25x, 1x, 4x a DRAM budget) and as the store fills (50%,
+//!   80%, 95%).
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
@@ -278,6 +281,28 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
             || std::path::PathBuf::from("bench-results"),
             std::path::PathBuf::from,
         );
+    let harness = build_peers_harness()?;
+    let status = Command::new(&harness)
+        .arg("all")
+        .args(&args)
+        .status()
+        .context("running lightstore-bench all")?;
+    if !status.success() {
+        bail!("lightstore-bench all failed ({status})");
+    }
+    if !skip_ycsb && (!quick || with_ycsb) {
+        ycsb_section(&out, quick)?;
+    }
+    if !skip_cluster {
+        cluster_section(&out, &harness, quick)?;
+    }
+    Ok(())
+}
+
+/// Builds the drive and the benchmark harness with the `peers` feature (RocksDB from Debian's
+/// library, fjall) into `target/bench-peers`, installing the Debian packages that needs, and
+/// returns the harness's path (`bench all`, `bench sweep`).
+fn build_peers_harness() -> anyhow::Result<std::path::PathBuf> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("no workspace root")?
@@ -317,25 +342,7 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
     if !build.status().context("running cargo build")?.success() {
         bail!("building the harness with the peers failed");
     }
-    let status = Command::new(target.join("release").join("lightstore-bench"))
-        .arg("all")
-        .args(&args)
-        .status()
-        .context("running lightstore-bench all")?;
-    if !status.success() {
-        bail!("lightstore-bench all failed ({status})");
-    }
-    if !skip_ycsb && (!quick || with_ycsb) {
-        ycsb_section(&out, quick)?;
-    }
-    if !skip_cluster {
-        cluster_section(
-            &out,
-            &target.join("release").join("lightstore-bench"),
-            quick,
-        )?;
-    }
-    Ok(())
+    Ok(target.join("release").join("lightstore-bench"))
 }
 
 /// The report's cluster-scaling section: `lightstore-bench cluster` (1, 2 and 4 drives as one
@@ -534,8 +541,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     )
                 }
                 "all" => bench_all(&args),
+                "sweep" => {
+                    let harness = build_peers_harness()?;
+                    let status = Command::new(&harness)
+                        .arg("sweep")
+                        .args(&args)
+                        .status()
+                        .context("running lightstore-bench sweep")?;
+                    if !status.success() {
+                        bail!("lightstore-bench sweep failed ({status})");
+                    }
+                    Ok(())
+                }
                 other => bail!(
-                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, small-values, all)"
+                    "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, small-values, sweep, all)"
                 ),
             }
         }
