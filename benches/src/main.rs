@@ -176,7 +176,7 @@ enum Bench {
         repeat: Option<usize>,
     },
     /// How sustained random overwrites cost as data grows (0.25x, 1x, 4x a DRAM budget, at
-    /// 80% fill) and as the store fills (50%, 80%, 95% at 1x): LightStore in-process (plp)
+    /// 80% fill) and as the store fills (50%, 80%, 90%, 95% at 1x): LightStore in-process (plp)
     /// and BlobDB without a WAL (built with the `peers` feature), same cache DRAM each.
     Sweep {
         /// Only the smallest data size (a few minutes).

@@ -19,7 +19,7 @@
 //!   device page reads per request.
 //! - `cargo xtask bench sweep [--quick] [--json PATH]`: sustained overwrites of LightStore
 //!   and BlobDB as data grows (0.25x, 1x, 4x a DRAM budget) and as the store fills (50%,
-//!   80%, 95%).
+//!   80%, 90%, 95%).
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
 //! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
