@@ -404,6 +404,10 @@ pub struct MemTable {
     held_count: AtomicUsize,
     /// Bytes of the held values.
     held_bytes: AtomicUsize,
+    /// Log bytes of values below the table (in the frozen table or the runs) that versions
+    /// in it moved away from: garbage collection's moves, whose old copies the flush of this
+    /// table will count as garbage ([`MemTable::note_moved_from_below`]).
+    moved_from_below: std::sync::atomic::AtomicU64,
 }
 
 /// A memtable's distinct keys in order, sharing the table's key allocations
@@ -450,7 +454,23 @@ impl MemTable {
             held: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             held_count: AtomicUsize::new(0),
             held_bytes: AtomicUsize::new(0),
+            moved_from_below: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Records that a version just inserted, new to this table, moved a value of `bytes`
+    /// log bytes (garbage collection): its old copy lies below the table, and this table's
+    /// flush counts it as garbage. Until then the engine counts it live twice; admission
+    /// against the user capacity subtracts this ([`MemTable::moved_from_below`]).
+    pub fn note_moved_from_below(&self, bytes: u64) {
+        self.moved_from_below
+            .fetch_add(bytes, AtomicOrdering::Relaxed);
+    }
+
+    /// Log bytes of the old copies of values moved into this table, below it, not yet
+    /// counted as garbage (see [`MemTable::note_moved_from_below`]).
+    pub fn moved_from_below(&self) -> u64 {
+        self.moved_from_below.load(AtomicOrdering::Relaxed)
     }
 
     /// Keeps `value`, a copy of the small value at `ptr` (a copy of its own: not a slice of

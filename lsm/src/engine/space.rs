@@ -54,15 +54,26 @@ impl Inner {
             .sum()
     }
 
+    /// Log bytes counted live that are garbage already: the old copies of the values garbage
+    /// collection moved into the memtables, which their flushes will count (see
+    /// [`MemTable::note_moved_from_below`]). Without this, the moves of a collection running
+    /// near a full store counted twice and refused writes the store had room for (a load to
+    /// 95% of the user capacity failed with `CapacityFull` at 92.6%).
+    pub(super) fn moved_from_below(&self) -> u64 {
+        self.mem.moved_from_below() + self.frozen.as_ref().map_or(0, |f| f.mem.moved_from_below())
+    }
+
     /// Whether `put_bytes` more live bytes stay within the user capacity by the current
-    /// count (cheap while the log itself is smaller than the capacity).
+    /// count, less the garbage already known ([`Inner::moved_from_below`]) (cheap while the
+    /// log itself is smaller than the capacity).
     pub(super) fn fits_user_capacity(&self, put_bytes: u64) -> bool {
         if put_bytes == 0 || self.in_gc {
             return true;
         }
         let cap = self.user_capacity();
         let log_bound = self.log_segs.len() as u64 * self.g.segment_bytes();
-        log_bound + put_bytes <= cap || self.live_bytes() + put_bytes <= cap
+        log_bound + put_bytes <= cap
+            || self.live_bytes().saturating_sub(self.moved_from_below()) + put_bytes <= cap
     }
 
     /// The error for a put batch that would pass the user capacity.

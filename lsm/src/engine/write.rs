@@ -78,6 +78,8 @@ pub(super) struct InFlight {
     updates: Vec<(Box<[u8]>, u64, Slot)>,
     /// Copies of the small values it writes, by address (`LaidOut::held`).
     held: Vec<(ValuePtr, Bytes)>,
+    /// It is a batch of garbage collection's moves.
+    moves: bool,
     /// The values it writes (garbage if it fails).
     fresh: Vec<Invalidated>,
     /// It retimes a value written before it: a later batch's insert must wait for its
@@ -139,6 +141,8 @@ impl Insertion {
 pub(super) struct ApplyJob {
     updates: Vec<(Box<[u8]>, u64, Slot)>,
     held: Vec<(ValuePtr, Bytes)>,
+    /// A batch of garbage collection's moves (see [`MemTable::note_moved_from_below`]).
+    moves: bool,
     cache_fill: Vec<(PageAddr, Bytes)>,
     insertion: Arc<Insertion>,
     /// The insert of the last earlier batch with a retime, which must be done before this
@@ -167,8 +171,15 @@ impl ApplyJob {
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
             let len = k.len();
-            if let Some(Slot::Value(old, _)) = mem.insert_owned(k, seq, slot) {
-                shadowed.push((len, old));
+            match mem.insert_owned(k, seq, slot) {
+                Some(Slot::Value(old, _)) => shadowed.push((len, old)),
+                // A move of a key the table had no version of: its old copy lies below.
+                None if self.moves => {
+                    if let Some(p) = slot.ptr() {
+                        mem.note_moved_from_below(stored_record_bytes(len, p.len as usize));
+                    }
+                }
+                _ => {}
             }
         }
         if let Some(cache) = cache {
@@ -784,6 +795,7 @@ impl Inner {
                     .into_iter()
                     .map(|(p, v)| (p, Bytes::copy_from_slice(v)))
                     .collect(),
+                moves: gc,
                 fresh,
                 retimes,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
@@ -860,6 +872,7 @@ impl Inner {
                     jobs.push(ApplyJob {
                         updates: std::mem::take(&mut b.updates),
                         held: std::mem::take(&mut b.held),
+                        moves: b.moves,
                         cache_fill: std::mem::take(&mut b.cache_fill),
                         insertion,
                         after,
@@ -1188,8 +1201,16 @@ impl Inner {
     pub(super) fn apply_owned(&mut self, key: Box<[u8]>, seq: u64, slot: Slot) {
         self.applied_seq = self.applied_seq.max(seq);
         let len = key.len();
-        if let Some(Slot::Value(old, _)) = self.mem.insert_owned(key, seq, slot) {
-            self.mark_dead(&[(len, old)]);
+        match self.mem.insert_owned(key, seq, slot) {
+            Some(Slot::Value(old, _)) => self.mark_dead(&[(len, old)]),
+            // Garbage collection's synchronous move of a key the table had no version of.
+            None if self.in_gc => {
+                if let Some(p) = slot.ptr() {
+                    self.mem
+                        .note_moved_from_below(stored_record_bytes(len, p.len as usize));
+                }
+            }
+            _ => {}
         }
     }
 
