@@ -363,10 +363,23 @@ fn cluster_section(
     if !status.success() {
         bail!("lightstore-bench cluster failed ({status})");
     }
-    let rows: Vec<serde_json::Value> = serde_json::from_str(
+    let section = cluster_table(
         &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
-    )
-    .context("cluster.json")?;
+        quick,
+    )?;
+    let report = out.join("report.md");
+    let mut text = std::fs::read_to_string(&report)
+        .with_context(|| format!("reading {}", report.display()))?;
+    text.push_str(&section);
+    std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
+}
+
+/// The report's cluster-scaling section from `lightstore-bench cluster`'s JSON rows.
+///
+/// # Errors
+/// When the JSON is not a list of rows.
+fn cluster_table(json: &str, quick: bool) -> anyhow::Result<String> {
+    let rows: Vec<serde_json::Value> = serde_json::from_str(json).context("cluster.json")?;
     let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_f64);
     let mut section = format!(
         "\n## Cluster scaling (`lightstore-bench cluster{}`)\n\n\
@@ -395,11 +408,7 @@ fn cluster_section(
             f(num(r, "p99_us"), 0),
         ));
     }
-    let report = out.join("report.md");
-    let mut text = std::fs::read_to_string(&report)
-        .with_context(|| format!("reading {}", report.display()))?;
-    text.push_str(&section);
-    std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
+    Ok(section)
 }
 
 /// The report's YCSB section: workloads A-F through YCSB's stock redis binding against the
@@ -584,5 +593,38 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod bench_all_tests {
+    use super::cluster_table;
+
+    /// The cluster section reads the rows `lightstore-bench cluster` writes (the committed run).
+    #[test]
+    fn the_cluster_section_tabulates_the_harness_rows() {
+        let json = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../bench/results/cluster-2026-11-28/cluster-quick.json"
+        ))
+        .expect("the committed cluster run");
+        let table = cluster_table(&json, true).expect("rows");
+        assert!(table.contains("## Cluster scaling (`lightstore-bench cluster --quick`)"));
+        assert!(
+            table.contains("| lightstore-cluster/1 | SET | 168067 | 1.00 | 6.80 | 4159 | 13231 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| lightstore-cluster/4 | GET | 398406 | 1.26 | 2.65 |"),
+            "{table}"
+        );
+        assert_eq!(
+            table
+                .lines()
+                .filter(|l| l.starts_with("| lightstore-cluster/"))
+                .count(),
+            6
+        );
+        assert!(cluster_table("{}", false).is_err());
     }
 }
