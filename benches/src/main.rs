@@ -242,6 +242,15 @@ fn emit(rows: &[report::Row], json: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a benchmark's results as pretty JSON to `json`, if given.
+fn write_json(value: &impl serde::Serialize, json: Option<PathBuf>) -> anyhow::Result<()> {
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(value)?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.bench {
@@ -332,10 +341,7 @@ fn main() -> anyhow::Result<()> {
                     r.keytable_mib
                 );
             }
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
-                println!("wrote {}", path.display());
-            }
+            write_json(&rows, json)?;
         }
         Bench::Expiry { run } => {
             let json = run.json;
@@ -357,10 +363,7 @@ fn main() -> anyhow::Result<()> {
                 "FLUSHALL of {} keys: {:.3} s, {} device bytes",
                 r.flushall_keys, r.flushall_s, r.flushall_device_bytes
             );
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
-                println!("wrote {}", path.display());
-            }
+            write_json(&r, json)?;
         }
         Bench::SmallValues { run } => {
             let json = run.json;
@@ -370,26 +373,8 @@ fn main() -> anyhow::Result<()> {
                 lightstore: run.lightstore,
             }
             .run()?;
-            println!(
-                "{:<10} {:<10} {:>10} {:>8} {:>8} {:>12} {:>12}",
-                "drive", "workload", "req/s", "p50 ms", "p99 ms", "reads/req", "held values"
-            );
-            for r in &rows {
-                println!(
-                    "{:<10} {:<10} {:>10.0} {:>8.3} {:>8.3} {:>12.3} {:>12}",
-                    r.drive,
-                    r.workload,
-                    r.rps,
-                    r.p50_ms,
-                    r.p99_ms,
-                    r.page_reads_per_request,
-                    r.entry_values
-                );
-            }
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
-                println!("wrote {}", path.display());
-            }
+            small_values::print(&rows);
+            write_json(&rows, json)?;
         }
         Bench::Net { run, requests } => {
             let json = run.json;
@@ -457,10 +442,7 @@ fn main() -> anyhow::Result<()> {
             }
             .run()?;
             sweep::print(&runs);
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&runs)?)?;
-                println!("wrote {}", path.display());
-            }
+            write_json(&runs, json)?;
         }
         Bench::RunOne {
             system,

@@ -127,3 +127,23 @@ impl SmallValuesBench {
         Ok(rows)
     }
 }
+
+/// Prints the rows as a table.
+pub fn print(rows: &[SmallValuesRow]) {
+    println!(
+        "{:<10} {:<10} {:>10} {:>8} {:>8} {:>12} {:>12}",
+        "drive", "workload", "req/s", "p50 ms", "p99 ms", "reads/req", "held values"
+    );
+    for r in rows {
+        println!(
+            "{:<10} {:<10} {:>10.0} {:>8.3} {:>8.3} {:>12.3} {:>12}",
+            r.drive,
+            r.workload,
+            r.rps,
+            r.p50_ms,
+            r.p99_ms,
+            r.page_reads_per_request,
+            r.entry_values
+        );
+    }
+}

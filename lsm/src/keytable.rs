@@ -34,7 +34,7 @@
 //!   so every pointer round-trips exactly and only such a pointer costs more (12 + 20 bytes).
 //! - **Bloom filter** (`bloomfilter` crate): ~9.6 bits per key at a 1% false-positive rate.
 //!
-//! - **Held values** ([`HeldValues`]): a small value (at most
+//! - **Held values** (`HeldValues`): a small value (at most
 //!   [`crate::EngineConfig::entry_value_max`] bytes, 64 by default) is also kept in its
 //!   entry, as BlobDB's `min_blob_size` keeps small values in the SST: a read of it costs no
 //!   device read, cold or hot, and is exact after a restart (the pages carry it). Its log
@@ -79,6 +79,15 @@ use hwftl_sim::PAGE_SIZE;
 
 use crate::expiry::{Deadline, LazyClock};
 use crate::vlog_format::{ValueLoc, ValuePtr};
+
+mod entry;
+mod held;
+
+use entry::{
+    entry_key_prefix, entry_len, split_entry, EntryForm, DEADLINE_ENTRY, HELD_ENTRY, LONG_ENTRY,
+    PAGE_BODY,
+};
+use held::HeldValues;
 
 /// What a key maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,95 +311,6 @@ const DEADLINE_ENTRY_EXTRA: usize = 12;
 /// Bytes a page entry holding its value takes beyond a short entry's, besides the value:
 /// the deadline, the value's `u16` length and the `u32` key length.
 const HELD_ENTRY_EXTRA: usize = 14;
-
-/// The values a run's entries hold (see the module documentation): entry `i` holds one when
-/// bit `i % 64` of `bits[i / 64]` is set; it is then the `n`th held value, `n` being
-/// `before[i / 64]` plus the set bits below it in its word, and takes `arena[ends[n - 1]..
-/// ends[n]]` (from 0 for the first).
-#[derive(Default)]
-struct HeldValues {
-    /// One bit per entry, as far as the last entry that holds a value.
-    bits: Vec<u64>,
-    /// Per word of `bits`: held values in the words before it.
-    before: Vec<u32>,
-    /// Per held value, in entry order: where it ends in the arena.
-    ends: Vec<u32>,
-    /// The values back to back (a `Vec` while the run is built; shared once finished, so a
-    /// read takes a slice without a copy).
-    building: Vec<u8>,
-    arena: Bytes,
-}
-
-impl HeldValues {
-    /// Records that entry `i` (entries are pushed in order) holds `v`; `false` (nothing
-    /// recorded) when the arena would pass 4 GiB.
-    fn push(&mut self, i: usize, v: &[u8]) -> bool {
-        let Ok(end) = u32::try_from(self.building.len() + v.len()) else {
-            return false;
-        };
-        let word = i / 64;
-        while self.bits.len() <= word {
-            self.bits.push(0);
-        }
-        self.bits[word] |= 1 << (i % 64);
-        self.building.extend_from_slice(v);
-        self.ends.push(end);
-        true
-    }
-
-    /// Freezes the arena and counts the values before each word.
-    fn finish(&mut self) {
-        let mut n = 0u32;
-        self.before = self
-            .bits
-            .iter()
-            .map(|w| {
-                let b = n;
-                n += w.count_ones();
-                b
-            })
-            .collect();
-        self.bits.shrink_to_fit();
-        self.ends.shrink_to_fit();
-        // `Bytes::from` keeps a `Vec`'s whole allocation: trim it first, so `dram_bytes`
-        // counts what is held.
-        self.building.shrink_to_fit();
-        self.arena = Bytes::from(std::mem::take(&mut self.building));
-    }
-
-    /// The value entry `i` holds.
-    #[inline]
-    fn get(&self, i: usize) -> Option<Bytes> {
-        let w = *self.bits.get(i / 64)?;
-        let bit = 1u64 << (i % 64);
-        if w & bit == 0 {
-            return None;
-        }
-        let n = *self.before.get(i / 64)? as usize + (w & (bit - 1)).count_ones() as usize;
-        let start = n
-            .checked_sub(1)
-            .map_or(Some(0), |m| self.ends.get(m).copied())? as usize;
-        let end = *self.ends.get(n)? as usize;
-        (start <= end && end <= self.arena.len()).then(|| self.arena.slice(start..end))
-    }
-
-    /// How many values are held.
-    fn count(&self) -> usize {
-        self.ends.len()
-    }
-
-    /// Their bytes.
-    fn value_bytes(&self) -> usize {
-        self.arena.len().max(self.building.len())
-    }
-
-    fn dram_bytes(&self) -> usize {
-        self.bits.capacity() * 8
-            + self.before.capacity() * 4
-            + self.ends.capacity() * 4
-            + self.value_bytes()
-    }
-}
 
 impl Slots {
     /// The 12-byte form of `p`, adding its log segment to the dictionary, or `None` if it
@@ -1184,123 +1104,6 @@ impl KeyTable {
         }
         Ok(b.finish(fp_rate))
     }
-}
-
-/// Bytes of a page's body (after its header).
-const PAGE_BODY: usize = PAGE_SIZE - PAGE_HEADER;
-/// A page entry's `key_len` that means "a `u32` key length follows".
-const LONG_ENTRY: u16 = u16::MAX;
-
-/// A page entry's `key_len` that means "a deadline and a `u32` key length follow" (pages
-/// with [`PAGE_MAGIC_V2`] or [`PAGE_MAGIC`]).
-const DEADLINE_ENTRY: u16 = u16::MAX - 1;
-
-/// A page entry's `key_len` that means "a deadline, a `u16` value length, a `u32` key length
-/// and the value follow" (pages with [`PAGE_MAGIC`] only).
-const HELD_ENTRY: u16 = u16::MAX - 2;
-
-/// Which entry forms a page may hold, by its magic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EntryForm {
-    /// [`PAGE_MAGIC_V1`]: short and long entries only.
-    V1,
-    /// [`PAGE_MAGIC_V2`]: short, long and deadline entries.
-    Deadlines,
-    /// [`PAGE_MAGIC`]: short, long, deadline and held-value entries.
-    Held,
-}
-
-impl EntryForm {
-    fn of_magic(magic: u16) -> Option<EntryForm> {
-        match magic {
-            PAGE_MAGIC => Some(EntryForm::Held),
-            PAGE_MAGIC_V2 => Some(EntryForm::Deadlines),
-            PAGE_MAGIC_V1 => Some(EntryForm::V1),
-            _ => None,
-        }
-    }
-}
-
-/// The header of a page entry: where its key starts and its length, its deadline, and the
-/// place and length of the value it holds (if any).
-struct EntryHead {
-    key_at: usize,
-    key_len: usize,
-    deadline: Deadline,
-    held: Option<(usize, usize)>,
-}
-
-/// The header of the entry starting `b` (the header must be there).
-fn entry_head(b: &[u8], form: EntryForm) -> Option<EntryHead> {
-    let kl = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
-    let u32_at = |i: usize| -> Option<usize> {
-        let l = b.get(i..i + 4)?;
-        Some(u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize)
-    };
-    let deadline_at = |i: usize| -> Option<Deadline> {
-        let d = b.get(i..i + 8)?;
-        let mut w = [0u8; 8];
-        w.copy_from_slice(d);
-        Some(std::num::NonZeroU64::new(u64::from_le_bytes(w)))
-    };
-    let plain = |key_at: usize, key_len: usize, deadline: Deadline| EntryHead {
-        key_at,
-        key_len,
-        deadline,
-        held: None,
-    };
-    match kl {
-        LONG_ENTRY => Some(plain(6, u32_at(2)?, None)),
-        DEADLINE_ENTRY if form != EntryForm::V1 => Some(plain(14, u32_at(10)?, deadline_at(2)?)),
-        HELD_ENTRY if form == EntryForm::Held => {
-            let vl = usize::from(u16::from_le_bytes([*b.get(10)?, *b.get(11)?]));
-            Some(EntryHead {
-                key_at: 16 + vl,
-                key_len: u32_at(12)?,
-                deadline: deadline_at(2)?,
-                held: Some((16, vl)),
-            })
-        }
-        _ => Some(plain(2, usize::from(kl), None)),
-    }
-}
-
-/// The length of the page entry starting `b` (its header must be there).
-fn entry_len(b: &[u8], form: EntryForm) -> Option<usize> {
-    let h = entry_head(b, form)?;
-    Some(h.key_at + h.key_len + SLOT_BYTES)
-}
-
-/// The key of the entry at the start of `b`, as far as it is there (the key of a page's
-/// first entry, even if it runs on into the next page).
-fn entry_key_prefix(b: &[u8], form: EntryForm) -> Option<&[u8]> {
-    let h = entry_head(b, form)?;
-    b.get(h.key_at..(h.key_at + h.key_len).min(b.len()))
-}
-
-/// A whole page entry's parts.
-struct PageEntry<'a> {
-    key: &'a [u8],
-    slot: &'a [u8],
-    deadline: Deadline,
-    held: Option<&'a [u8]>,
-}
-
-/// Splits a whole page entry.
-fn split_entry(e: &[u8], form: EntryForm) -> Option<PageEntry<'_>> {
-    let h = entry_head(e, form)?;
-    if e.len() != h.key_at + h.key_len + SLOT_BYTES {
-        return None;
-    }
-    Some(PageEntry {
-        key: &e[h.key_at..h.key_at + h.key_len],
-        slot: &e[h.key_at + h.key_len..],
-        deadline: h.deadline,
-        held: match h.held {
-            Some((at, len)) => Some(e.get(at..at + len)?),
-            None => None,
-        },
-    })
 }
 
 #[cfg(test)]

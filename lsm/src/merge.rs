@@ -83,7 +83,8 @@ impl<'a> Merge<'a> {
         self.sources[y].current()
     }
 
-    /// [`Merge::next_with`], with the value the key's entry holds (see [`Merge::held`]).
+    /// [`Merge::next_with`], with the value the key's entry holds: its newest version's copy, else
+    /// that of an older version pointing at the same value.
     pub fn next_held_with(
         &mut self,
         shadowed: impl FnMut(&[u8], Slot),

@@ -14,6 +14,10 @@ use super::layout::LaidOut;
 use super::maintain::STALL_POLL;
 use super::*;
 
+mod apply;
+
+pub(super) use apply::{ApplyJob, Insertion};
+
 /// Value-log pages of client batches on the device at once (the write pipeline's depth).
 pub(super) const PIPELINE_PAGES: u64 = 96;
 
@@ -113,82 +117,6 @@ impl InFlight {
         self.insertion
             .as_ref()
             .is_some_and(|i| !i.done.load(Ordering::Acquire))
-    }
-}
-
-/// A batch's memtable insert, run by whichever thread claimed it (see
-/// [`Inner::claim_ready`]), with or without the write lock.
-#[derive(Debug, Default)]
-pub(super) struct Insertion {
-    /// Set (release) once every update of the batch is in the memtable and the values they
-    /// shadowed are in `shadowed`.
-    done: AtomicBool,
-    /// Values the batch's updates shadowed, counted as garbage when it settles.
-    shadowed: Mutex<Vec<Invalidated>>,
-}
-
-impl Insertion {
-    /// An insertion with nothing to insert (a failed batch's).
-    fn finished() -> Arc<Insertion> {
-        let i = Insertion::default();
-        i.done.store(true, Ordering::Release);
-        Arc::new(i)
-    }
-}
-
-/// A claimed batch's updates and cache pages, to be inserted by the thread that claimed them
-/// (see [`Inner::claim_ready`]).
-pub(super) struct ApplyJob {
-    updates: Vec<(Box<[u8]>, u64, Slot)>,
-    held: Vec<(ValuePtr, Bytes)>,
-    /// A batch of garbage collection's moves (see [`MemTable::note_moved_from_below`]).
-    moves: bool,
-    cache_fill: Vec<(PageAddr, Bytes)>,
-    insertion: Arc<Insertion>,
-    /// The insert of the last earlier batch with a retime, which must be done before this
-    /// one starts. Inserts of different batches may otherwise run in any order, and the
-    /// memtable's garbage count is exact for that (`NewestIndex::record`) except where a
-    /// retime is overtaken by a later version of its key: that version would report the
-    /// retimed value as shadowed, and the retime, arriving second, would report it again.
-    after: Option<Arc<Insertion>>,
-}
-
-impl ApplyJob {
-    /// Inserts the batch's updates into `mem` and its pages into the value cache, then marks
-    /// the insertion done. Needs no lock: inserts of different batches may run at once (see
-    /// the memtable's module docs); the batch is visible only once it settles.
-    pub(super) fn run(self, mem: &MemTable, cache: Option<&ValueCache>) {
-        if let Some(before) = &self.after {
-            // That insert needs no lock to finish (its thread holds none while it runs).
-            while !before.done.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-        }
-        // The copies first: a reader that sees a version finds its copy.
-        for (ptr, v) in self.held {
-            mem.hold(ptr, v);
-        }
-        let mut shadowed = Vec::new();
-        for (k, seq, slot) in self.updates {
-            let len = k.len();
-            match mem.insert_owned(k, seq, slot) {
-                Some(Slot::Value(old, _)) => shadowed.push((len, old)),
-                // A move of a key the table had no version of: its old copy lies below.
-                None if self.moves => {
-                    if let Some(p) = slot.ptr() {
-                        mem.note_moved_from_below(stored_record_bytes(len, p.len as usize));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if let Some(cache) = cache {
-            for (addr, page) in self.cache_fill {
-                cache.insert(addr, page);
-            }
-        }
-        *self.insertion.shadowed.lock() = shadowed;
-        self.insertion.done.store(true, Ordering::Release);
     }
 }
 
