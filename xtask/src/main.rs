@@ -30,6 +30,7 @@
 
 mod cluster;
 mod fuzz;
+mod readme_figures;
 mod testrun;
 mod ycsb;
 

@@ -1,0 +1,145 @@
+//! The README's benchmark figures against the committed results they cite: each figure the
+//! README quotes from a `bench/results/<run>/` folder is recomputed from that run's JSON,
+//! rounded as the README writes it, and must appear in the README verbatim. A re-run that
+//! changes a figure, or an edit of the README, that leaves them disagreeing fails the test
+//! (issue 18: "README's numbers come from the latest report, a check fails if they
+//! disagree").
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use serde_json::Value;
+
+    fn root() -> PathBuf {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        here.parent().unwrap_or(here).to_path_buf()
+    }
+
+    fn json(rel: &str) -> Value {
+        let path = root().join(rel);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn num(v: &Value, key: &str) -> f64 {
+        v.get(key)
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
+    }
+
+    /// The first row of `rows` whose string fields match `want`.
+    fn row<'a>(rows: &'a Value, want: &[(&str, &str)]) -> &'a Value {
+        rows.as_array()
+            .and_then(|a| {
+                a.iter().find(|r| {
+                    want.iter()
+                        .all(|(k, v)| r.get(*k).and_then(Value::as_str) == Some(*v))
+                })
+            })
+            .unwrap_or_else(|| panic!("no row {want:?}"))
+    }
+
+    /// `n` with a thousands separator, as the README writes counts.
+    fn thousands(n: f64) -> String {
+        let s = format!("{:.0}", n);
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    #[test]
+    fn readme_figures_match_the_committed_results() {
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let mut wanted: Vec<String> = Vec::new();
+
+        // Expiry.
+        let e = json("bench/results/expiry-2026-11-28/results.json");
+        wanted.push(format!(
+            "`bench/results/expiry-2026-11-28`: {:.1} B per SET EX, {} B while {} keys expired, \
+             all {} expired entries dropped, FLUSHALL of {:.1}M keys in {:.3} s writing {} KiB",
+            num(&e, "bytes_per_expiring_set"),
+            num(&e, "expiry_device_bytes"),
+            thousands(num(&e, "expiring_keys")),
+            thousands(num(&e, "expired_entries_dropped")),
+            num(&e, "flushall_keys") / 1e6,
+            num(&e, "flushall_s"),
+            num(&e, "flushall_device_bytes") / 1024.0,
+        ));
+
+        // Small values.
+        let s = json("bench/results/small-values-2026-11-28/results.json");
+        let get = |drive: &str| row(&s, &[("drive", drive), ("workload", "GET 32 B")]);
+        wanted.push(format!(
+            "`bench/results/small-values-2026-11-28`: {:.0}K against {:.0}K GET/s, {:.0} against \
+             {:.2} page reads per GET",
+            num(get("held"), "rps") / 1e3,
+            num(get("not-held"), "rps") / 1e3,
+            num(get("held"), "page_reads_per_request"),
+            num(get("not-held"), "page_reads_per_request"),
+        ));
+
+        // Recovery, 2 GiB.
+        let r = json("bench/results/recovery-2026-11-28/recovery.json");
+        let at = |stop: &str| {
+            r.as_array()
+                .and_then(|a| {
+                    a.iter().find(|x| {
+                        x.get("stop").and_then(Value::as_str) == Some(stop)
+                            && x.get("data_mib").and_then(Value::as_u64) == Some(2048)
+                    })
+                })
+                .unwrap_or_else(|| panic!("no 2 GiB row after {stop}"))
+        };
+        wanted.push(format!(
+            "`bench/results/recovery-2026-11-28`: {:.2} s after `kill -9` and {:.2} s after a \
+             clean stop with {:.1} GiB live",
+            num(at("kill -9"), "ready_s"),
+            num(at("clean"), "ready_s"),
+            num(at("kill -9"), "live_mib") / 1024.0,
+        ));
+
+        // Cluster scaling.
+        let c = json("bench/results/cluster-2026-11-28/cluster-quick.json");
+        let ratio = |sys: &str, w: &str| {
+            num(
+                row(&c, &[("system", sys), ("workload", w)]),
+                "ratio_to_one_drive",
+            )
+        };
+        wanted.push(format!(
+            "SET {:.2}x with 2 drives and {:.2}x with 4; GET\n  {:.2}x with 2 and {:.2}x with 4",
+            ratio("lightstore-cluster/2", "SET"),
+            ratio("lightstore-cluster/4", "SET"),
+            ratio("lightstore-cluster/2", "GET"),
+            ratio("lightstore-cluster/4", "GET"),
+        ));
+
+        let missing: Vec<&String> = wanted
+            .iter()
+            .filter(|w| !readme.contains(w.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "README.md disagrees with the committed results; it should say:\n{}",
+            missing
+                .iter()
+                .map(|m| format!("  {m}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(123585.0), "123,585");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1_000_000.0), "1,000,000");
+    }
+}
