@@ -654,6 +654,24 @@ mod tests {
     }
 
     #[test]
+    fn entry_value_max_defaults_and_is_bounded() {
+        let c = DriveConfig::resolve(Args::default()).unwrap();
+        assert_eq!(c.entry_value_max, lsm::DEFAULT_ENTRY_VALUE_MAX);
+        let c = DriveConfig::resolve(Args {
+            entry_value_max: Some(0),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(c.entry_value_max, 0);
+        let err = DriveConfig::resolve(Args {
+            entry_value_max: Some(lsm::keytable::MAX_HELD_VALUE + 1),
+            ..Args::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("entry-value-max"), "{err}");
+    }
+
+    #[test]
     fn flags_override_the_file_which_overrides_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("drive.toml");
