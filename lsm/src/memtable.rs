@@ -473,6 +473,13 @@ impl MemTable {
         self.moved_from_below.load(AtomicOrdering::Relaxed)
     }
 
+    /// Forgets the moves noted so far: their old copies' segment left the log, and with it
+    /// the live count (garbage collection's victim, taken out once its last move was
+    /// applied), so there is nothing left to subtract for them.
+    pub fn forget_moved_from_below(&self) {
+        self.moved_from_below.store(0, AtomicOrdering::Relaxed);
+    }
+
     /// Keeps `value`, a copy of the small value at `ptr` (a copy of its own: not a slice of
     /// a larger buffer the table would keep alive). Called before the version pointing
     /// there is inserted.

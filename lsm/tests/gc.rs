@@ -247,6 +247,12 @@ fn a_load_fills_the_user_capacity_while_garbage_collection_moves() {
     let s = db.stats();
     assert!(s.gc_bytes_moved > 0, "no garbage collection ran: {s:#?}");
     let filled = (stored * record) as f64 / s.user_capacity_bytes as f64;
+    println!("refused at {:.2}% of the capacity", filled * 100.0);
+    assert!(
+        filled <= 1.0,
+        "admitted past the capacity: {:.2}%",
+        filled * 100.0
+    );
     assert!(
         filled > 0.99,
         "refused at {:.1}% of the capacity: {s:#?}",

@@ -241,6 +241,13 @@ impl Inner {
             m.dead = m.dead.saturating_sub(tail);
             self.gc_reclaimed.push(m);
         }
+        // Every move noted in the memtables came out of this victim or an earlier one (one
+        // victim at a time, its moves all applied by now): their old copies have just left
+        // the live count with the segment, so admission must not subtract them any more.
+        self.mem.forget_moved_from_below();
+        if let Some(f) = &self.frozen {
+            f.mem.forget_moved_from_below();
+        }
         self.stats.gc_segments += 1;
         self.stats.gc_bytes_moved += moved;
         let pages = self.gc_reclaimed.len() as u64 * u64::from(self.g.pages_per_segment());

@@ -55,8 +55,9 @@ impl Inner {
     }
 
     /// Log bytes counted live that are garbage already: the old copies of the values garbage
-    /// collection moved into the memtables, which their flushes will count (see
-    /// [`MemTable::note_moved_from_below`]). Without this, the moves of a collection running
+    /// collection moved into the memtables out of the victim it is working on, which their
+    /// flushes will count (see [`MemTable::note_moved_from_below`]; the notes are forgotten
+    /// when the victim leaves the log, taking its bytes out of the live count itself). Without this, the moves of a collection running
     /// near a full store counted twice and refused writes the store had room for (a load to
     /// 95% of the user capacity failed with `CapacityFull` at 92.6%).
     pub(super) fn moved_from_below(&self) -> u64 {
