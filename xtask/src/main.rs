@@ -283,14 +283,7 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
             std::path::PathBuf::from,
         );
     let harness = build_peers_harness()?;
-    let status = Command::new(&harness)
-        .arg("all")
-        .args(&args)
-        .status()
-        .context("running lightstore-bench all")?;
-    if !status.success() {
-        bail!("lightstore-bench all failed ({status})");
-    }
+    run_harness(&harness, "all", &args)?;
     if !skip_ycsb && (!quick || with_ycsb) {
         ycsb_section(&out, quick)?;
     }
@@ -346,6 +339,22 @@ fn build_peers_harness() -> anyhow::Result<std::path::PathBuf> {
     Ok(target.join("release").join("lightstore-bench"))
 }
 
+/// Runs `lightstore-bench <bench> <args>` (the harness at `harness`) to its end.
+///
+/// # Errors
+/// When it cannot start or fails.
+fn run_harness(harness: &std::path::Path, bench: &str, args: &[String]) -> anyhow::Result<()> {
+    let status = Command::new(harness)
+        .arg(bench)
+        .args(args)
+        .status()
+        .with_context(|| format!("running lightstore-bench {bench}"))?;
+    if !status.success() {
+        bail!("lightstore-bench {bench} failed ({status})");
+    }
+    Ok(())
+}
+
 /// The report's cluster-scaling section: `lightstore-bench cluster` (1, 2 and 4 drives as one
 /// Redis Cluster, SET and GET through redis-benchmark's cluster mode) run with the harness
 /// just built; its rows go to `cluster.json` beside the report and a table into `report.md`.
@@ -355,15 +364,11 @@ fn cluster_section(
     quick: bool,
 ) -> anyhow::Result<()> {
     let json = out.join("cluster.json");
-    let mut cmd = Command::new(harness);
-    cmd.arg("cluster").arg("--json").arg(&json);
+    let mut args = vec!["--json".to_string(), json.display().to_string()];
     if quick {
-        cmd.arg("--quick");
+        args.push("--quick".into());
     }
-    let status = cmd.status().context("running lightstore-bench cluster")?;
-    if !status.success() {
-        bail!("lightstore-bench cluster failed ({status})");
-    }
+    run_harness(harness, "cluster", &args)?;
     let section = cluster_table(
         &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
         quick,
@@ -551,18 +556,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     )
                 }
                 "all" => bench_all(&args),
-                "sweep" => {
-                    let harness = build_peers_harness()?;
-                    let status = Command::new(&harness)
-                        .arg("sweep")
-                        .args(&args)
-                        .status()
-                        .context("running lightstore-bench sweep")?;
-                    if !status.success() {
-                        bail!("lightstore-bench sweep failed ({status})");
-                    }
-                    Ok(())
-                }
+                "sweep" => run_harness(&build_peers_harness()?, "sweep", &args),
                 other => bail!(
                     "unknown benchmark `{other}` (available: device, local, net, cluster, recovery, expiry, small-values, sweep, all)"
                 ),
