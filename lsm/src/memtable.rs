@@ -497,7 +497,10 @@ impl MemTable {
 
     /// The copy of the value at `ptr`, if the table holds one.
     pub fn held(&self, ptr: &ValuePtr) -> Option<Bytes> {
-        if self.held_count.load(AtomicOrdering::Acquire) == 0 {
+        // No probe for a value no table holds (the reads and flushes of large values).
+        if ptr.len as usize > crate::keytable::MAX_HELD_VALUE
+            || self.held_count.load(AtomicOrdering::Acquire) == 0
+        {
             return None;
         }
         self.held.get(ptr).map(|v| v.clone())
