@@ -165,9 +165,9 @@ fn device_mib(data_mib: u64) -> u64 {
 /// The raw device's row name.
 pub const DEVICE: &str = "device/file";
 
-/// LightStore in-process in plp mode (`EngineConfig::flush_writes` off): a batch is
-/// acknowledged when its pages complete, as the device ceiling's writes and the peers without
-/// a WAL are. `lightstore-local` is the durable mode (a device flush before each
+/// LightStore in-process in plp mode (`EngineConfig::ack_from_dram`, the drive's
+/// `--durability plp`): a batch is acknowledged once in the memtable, before its pages land,
+/// as the peers without a WAL acknowledge at their memtable insert. `lightstore-local` is the durable mode (a device flush before each
 /// acknowledgement), the match of the peers with a synced WAL.
 pub const PLP: &str = "lightstore-local/plp";
 
@@ -1053,6 +1053,7 @@ impl RunOne {
                     lsm::EngineConfig {
                         value_cache_bytes: self.cache_bytes,
                         flush_writes: s.name != PLP,
+                        ack_from_dram: s.name == PLP,
                         ..lsm::EngineConfig::default()
                     },
                 )?;

@@ -430,6 +430,7 @@ impl Overwrite {
                 )?);
                 let cfg = lsm::EngineConfig {
                     flush_writes: sys == "lightstore-local",
+                    ack_from_dram: sys == "lightstore-local/plp",
                     value_cache_bytes: self.cache_bytes.unwrap_or(0),
                     ..lsm::EngineConfig::default()
                 };

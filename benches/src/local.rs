@@ -51,7 +51,8 @@ pub struct LocalBench {
     /// Only rows whose `target/workload-size` name contains one of these (all when empty),
     /// e.g. `file/R-SET-8K`: one workload under a profiler.
     pub only: Vec<String>,
-    /// Acknowledge writes when their pages complete, without a device flush (plp mode).
+    /// plp mode: acknowledge writes once in the memtable, before their pages land, with no
+    /// device flush (`EngineConfig::ack_from_dram`).
     pub plp: bool,
 }
 
@@ -237,6 +238,7 @@ impl LocalBench {
             dev.clone() as Arc<dyn AppendDevice>,
             EngineConfig {
                 flush_writes: !self.plp,
+                ack_from_dram: self.plp,
                 ..EngineConfig::default()
             },
         )?;

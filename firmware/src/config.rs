@@ -57,8 +57,11 @@ pub struct Args {
     #[arg(long)]
     pub timing: Option<String>,
     /// `sync` (a write is acknowledged once durable: on the device and out of its volatile
-    /// write cache) or `plp` (the device's write cache is power-protected: acknowledged when
-    /// the device completes it, without a cache flush; SIGPWR flushes and stops the drive).
+    /// write cache) or `plp` (the drive's DRAM and the device's write cache are
+    /// power-protected, as on the paper's card: a write is acknowledged once it is in the
+    /// memtable and the write buffer, before its pages reach the device; SIGPWR lands the
+    /// buffer, flushes the device and stops the drive; a kill -9 can lose what had not
+    /// landed).
     #[arg(long)]
     pub durability: Option<String>,
     /// Password of the `default` user, sent with AUTH (none or empty: no password, and

@@ -39,10 +39,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use hwftl_sim::{
-    AppendDevice, Backend, Command as DeviceCommand, DeviceConfig, Ftl, Geometry, Release,
-    TimingModel,
-};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, Release, TimingModel};
 use kvproto::Limits;
 use lsm::{Engine, EngineConfig};
 
@@ -332,30 +329,29 @@ fn watch_signals(shutdown: &Arc<AtomicBool>, power_fail: &Arc<AtomicBool>) -> an
 }
 
 /// Waits for the network thread to end. On the power-fail signal, in `plp` mode the
-/// device's write cache — which holds acknowledged writes — is flushed FIRST, before the
-/// shutdown flag is raised and the queues drain; then the drive stops as on SIGTERM.
+/// acknowledged writes still in DRAM are landed and the device's write cache flushed FIRST
+/// ([`lsm::Engine::sync`]), before the shutdown flag is raised and the queues drain; then
+/// the drive stops as on SIGTERM.
 fn wait_for_net(
     net_thread: std::thread::JoinHandle<()>,
     power_fail: &AtomicBool,
     shutdown: &AtomicBool,
-    dev: &Ftl,
+    store: &Store,
     plp: bool,
 ) {
     while !net_thread.is_finished() {
         if power_fail.swap(false, Ordering::AcqRel) {
             if plp {
                 let started = std::time::Instant::now();
-                match dev.execute(DeviceCommand::Flush) {
-                    Ok(c) if c.result.is_ok() => tracing::warn!(
+                match store.engine().sync() {
+                    Ok(()) => tracing::warn!(
                         flush_ms = started.elapsed().as_millis() as u64,
-                        "power-fail signal: device write cache flushed; stopping"
-                    ),
-                    Ok(c) => tracing::error!(
-                        "power-fail signal: flushing the device failed: {:?}; stopping",
-                        c.result
+                        "power-fail signal: acknowledged writes landed, device write cache \
+                         flushed; stopping"
                     ),
                     Err(e) => tracing::error!(
-                        "power-fail signal: flushing the device failed: {e:?}; stopping"
+                        "power-fail signal: making acknowledged writes durable failed: {e}; \
+                         stopping"
                     ),
                 }
             } else {
@@ -439,6 +435,9 @@ fn main() -> anyhow::Result<()> {
         store::engine_config(EngineConfig {
             // plp: the device's write cache is power-protected; no flush per batch.
             flush_writes: cfg.durability == Durability::Sync,
+            // plp: the drive's DRAM is power-protected too: acknowledged once in the
+            // memtable and the landing buffer (SIGPWR lands it: `wait_for_net`).
+            ack_from_dram: cfg.durability == Durability::Plp,
             compaction_moves_values: cfg.ablations.value_compaction,
             uncached_keytables: cfg.ablations.uncached_keytables,
             read_only_recovery: cfg.recover_read_only,
@@ -558,7 +557,7 @@ fn main() -> anyhow::Result<()> {
         net_thread,
         &power_fail,
         &shutdown,
-        &dev,
+        &store,
         cfg.durability == Durability::Plp,
     );
     tracing::info!("shutting down: finishing queued writes");

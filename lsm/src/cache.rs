@@ -20,7 +20,8 @@
 //!
 //! **What enters it.** Pages a client read verified (a packed page's checksum, or the
 //! checksum of the raw value spanning the pages), and the pages of client batches once they
-//! are durable and applied. A page that fails its check never enters, and one read by
+//! are applied (durable, or with `EngineConfig::ack_from_dram` acknowledged: the engine's own
+//! copy of what it wrote). A page that fails its check never enters, and one read by
 //! garbage collection or fsck does not either (a background sweep would evict hot pages).
 
 use std::sync::atomic::{AtomicU64, Ordering};

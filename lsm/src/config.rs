@@ -79,6 +79,18 @@ pub struct EngineConfig {
     /// (capacitors: the paper's PLP card): a batch is then acknowledged when the device
     /// completes its pages. Manifest writes are flushed either way.
     pub flush_writes: bool,
+    /// Acknowledge a pipelined client batch as soon as it is laid out and in the memtable,
+    /// before its pages reach the device: the paper's mode for a drive whose DRAM is
+    /// power-protected (capacitors), where the write buffer itself is the durability point.
+    /// Until a page lands, reads are served from the engine's copy of it (the landing
+    /// buffer, bounded by the write pipeline); [`crate::Engine::sync`] lands every
+    /// acknowledged write and flushes the device (what the drive's power-fail handler
+    /// runs). A process crash (not a power cut) can lose what had not landed; a page that
+    /// fails on the device after it was acknowledged stops writes
+    /// ([`crate::EngineError::AcknowledgedWriteLost`]). Implies no flush per batch:
+    /// `flush_writes` then applies only to batches written synchronously (large or
+    /// spanning ones, which are acknowledged when durable). Default `false`.
+    pub ack_from_dram: bool,
     /// Percent of the device's value space clients cannot fill (0..=90): puts are refused
     /// with `CapacityFull` once live values would pass the rest, the *user capacity*.
     /// Uniform random overwrites at 80% of the user capacity then run with write
@@ -132,6 +144,7 @@ impl Default for EngineConfig {
             keytable_bytes: DEFAULT_KEYTABLE_BYTES,
             bloom_fp_rate: 0.01,
             flush_writes: true,
+            ack_from_dram: false,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
             compaction_moves_values: false,

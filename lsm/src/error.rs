@@ -108,6 +108,18 @@ pub enum EngineError {
     /// The store was opened read-only ([`crate::EngineConfig::read_only_recovery`]).
     #[error("the store is open read-only (recovery mode): writes are refused")]
     ReadOnly,
+    /// A value-log page of a write acknowledged from DRAM
+    /// ([`crate::EngineConfig::ack_from_dram`]) failed on the device after its
+    /// acknowledgement: that write may be lost, and the engine refuses writes from then on
+    /// (reads go on). Restart it: recovery keeps what the device holds.
+    #[error(
+        "writes stopped: an acknowledged write's page failed on the device ({reason}); it may \
+         be lost: restart the drive (recovery keeps what the device holds)"
+    )]
+    AcknowledgedWriteLost {
+        /// The device's error.
+        reason: String,
+    },
     /// The engine was closed or hit a fatal device error; open it again.
     #[error("the engine is closed")]
     Closed,

@@ -63,7 +63,13 @@ struct Shared {
 pub(crate) struct GroupDone {
     state: Mutex<GroupState>,
     all_in: Condvar,
+    /// Runs once, on the thread that finished the last command, after the waiters were
+    /// woken (see [`GroupDone::with_hook`]).
+    hook: Option<GroupHook>,
 }
+
+/// What a [`GroupDone`] calls when its last command is in: short, and never the engine lock.
+pub(crate) type GroupHook = Arc<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
 struct GroupState {
@@ -74,25 +80,54 @@ struct GroupState {
 impl GroupDone {
     /// A group expecting `n` completions.
     pub(crate) fn new(n: usize) -> Arc<GroupDone> {
+        Self::build(n, None)
+    }
+
+    /// A group expecting `n` completions that calls `hook` when the last is in (on the
+    /// poller thread, or on the submitter's for a command refused at submission; with
+    /// `n == 0`, never). The hook must be short and must not take the engine lock.
+    pub(crate) fn with_hook(n: usize, hook: GroupHook) -> Arc<GroupDone> {
+        Self::build(n, Some(hook))
+    }
+
+    fn build(n: usize, hook: Option<GroupHook>) -> Arc<GroupDone> {
         Arc::new(GroupDone {
             state: Mutex::new(GroupState {
                 remaining: n,
                 error: None,
             }),
             all_in: Condvar::new(),
+            hook,
         })
     }
 
     /// Counts one command as finished, with its outcome (the first error is kept).
     pub(crate) fn finish_one(&self, result: Result<(), DeviceError>) {
+        let last = {
+            let mut s = self.state.lock();
+            if let Err(e) = result {
+                s.error.get_or_insert(e);
+            }
+            let was = s.remaining;
+            s.remaining = s.remaining.saturating_sub(1);
+            if s.remaining == 0 {
+                self.all_in.notify_all();
+            }
+            was == 1
+        };
+        if let (true, Some(hook)) = (last, &self.hook) {
+            hook();
+        }
+    }
+
+    /// Without waiting: `None` while a command is still out; then the first error, if any
+    /// (reported once, as [`GroupDone::wait`] does).
+    pub(crate) fn try_take(&self) -> Option<Result<(), DeviceError>> {
         let mut s = self.state.lock();
-        if let Err(e) = result {
-            s.error.get_or_insert(e);
+        if s.remaining > 0 {
+            return None;
         }
-        s.remaining = s.remaining.saturating_sub(1);
-        if s.remaining == 0 {
-            self.all_in.notify_all();
-        }
+        Some(s.error.take().map_or(Ok(()), Err))
     }
 
     /// The callback for one command of the group.

@@ -77,7 +77,19 @@ impl Pairs {
     }
 }
 
-fn engine(release: Release, flush_writes: bool) -> Arc<Engine> {
+/// When a batch is acknowledged.
+#[derive(Clone, Copy)]
+enum Ack {
+    /// Durable: its pages complete, then a device flush.
+    Durable,
+    /// Its pages complete (a power-protected device cache).
+    PagesComplete,
+    /// In the memtable, before its pages land (`ack_from_dram`): reads of pages not yet on
+    /// the device come from the landing buffer.
+    Dram,
+}
+
+fn engine(release: Release, ack: Ack) -> Arc<Engine> {
     let g = Geometry {
         channels: 2,
         ways: 2,
@@ -101,14 +113,15 @@ fn engine(release: Release, flush_writes: bool) -> Arc<Engine> {
         keytable_bytes: 1024,
         level_ratio: 2,
         gc_window_pages: 4,
-        flush_writes,
+        flush_writes: matches!(ack, Ack::Durable),
+        ack_from_dram: matches!(ack, Ack::Dram),
         ..EngineConfig::default()
     };
     Arc::new(Engine::open(dev, cfg).unwrap())
 }
 
-fn run(release: Release, batches_per_writer: u32, flush_writes: bool) {
-    let db = engine(release, flush_writes);
+fn run(release: Release, batches_per_writer: u32, ack: Ack) {
+    let db = engine(release, ack);
     let pairs = Arc::new(Pairs {
         started: (0..PAIRS).map(|_| AtomicU32::new(1)).collect(),
         acked: (0..PAIRS).map(|_| AtomicU32::new(1)).collect(),
@@ -203,6 +216,13 @@ fn run(release: Release, batches_per_writer: u32, flush_writes: bool) {
     let s = db.stats();
     assert!(s.flushes > 0 && s.compactions > 0, "maintenance ran: {s:?}");
     assert!(s.gc_segments > 0, "garbage collection ran: {s:?}");
+    if matches!(ack, Ack::Dram) {
+        // Readers did meet pages that were not on the device yet.
+        assert!(
+            s.landing_hits > 0,
+            "no read was served from the landing buffer: {s:?}"
+        );
+    }
     // The final state is each pair's last acknowledged version.
     for p in 0..PAIRS {
         let n = pairs.acked[p as usize].load(SeqCst);
@@ -213,22 +233,33 @@ fn run(release: Release, batches_per_writer: u32, flush_writes: bool) {
 
 #[test]
 fn reads_see_acknowledged_states_while_writers_and_maintenance_run() {
-    run(Release::Virtual, 1500, true);
+    run(Release::Virtual, 1500, Ack::Durable);
 }
 
 /// plp mode: a batch is applied as soon as its pages complete, with no device flush, so
 /// batches overtake each other on the device more often.
 #[test]
 fn plp_reads_see_acknowledged_states_while_writers_and_maintenance_run() {
-    run(Release::Virtual, 1500, false);
+    run(Release::Virtual, 1500, Ack::PagesComplete);
+}
+
+/// The drive's plp mode: a batch is acknowledged and visible before its pages land.
+#[test]
+fn dram_acks_reads_see_acknowledged_states_while_writers_and_maintenance_run() {
+    run(Release::Virtual, 1500, Ack::Dram);
+}
+
+#[test]
+fn dram_acks_reads_in_flight_on_a_slow_device_see_acknowledged_states() {
+    run(Release::WallClock, 150, Ack::Dram);
 }
 
 #[test]
 fn plp_reads_in_flight_on_a_slow_device_see_acknowledged_states() {
-    run(Release::WallClock, 150, false);
+    run(Release::WallClock, 150, Ack::PagesComplete);
 }
 
 #[test]
 fn reads_in_flight_on_a_slow_device_see_acknowledged_states() {
-    run(Release::WallClock, 150, true);
+    run(Release::WallClock, 150, Ack::Durable);
 }

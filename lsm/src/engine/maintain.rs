@@ -177,7 +177,8 @@ impl Inner {
 
     /// The most urgent task, if any.
     fn due_task(&self) -> Option<Task> {
-        if self.closed {
+        // After an acknowledged write was lost nothing more is written (see `landing`).
+        if self.closed || self.ack_lost.is_some() {
             return None;
         }
         if self.maint.full_flush_requested {
@@ -235,7 +236,7 @@ impl Core {
     pub(super) fn quiesce(&self, g: &mut MutexGuard<'_, Inner>) {
         g.quiescers += 1;
         while !g.pipeline.is_empty() {
-            self.applied.wait(g);
+            self.wait_for_batches(g);
         }
         g.quiescers -= 1;
     }

@@ -18,6 +18,7 @@ mod compaction;
 mod flush;
 mod fsck;
 mod gc;
+mod landing;
 mod layout;
 mod levels;
 mod maintain;
@@ -33,6 +34,7 @@ pub use read::{KeyFilter, RangeRead};
 pub use write::PendingWrite;
 
 use gc::{GcCursor, GcMove, GcReadAhead};
+use landing::Landing;
 use layout::Head;
 use maintain::{Frozen, MaintenanceShared};
 use version::{ReadFaults, ReadSide, SegMap, Version};
@@ -237,6 +239,11 @@ pub struct EngineStats {
     /// are [`EngineStats::recovery_read_retries`]; client reads are not retried (a failed
     /// read is reported, see [`EngineStats::read_unreadable_pages`]).
     pub gc_read_retries: u64,
+    /// With [`EngineConfig::ack_from_dram`]: value pages of acknowledged writes not yet on
+    /// the device, held in DRAM (at most the write pipeline's 96 pages).
+    pub landing_pages: u64,
+    /// Page lookups of reads those copies answered (the page was not on the device yet).
+    pub landing_hits: u64,
 }
 
 /// One keytable level: its shape now, and what flushes and compactions did to it since open
@@ -393,6 +400,9 @@ struct Inner {
     closed: bool,
     /// Opened with [`EngineConfig::read_only_recovery`]: nothing is written.
     read_only: bool,
+    /// A page of a batch acknowledged from DRAM failed on the device (the device's error):
+    /// writes and maintenance stop (see `landing`).
+    ack_lost: Option<String>,
     /// Victims garbage collection refused (a page unreadable or corrupt): never picked again.
     gc_refused: BTreeSet<u32>,
     /// Opened by [`Engine::fsck`]: what recovery found wrong is recorded here (and the open
@@ -410,7 +420,8 @@ struct Inner {
     /// Ticket of the next pipelined batch.
     next_ticket: u64,
     /// Every ticket up to this one has been applied (in the memtable and visible) or
-    /// failed, and has left the pipeline.
+    /// failed, and has left the pipeline (but a batch acknowledged from DRAM, which stays
+    /// until its pages land: see `landing`).
     applied_upto: u64,
     /// Every ticket up to this one has its outcome decided and, if it succeeded, its
     /// updates handed to an inserter (see [`Inner::claim_ready`]); `applied_upto` follows.
@@ -496,6 +507,8 @@ impl Engine {
             closed: AtomicBool::new(false),
             uncached_keytables: cfg.uncached_keytables,
             cache: ValueCache::new(cfg.value_cache_bytes).map(Arc::new),
+            landing: (cfg.ack_from_dram && !cfg.read_only_recovery)
+                .then(|| Arc::new(Landing::default())),
         });
         let mut inner = Inner {
             dev,
@@ -540,6 +553,7 @@ impl Engine {
             gc_read_ahead: None,
             closed: false,
             read_only: cfg.read_only_recovery,
+            ack_lost: None,
             gc_refused: BTreeSet::new(),
             fsck: fsck.then(Vec::new),
             released_read_only: Vec::new(),
@@ -655,6 +669,28 @@ impl Engine {
         self.core.inner.lock().stats()
     }
 
+    /// Makes every acknowledged write durable: waits until the pages of the batches in
+    /// flight are on the device (with [`EngineConfig::ack_from_dram`], those acknowledged
+    /// before they landed), then flushes the device's write cache. What a drive runs on a
+    /// power-fail signal; new writes wait meanwhile.
+    ///
+    /// # Errors
+    /// `Closed`; [`EngineError::AcknowledgedWriteLost`] when a page of an acknowledged write
+    /// failed; the device's flush error.
+    pub fn sync(&self) -> Result<()> {
+        let mut inner = self.core.inner.lock();
+        self.core.quiesce(&mut inner);
+        inner.check_open()?;
+        if let Some(reason) = &inner.ack_lost {
+            return Err(EngineError::AcknowledgedWriteLost {
+                reason: reason.clone(),
+            });
+        }
+        // Under the write lock: nothing is acknowledged between the drain and the flush.
+        device_flush(inner.dev.as_ref())?;
+        Ok(())
+    }
+
     /// Stops the maintenance thread, flushes the memtables so the next open replays
     /// nothing, and closes the engine.
     ///
@@ -716,6 +752,11 @@ impl Inner {
         self.check_open()?;
         if self.read_only {
             return Err(EngineError::ReadOnly);
+        }
+        if let Some(reason) = &self.ack_lost {
+            return Err(EngineError::AcknowledgedWriteLost {
+                reason: reason.clone(),
+            });
         }
         Ok(())
     }
@@ -779,6 +820,10 @@ impl Inner {
         s.live_bytes = self.live_bytes();
         s.user_capacity_bytes = self.user_capacity();
         s.device_flushes = self.flush_gate.issued();
+        if let Some(l) = &self.side.landing {
+            s.landing_pages = l.held_pages();
+            s.landing_hits = l.hits();
+        }
         s.keytable_dram_bytes = self
             .levels
             .iter()

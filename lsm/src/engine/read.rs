@@ -1,6 +1,7 @@
 //! The read path: keys to value pointers (memtable, then keytable runs newest first), then
 //! the value pages, synchronously or through the poller.
 
+use super::landing::Landing;
 use super::version::ReadView;
 use super::*;
 use crate::epoch::ReadPin;
@@ -42,6 +43,8 @@ pub(super) struct ReadPlan {
     /// A client read's value cache: pages are looked up in it before they go to the device,
     /// and pages read from the device enter it once verified (`fill`).
     cache: Option<Arc<ValueCache>>,
+    /// Pages acknowledged but not yet on the device (see `landing`): looked up first.
+    landing: Option<Arc<Landing>>,
     /// Per page: read from the device for this plan, so it enters the cache once verified.
     fill: Vec<bool>,
     /// Per pointer: first index into `lbas` and page count (pointers into one packed page
@@ -138,6 +141,7 @@ impl ReadPlan {
             lbas: Vec::new(),
             addrs: Vec::new(),
             cache: None,
+            landing: None,
             fill: Vec::new(),
             spans: Vec::with_capacity(ptrs.len()),
         };
@@ -178,37 +182,70 @@ impl ReadPlan {
         Ok(plan)
     }
 
-    /// Serves the plan to a client read through `cache`: from now on the plan looks its
-    /// pages up there and fills it with the pages it reads.
-    pub(super) fn with_cache(mut self, cache: Option<Arc<ValueCache>>) -> ReadPlan {
+    /// Serves the plan to a client read from DRAM where it can: the landing buffer (pages
+    /// acknowledged but not yet on the device), then the value cache, which the pages read
+    /// from the device then fill.
+    pub(super) fn with_dram(
+        mut self,
+        cache: Option<Arc<ValueCache>>,
+        landing: Option<Arc<Landing>>,
+    ) -> ReadPlan {
         self.cache = cache;
+        self.landing = landing;
         self
     }
 
-    /// The pages the value cache holds (`None` for the others, which are then marked to
-    /// enter it once read and verified). Without a cache every page is `None`.
-    fn cached_pages(&mut self) -> Vec<Option<Bytes>> {
-        let Some(cache) = &self.cache else {
-            return vec![None; self.lbas.len()];
+    /// The page at `a` if DRAM holds it (the landing buffer, then the value cache), and
+    /// whether the cache gave it; `counted`: a cache lookup counts its hit or miss.
+    fn dram_page(&self, a: PageAddr, counted: bool) -> Option<(Bytes, bool)> {
+        if let Some(page) = self.landing.as_ref().and_then(|l| l.get(a)) {
+            return Some((page, false));
+        }
+        let cache = self.cache.as_ref()?;
+        let page = if counted {
+            cache.get(a)
+        } else {
+            cache.get_uncounted(a)
         };
-        let hits: Vec<Option<Bytes>> = self.addrs.iter().map(|&a| cache.get(a)).collect();
+        page.map(|p| (p, true))
+    }
+
+    /// The pages DRAM holds (`None` for the others, which are then marked to enter the
+    /// value cache once read and verified). Without a cache or landing buffer every page
+    /// is `None`.
+    fn cached_pages(&mut self) -> Vec<Option<Bytes>> {
+        if self.cache.is_none() && self.landing.is_none() {
+            return vec![None; self.lbas.len()];
+        }
+        let hits: Vec<Option<Bytes>> = self
+            .addrs
+            .iter()
+            .map(|&a| self.dram_page(a, true).map(|(p, _)| p))
+            .collect();
         self.fill = hits.iter().map(Option::is_none).collect();
         hits
     }
 
-    /// Every page of the plan from the value cache, or `None` when one is not there (or
-    /// there is no cache and something must be read). Counted as hits only when all are
-    /// there: a miss here is counted by the device read that follows.
+    /// Every page of the plan from DRAM, or `None` when one is not there (or there is
+    /// neither a cache nor a landing buffer and something must be read). Counted as cache
+    /// hits only when all are there: a miss here is counted by the device read that follows.
     fn all_cached(&mut self) -> Option<Vec<Result<Bytes>>> {
         if self.lbas.is_empty() {
             return Some(Vec::new());
         }
-        let cache = self.cache.as_ref()?;
-        let mut pages = Vec::with_capacity(self.addrs.len());
-        for &a in &self.addrs {
-            pages.push(Ok(cache.get_uncounted(a)?));
+        if self.cache.is_none() && self.landing.is_none() {
+            return None;
         }
-        cache.count_hits(pages.len() as u64);
+        let mut pages = Vec::with_capacity(self.addrs.len());
+        let mut from_cache = 0;
+        for &a in &self.addrs {
+            let (page, cached) = self.dram_page(a, false)?;
+            from_cache += u64::from(cached);
+            pages.push(Ok(page));
+        }
+        if let Some(cache) = &self.cache {
+            cache.count_hits(from_cache);
+        }
         self.fill = vec![false; pages.len()];
         Some(pages)
     }
@@ -276,9 +313,10 @@ impl ReadPlan {
                 None => Err(corrupt("value page missing")),
             }
         };
-        // Pages known good: those the cache served (`fill` false), then those checked here.
+        // Pages known good: those DRAM served (`fill` false), then those checked here.
+        let dram = self.cache.is_some() || self.landing.is_some();
         let mut verified: Vec<bool> = (0..pages.len())
-            .map(|i| self.cache.is_some() && self.fill.get(i) == Some(&false))
+            .map(|i| dram && self.fill.get(i) == Some(&false))
             .collect();
         let mut out = Vec::with_capacity(self.ptrs.len());
         for (i, (p, span)) in self.ptrs.iter().zip(&self.spans).enumerate() {
@@ -621,29 +659,37 @@ impl Engine {
             // Its own copy, as `ReadPlan::assemble` gives.
             return Some(Bytes::copy_from_slice(&v));
         }
-        let cache = side.cache.as_ref()?;
         let len = p.len as usize;
-        // Cached pages were verified when they entered the cache.
-        let value = match p.loc {
-            ValueLoc::Inline { page, offset } => {
-                let buf = cache.get_uncounted(PageAddr {
-                    log_seg: p.log_seg,
-                    page,
-                })?;
-                let start = usize::from(offset);
-                (start + len <= buf.len()).then(|| buf.slice(start..start + len))?
+        // Cached pages were verified when they entered the cache; a landing page is the
+        // engine's own copy of what it wrote.
+        let page = |page: u32| {
+            let addr = PageAddr {
+                log_seg: p.log_seg,
+                page,
+            };
+            if let Some(buf) = side.landing.as_ref().and_then(|l| l.get(addr)) {
+                return Some((buf, None));
             }
-            ValueLoc::Raw { page, .. } if len <= PAGE_SIZE => {
-                let buf = cache.get_uncounted(PageAddr {
-                    log_seg: p.log_seg,
-                    page,
-                })?;
-                (len <= buf.len()).then(|| buf.slice(..len))?
+            let cache = side.cache.as_ref()?;
+            cache.get_uncounted(addr).map(|buf| (buf, Some(cache)))
+        };
+        let (value, cache) = match p.loc {
+            ValueLoc::Inline { page: pg, offset } => {
+                let (buf, cache) = page(pg)?;
+                let start = usize::from(offset);
+                let v = (start + len <= buf.len()).then(|| buf.slice(start..start + len))?;
+                (v, cache)
+            }
+            ValueLoc::Raw { page: pg, .. } if len <= PAGE_SIZE => {
+                let (buf, cache) = page(pg)?;
+                ((len <= buf.len()).then(|| buf.slice(..len))?, cache)
             }
             ValueLoc::Raw { .. } => return None,
         };
         drop(view);
-        cache.count_hits(1);
+        if let Some(cache) = cache {
+            cache.count_hits(1);
+        }
         Some(value)
     }
 

@@ -106,6 +106,9 @@ pub(super) struct ReadSide {
     pub(super) uncached_keytables: bool,
     /// Verified value pages in DRAM (see [`crate::cache`]); `None` when configured off.
     pub(super) cache: Option<Arc<ValueCache>>,
+    /// Pages of batches acknowledged before they landed ([`EngineConfig::ack_from_dram`];
+    /// `None` otherwise): reads look here first (see `landing`).
+    pub(super) landing: Option<Arc<super::landing::Landing>>,
 }
 
 /// A pinned, consistent view for one read (see the module docs).
@@ -144,7 +147,7 @@ impl ReadSide {
                 ))
             })
         })?;
-        Ok(plan.with_cache(self.cache.clone()))
+        Ok(plan.with_dram(self.cache.clone(), self.landing.clone()))
     }
 
     /// The ablation of keytable caching: after the run's bloom filter, the page that may hold

@@ -73,6 +73,9 @@ pub(super) enum PendingState {
         /// Flush the device's write cache before acknowledging (through this gate, which
         /// shares one flush among the batches that wait at the same time).
         flush: Option<Arc<FlushGate>>,
+        /// Acknowledged once applied, without waiting for its pages
+        /// ([`EngineConfig::ack_from_dram`]).
+        early: bool,
     },
 }
 
@@ -84,20 +87,27 @@ pub(super) struct InFlight {
     held: Vec<(ValuePtr, Bytes)>,
     /// It is a batch of garbage collection's moves.
     moves: bool,
+    /// A client batch acknowledged before its pages land ([`EngineConfig::ack_from_dram`]):
+    /// claimable from submission on, and retired from the pipeline only once its pages have
+    /// completed ([`Inner::retire_landed`]).
+    pub(super) early: bool,
+    /// Its pages' copies in the landing buffer (released when it is retired).
+    pub(super) landing: Vec<PageAddr>,
     /// The values it writes (garbage if it fails).
     fresh: Vec<Invalidated>,
     /// It retimes a value written before it: a later batch's insert must wait for its
     /// insert (see [`ApplyJob::after`]).
     retimes: bool,
     user_bytes: u64,
-    pages: u64,
+    /// Pipeline pages it counts.
+    pub(super) pages: u64,
     /// Set when all its pages completed (or one failed).
     io: Option<std::result::Result<(), BatchFailure>>,
     /// Its pages for the value cache, put in once it is applied.
     cache_fill: Vec<(PageAddr, Bytes)>,
     /// Completion of its pages (a flush about to start waits briefly for it: see
     /// [`Engine::flush_companions`]).
-    done: Arc<GroupDone>,
+    pub(super) done: Arc<GroupDone>,
     /// Its newest sequence number (what reads may see once it is applied).
     max_seq: u64,
     /// Set when [`Inner::claim_ready`] handed its updates to an inserter (its outcome is
@@ -208,7 +218,7 @@ impl Engine {
                         self.core.quiesce(&mut g);
                     }
                 }
-                Admission::PipelineFull => self.core.applied.wait(&mut g),
+                Admission::PipelineFull => self.core.wait_for_batches(&mut g),
                 Admission::Sync => {
                     if !g.pipeline.is_empty() {
                         // Alone on the device: drain, then decide again.
@@ -305,27 +315,34 @@ impl Engine {
     /// # Errors
     /// As [`Engine::write`]; a batch fails when one started before it failed.
     pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
-        let (ticket, pages, dev, flush) = match pending.state {
+        let (ticket, pages, dev, flush, early) = match pending.state {
             PendingState::Done(r) => return r,
             PendingState::OnDevice {
                 ticket,
                 pages,
                 dev,
                 flush,
-            } => (ticket, pages, dev, flush),
+                early,
+            } => (ticket, pages, dev, flush, early),
         };
-        // Wait outside the lock (woken once, by the last page): other batches are laid out
-        // and submitted meanwhile.
-        let mut io = pages.wait().map_err(BatchFailure::Page);
-        if let (true, Some(gate)) = (io.is_ok(), flush) {
-            self.flush_companions(ticket, &gate);
-            // Durable before acknowledged: the pages may still be in the write cache.
-            io = gate
-                .flush(|| device_flush(dev.as_ref()))
-                .map_err(BatchFailure::Flush);
-        }
-        let mut g = self.core.inner.lock();
-        g.record_io(ticket, io);
+        let mut g = if early {
+            // Its outcome was decided at submission: apply it now (see `landing`).
+            self.core.inner.lock()
+        } else {
+            // Wait outside the lock (woken once, by the last page): other batches are laid
+            // out and submitted meanwhile.
+            let mut io = pages.wait().map_err(BatchFailure::Page);
+            if let (true, Some(gate)) = (io.is_ok(), flush) {
+                self.flush_companions(ticket, &gate);
+                // Durable before acknowledged: the pages may still be in the write cache.
+                io = gate
+                    .flush(|| device_flush(dev.as_ref()))
+                    .map_err(BatchFailure::Flush);
+            }
+            let mut g = self.core.inner.lock();
+            g.record_io(ticket, io);
+            g
+        };
         let jobs = g.claim_ready();
         if !jobs.is_empty() {
             // The memtable inserts run with the write lock free: other batches are laid
@@ -594,12 +611,14 @@ impl Inner {
         bound: u64,
     ) -> Result<PendingWrite> {
         let (ticket, pages) = self.start_batch(ops, bound, BatchKind::Client)?;
+        let early = self.pipeline.get(&ticket).is_some_and(|b| b.early);
         Ok(PendingWrite {
             state: PendingState::OnDevice {
                 ticket,
                 pages,
                 dev: self.dev.clone(),
-                flush: self.cfg.flush_writes.then(|| self.flush_gate.clone()),
+                flush: (self.cfg.flush_writes && !early).then(|| self.flush_gate.clone()),
+                early,
             },
         })
     }
@@ -637,10 +656,23 @@ impl Inner {
             retimes,
             held,
         } = built?;
-        let cache_fill = if gc {
-            Vec::new()
-        } else {
-            self.cache_copies(&pages)
+        // Acknowledged from DRAM: its pages' copies wait in the landing buffer, where reads
+        // find them until they are on the device (see `landing`).
+        let landing = self.side.landing.clone().filter(|_| !gc);
+        let (cache_fill, landing_addrs) = match &landing {
+            Some(l) => {
+                let copies = self.page_copies(&pages);
+                l.hold(&copies);
+                let addrs = copies.iter().map(|(a, _)| *a).collect();
+                let fill = if self.side.cache.is_some() {
+                    copies
+                } else {
+                    Vec::new()
+                };
+                (fill, addrs)
+            }
+            None if gc => (Vec::new(), Vec::new()),
+            None => (self.cache_copies(&pages), Vec::new()),
         };
         let bound = if gc {
             bound.min(GC_PIPELINE_SHARE)
@@ -648,7 +680,11 @@ impl Inner {
             bound
         };
         let n = pages.len();
-        let group = GroupDone::new(n);
+        // Every batch's last page wakes those who wait for the pipeline in that mode.
+        let group = match &self.side.landing {
+            Some(l) => GroupDone::with_hook(n, l.hook()),
+            None => GroupDone::new(n),
+        };
         // All pages with one doorbell; from the first refusal on (a full queue: the later
         // pages are then refused too, being past the write pointer) one at a time.
         let lbas: Vec<Lba> = pages.iter().map(|(lba, _)| *lba).collect();
@@ -712,6 +748,15 @@ impl Inner {
         self.pages_since_checkpoint += n as u64;
         self.pipeline_pages += bound;
         let max_seq = updates.iter().map(|(_, seq, _)| *seq).max().unwrap_or(0);
+        // Early only when every page was taken: a refused page fails the batch as always
+        // (its writer learns it; nothing is applied).
+        let early = landing.is_some() && refused.is_none() && n > 0;
+        if landing.is_some() && !early {
+            // Never applied: its copies go now (`retire_landed` only sees early batches).
+            if let Some(l) = &landing {
+                l.release(&landing_addrs);
+            }
+        }
         self.pipeline.insert(
             ticket,
             InFlight {
@@ -724,11 +769,18 @@ impl Inner {
                     .map(|(p, v)| (p, Bytes::copy_from_slice(v)))
                     .collect(),
                 moves: gc,
+                early,
+                landing: if early { landing_addrs } else { Vec::new() },
                 fresh,
                 retimes,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
                 pages: bound,
-                io: refused.map(|e| Err(BatchFailure::Page(e))),
+                io: match refused {
+                    Some(e) => Some(Err(BatchFailure::Page(e))),
+                    // Decided now: claimable at once.
+                    None if early => Some(Ok(())),
+                    None => None,
+                },
                 cache_fill,
                 done: group.clone(),
                 max_seq,
@@ -837,6 +889,7 @@ impl Inner {
     /// other threads are running (they need no lock to finish), so every claimed batch
     /// settles.
     pub(super) fn settle_applied(&mut self, wait: bool) {
+        let mut settled = false;
         loop {
             let t = self.applied_upto + 1;
             let Some(b) = self.pipeline.get(&t) else {
@@ -852,17 +905,26 @@ impl Inner {
                 }
                 break;
             }
-            let Some(b) = self.pipeline.remove(&t) else {
-                break;
-            };
-            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            let (early, max_seq, pages) = (b.early, b.max_seq, b.pages);
+            if !early {
+                self.pipeline.remove(&t);
+                self.pipeline_pages = self.pipeline_pages.saturating_sub(pages);
+            }
+            // (An early batch stays until its pages land: `retire_landed`.)
             let shadowed = std::mem::take(&mut *insertion.shadowed.lock());
             self.mark_dead(&shadowed);
-            self.applied_seq = self.applied_seq.max(b.max_seq);
+            self.applied_seq = self.applied_seq.max(max_seq);
             self.applied_upto = t;
+            settled = true;
         }
         // The whole settled prefix is in: reads may see it.
         self.publish_seq();
+        if let Some(l) = self.side.landing.clone() {
+            self.retire_landed();
+            if settled {
+                l.bump();
+            }
+        }
     }
 
     /// Checks a batch's keys and value sizes; returns whether it holds a put.
@@ -1078,6 +1140,11 @@ impl Inner {
         if self.side.cache.is_none() {
             return Vec::new();
         }
+        self.page_copies(pages)
+    }
+
+    /// Copies of a batch's pages by log address.
+    fn page_copies(&self, pages: &[(Lba, PageBuf)]) -> Vec<(PageAddr, Bytes)> {
         let mut out = Vec::with_capacity(pages.len());
         // A batch's pages lie in the newest log segments: search those first.
         let mut last: Option<(u32, u32)> = None;

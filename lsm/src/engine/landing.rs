@@ -1,0 +1,192 @@
+//! The landing buffer of [`EngineConfig::ack_from_dram`]: the value-log pages of client
+//! batches that were acknowledged before their pages reached the device, kept in DRAM until
+//! they land, and the bookkeeping that retires such a batch once they have.
+//!
+//! **What changes in that mode, and what does not.** A pipelined client batch is laid out
+//! and submitted as always, in ticket order under the write lock ([`Inner::start_batch`]),
+//! and stays in `pipeline` until its pages complete, so every argument that rests on "the
+//! pipeline is empty" still holds: a memtable is rotated out (and so flushed, and the replay
+//! checkpoint moved) only with every page it points into on the device; garbage collection
+//! judges liveness, and trims victims, only with the pipeline drained (`quiesce`); recovery's
+//! bound on batches in flight is unchanged (the same page budget). What changes is only when
+//! the batch is *claimed*: its outcome is decided at submission (`io` is set then, unless a
+//! page was refused), so its writer inserts it and is answered at once ([`Inner::claim_ready`]
+//! and [`Inner::settle_applied`] as for any batch), and the batch is *retired* from the
+//! pipeline later, by whoever next holds the lock after its last page completed
+//! ([`Inner::retire_landed`]).
+//!
+//! **Why a read never sees a page that is not there.** A batch's page copies enter the buffer
+//! under the write lock before its pages are queued and before its versions enter the
+//! memtable; a reader can name a page only through a version it found in the memtable (or a
+//! run flushed from it), so it finds the copy. A copy leaves only when its batch is retired,
+//! after the device completed the page: a reader that misses it reads the device, which
+//! then holds the page. Reads check the buffer before the value cache and the device
+//! (`ReadPlan`, `Engine::get_cached`).
+//!
+//! **Bounds.** The buffer holds at most the pipeline's pages ([`super::write::PIPELINE_PAGES`],
+//! 768 KiB): a batch counts against that budget until it is retired.
+//!
+//! **Failure.** A page that fails after its batch was acknowledged cannot be un-applied:
+//! [`Inner::retire_landed`] records it, and from then on writes are refused with
+//! [`EngineError::AcknowledgedWriteLost`] and maintenance stops (a flush would move the replay
+//! checkpoint past the hole). Reads go on; a read of a lost value fails its checksum.
+//!
+//! **Waiting.** The poller thread must never take the engine lock, so a batch's last page
+//! bumps the buffer's epoch instead ([`Landing::hook`]); a caller waiting for the pipeline to
+//! drain reads the epoch, retires what has landed, and sleeps until the epoch moves
+//! ([`Core::wait_for_batches`]), with the engine lock released.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use super::*;
+use crate::io::GroupHook;
+
+/// Longest a caller waiting for the pipeline sleeps before it looks again (every landing
+/// and every settled batch wakes it sooner; this only bounds a missed wakeup).
+const LANDING_POLL: Duration = Duration::from_millis(2);
+
+/// Page copies of acknowledged batches whose pages have not all landed (see the module docs).
+#[derive(Default)]
+pub(super) struct Landing {
+    pages: RwLock<HashMap<PageAddr, Bytes>>,
+    /// Pages held (the readers' fast path: nothing to look up when 0).
+    held: AtomicUsize,
+    /// Bumped when a batch's last page completes or a batch settles.
+    epoch: Mutex<u64>,
+    moved: Condvar,
+    /// Page lookups the buffer answered.
+    hits: AtomicU64,
+}
+
+impl Landing {
+    /// Holds copies of a batch's pages until [`Landing::release`].
+    pub(super) fn hold(&self, pages: &[(PageAddr, Bytes)]) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut m = self.pages.write();
+        for (addr, page) in pages {
+            m.insert(*addr, page.clone());
+        }
+        self.held.store(m.len(), Ordering::Release);
+    }
+
+    /// Lets go of the copies of a batch whose pages landed.
+    pub(super) fn release(&self, addrs: &[PageAddr]) {
+        if addrs.is_empty() {
+            return;
+        }
+        let mut m = self.pages.write();
+        for a in addrs {
+            m.remove(a);
+        }
+        self.held.store(m.len(), Ordering::Release);
+    }
+
+    /// The copy of the page at `addr`, if it has not landed yet.
+    pub(super) fn get(&self, addr: PageAddr) -> Option<Bytes> {
+        if self.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let page = self.pages.read().get(&addr).cloned();
+        if page.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        page
+    }
+
+    /// Pages held now.
+    pub(super) fn held_pages(&self) -> u64 {
+        self.held.load(Ordering::Relaxed) as u64
+    }
+
+    /// Page lookups answered from the buffer since open.
+    pub(super) fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The current epoch: read it before looking at the pipeline, then
+    /// [`Landing::wait_past`] it.
+    pub(super) fn epoch(&self) -> u64 {
+        *self.epoch.lock()
+    }
+
+    /// Something a waiter may be waiting for happened.
+    pub(super) fn bump(&self) {
+        let mut e = self.epoch.lock();
+        *e = e.wrapping_add(1);
+        self.moved.notify_all();
+    }
+
+    /// Sleeps until the epoch is past `seen` (or [`LANDING_POLL`] passed).
+    pub(super) fn wait_past(&self, seen: u64) {
+        let mut e = self.epoch.lock();
+        if *e == seen {
+            let _ = self.moved.wait_for(&mut e, LANDING_POLL);
+        }
+    }
+
+    /// The hook a batch's [`crate::io::GroupDone`] runs when its last page completes.
+    pub(super) fn hook(self: &Arc<Self>) -> GroupHook {
+        let me = self.clone();
+        Arc::new(move || me.bump())
+    }
+}
+
+impl Inner {
+    /// Takes out of the pipeline every batch acknowledged early whose pages have all
+    /// completed (it has settled: its writer was answered), releasing its page copies. A page
+    /// that failed stops writes (see the module docs).
+    pub(super) fn retire_landed(&mut self) {
+        let Some(landing) = self.side.landing.clone() else {
+            return;
+        };
+        let mut retired = Vec::new();
+        for (&t, b) in self.pipeline.range(..=self.applied_upto) {
+            if !b.early {
+                continue;
+            }
+            if let Some(r) = b.done.try_take() {
+                retired.push((t, r));
+            }
+        }
+        for (t, r) in retired {
+            let Some(b) = self.pipeline.remove(&t) else {
+                continue;
+            };
+            self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
+            landing.release(&b.landing);
+            if let Err(e) = r {
+                tracing::error!(
+                    error = %e,
+                    "a page of an acknowledged write failed on the device: writes stop"
+                );
+                self.ack_lost.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+impl Core {
+    /// Waits once for the pipeline to move (a batch applied, settled or landed), the write
+    /// lock released meanwhile. The caller looks again on return.
+    pub(super) fn wait_for_batches(&self, g: &mut MutexGuard<'_, Inner>) {
+        let Some(landing) = g.side.landing.clone() else {
+            self.applied.wait(g);
+            return;
+        };
+        // The epoch first: a page landing after this look wakes the wait below.
+        let seen = landing.epoch();
+        let before = g.pipeline.len();
+        g.retire_landed();
+        if g.pipeline.len() < before {
+            self.applied.notify_all();
+            return;
+        }
+        MutexGuard::unlocked(g, || landing.wait_past(seen));
+    }
+}

@@ -1,0 +1,391 @@
+//! `EngineConfig::ack_from_dram` (the drive's plp mode): a client write is acknowledged once
+//! it is in the memtable and the landing buffer, before its pages reach the device.
+//!
+//! The device wrapper here holds every page write submitted through the queue (the write
+//! pipeline's path) back *before* it reaches the simulator, with tags of its own, until the
+//! test lets the writes go, or fails them. So these tests see:
+//! - a write acknowledged while its pages are nowhere on the device, and read back (point,
+//!   multi-key, DRAM-only and asynchronous reads) from the landing buffer;
+//! - `Engine::sync` landing everything, after which a power cut loses nothing;
+//! - a page that fails after its write was acknowledged stopping writes with
+//!   `AcknowledgedWriteLost`, while reads go on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use hwftl_sim::{
+    AppendDevice, Backend, Command, CommandKind, Completion, DeviceConfig, DeviceError,
+    DeviceStats, Ftl, Geometry, RamStore, Rejected, SegmentId, SegmentInfo, Tag, TimingModel, Wait,
+};
+use lsm::{Engine, EngineConfig, EngineError, Probes};
+
+use common::small_geometry;
+
+#[derive(Default)]
+struct HoldState {
+    queued: VecDeque<(u32, Command)>,
+    /// Completions made up for held writes that were failed, delivered by the next reap.
+    failed: Vec<Completion>,
+    /// Device tag -> the tag handed out for it.
+    outer: HashMap<u32, u32>,
+}
+
+/// Passes commands to the simulator under tags of its own; while armed, holds back every
+/// write submitted through the queue.
+struct HoldDevice {
+    inner: Arc<Ftl>,
+    armed: AtomicBool,
+    next_tag: AtomicU32,
+    state: Mutex<HoldState>,
+}
+
+impl HoldDevice {
+    fn new(inner: Arc<Ftl>) -> Self {
+        HoldDevice {
+            inner,
+            armed: AtomicBool::new(false),
+            next_tag: AtomicU32::new(1 << 20),
+            state: Mutex::new(HoldState::default()),
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.state.lock().unwrap().queued.len()
+    }
+
+    /// Lets the held writes reach the device in order (or, with `fail`, completes each with
+    /// a program failure, the device unchanged), and stops holding.
+    fn release(&self, fail: bool) {
+        self.armed.store(false, SeqCst);
+        loop {
+            let mut s = self.state.lock().unwrap();
+            let Some((outer, cmd)) = s.queued.pop_front() else {
+                return;
+            };
+            if fail {
+                let Command::Write { lba, buf } = cmd else {
+                    unreachable!("only writes are held")
+                };
+                s.failed.push(Completion {
+                    tag: Tag(outer),
+                    kind: CommandKind::Write,
+                    lba: Some(lba),
+                    segment: None,
+                    result: Err(DeviceError::ProgramFailed {
+                        lba,
+                        segment: SegmentId(0),
+                        chip: 0,
+                        block: 0,
+                    }),
+                    buf: Some(buf),
+                    latency_ns: 0,
+                });
+                continue;
+            }
+            let Command::Write { lba, .. } = &cmd else {
+                unreachable!("only writes are held")
+            };
+            let lba = *lba;
+            match self.inner.submit(cmd) {
+                Ok(tag) => {
+                    s.outer.insert(tag.0, outer);
+                }
+                Err(r) => match r.buf {
+                    Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
+                        s.queued.push_front((outer, Command::Write { lba, buf }));
+                        drop(s);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    _ => panic!("a held write was refused: {}", r.error),
+                },
+            }
+        }
+    }
+}
+
+impl AppendDevice for HoldDevice {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
+        let outer = self.next_tag.fetch_add(1, SeqCst);
+        let mut s = self.state.lock().unwrap();
+        if matches!(cmd, Command::Write { .. }) && self.armed.load(SeqCst) {
+            s.queued.push_back((outer, cmd));
+            return Ok(Tag(outer));
+        }
+        let tag = self.inner.submit(cmd)?;
+        s.outer.insert(tag.0, outer);
+        Ok(Tag(outer))
+    }
+    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
+        cmds.into_iter().map(|c| self.submit(c)).collect()
+    }
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<Command>,
+        out: &mut Vec<Completion>,
+        max: usize,
+        wait: Wait,
+    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
+        let tags = self.submit_many(cmds);
+        (tags, self.reap(out, max, wait))
+    }
+    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
+        // Reaped and translated under the state lock, so a device tag freed by this reap is
+        // not handed to a new command (and mapped again) before its completion is translated;
+        // waiting is a poll outside the lock.
+        loop {
+            let mut s = self.state.lock().unwrap();
+            let failed = std::mem::take(&mut s.failed);
+            let made_up = failed.len();
+            out.extend(failed);
+            let from = out.len();
+            let n = self.inner.reap(out, max, Wait::NoWait)?;
+            for c in &mut out[from..] {
+                let outer = s
+                    .outer
+                    .remove(&c.tag.0)
+                    .expect("a completion of a command not submitted");
+                c.tag = Tag(outer);
+            }
+            drop(s);
+            let n = n + made_up;
+            if n > 0 || matches!(wait, Wait::NoWait) || self.inner.in_flight() == 0 {
+                return Ok(n);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
+        if matches!(cmd, Command::Write { .. }) {
+            // A synchronous write comes after the held ones (append order).
+            while self.armed.load(SeqCst) || self.held() > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.inner.execute(cmd)
+    }
+    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
+        self.inner.segment_info(segment)
+    }
+    fn stats(&self) -> DeviceStats {
+        self.inner.stats()
+    }
+    fn in_flight(&self) -> usize {
+        let s = self.state.lock().unwrap();
+        self.inner.in_flight() + s.queued.len() + s.failed.len()
+    }
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        flush_writes: false,
+        ack_from_dram: true,
+        // No value cache: a page not on the device can only come from the landing buffer.
+        value_cache_bytes: 0,
+        // Values above the held-value limit: a read needs the page.
+        entry_value_max: 0,
+        ..EngineConfig::default()
+    }
+}
+
+fn value(k: u32) -> Vec<u8> {
+    (0..3000u32).map(|i| (i * 31 + k * 7) as u8).collect()
+}
+
+fn key(k: u32) -> Vec<u8> {
+    format!("key{k:04}").into_bytes()
+}
+
+/// Runs `f` on a thread of its own and returns its result, or panics after `limit`.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} did not return within {limit:?}"))
+}
+
+fn open(backend: &Backend, cfg: DeviceConfig) -> (Arc<HoldDevice>, Arc<Engine>) {
+    let dev = Arc::new(HoldDevice::new(Arc::new(Ftl::open(backend, cfg).unwrap())));
+    let engine = Engine::open(dev.clone() as Arc<dyn AppendDevice>, config()).unwrap();
+    (dev, Arc::new(engine))
+}
+
+#[test]
+fn writes_are_acknowledged_and_read_back_before_their_pages_land() {
+    let backend = Backend::Ram(RamStore::new());
+    let cfg = DeviceConfig::new(small_geometry());
+    drop(Ftl::format(&backend, cfg).unwrap());
+    let (dev, db) = open(&backend, cfg);
+    db.put(b"before", &value(9999)).unwrap();
+    db.sync().unwrap();
+
+    dev.armed.store(true, SeqCst);
+    let writer = db.clone();
+    within(
+        Duration::from_secs(10),
+        "writes with their pages held",
+        move || {
+            for k in 0..20 {
+                writer.put(&key(k), &value(k)).unwrap();
+            }
+        },
+    );
+    assert!(dev.held() > 0, "the pages must still be held at the device");
+    let s = db.stats();
+    assert!(s.landing_pages > 0, "{s:?}");
+
+    // Every read path finds the values in DRAM.
+    for k in 0..20 {
+        assert_eq!(
+            db.get(&key(k)).unwrap().as_deref(),
+            Some(&value(k)[..]),
+            "key {k}"
+        );
+        assert_eq!(
+            db.get_cached(&key(k)).as_deref(),
+            Some(&value(k)[..]),
+            "key {k}"
+        );
+    }
+    let keys: Vec<Vec<u8>> = (0..20).map(key).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let got = db.multi_get(&refs).unwrap();
+    for (k, v) in got.iter().enumerate() {
+        assert_eq!(v.as_deref(), Some(&value(k as u32)[..]));
+    }
+    let cached = db
+        .lookup_cached(&refs, Probes::NONE, None)
+        .unwrap()
+        .expect("every page is in DRAM");
+    assert_eq!(cached.values.len(), 20);
+    let (tx, rx) = mpsc::channel();
+    db.multi_get_async(
+        &refs,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(got[7].as_deref(), Some(&value(7)[..]));
+    // A page that had landed before still comes from the device.
+    assert_eq!(
+        db.get(b"before").unwrap().as_deref(),
+        Some(&value(9999)[..])
+    );
+    assert!(db.stats().landing_hits > 0);
+
+    // `sync` waits for the pages: it cannot return while they are held.
+    let syncer = db.clone();
+    let sync = std::thread::spawn(move || syncer.sync());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!sync.is_finished(), "sync returned with pages still held");
+    dev.release(false);
+    sync.join().unwrap().unwrap();
+    assert_eq!(db.stats().landing_pages, 0);
+
+    // Landed, then cut: everything acknowledged is there after recovery.
+    dev.inner.power_cut();
+    drop(db);
+    let (_dev, db) = open(&backend, cfg);
+    for k in 0..20 {
+        assert_eq!(
+            db.get(&key(k)).unwrap().as_deref(),
+            Some(&value(k)[..]),
+            "key {k}"
+        );
+    }
+}
+
+#[test]
+fn a_page_failing_after_its_acknowledgement_stops_writes() {
+    let backend = Backend::Ram(RamStore::new());
+    let cfg = DeviceConfig::new(small_geometry());
+    drop(Ftl::format(&backend, cfg).unwrap());
+    let (dev, db) = open(&backend, cfg);
+    db.put(b"before", &value(1)).unwrap();
+    db.sync().unwrap();
+
+    dev.armed.store(true, SeqCst);
+    let writer = db.clone();
+    within(
+        Duration::from_secs(10),
+        "a write with its pages held",
+        move || {
+            writer.put(b"doomed", &value(2)).unwrap();
+        },
+    );
+    dev.release(true);
+    // The failure is found when the batch is retired (by the next writer, or a sync).
+    let err = within(Duration::from_secs(10), "sync after a failed page", {
+        let db = db.clone();
+        move || db.sync()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, EngineError::AcknowledgedWriteLost { .. }),
+        "{err}"
+    );
+    let err = db.put(b"after", &value(3)).unwrap_err();
+    assert!(
+        matches!(err, EngineError::AcknowledgedWriteLost { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("restart"), "{err}");
+    // Reads go on.
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&value(1)[..]));
+}
+
+#[test]
+fn sync_lands_concurrent_writers_on_a_slow_device_before_a_power_cut() {
+    let backend = Backend::Ram(RamStore::new());
+    let mut cfg = DeviceConfig::new(small_geometry());
+    // Real page-program times: pages are in flight while writers are answered.
+    cfg.timing = TimingModel::PaperCard;
+    cfg.release = hwftl_sim::Release::WallClock;
+    drop(Ftl::format(&backend, cfg).unwrap());
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    let db = Arc::new(Engine::open(ftl.clone() as Arc<dyn AppendDevice>, config()).unwrap());
+    let writers: Vec<_> = (0..4u32)
+        .map(|w| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u32 {
+                    let k = w * 1000 + i;
+                    db.put(&key(k), &value(k)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    db.sync().unwrap();
+    ftl.power_cut();
+    drop(db);
+    let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
+    let db = Engine::open(ftl as Arc<dyn AppendDevice>, config()).unwrap();
+    for w in 0..4u32 {
+        for i in 0..150u32 {
+            let k = w * 1000 + i;
+            assert_eq!(
+                db.get(&key(k)).unwrap().as_deref(),
+                Some(&value(k)[..]),
+                "key {k}"
+            );
+        }
+    }
+}
