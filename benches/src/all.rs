@@ -103,7 +103,7 @@ pub const SYSTEMS: [System; 10] = [
         name: PLP,
         access: Access::InProcess,
         peer: false,
-        reads_from: "as lightstore-local; writes acknowledged when their pages complete, without a device flush (a power-protected write cache, the paper's card)",
+        reads_from: "as lightstore-local; writes acknowledged once in the memtable, before their pages land, without a device flush (power-protected DRAM and write cache, the paper's card)",
     },
     System {
         name: "lightstore-net",

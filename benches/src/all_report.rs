@@ -368,7 +368,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
         "Above 1 means LightStore is faster. In-process peers are compared with \
          LightStore-Local on a matching pair: peers with a synced WAL with the durable mode \
          (`lightstore-local`: a device flush before each acknowledgement), peers without a WAL \
-         with plp mode (`lightstore-local/plp`: acknowledged when the pages complete); servers \
+         with plp mode (`lightstore-local/plp`: acknowledged once in the memtable, before its pages land, as a peer without a WAL at its memtable insert); servers \
          with LightStore-Net. \"vs device\" is ops/s over what the raw device allows for the \
          workload (its writes are not flushed, so the durable column pays a flush the ceiling \
          does not).\n"

@@ -98,7 +98,8 @@ enum Bench {
         /// `file/R-SET-8K` (S-SET always runs: it loads the keys).
         #[arg(long)]
         only: Vec<String>,
-        /// plp mode: writes acknowledged when their pages complete, without a device flush.
+        /// plp mode: writes acknowledged from DRAM, before their pages land, without a device
+        /// flush (`EngineConfig::ack_from_dram`).
         #[arg(long)]
         plp: bool,
     },

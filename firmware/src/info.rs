@@ -455,7 +455,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              write_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
              gc_steps_refused:{}\r\nread_retries:{}\r\nrecovery_read_retries:{}\r\ngc_read_retries:{}\r\n\
              recovery_damage:{}\r\nread_checksum_failures:{}\r\nread_unreadable_pages:{}\r\n\
-             last_fsck:{}\r\nlast_fsck_time:{}\r\nlast_fsck_problems:{}\r\ncompaction_debt_bytes:{}\r\n",
+             last_fsck:{}\r\nlast_fsck_time:{}\r\nlast_fsck_problems:{}\r\ncompaction_debt_bytes:{}\r\n\
+             landing_pages:{}\r\nlanding_hits:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -499,6 +500,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             m.last_fsck.unix_secs(),
             m.last_fsck.problems(),
             e.compaction_debt_bytes,
+            e.landing_pages,
+            e.landing_hits,
         );
         // One line per keytable level, in the spirit of RocksDB's compaction stats.
         for (l, ls) in e.levels.iter().enumerate() {

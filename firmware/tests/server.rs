@@ -650,9 +650,10 @@ fn dependent_pipelined_writes_see_earlier_ones() {
     }
 }
 
-/// `--durability plp` (a power-protected device write cache): writes are acknowledged
-/// without a cache flush, INFO says so, and the power-fail signal flushes and stops the
-/// drive with every acknowledged write kept.
+/// `--durability plp` (the drive's DRAM and the device's cache power-protected): writes are
+/// acknowledged from DRAM and read back at once, CONFIG and INFO say so, and the power-fail
+/// signal lands what is in DRAM, flushes and stops the drive with every acknowledged write
+/// kept.
 #[test]
 fn plp_mode_flushes_on_the_power_fail_signal() {
     let dir = tempfile::tempdir().unwrap();
@@ -667,7 +668,16 @@ fn plp_mode_flushes_on_the_power_fail_signal() {
     assert_eq!(settings.get("durability").map(String::as_str), Some("plp"));
     for i in 0..300 {
         let _: () = c.set(format!("p{i}"), vec![i as u8; 3000]).unwrap();
+        // Acknowledged from DRAM, and read back at once (from the write buffer while the
+        // page is still on its way).
+        assert_eq!(
+            c.get::<_, Vec<u8>>(format!("p{i}")).unwrap(),
+            vec![i as u8; 3000]
+        );
     }
+    let info: String = redis::cmd("INFO").query(&mut c).unwrap();
+    assert!(info.contains("landing_pages:"), "{info}");
+    assert!(info.contains("landing_hits:"), "{info}");
     drop(c);
     let _ = std::process::Command::new("kill")
         .arg("-PWR")

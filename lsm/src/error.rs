@@ -113,8 +113,8 @@ pub enum EngineError {
     /// acknowledgement: that write may be lost, and the engine refuses writes from then on
     /// (reads go on). Restart it: recovery keeps what the device holds.
     #[error(
-        "writes stopped: an acknowledged write's page failed on the device ({reason}); it may \
-         be lost: restart the drive (recovery keeps what the device holds)"
+        "writes stopped: an acknowledged write's page failed on the device ({reason}); it is \
+         lost: restart the drive (recovery keeps the log up to the failed page)"
     )]
     AcknowledgedWriteLost {
         /// The device's error.

@@ -219,9 +219,21 @@ fn within<T: Send + 'static>(
 }
 
 fn open(backend: &Backend, cfg: DeviceConfig) -> (Arc<HoldDevice>, Arc<Engine>) {
+    open_with(backend, cfg, config())
+}
+
+fn open_with(
+    backend: &Backend,
+    cfg: DeviceConfig,
+    ecfg: EngineConfig,
+) -> (Arc<HoldDevice>, Arc<Engine>) {
     let dev = Arc::new(HoldDevice::new(Arc::new(Ftl::open(backend, cfg).unwrap())));
-    let engine = Engine::open(dev.clone() as Arc<dyn AppendDevice>, config()).unwrap();
+    let engine = Engine::open(dev.clone() as Arc<dyn AppendDevice>, ecfg).unwrap();
     (dev, Arc::new(engine))
+}
+
+fn is_lost(r: lsm::Result<()>) -> bool {
+    matches!(r, Err(EngineError::AcknowledgedWriteLost { .. }))
 }
 
 #[test]
@@ -315,7 +327,12 @@ fn a_page_failing_after_its_acknowledgement_stops_writes() {
     let backend = Backend::Ram(RamStore::new());
     let cfg = DeviceConfig::new(small_geometry());
     drop(Ftl::format(&backend, cfg).unwrap());
-    let (dev, db) = open(&backend, cfg);
+    // With the value cache on: it takes the batch's pages when the batch is applied.
+    let ecfg = EngineConfig {
+        value_cache_bytes: 1 << 20,
+        ..config()
+    };
+    let (dev, db) = open_with(&backend, cfg, ecfg.clone());
     db.put(b"before", &value(1)).unwrap();
     db.sync().unwrap();
 
@@ -328,6 +345,7 @@ fn a_page_failing_after_its_acknowledgement_stops_writes() {
             writer.put(b"doomed", &value(2)).unwrap();
         },
     );
+    assert_eq!(db.get(b"doomed").unwrap().as_deref(), Some(&value(2)[..]));
     dev.release(true);
     // The failure is found when the batch is retired (by the next writer, or a sync).
     let err = within(Duration::from_secs(10), "sync after a failed page", {
@@ -345,8 +363,19 @@ fn a_page_failing_after_its_acknowledgement_stops_writes() {
         "{err}"
     );
     assert!(err.to_string().contains("restart"), "{err}");
-    // Reads go on.
+    // Nothing more is written: no flush, no manifest (the checkpoint stays before the hole).
+    assert!(is_lost(db.flush()));
+    // Reads go on; the lost value is not served from the cache.
     assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&value(1)[..]));
+    assert!(db.get(b"doomed").is_err(), "the lost value was served");
+    let db = Arc::try_unwrap(db).ok().expect("one owner");
+    assert!(is_lost(db.close()), "close must not flush past the hole");
+    drop(dev);
+    // The restart recovers the log up to the failed page: the write is gone, not corrupt.
+    let (_dev, db) = open_with(&backend, cfg, ecfg);
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&value(1)[..]));
+    assert_eq!(db.get(b"doomed").unwrap(), None);
+    db.put(b"after", &value(3)).unwrap();
 }
 
 #[test]

@@ -92,6 +92,7 @@ impl Inner {
     /// # Errors
     /// `DeviceFull` when no segment is free.
     pub(super) fn plan_run_pages(&mut self, n: usize) -> Result<Vec<(Lba, u32)>> {
+        self.check_not_lost()?;
         let mut chunks = Vec::new();
         let mut left = n;
         // The current segment's write pointer as of the plan (nothing else writes it).
@@ -278,6 +279,7 @@ impl Inner {
     /// # Errors
     /// `DeviceFull`, device errors.
     pub(super) fn flush(&mut self) -> Result<()> {
+        self.check_not_lost()?;
         self.flush_frozen_locked()?;
         if self.mem.is_empty() {
             if self.pages_since_checkpoint > 0 || self.needs_checkpoint {

@@ -27,9 +27,17 @@
 //! 768 KiB): a batch counts against that budget until it is retired.
 //!
 //! **Failure.** A page that fails after its batch was acknowledged cannot be un-applied:
-//! [`Inner::retire_landed`] records it, and from then on writes are refused with
-//! [`EngineError::AcknowledgedWriteLost`] and maintenance stops (a flush would move the replay
-//! checkpoint past the hole). Reads go on; a read of a lost value fails its checksum.
+//! [`Inner::retire_landed`] records it (only for a batch that was applied and answered: a
+//! batch poisoned by an earlier failure was told its outcome is unknown, and its hole was
+//! handled when it was claimed), and from then on the engine writes nothing at all:
+//! admission refuses every batch (a stalled one too) with
+//! [`EngineError::AcknowledgedWriteLost`], no maintenance task is due, and a task already
+//! running is refused where it would write (`start_batch`, `write_pages`, `plan_run_pages`,
+//! `flush`, `persist`), as is `close`'s flush: moving the replay checkpoint past the hole, or
+//! installing keytables that point into it, would turn a lost write into a corrupt one. The
+//! value cache, which took the batch's pages when it was applied, is emptied. Reads go on; a
+//! read of a lost value fails (unreadable page or checksum). A restart recovers the log up to
+//! the failed page, so writes acknowledged after it are lost too.
 //!
 //! **Waiting.** The poller thread must never take the engine lock, so a batch's last page
 //! bumps the buffer's epoch instead ([`Landing::hook`]); a caller waiting for the pipeline to
@@ -160,12 +168,19 @@ impl Inner {
             };
             self.pipeline_pages = self.pipeline_pages.saturating_sub(b.pages);
             landing.release(&b.landing);
-            if let Err(e) = r {
+            // A poisoned batch was never acknowledged (its writer was told the outcome is
+            // unknown) and its hole was handled when it was claimed.
+            if let (Err(e), true) = (r, b.acked) {
                 tracing::error!(
                     error = %e,
                     "a page of an acknowledged write failed on the device: writes stop"
                 );
                 self.ack_lost.get_or_insert_with(|| e.to_string());
+                // The value cache took the batch's pages when it was applied: a read of a
+                // lost value must not be answered from there.
+                if let Some(cache) = &self.side.cache {
+                    cache.clear();
+                }
             }
         }
     }

@@ -681,11 +681,7 @@ impl Engine {
         let mut inner = self.core.inner.lock();
         self.core.quiesce(&mut inner);
         inner.check_open()?;
-        if let Some(reason) = &inner.ack_lost {
-            return Err(EngineError::AcknowledgedWriteLost {
-                reason: reason.clone(),
-            });
-        }
+        inner.check_not_lost()?;
         // Under the write lock: nothing is acknowledged between the drain and the flush.
         device_flush(inner.dev.as_ref())?;
         Ok(())
@@ -707,6 +703,9 @@ impl Engine {
         }
         let flushed = if inner.read_only {
             Ok(())
+        } else if let Err(e) = inner.check_not_lost() {
+            // Nothing more is written: a restart recovers the log up to the failed page.
+            Err(e)
         } else {
             inner.flush()
         };
@@ -753,12 +752,19 @@ impl Inner {
         if self.read_only {
             return Err(EngineError::ReadOnly);
         }
-        if let Some(reason) = &self.ack_lost {
-            return Err(EngineError::AcknowledgedWriteLost {
+        self.check_not_lost()
+    }
+
+    /// Refuses once a page of an acknowledged write was lost (see `landing`): from then on
+    /// the engine writes nothing at all — no batch, no keytable install, no manifest, no
+    /// trim — so recovery finds the log as it was (up to the failed page).
+    fn check_not_lost(&self) -> Result<()> {
+        match &self.ack_lost {
+            Some(reason) => Err(EngineError::AcknowledgedWriteLost {
                 reason: reason.clone(),
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn max_value(&self) -> u64 {
@@ -791,6 +797,7 @@ impl Inner {
     }
 
     fn write_pages(&mut self, pages: Vec<(Lba, PageBuf)>) -> Result<()> {
+        self.check_not_lost()?;
         let cmds = pages
             .into_iter()
             .map(|(lba, buf)| Command::Write { lba, buf })

@@ -243,6 +243,9 @@ impl Inner {
     }
 
     pub(super) fn persist(&mut self) -> Result<()> {
+        // After an acknowledged write was lost nothing moves the checkpoint or releases a
+        // segment (see `landing`).
+        self.check_not_lost()?;
         // What the manifest points at (keytable pages, moved values) is durable before it.
         // The manifest is durable before anything it released is trimmed: its write ends
         // with a device flush of its own (`ManifestStore::write`), so a second one here would

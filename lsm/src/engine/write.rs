@@ -93,6 +93,9 @@ pub(super) struct InFlight {
     pub(super) early: bool,
     /// Its pages' copies in the landing buffer (released when it is retired).
     pub(super) landing: Vec<PageAddr>,
+    /// An early batch that was applied and its writer answered (not poisoned): a page of it
+    /// failing loses an acknowledged write.
+    pub(super) acked: bool,
     /// The values it writes (garbage if it fails).
     fresh: Vec<Invalidated>,
     /// It retimes a value written before it: a later batch's insert must wait for its
@@ -531,6 +534,10 @@ impl Inner {
         if self.closed {
             return Admission::Refuse(EngineError::Closed);
         }
+        // Also ends a stall: maintenance will not run again (see `landing`).
+        if let Err(e) = self.check_not_lost() {
+            return Admission::Refuse(e);
+        }
         if self.quiescers > 0 {
             return Admission::Wait(None);
         }
@@ -637,6 +644,7 @@ impl Inner {
         bound: u64,
         kind: BatchKind,
     ) -> Result<(u64, Arc<GroupDone>)> {
+        self.check_not_lost()?;
         let gc = kind == BatchKind::GcMoves;
         let any_put = ops
             .iter()
@@ -771,6 +779,7 @@ impl Inner {
                 moves: gc,
                 early,
                 landing: if early { landing_addrs } else { Vec::new() },
+                acked: false,
                 fresh,
                 retimes,
                 user_bytes: if gc { 0 } else { Self::user_bytes(ops) },
@@ -838,6 +847,7 @@ impl Inner {
             let outcome = match b.io {
                 Some(Ok(())) if t >= self.poisoned_below => {
                     self.stats.user_bytes_written += b.user_bytes;
+                    b.acked = b.early;
                     let insertion = Arc::new(Insertion::default());
                     b.insertion = Some(insertion.clone());
                     let after = self
