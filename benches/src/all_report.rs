@@ -110,6 +110,19 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
     let path = out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
     written.push(path);
+    let path = out.join("ceilings.json");
+    let ceilings = serde_json::json!({
+        "load_generator": {
+            "seq_write_ops": res.ceiling.write_ops,
+            "rand_read_ops": res.ceiling.read_ops,
+        },
+        "fio": match &res.fio {
+            Ok(f) => serde_json::to_value(f)?,
+            Err(why) => serde_json::json!({ "missing": why }),
+        },
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&ceilings)?)?;
+    written.push(path);
     let path = out.join("latency-cdf.json");
     std::fs::write(&path, serde_json::to_string(&res.cdfs)?)?;
     written.push(path);
@@ -294,6 +307,73 @@ fn targets(res: &Results) -> Vec<Target> {
     t
 }
 
+/// The device's ceilings from the load generator and from fio, side by side (issue 18).
+fn ceilings_section(res: &Results) -> String {
+    let mut m = String::from("## Device ceilings: the load generator and fio\n\n");
+    let f = match &res.fio {
+        Ok(f) => f,
+        Err(why) => {
+            let _ = writeln!(
+                m,
+                "fio could not run ({why}): only the load generator's figures above.\n"
+            );
+            return m;
+        }
+    };
+    let _ = writeln!(
+        m,
+        "Both on the scratch file system, io_uring, O_DIRECT, 8 KiB blocks, {} in flight, one \
+         after the other before the systems ran. The \"vs device\" ratios and the targets use \
+         the load generator (the append-only device's own path, as the engine drives it); \
+         {} is the figure anyone can reproduce: `fio --ioengine=io_uring --direct=1 --bs=8k \
+         --iodepth={} --rw=PATTERN --size={} --number_ios={}` on a fresh file, after a first \
+         sequential write over it (not reported: first writes convert the file's extents).\n",
+        f.iodepth,
+        f.version,
+        f.iodepth,
+        f.region_bytes,
+        f.region_bytes / 8192
+    );
+    m.push_str(
+        "| pattern | the workloads it bounds | load generator (ops/s) | fio (IOPS) | fio MB/s \
+         | fio p50 us | fio p99 us |\n|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    let rows = [
+        (
+            "sequential write",
+            "S-SET; every write of an append-only engine (R-SET too)",
+            Some(res.ceiling.write_ops),
+            f.seq_write,
+        ),
+        (
+            "random write",
+            "R-SET as a client issues it",
+            None,
+            f.rand_write,
+        ),
+        ("sequential read", "S-GET", None, f.seq_read),
+        (
+            "random read",
+            "R-GET, Z-GET",
+            Some(res.ceiling.read_ops),
+            f.rand_read,
+        ),
+    ];
+    for (pattern, bounds, ours, r) in rows {
+        let _ = writeln!(
+            m,
+            "| {pattern} | {bounds} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            fmt_opt(ours, 0),
+            r.iops,
+            r.bytes_per_sec / 1e6,
+            r.p50_us,
+            r.p99_us
+        );
+    }
+    m.push('\n');
+    m
+}
+
 fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String {
     let rows = &res.rows;
     let mut m = String::new();
@@ -351,6 +431,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             after.write_ops, after.read_ops
         );
     }
+    m.push_str(&ceilings_section(res));
     let _ = writeln!(
         m,
         "Mode: {mode}. Every row: {CLIENTS} clients x {BATCH} requests in flight = {QD} \
@@ -636,4 +717,80 @@ fn redis_version() -> String {
                 .find_map(|w| w.strip_prefix("v=").map(str::to_string))
         })
         .map_or_else(|| "not installed".into(), |v| format!("version {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::fio::{FioCeilings, FioResult};
+    use crate::workloads::Ceiling;
+
+    fn results(fio: Result<FioCeilings, String>) -> Results {
+        Results {
+            rows: Vec::new(),
+            cdfs: Vec::new(),
+            ceiling: Ceiling {
+                write_ops: 90_000.0,
+                read_ops: 70_000.0,
+            },
+            ceiling_after: None,
+            fio,
+            keys: Vec::new(),
+            data_mib: 256,
+            quick: false,
+            peers_built: false,
+            seconds: 1.0,
+            drive_capacity: String::new(),
+            extras: None,
+            commit: "abc".into(),
+            repeat: 1,
+        }
+    }
+
+    fn fio(iops: f64) -> FioResult {
+        FioResult {
+            iops,
+            bytes_per_sec: iops * 8192.0,
+            p50_us: 300.0,
+            p99_us: 900.0,
+        }
+    }
+
+    #[test]
+    fn the_ceilings_table_puts_fio_beside_the_load_generator() {
+        let f = FioCeilings {
+            version: "fio-3.33".into(),
+            iodepth: 32,
+            region_bytes: 256 << 20,
+            seq_write: fio(95_000.0),
+            rand_write: fio(60_000.0),
+            seq_read: fio(110_000.0),
+            rand_read: fio(72_000.0),
+        };
+        let m = ceilings_section(&results(Ok(f)));
+        assert!(
+            m.contains("| sequential write | S-SET; every write of an append-only engine (R-SET too) | 90000 | 95000 | 778 | 300 | 900 |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("| random write | R-SET as a client issues it | — | 60000 |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("| random read | R-GET, Z-GET | 70000 | 72000 |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("fio-3.33") && m.contains("--number_ios=32768"),
+            "{m}"
+        );
+        let m = ceilings_section(&results(Err("fio is not installed".into())));
+        assert!(
+            m.contains("fio could not run (fio is not installed)"),
+            "{m}"
+        );
+        assert!(!m.contains("| pattern |"), "{m}");
+    }
 }

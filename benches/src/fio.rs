@@ -22,7 +22,7 @@ pub struct FioJob<'a> {
 }
 
 /// What fio measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct FioResult {
     /// I/Os per second.
     pub iops: f64,
@@ -93,4 +93,115 @@ pub fn run(file: &Path, job: &FioJob<'_>) -> anyhow::Result<FioResult> {
         p50_us: pct("50.000000"),
         p99_us: pct("99.000000"),
     })
+}
+
+/// fio's figure for each of the four access patterns the workloads make, at 8 KiB and one
+/// queue depth, on one file (issue 18: the ceilings come from fio in the same run, beside the
+/// harness's own load generator).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FioCeilings {
+    /// `fio --version`.
+    pub version: String,
+    /// Commands in flight.
+    pub iodepth: u32,
+    /// Bytes of the region each pattern covers.
+    pub region_bytes: u64,
+    /// Sequential writes (S-SET's pattern, and an append-only engine's for every write).
+    pub seq_write: FioResult,
+    /// Random writes (R-SET's pattern as a client issues it).
+    pub rand_write: FioResult,
+    /// Sequential reads (S-GET's).
+    pub seq_read: FioResult,
+    /// Random reads (R-GET's and Z-GET's).
+    pub rand_read: FioResult,
+}
+
+/// The four patterns, in the order they run (after a first sequential write over the whole
+/// region, so every pattern runs on written blocks).
+pub const PATTERNS: [&str; 4] = ["write", "randwrite", "read", "randread"];
+
+/// Runs fio's four patterns over a fresh file of `region_bytes` at `path` (fio lays it out;
+/// removed after), each over as many 8 KiB I/Os as the region holds.
+///
+/// # Errors
+/// fio missing or failing (the file cannot be made, say): the reason, for the report.
+pub fn ceilings(path: &Path, region_bytes: u64, iodepth: u32) -> Result<FioCeilings, String> {
+    let version = available().map_err(|e| format!("{e:#}"))?;
+    // fio lays the file out (fallocate) before its first job, outside the timed part.
+    let _ = std::fs::remove_file(path);
+    let mut results = Vec::with_capacity(PATTERNS.len());
+    // A first sequential pass, not reported: writing a laid-out file's blocks for the first
+    // time converts its extents (metadata writes: 9K against 60K writes/s on this host), and
+    // no engine's steady state writes there.
+    for rw in std::iter::once("write").chain(PATTERNS) {
+        let job = FioJob {
+            rw,
+            iodepth,
+            ios: (region_bytes / 8192).max(1),
+            offset: 0,
+            size: region_bytes,
+        };
+        match run(path, &job) {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(format!("fio {rw}: {e:#}"));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(path);
+    Ok(FioCeilings {
+        version,
+        iodepth,
+        region_bytes,
+        seq_write: results[1],
+        rand_write: results[2],
+        seq_read: results[3],
+        rand_read: results[4],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn the_four_patterns_run_on_a_small_file() {
+        if let Err(e) = available() {
+            // `cargo xtask test` installs fio, and fails on a skip for a missing tool.
+            eprintln!("SKIPPED (tool) fio ceilings: {e:#}");
+            if let Some(log) = std::env::var_os("LIGHTSTORE_SKIP_LOG") {
+                use std::io::Write as _;
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .and_then(|mut f| writeln!(f, "tool\tbenches\tfio ceilings\t{e}"));
+            }
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fio.img");
+        let c = ceilings(&path, 8 << 20, 8).unwrap();
+        for (name, r) in [
+            ("write", c.seq_write),
+            ("randwrite", c.rand_write),
+            ("read", c.seq_read),
+            ("randread", c.rand_read),
+        ] {
+            assert!(r.iops > 0.0, "{name}: {r:?}");
+            assert!(
+                r.bytes_per_sec > r.iops * 8000.0,
+                "{name}: 8 KiB blocks: {r:?}"
+            );
+            assert!(r.p99_us >= r.p50_us, "{name}: {r:?}");
+        }
+        assert!(!path.exists(), "the scratch file is removed");
+        // A place fio cannot write (under a file): the reason, not a panic.
+        std::fs::write(dir.path().join("a-file"), b"x").unwrap();
+        let err = ceilings(&dir.path().join("a-file/fio.img"), 8 << 20, 8).unwrap_err();
+        assert!(err.starts_with("fio write:"), "{err}");
+    }
 }
