@@ -960,15 +960,16 @@ impl Inner {
     }
 
     /// Most value-log pages a batch can take (at least two): its packed pages (bounded by
-    /// the bytes of its small records, below), every raw page with a packed page for its
-    /// record, and one more; a put spanning segments takes them whole (such a batch is
-    /// never pipelined).
+    /// the bytes of its records, below), its raw pages, a packed page more for each segment
+    /// boundary its raw pages may cross, and one more; a put spanning segments takes them
+    /// whole (such a batch is never pipelined).
     pub(super) fn page_bound(&self, ops: &[WriteOp<'_>]) -> u64 {
         let pps = u64::from(self.g.pages_per_segment());
         // Bytes of the records that go into packed pages, and the pages everything else
-        // takes: each raw value and long key its own pages, plus one packed page each (a
-        // raw value that does not fit the head segment opens a page in the next one).
+        // takes: each raw value its own pages (its record goes into the open packed page,
+        // which stays open across raw values), each long key its pages and a packed page.
         let mut packed_bytes = 0u64;
+        let mut raw = 0u64;
         let mut other = 0u64;
         for op in ops {
             match op {
@@ -979,9 +980,13 @@ impl Inner {
                 WriteOp::Put(k, v) if !is_long_key(k.len()) && fits_inline(k.len(), v.len()) => {
                     packed_bytes += (RECORD_HEADER + k.len() + v.len()) as u64;
                 }
-                WriteOp::Put(k, v) => {
+                WriteOp::Put(k, v) if is_long_key(k.len()) => {
                     packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
                     other += 1 + Self::put_raw_pages(k.len(), v.len());
+                }
+                WriteOp::Put(k, v) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
+                    raw += Self::put_raw_pages(k.len(), v.len());
                 }
                 WriteOp::Delete(k) | WriteOp::Retime(k, _) if is_long_key(k.len()) => {
                     other += 1 + key_pages(k.len());
@@ -997,7 +1002,7 @@ impl Inner {
                         packed_bytes += (RECORD_HEADER + k.len() + v.len()) as u64;
                     } else {
                         packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
-                        other += 1 + Self::put_raw_pages(k.len(), v.len());
+                        raw += Self::put_raw_pages(k.len(), v.len());
                     }
                 }
             }
@@ -1013,7 +1018,12 @@ impl Inner {
         } else {
             (2 * packed_bytes).div_ceil(capacity) + 1
         };
-        packed + other + 1
+        // A raw value that does not fit the head segment closes the packed page and opens
+        // one in the next segment: once per boundary its pages reach. (Counting a packed
+        // page per raw value, as before, sent every write group of 32 or more 8 KiB values
+        // down the synchronous path, alone on the device.)
+        let crossings = if raw == 0 { 0 } else { raw.div_ceil(pps) + 1 };
+        packed + raw + crossings + other + 1
     }
 
     /// Ends the head segment where it stands (after a failed or abandoned batch it may hold

@@ -6,9 +6,10 @@ use rand::{Rng, SeedableRng};
 
 /// `page_bound` is an upper bound of the value-log pages a batch writes (checked on the
 /// engine's value-log byte count for random batches of small, page-sized and
-/// multi-page values and deletes), and a write group of a few hundred small values is pipelined, not written
-/// synchronously (a bound of a page per value had sent every such group of the drive
-/// down the synchronous path).
+/// multi-page values and deletes), and a write group of a few hundred small values, or of
+/// 32 values of 8 KiB, is pipelined, not written synchronously (a bound of a page per small
+/// value, or of two pages per 8 KiB value, had sent every such group of the drive down the
+/// synchronous path).
 #[test]
 fn the_page_bound_holds_and_small_values_pipeline() {
     let g = Geometry {
@@ -34,6 +35,15 @@ fn the_page_bound_holds_and_small_values_pipeline() {
     assert!(
         bound <= PIPELINE_MAX_BATCH_PAGES,
         "800 values of 100 bytes: bound {bound}"
+    );
+    // A write group of the drive's 256 KiB of 8 KiB values: one packed page for the 32
+    // records, not one per value (which sent it down the synchronous path).
+    let big = vec![7u8; 8192];
+    let ops: Vec<WriteOp<'_>> = small[..32].iter().map(|k| WriteOp::Put(k, &big)).collect();
+    let bound = db.core.inner.lock().page_bound(&ops);
+    assert!(
+        bound <= PIPELINE_MAX_BATCH_PAGES / 2 + 8,
+        "32 values of 8 KiB: bound {bound}"
     );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut checked = 0;
