@@ -1,9 +1,9 @@
 //! `EngineConfig::ack_from_dram` (the drive's plp mode): a client write is acknowledged once
 //! it is in the memtable and the landing buffer, before its pages reach the device.
 //!
-//! The device wrapper here holds every page write submitted through the queue (the write
-//! pipeline's path) back *before* it reaches the simulator, with tags of its own, until the
-//! test lets the writes go, or fails them. So these tests see:
+//! The device wrapper (`common::HoldDevice`) holds every page write submitted through the
+//! queue (the write pipeline's path) back *before* it reaches the simulator, with tags of
+//! its own, until the test lets the writes go, or fails them. So these tests see:
 //! - a write acknowledged while its pages are nowhere on the device, and read back (point,
 //!   multi-key, DRAM-only and asynchronous reads) from the landing buffer;
 //! - `Engine::sync` landing everything, after which a power cut loses nothing;
@@ -14,175 +14,14 @@
 
 mod common;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use hwftl_sim::{
-    AppendDevice, Backend, Command, CommandKind, Completion, DeviceConfig, DeviceError,
-    DeviceStats, Ftl, Geometry, RamStore, Rejected, SegmentId, SegmentInfo, Tag, TimingModel, Wait,
-};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore, TimingModel};
 use lsm::{Engine, EngineConfig, EngineError, Probes};
 
-use common::small_geometry;
-
-#[derive(Default)]
-struct HoldState {
-    queued: VecDeque<(u32, Command)>,
-    /// Completions made up for held writes that were failed, delivered by the next reap.
-    failed: Vec<Completion>,
-    /// Device tag -> the tag handed out for it.
-    outer: HashMap<u32, u32>,
-}
-
-/// Passes commands to the simulator under tags of its own; while armed, holds back every
-/// write submitted through the queue.
-struct HoldDevice {
-    inner: Arc<Ftl>,
-    armed: AtomicBool,
-    next_tag: AtomicU32,
-    state: Mutex<HoldState>,
-}
-
-impl HoldDevice {
-    fn new(inner: Arc<Ftl>) -> Self {
-        HoldDevice {
-            inner,
-            armed: AtomicBool::new(false),
-            next_tag: AtomicU32::new(1 << 20),
-            state: Mutex::new(HoldState::default()),
-        }
-    }
-
-    fn held(&self) -> usize {
-        self.state.lock().unwrap().queued.len()
-    }
-
-    /// Lets the held writes reach the device in order (or, with `fail`, completes each with
-    /// a program failure, the device unchanged), and stops holding.
-    fn release(&self, fail: bool) {
-        self.armed.store(false, SeqCst);
-        loop {
-            let mut s = self.state.lock().unwrap();
-            let Some((outer, cmd)) = s.queued.pop_front() else {
-                return;
-            };
-            if fail {
-                let Command::Write { lba, buf } = cmd else {
-                    unreachable!("only writes are held")
-                };
-                s.failed.push(Completion {
-                    tag: Tag(outer),
-                    kind: CommandKind::Write,
-                    lba: Some(lba),
-                    segment: None,
-                    result: Err(DeviceError::ProgramFailed {
-                        lba,
-                        segment: SegmentId(0),
-                        chip: 0,
-                        block: 0,
-                    }),
-                    buf: Some(buf),
-                    latency_ns: 0,
-                });
-                continue;
-            }
-            let Command::Write { lba, .. } = &cmd else {
-                unreachable!("only writes are held")
-            };
-            let lba = *lba;
-            match self.inner.submit(cmd) {
-                Ok(tag) => {
-                    s.outer.insert(tag.0, outer);
-                }
-                Err(r) => match r.buf {
-                    Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
-                        s.queued.push_front((outer, Command::Write { lba, buf }));
-                        drop(s);
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                    _ => panic!("a held write was refused: {}", r.error),
-                },
-            }
-        }
-    }
-}
-
-impl AppendDevice for HoldDevice {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
-        let outer = self.next_tag.fetch_add(1, SeqCst);
-        let mut s = self.state.lock().unwrap();
-        if matches!(cmd, Command::Write { .. }) && self.armed.load(SeqCst) {
-            s.queued.push_back((outer, cmd));
-            return Ok(Tag(outer));
-        }
-        let tag = self.inner.submit(cmd)?;
-        s.outer.insert(tag.0, outer);
-        Ok(Tag(outer))
-    }
-    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
-        cmds.into_iter().map(|c| self.submit(c)).collect()
-    }
-    fn submit_and_reap(
-        &self,
-        cmds: Vec<Command>,
-        out: &mut Vec<Completion>,
-        max: usize,
-        wait: Wait,
-    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
-        let tags = self.submit_many(cmds);
-        (tags, self.reap(out, max, wait))
-    }
-    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
-        // Reaped and translated under the state lock, so a device tag freed by this reap is
-        // not handed to a new command (and mapped again) before its completion is translated;
-        // waiting is a poll outside the lock.
-        loop {
-            let mut s = self.state.lock().unwrap();
-            let failed = std::mem::take(&mut s.failed);
-            let made_up = failed.len();
-            out.extend(failed);
-            let from = out.len();
-            let n = self.inner.reap(out, max, Wait::NoWait)?;
-            for c in &mut out[from..] {
-                let outer = s
-                    .outer
-                    .remove(&c.tag.0)
-                    .expect("a completion of a command not submitted");
-                c.tag = Tag(outer);
-            }
-            drop(s);
-            let n = n + made_up;
-            if n > 0 || matches!(wait, Wait::NoWait) || self.inner.in_flight() == 0 {
-                return Ok(n);
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    }
-    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
-        if matches!(cmd, Command::Write { .. }) {
-            // A synchronous write comes after the held ones (append order).
-            while self.armed.load(SeqCst) || self.held() > 0 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        self.inner.execute(cmd)
-    }
-    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
-        self.inner.segment_info(segment)
-    }
-    fn stats(&self) -> DeviceStats {
-        self.inner.stats()
-    }
-    fn in_flight(&self) -> usize {
-        let s = self.state.lock().unwrap();
-        self.inner.in_flight() + s.queued.len() + s.failed.len()
-    }
-}
+use common::{small_geometry, HoldDevice};
 
 fn config() -> EngineConfig {
     EngineConfig {
@@ -227,7 +66,12 @@ fn open_with(
     cfg: DeviceConfig,
     ecfg: EngineConfig,
 ) -> (Arc<HoldDevice>, Arc<Engine>) {
-    let dev = Arc::new(HoldDevice::new(Arc::new(Ftl::open(backend, cfg).unwrap())));
+    // Once armed, every write submitted through the queue is held.
+    let dev = Arc::new(HoldDevice::new(
+        Arc::new(Ftl::open(backend, cfg).unwrap()),
+        false,
+        Box::new(|_| true),
+    ));
     let engine = Engine::open(dev.clone() as Arc<dyn AppendDevice>, ecfg).unwrap();
     (dev, Arc::new(engine))
 }

@@ -3,27 +3,23 @@
 //! `stats` return (with the moves written under the lock, as before, both waited for the
 //! held pages), a read returns its value, and once the pages are let go every write is there.
 //!
-//! The device wrapper holds writes back *before* they reach the simulator (from the first
-//! raw page of a move batch on, every later write to that segment waits its turn, so each
-//! segment is still written in order), with tags of its own, so no completion is ever
-//! delivered under a tag the simulator has since reused.
+//! The device wrapper (`common::HoldDevice`) holds writes back *before* they reach the
+//! simulator (from the first raw page of a move batch on, every later write to that segment
+//! waits its turn, so each segment is still written in order), with tags of its own, so no
+//! completion is ever delivered under a tag the simulator has since reused.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hwftl_sim::{
-    AppendDevice, Backend, Command, Completion, DeviceConfig, DeviceError, DeviceStats, Ftl,
-    Geometry, Lba, RamStore, Rejected, SegmentId, SegmentInfo, Tag, Wait,
-};
+use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore};
 use lsm::{Engine, EngineConfig, Oldest, WriteOp};
 
-use common::{assert_fsck_clean, small_geometry};
+use common::{assert_fsck_clean, small_geometry, HoldDevice};
 
 /// First bytes of every value the test writes: a page starting with them, written by the
 /// maintenance thread, is a raw page of a garbage-collection move.
@@ -39,150 +35,6 @@ fn value(k: u32, round: u32) -> Vec<u8> {
 
 fn key(k: u32) -> Vec<u8> {
     k.to_be_bytes().to_vec()
-}
-
-#[derive(Default)]
-struct HoldState {
-    /// Segments whose writes are held: a write to one of them queues here (with its outer
-    /// tag) instead of reaching the device, so each segment's writes stay in order.
-    held_segments: HashSet<u64>,
-    queued: VecDeque<(u32, Lba, Command)>,
-    /// Device tag -> the tag handed out for it.
-    outer: HashMap<u32, u32>,
-}
-
-/// Passes commands to the simulator under tags of its own; once armed, holds back the first
-/// raw page of a move batch and every later write to its segment, until released.
-struct HoldDevice {
-    inner: Arc<Ftl>,
-    armed: AtomicBool,
-    /// Set once a move page was held.
-    seen: AtomicBool,
-    next_tag: AtomicU32,
-    state: Mutex<HoldState>,
-}
-
-impl HoldDevice {
-    fn new(inner: Arc<Ftl>) -> Self {
-        HoldDevice {
-            inner,
-            armed: AtomicBool::new(false),
-            seen: AtomicBool::new(false),
-            next_tag: AtomicU32::new(1 << 20),
-            state: Mutex::new(HoldState::default()),
-        }
-    }
-
-    fn segment(&self, lba: Lba) -> u64 {
-        lba.0 / u64::from(self.inner.geometry().pages_per_segment())
-    }
-
-    /// Lets the held writes reach the device, in order, and stops holding. The state lock is
-    /// not held while waiting for a free tag (the poller needs it to translate completions).
-    fn release(&self) {
-        self.armed.store(false, SeqCst);
-        loop {
-            let mut s = self.state.lock().unwrap();
-            let Some((outer, lba, cmd)) = s.queued.pop_front() else {
-                s.held_segments.clear();
-                return;
-            };
-            match self.inner.submit(cmd) {
-                Ok(tag) => {
-                    s.outer.insert(tag.0, outer);
-                }
-                Err(r) => match r.buf {
-                    Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
-                        s.queued
-                            .push_front((outer, lba, Command::Write { lba, buf }));
-                        drop(s);
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                    _ => panic!("a held write was refused: {}", r.error),
-                },
-            }
-        }
-    }
-}
-
-impl AppendDevice for HoldDevice {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
-        let outer = self.next_tag.fetch_add(1, SeqCst);
-        let mut s = self.state.lock().unwrap();
-        if let Command::Write { lba, buf } = &cmd {
-            let lba = *lba;
-            let is_move_page =
-                buf[..8] == MARK[..] && std::thread::current().name() == Some("lsm-maint");
-            if s.held_segments.is_empty() && self.armed.load(SeqCst) && is_move_page {
-                s.held_segments.insert(self.segment(lba));
-                self.seen.store(true, SeqCst);
-            }
-            if s.held_segments.contains(&self.segment(lba)) {
-                s.queued.push_back((outer, lba, cmd));
-                return Ok(Tag(outer));
-            }
-        }
-        let tag = self.inner.submit(cmd)?;
-        s.outer.insert(tag.0, outer);
-        Ok(Tag(outer))
-    }
-    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
-        cmds.into_iter().map(|c| self.submit(c)).collect()
-    }
-    fn submit_and_reap(
-        &self,
-        cmds: Vec<Command>,
-        out: &mut Vec<Completion>,
-        max: usize,
-        wait: Wait,
-    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
-        let tags = self.submit_many(cmds);
-        (tags, self.reap(out, max, wait))
-    }
-    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
-        // Reaped and translated under the state lock, so a device tag freed by this reap is
-        // not handed to a new command (and mapped again) before its completion is translated;
-        // waiting is a poll outside the lock.
-        loop {
-            let from = out.len();
-            let mut s = self.state.lock().unwrap();
-            let n = self.inner.reap(out, max, Wait::NoWait)?;
-            for c in &mut out[from..] {
-                let outer = s
-                    .outer
-                    .remove(&c.tag.0)
-                    .expect("a completion of a command not submitted");
-                c.tag = Tag(outer);
-            }
-            drop(s);
-            if n > 0 || matches!(wait, Wait::NoWait) || self.inner.in_flight() == 0 {
-                return Ok(n);
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    }
-    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
-        if let Command::Write { lba, .. } = &cmd {
-            // A synchronous write to a held segment waits for the held writes (append order).
-            let segment = self.segment(*lba);
-            while self.state.lock().unwrap().held_segments.contains(&segment) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        self.inner.execute(cmd)
-    }
-    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
-        self.inner.segment_info(segment)
-    }
-    fn stats(&self) -> DeviceStats {
-        self.inner.stats()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.state.lock().unwrap().queued.len()
-    }
 }
 
 /// Runs `f` on a thread of its own and reports whether it returned within `limit`.
@@ -203,7 +55,15 @@ fn clients_go_on_while_garbage_collection_moves_are_on_the_device() {
     let g = small_geometry();
     let backend = Backend::Ram(RamStore::new());
     let ftl = Arc::new(Ftl::format(&backend, DeviceConfig::new(g)).unwrap());
-    let hold = Arc::new(HoldDevice::new(ftl.clone()));
+    // Holds the first raw page of a move batch (written by the maintenance thread) and
+    // every later write to its segment.
+    let hold = Arc::new(HoldDevice::new(
+        ftl.clone(),
+        true,
+        Box::new(|page| {
+            page[..8] == MARK[..] && std::thread::current().name() == Some("lsm-maint")
+        }),
+    ));
     let cfg = EngineConfig {
         memtable_bytes: 64 << 10,
         // The oldest segments first: they hold the half of the keys never overwritten, so
@@ -274,7 +134,7 @@ fn clients_go_on_while_garbage_collection_moves_are_on_the_device() {
             db.get(&key(KEYS - 2)).unwrap()
         })
     };
-    hold.release();
+    hold.release(false);
     let stats = stats.join().unwrap();
     let submitted = submit.join().unwrap();
     let read = read.join().unwrap();

@@ -272,3 +272,194 @@ pub fn stamped_value(key: u32, version: u32, len: usize) -> Vec<u8> {
     }
     v
 }
+
+/// Decides, for a write submitted through the queue while a [`HoldDevice`] is armed, from
+/// its page bytes, whether to start holding its segment's writes back.
+pub type HoldWhen = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct HoldState {
+    /// Segments whose writes are held: a write to one of them queues here (with its outer
+    /// tag) instead of reaching the device, so each segment's writes stay in order.
+    held_segments: std::collections::HashSet<u64>,
+    queued: std::collections::VecDeque<(u32, hwftl_sim::Lba, Command)>,
+    /// Completions made up for held writes that were failed, delivered by the next reap.
+    failed: Vec<Completion>,
+    /// Device tag -> the tag handed out for it.
+    outer: std::collections::HashMap<u32, u32>,
+}
+
+/// Passes commands to the simulator under tags of its own (so no completion is ever
+/// delivered under a tag the simulator has since reused); once armed, holds writes back
+/// *before* they reach the simulator: from a write `hold_when` picks on, every later write to
+/// its segment waits its turn (each segment is still written in order), until
+/// [`HoldDevice::release`] lets them go or fails them.
+pub struct HoldDevice {
+    /// The simulator behind it.
+    pub inner: Arc<Ftl>,
+    /// Holding is on.
+    pub armed: AtomicBool,
+    /// Set once a write was held.
+    pub seen: AtomicBool,
+    /// Hold one segment at most (the first write picked), or every segment picked.
+    one_segment: bool,
+    hold_when: HoldWhen,
+    next_tag: std::sync::atomic::AtomicU32,
+    state: std::sync::Mutex<HoldState>,
+}
+
+impl HoldDevice {
+    /// A holder in front of `inner`, unarmed.
+    pub fn new(inner: Arc<Ftl>, one_segment: bool, hold_when: HoldWhen) -> Self {
+        HoldDevice {
+            inner,
+            armed: AtomicBool::new(false),
+            seen: AtomicBool::new(false),
+            one_segment,
+            hold_when,
+            next_tag: std::sync::atomic::AtomicU32::new(1 << 20),
+            state: std::sync::Mutex::new(HoldState::default()),
+        }
+    }
+
+    fn segment(&self, lba: hwftl_sim::Lba) -> u64 {
+        lba.0 / u64::from(self.inner.geometry().pages_per_segment())
+    }
+
+    /// Writes held now.
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap().queued.len()
+    }
+
+    /// Stops holding and lets the held writes reach the device in order, or with `fail`
+    /// completes each with a program failure (the device unchanged). The state lock is not
+    /// held while waiting for a free tag (the poller needs it to translate completions).
+    pub fn release(&self, fail: bool) {
+        self.armed.store(false, Ordering::SeqCst);
+        loop {
+            let mut s = self.state.lock().unwrap();
+            let Some((outer, lba, cmd)) = s.queued.pop_front() else {
+                s.held_segments.clear();
+                return;
+            };
+            if fail {
+                let Command::Write { buf, .. } = cmd else {
+                    unreachable!("only writes are held")
+                };
+                s.failed.push(Completion {
+                    tag: Tag(outer),
+                    kind: hwftl_sim::CommandKind::Write,
+                    lba: Some(lba),
+                    segment: None,
+                    result: Err(DeviceError::ProgramFailed {
+                        lba,
+                        segment: SegmentId(0),
+                        chip: 0,
+                        block: 0,
+                    }),
+                    buf: Some(buf),
+                    latency_ns: 0,
+                });
+                continue;
+            }
+            match self.inner.submit(cmd) {
+                Ok(tag) => {
+                    s.outer.insert(tag.0, outer);
+                }
+                Err(r) => match r.buf {
+                    Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
+                        s.queued
+                            .push_front((outer, lba, Command::Write { lba, buf }));
+                        drop(s);
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                    }
+                    _ => panic!("a held write was refused: {}", r.error),
+                },
+            }
+        }
+    }
+}
+
+impl AppendDevice for HoldDevice {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn submit(&self, cmd: Command) -> Result<Tag, Rejected> {
+        let outer = self.next_tag.fetch_add(1, Ordering::SeqCst);
+        let mut s = self.state.lock().unwrap();
+        if let Command::Write { lba, buf } = &cmd {
+            let (lba, segment) = (*lba, self.segment(*lba));
+            let free = !self.one_segment || s.held_segments.is_empty();
+            if self.armed.load(Ordering::SeqCst) && free && (self.hold_when)(&buf[..]) {
+                s.held_segments.insert(segment);
+                self.seen.store(true, Ordering::SeqCst);
+            }
+            if s.held_segments.contains(&segment) {
+                s.queued.push_back((outer, lba, cmd));
+                return Ok(Tag(outer));
+            }
+        }
+        let tag = self.inner.submit(cmd)?;
+        s.outer.insert(tag.0, outer);
+        Ok(Tag(outer))
+    }
+    fn submit_many(&self, cmds: Vec<Command>) -> Vec<Result<Tag, Rejected>> {
+        cmds.into_iter().map(|c| self.submit(c)).collect()
+    }
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<Command>,
+        out: &mut Vec<Completion>,
+        max: usize,
+        wait: Wait,
+    ) -> (Vec<Result<Tag, Rejected>>, hwftl_sim::Result<usize>) {
+        let tags = self.submit_many(cmds);
+        (tags, self.reap(out, max, wait))
+    }
+    fn reap(&self, out: &mut Vec<Completion>, max: usize, wait: Wait) -> hwftl_sim::Result<usize> {
+        // Reaped and translated under the state lock, so a device tag freed by this reap is
+        // not handed to a new command (and mapped again) before its completion is translated;
+        // waiting is a poll outside the lock.
+        loop {
+            let mut s = self.state.lock().unwrap();
+            let failed = std::mem::take(&mut s.failed);
+            let made_up = failed.len();
+            out.extend(failed);
+            let from = out.len();
+            let n = self.inner.reap(out, max, Wait::NoWait)?;
+            for c in &mut out[from..] {
+                let outer = s
+                    .outer
+                    .remove(&c.tag.0)
+                    .expect("a completion of a command not submitted");
+                c.tag = Tag(outer);
+            }
+            drop(s);
+            let n = n + made_up;
+            if n > 0 || matches!(wait, Wait::NoWait) || self.inner.in_flight() == 0 {
+                return Ok(n);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    fn execute(&self, cmd: Command) -> Result<Completion, Rejected> {
+        if let Command::Write { lba, .. } = &cmd {
+            // A synchronous write to a held segment waits for the held writes (append order).
+            let segment = self.segment(*lba);
+            while self.state.lock().unwrap().held_segments.contains(&segment) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.inner.execute(cmd)
+    }
+    fn segment_info(&self, segment: SegmentId) -> hwftl_sim::Result<SegmentInfo> {
+        self.inner.segment_info(segment)
+    }
+    fn stats(&self) -> DeviceStats {
+        self.inner.stats()
+    }
+    fn in_flight(&self) -> usize {
+        let s = self.state.lock().unwrap();
+        self.inner.in_flight() + s.queued.len() + s.failed.len()
+    }
+}
