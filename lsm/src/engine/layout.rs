@@ -410,6 +410,73 @@ impl Inner {
             .map(|(_, _, s)| *s)
     }
 
+    /// Most value-log pages a batch can take (at least two): its packed pages (bounded by
+    /// the bytes of its records, below), its raw pages, a packed page more for each segment
+    /// boundary its raw pages may cross, and one more; a put spanning segments takes them
+    /// whole (such a batch is never pipelined).
+    pub(super) fn page_bound(&self, ops: &[WriteOp<'_>]) -> u64 {
+        let pps = u64::from(self.g.pages_per_segment());
+        // Bytes of the records that go into packed pages, and the pages everything else
+        // takes: each raw value its own pages (its record goes into the open packed page,
+        // which stays open across raw values), each long key its pages and a packed page.
+        let mut packed_bytes = 0u64;
+        let mut raw = 0u64;
+        let mut other = 0u64;
+        for op in ops {
+            match op {
+                WriteOp::Put(k, v) if self.put_spans(k.len(), v.len()) => {
+                    other += (self.spanning_segments(k.len(), v.len()) as u64 * pps)
+                        .max(super::write::PIPELINE_MAX_BATCH_PAGES + 1);
+                }
+                WriteOp::Put(k, v) if !is_long_key(k.len()) && fits_inline(k.len(), v.len()) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + v.len()) as u64;
+                }
+                WriteOp::Put(k, v) if is_long_key(k.len()) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
+                    other += 1 + Self::put_raw_pages(k.len(), v.len());
+                }
+                WriteOp::Put(k, v) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
+                    raw += Self::put_raw_pages(k.len(), v.len());
+                }
+                WriteOp::Delete(k) | WriteOp::Retime(k, _) if is_long_key(k.len()) => {
+                    other += 1 + key_pages(k.len());
+                }
+                WriteOp::Delete(k) => packed_bytes += (RECORD_HEADER + k.len()) as u64,
+                WriteOp::Retime(k, _) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + RETIME_PAYLOAD) as u64;
+                }
+                // Expanded before the layout (`WriteOp::expand`): bounded as its two parts.
+                WriteOp::PutUntil(k, v, _) => {
+                    packed_bytes += (RECORD_HEADER + k.len() + RETIME_PAYLOAD) as u64;
+                    if !is_long_key(k.len()) && fits_inline(k.len(), v.len()) {
+                        packed_bytes += (RECORD_HEADER + k.len() + v.len()) as u64;
+                    } else {
+                        packed_bytes += (RECORD_HEADER + k.len() + INDIRECT_PAYLOAD) as u64;
+                        raw += Self::put_raw_pages(k.len(), v.len());
+                    }
+                }
+            }
+        }
+        // A small record opens a packed page only when the page before it had no room for
+        // it, so each page it opens and the page before hold more than a page's capacity
+        // between them: such pages number fewer than 2 x packed_bytes / capacity. Plus the
+        // batch's first page. (Counting a page per record, as before, sent every write
+        // group of more than 64 small values down the synchronous path.)
+        let capacity = crate::vlog_format::PAGE_CAPACITY as u64;
+        let packed = if packed_bytes == 0 {
+            0
+        } else {
+            (2 * packed_bytes).div_ceil(capacity) + 1
+        };
+        // A raw value that does not fit the head segment closes the packed page and opens
+        // one in the next segment: once per boundary its pages reach. (Counting a packed
+        // page per raw value, as before, sent every write group of 32 or more 8 KiB values
+        // down the synchronous path, alone on the device.)
+        let crossings = if raw == 0 { 0 } else { raw.div_ceil(pps) + 1 };
+        packed + raw + crossings + other + 1
+    }
+
     pub(super) fn build_batch<'a>(
         &mut self,
         ops: &[WriteOp<'a>],
