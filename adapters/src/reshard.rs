@@ -9,9 +9,17 @@
 //! asked of the new drive), walks the source's keys once (SCAN) and moves those of the slots
 //! with the source's MIGRATE in batches (each batch leaves in one step, no write lost), then
 //! pushes a map that gives the slots to the new drive, to it first, and ends the migration
-//! states. A cluster with replicas is refused: the move copies keys to primaries only.
+//! states.
+//!
+//! Replication is client-side (the router writes a slot's primary and its replicas), so a
+//! move carries the replicas along explicitly: the new drive's replicas (listed in its map)
+//! are marked IMPORTING too; each MIGRATE copies its keys to them before the new drive gets
+//! them (MIGRATE's `REPLICA` option, in the same stall of the source), and the router sends
+//! a write that an `-ASK` sends to the new drive to its replicas too. Once the map gives
+//! the slots away, the source's replicas lose what they kept of them (SCAN and DEL on a
+//! replication connection, which a drive allows for slots it no longer serves).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -25,6 +33,8 @@ use thiserror::Error;
 const SCAN_COUNT: &[u8] = b"1000";
 /// Keys one MIGRATE moves.
 const MIGRATE_BATCH: usize = 100;
+/// Names [`key_in`] tries (a set of one slot needs ~16K on average).
+const FENCE_TRIES: u32 = 1 << 20;
 /// MIGRATE's timeout, milliseconds.
 const MIGRATE_TIMEOUT_MS: &[u8] = b"10000";
 
@@ -63,6 +73,8 @@ pub struct ReshardReport {
     pub slots: usize,
     /// Keys moved.
     pub keys: u64,
+    /// Keys the sources' replicas dropped once their slots were gone.
+    pub replica_keys_dropped: u64,
     /// Version of the map in force at the end.
     pub version: u64,
     /// Wall time.
@@ -134,6 +146,28 @@ impl Drive {
             .map_err(|e| ReshardError::Refused(format!("{}: its map: {e}", self.addr)))
     }
 
+    /// One SCAN step: the next cursor and the keys.
+    async fn scan(&mut self, cursor: &Bytes) -> Result<(Bytes, Vec<Bytes>), ReshardError> {
+        let reply = self.call(&[b"SCAN", cursor, b"COUNT", SCAN_COUNT]).await?;
+        if let Reply::Array(parts) = &reply {
+            if let (Some(Reply::Bulk(next)), Some(Reply::Array(keys))) =
+                (parts.first(), parts.get(1))
+            {
+                let keys: Option<Vec<Bytes>> = keys
+                    .iter()
+                    .map(|k| match k {
+                        Reply::Bulk(k) => Some(k.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(keys) = keys {
+                    return Ok((next.clone(), keys));
+                }
+            }
+        }
+        Err(self.unexpected(&[b"SCAN"], &reply))
+    }
+
     async fn push(&mut self, map: &ClusterMap) -> Result<(), ReshardError> {
         let version = map.version().to_string();
         let text = map.to_toml();
@@ -180,7 +214,7 @@ fn plan(map: &ClusterMap, joining: usize) -> Vec<(usize, Vec<u16>)> {
 ///
 /// # Errors
 /// [`ReshardError`]: a drive unreachable or answering out of protocol, or a map this cannot
-/// grow (replicas, the joining drive not in its own map or already holding slots).
+/// grow (the joining drive not in its own map, already holding slots, or a replica).
 pub async fn add_primary(
     joining: SocketAddr,
     auth: Option<&Credentials>,
@@ -195,10 +229,10 @@ pub async fn add_primary(
         .iter()
         .position(|n| n.addr == joining)
         .ok_or_else(|| ReshardError::Refused(format!("{joining} is not in its own map")))?;
-    if map.nodes().iter().any(|n| n.replica_of.is_some()) {
-        return Err(ReshardError::Refused(
-            "the cluster has replicas: growing it live moves keys to primaries only".into(),
-        ));
+    if map.nodes()[me].replica_of.is_some() {
+        return Err(ReshardError::Refused(format!(
+            "{joining} is a replica in its map: add its primary"
+        )));
     }
     if !map.nodes()[me].slots.is_empty() {
         return Err(ReshardError::Refused(format!(
@@ -206,6 +240,7 @@ pub async fn add_primary(
         )));
     }
     let my_id = map.nodes()[me].id.clone();
+    let my_replicas: Vec<SocketAddr> = map.replicas_of(&my_id).iter().map(|n| n.addr).collect();
     for n in map.nodes().iter().filter(|n| n.addr != joining) {
         let mut d = Drive::connect(n.addr, auth).await?;
         if d.map().await?.version() < map.version() {
@@ -215,22 +250,47 @@ pub async fn add_primary(
     progress(&format!("map version {} lists {joining}", map.version()));
     let mut current = map;
     let (host, port) = (joining.ip().to_string(), joining.port().to_string());
+    let replica_hosts: Vec<(String, String)> = my_replicas
+        .iter()
+        .map(|a| (a.ip().to_string(), a.port().to_string()))
+        .collect();
     for (source, slots) in plan(&current, me) {
         if slots.is_empty() {
             continue;
         }
         let source_spec = current.nodes()[source].clone();
+        let source_replicas: Vec<SocketAddr> = current
+            .replicas_of(&source_spec.id)
+            .iter()
+            .map(|n| n.addr)
+            .collect();
+        if source_replicas.len() > my_replicas.len() {
+            progress(&format!(
+                "{} has {} replica(s) and {joining} {}: its slots keep fewer copies",
+                source_spec.addr,
+                source_replicas.len(),
+                my_replicas.len()
+            ));
+        }
         let mut src = Drive::connect(source_spec.addr, auth).await?;
+        let mut dst_replicas = Vec::with_capacity(my_replicas.len());
+        for addr in &my_replicas {
+            dst_replicas.push(Drive::connect(*addr, auth).await?);
+        }
         for s in &slots {
             let slot = s.to_string();
-            dst.ok(&[
+            let importing: [&[u8]; 5] = [
                 b"CLUSTER",
                 b"SETSLOT",
                 slot.as_bytes(),
                 b"IMPORTING",
                 source_spec.id.as_bytes(),
-            ])
-            .await?;
+            ];
+            // The replicas first: they must take the asked writes once keys arrive.
+            for r in &mut dst_replicas {
+                r.ok(&importing).await?;
+            }
+            dst.ok(&importing).await?;
             src.ok(&[
                 b"CLUSTER",
                 b"SETSLOT",
@@ -244,23 +304,13 @@ pub async fn add_primary(
         let mut cursor = Bytes::from_static(b"0");
         let mut moved = 0u64;
         loop {
-            let reply = src.call(&[b"SCAN", &cursor, b"COUNT", SCAN_COUNT]).await?;
-            let Reply::Array(parts) = &reply else {
-                return Err(src.unexpected(&[b"SCAN"], &reply));
-            };
-            let (Some(Reply::Bulk(next)), Some(Reply::Array(keys))) = (parts.first(), parts.get(1))
-            else {
-                return Err(src.unexpected(&[b"SCAN"], &reply));
-            };
+            let (next, keys) = src.scan(&cursor).await?;
             // One MIGRATE per slot (its keys must share one, as in Redis Cluster).
-            let mut by_slot: std::collections::BTreeMap<u16, Vec<&Bytes>> =
-                std::collections::BTreeMap::new();
-            for k in keys {
-                if let Reply::Bulk(key) = k {
-                    let slot = key_slot(key);
-                    if moving.contains(&slot) {
-                        by_slot.entry(slot).or_default().push(key);
-                    }
+            let mut by_slot: BTreeMap<u16, Vec<&Bytes>> = BTreeMap::new();
+            for key in &keys {
+                let slot = key_slot(key);
+                if moving.contains(&slot) {
+                    by_slot.entry(slot).or_default().push(key);
                 }
             }
             for chunk in by_slot.values().flat_map(|ks| ks.chunks(MIGRATE_BATCH)) {
@@ -284,6 +334,9 @@ pub async fn add_primary(
                     }) => args.extend([&b"AUTH"[..], password.as_bytes()]),
                     None => {}
                 }
+                for r in &replica_hosts {
+                    args.extend([&b"REPLICA"[..], r.0.as_bytes(), r.1.as_bytes()]);
+                }
                 args.push(b"KEYS");
                 args.extend(chunk.iter().map(|k| &k[..]));
                 src.ok(&args).await?;
@@ -292,36 +345,114 @@ pub async fn add_primary(
             if &next[..] == b"0" {
                 break;
             }
-            cursor = next.clone();
+            cursor = next;
         }
-        // The slots now belong to the new drive: it hears first, then everyone else.
+        // The slots now belong to the new drive. Its replicas hear first: from then on they
+        // serve the slots as their primary's, so they take whatever it takes (while only
+        // importing, a replica refuses a multi-key write whose keys it does not all hold,
+        // which the new drive, once it owns the slots, accepts). Then the new drive, so a
+        // router that learns the map from anyone finds it ready, then everyone else.
         let next = current
             .with_slots_moved(&slots, &current.nodes()[me].id)
             .map_err(|e| ReshardError::Refused(format!("the grown map: {e}")))?;
+        for r in &mut dst_replicas {
+            r.push(&next).await?;
+        }
         dst.push(&next).await?;
-        for n in next.nodes().iter().filter(|n| n.addr != joining) {
+        for n in next
+            .nodes()
+            .iter()
+            .filter(|n| n.addr != joining && !my_replicas.contains(&n.addr))
+        {
             Drive::connect(n.addr, auth).await?.push(&next).await?;
         }
         for s in &slots {
             let slot = s.to_string();
-            src.ok(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"STABLE"])
-                .await?;
-            dst.ok(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"STABLE"])
-                .await?;
+            let stable: [&[u8]; 4] = [b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"STABLE"];
+            src.ok(&stable).await?;
+            dst.ok(&stable).await?;
+            for r in &mut dst_replicas {
+                r.ok(&stable).await?;
+            }
+        }
+        // Every drive now refuses writes of these slots on the source's replicas, so what
+        // they kept of them can be dropped for good.
+        let mut dropped = 0;
+        for addr in &source_replicas {
+            dropped += drop_slots(*addr, auth, &moving).await?;
         }
         progress(&format!(
-            "{} slots and {moved} keys moved from {} (map version {})",
+            "{} slots and {moved} keys moved from {} (map version {}){}",
             slots.len(),
             source_spec.addr,
-            next.version()
+            next.version(),
+            if source_replicas.is_empty() {
+                String::new()
+            } else {
+                format!("; its replicas dropped {dropped} keys of them")
+            }
         ));
         report.slots += slots.len();
         report.keys += moved;
+        report.replica_keys_dropped += dropped;
         current = next;
     }
     report.version = current.version();
     report.took = started.elapsed();
     Ok(report)
+}
+
+/// The keys of `slots` on the drive at `addr` (a replica whose primary gave them away),
+/// found with SCAN and deleted on a replication connection: how many it deleted.
+async fn drop_slots(
+    addr: SocketAddr,
+    auth: Option<&Credentials>,
+    slots: &HashSet<u16>,
+) -> Result<u64, ReshardError> {
+    let mut d = Drive::connect(addr, auth).await?;
+    d.ok(&[b"LS.REPLICA"]).await?;
+    let mut dropped_by_fence = 0;
+    // A fence first: one DEL through the drive's writer. A write the drive accepted with the
+    // old map was queued to its writer before the push's reply left, so once this DEL is
+    // answered every such write is applied and the SCAN below finds it.
+    if let Some(fence) = key_in(slots) {
+        match d.call(&[b"DEL", &fence]).await? {
+            Reply::Integer(n) => dropped_by_fence = u64::try_from(n).unwrap_or(0),
+            other => return Err(d.unexpected(&[b"DEL"], &other)),
+        }
+    }
+    let mut cursor = Bytes::from_static(b"0");
+    let mut dropped = dropped_by_fence;
+    loop {
+        let (next, keys) = d.scan(&cursor).await?;
+        // One DEL per slot (a drive in cluster mode refuses one across slots).
+        let mut by_slot: BTreeMap<u16, Vec<&[u8]>> = BTreeMap::new();
+        for k in &keys {
+            let slot = key_slot(k);
+            if slots.contains(&slot) {
+                by_slot.entry(slot).or_default().push(k);
+            }
+        }
+        for chunk in by_slot.values().flat_map(|ks| ks.chunks(MIGRATE_BATCH)) {
+            let mut args: Vec<&[u8]> = vec![b"DEL"];
+            args.extend_from_slice(chunk);
+            match d.call(&args).await? {
+                Reply::Integer(n) => dropped += u64::try_from(n).unwrap_or(0),
+                other => return Err(d.unexpected(&[b"DEL"], &other)),
+            }
+        }
+        if &next[..] == b"0" {
+            return Ok(dropped);
+        }
+        cursor = next;
+    }
+}
+
+/// A key that hashes to one of `slots` (`{ls-fence-N}`, the first N that does), if any.
+fn key_in(slots: &HashSet<u16>) -> Option<Bytes> {
+    (0..FENCE_TRIES)
+        .map(|n| Bytes::from(format!("{{ls-fence-{n}}}")))
+        .find(|k| slots.contains(&key_slot(k)))
 }
 
 #[cfg(test)]
@@ -355,6 +486,10 @@ mod tests {
         assert_eq!(total, 16384 / 3);
         assert_eq!(p[0].1.last(), Some(&8191));
         assert_eq!(p[1].1.last(), Some(&16383));
+        let one: HashSet<u16> = [p[1].1[0]].into_iter().collect();
+        let fence = key_in(&one).unwrap();
+        assert!(one.contains(&key_slot(&fence)));
+        assert_eq!(key_in(&HashSet::new()), None);
         let grown = map.with_slots_moved(&p[0].1, &map.nodes()[2].id).unwrap();
         assert_eq!(
             grown.nodes()[0].slots,

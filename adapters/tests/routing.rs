@@ -509,13 +509,30 @@ fn the_router_follows_ask_while_a_slot_moves() {
             matches!(on_src, Reply::Error(ref e) if e.starts_with(b"ASK ")),
             "{on_src:?}"
         );
+        // Keys that exist nowhere, several at once: the source asks for all of them, the
+        // target (not holding them all) answers TRYAGAIN, and one key at a time both take
+        // them (as NBD writes of fresh blocks and their EXISTS probes do).
+        let fresh: Vec<(Bytes, Bytes)> = (0..3)
+            .map(|i| {
+                (
+                    Bytes::from(format!("{{b}}fresh{i}")),
+                    Bytes::from_static(b"f"),
+                )
+            })
+            .collect();
+        let fresh_keys: Vec<Bytes> = fresh.iter().map(|p| p.0.clone()).collect();
+        assert_eq!(router.exists(&fresh_keys).await.unwrap(), 0);
+        let none = router.mget(&fresh_keys).await.unwrap();
+        assert!(none.iter().all(Option::is_none), "{none:?}");
+        router.mset(&fresh).await.unwrap();
+        assert_eq!(router.exists(&fresh_keys).await.unwrap(), 3);
         let count = d
             .call(&[&b"CLUSTER"[..], b"COUNTKEYSINSLOT", slot_text.as_bytes()])
             .await
             .unwrap();
         // The ten moved, {b}1 (deleted from the source and written again: a new key goes to
-        // the target) and {b}new.
-        assert_eq!(count, Reply::Integer(12));
+        // the target), {b}new and the three fresh keys.
+        assert_eq!(count, Reply::Integer(15));
         assert_eq!(
             router.get(b"{b}new").await.unwrap(),
             Some(Bytes::from_static(b"n"))
@@ -530,21 +547,32 @@ fn the_router_follows_ask_while_a_slot_moves() {
 /// MIGRATE read that a signal interrupted (EINTR), now read again.
 #[test]
 fn a_new_drive_takes_its_share_while_clients_work() {
-    grow_a_cluster_of_two(None, true);
+    grow_a_cluster_of_two(None, true, false);
+}
+
+/// As above in a cluster with a replica (of the first primary), the new drive joining with
+/// a replica of its own: the moved slots arrive on the new replica (MIGRATE's REPLICA
+/// option for keys that move, the router's asked writes for keys written meanwhile), the
+/// old replica drops them, and every replica ends holding exactly its primary's keys with
+/// its primary's values.
+#[test]
+fn a_new_drive_and_its_replica_take_their_share_with_the_replicas() {
+    grow_a_cluster_of_two(None, true, true);
 }
 
 /// As above on drives that require a password: the reshard authenticates, and the sources'
 /// MIGRATE passes the password on to the new drive.
 #[test]
 fn a_new_drive_joins_a_cluster_with_a_password() {
-    grow_a_cluster_of_two(Some("s3cret pass"), false);
+    grow_a_cluster_of_two(Some("s3cret pass"), false, false);
 }
 
 /// Starts two drives (requiring `password`, if given) holding 3,000 keys, a third on a map
 /// that lists it, and moves its share of the slots to it with `reshard::add_primary`, with
 /// a client writing and reading back throughout when `writer`; then checks every key and
-/// where each lives.
-fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
+/// where each lives. With `replicas`, the first primary has a replica and so has the
+/// newcomer, and each replica is checked against its primary.
+fn grow_a_cluster_of_two(password: Option<&str>, writer: bool, replicas: bool) {
     use kvproto::cluster::ClusterMap;
     use kvproto::Credentials;
     if !drive_has_cluster_mode() {
@@ -555,7 +583,7 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
         );
         return;
     }
-    let cluster = Cluster::start_with(2, 0, password);
+    let cluster = Cluster::start_with(2, usize::from(replicas), password);
     let auth = password.map(|p| Credentials {
         user: None,
         password: p.to_string(),
@@ -572,7 +600,7 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
     // own address in the next version.
     let home = cluster.dir.path().join("node-new");
     std::fs::create_dir_all(&home).unwrap();
-    let with_new = |version: u64, addr: std::net::SocketAddr| {
+    let with_new = |version: u64, addr: std::net::SocketAddr, replica: std::net::SocketAddr| {
         let mut nodes = cluster.map.nodes().to_vec();
         nodes.push(NodeSpec {
             id: common::node_id(9),
@@ -580,29 +608,56 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
             slots: Vec::new(),
             replica_of: None,
         });
+        if replicas {
+            nodes.push(NodeSpec {
+                id: common::node_id(10),
+                addr: replica,
+                slots: Vec::new(),
+                replica_of: Some(common::node_id(9)),
+            });
+        }
         ClusterMap::new(version, nodes).unwrap()
     };
-    let placeholder = with_new(3, "127.0.0.1:9".parse().unwrap());
-    let map_file = home.join("cluster.toml");
-    std::fs::write(&map_file, placeholder.to_toml()).unwrap();
-    let id = common::node_id(9);
-    let mut args = vec![
-        "--cluster-config",
-        map_file.to_str().unwrap(),
-        "--cluster-node-id",
-        &id,
-    ];
-    if let Some(pw) = password {
-        args.extend(["--requirepass", pw]);
-    }
-    let newcomer = Drive::start(&home.join("data"), &args);
-    let real = with_new(4, newcomer.addr);
-    let r = common::resp_call_as(
-        newcomer.addr,
-        password,
-        &[b"LS.CLUSTERMAP", b"4", real.to_toml().as_bytes()],
+    let placeholder = with_new(
+        3,
+        "127.0.0.1:9".parse().unwrap(),
+        "127.0.0.1:10".parse().unwrap(),
     );
-    assert_eq!(r, "+OK");
+    let start = |home: &std::path::Path, id: usize| {
+        let map_file = home.join("cluster.toml");
+        std::fs::write(&map_file, placeholder.to_toml()).unwrap();
+        let id = common::node_id(id);
+        let mut args = vec![
+            "--cluster-config",
+            map_file.to_str().unwrap(),
+            "--cluster-node-id",
+            &id,
+        ];
+        if let Some(pw) = password {
+            args.extend(["--requirepass", pw]);
+        }
+        Drive::start(&home.join("data"), &args)
+    };
+    let map_file = home.join("cluster.toml");
+    let newcomer = start(&home, 9);
+    let new_replica = replicas.then(|| {
+        let home = cluster.dir.path().join("node-new-replica");
+        std::fs::create_dir_all(&home).unwrap();
+        start(&home, 10)
+    });
+    let real = with_new(
+        4,
+        newcomer.addr,
+        new_replica.as_ref().map_or(newcomer.addr, |d| d.addr),
+    );
+    for addr in std::iter::once(newcomer.addr).chain(new_replica.as_ref().map(|d| d.addr)) {
+        let r = common::resp_call_as(
+            addr,
+            password,
+            &[b"LS.CLUSTERMAP", b"4", real.to_toml().as_bytes()],
+        );
+        assert_eq!(r, "+OK");
+    }
     // A writer that reads back runs through the move.
     let router = Arc::new(router);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -611,14 +666,30 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
         std::thread::spawn(move || {
             let rt = rt();
             let mut round = 0u64;
+            let mut created = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let (k, _) = &pairs[(round as usize * 7) % pairs.len()];
                 let v = Bytes::from(format!("round {round}"));
+                // Deletes too (a block adapter's trims), on every drive the key lives on.
+                if round % 4 == 0 {
+                    assert_eq!(rt.block_on(router.del(std::slice::from_ref(k))).unwrap(), 1);
+                }
                 rt.block_on(router.set(k.clone(), v.clone())).unwrap();
                 assert_eq!(rt.block_on(router.get(k)).unwrap(), Some(v));
+                // New keys, two in one slot at once (a block adapter's fresh blocks): the
+                // drives answer TRYAGAIN while a slot moves and its replica imports.
+                let tag = round % 64;
+                let two = [
+                    Bytes::from(format!("{{t{tag}}}a{round}")),
+                    Bytes::from(format!("{{t{tag}}}b{round}")),
+                ];
+                let puts: Vec<(Bytes, Bytes)> =
+                    two.iter().map(|k| (k.clone(), k.clone())).collect();
+                rt.block_on(router.mset(&puts)).unwrap();
+                created.extend(two);
                 round += 1;
             }
-            round
+            created
         })
     });
     let mut steps = Vec::new();
@@ -632,17 +703,19 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
         ))
         .unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(w) = worker {
-        assert!(w.join().unwrap() > 0);
-    }
+    let created = worker.map(|w| w.join().unwrap()).unwrap_or_default();
+    assert!(!created.is_empty() || !writer);
     assert_eq!(report.slots, 16384 / 3, "{steps:?}");
     assert!(report.keys > 500, "{report:?}");
     assert_eq!(report.version, 6);
+    if replicas {
+        assert!(report.replica_keys_dropped > 200, "{report:?}");
+    }
     // The drive rewrote its map file with each push.
     let map = ClusterMap::from_toml(&std::fs::read_to_string(&map_file).unwrap()).unwrap();
     assert_eq!(map.version(), 6);
     let fresh = Router::from_map(map.clone(), cfg());
-    let keys: Vec<Bytes> = pairs.iter().map(|p| p.0.clone()).collect();
+    let keys: Vec<Bytes> = pairs.iter().map(|p| p.0.clone()).chain(created).collect();
     let got = main_rt.block_on(fresh.mget(&keys)).unwrap();
     assert!(got.iter().all(Option::is_some), "every key is still there");
     // Each drive holds exactly the keys of its slots.
@@ -663,5 +736,42 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool) {
             .filter(|k| map.owner(key_slot(k)).map(|o| o.addr) == Some(*addr))
             .count();
         assert_eq!(n, owned, "drive {i} holds the keys of its slots");
+    }
+    // Each replica holds exactly its primary's keys, with its primary's values.
+    let replica_of = [
+        (
+            cluster.drives.get(2).map(|d| d.addr),
+            cluster.drives[0].addr,
+        ),
+        (new_replica.as_ref().map(|d| d.addr), newcomer.addr),
+    ];
+    for (replica, primary) in replica_of {
+        let Some(replica) = replica else {
+            continue;
+        };
+        let owned: Vec<&Bytes> = keys
+            .iter()
+            .filter(|k| map.owner(key_slot(k)).map(|o| o.addr) == Some(primary))
+            .collect();
+        let n: usize = common::resp_call_as(replica, password, &[b"DBSIZE"])
+            .trim_start_matches(':')
+            .parse()
+            .unwrap();
+        assert_eq!(n, owned.len(), "replica {replica} holds its primary's keys");
+        main_rt.block_on(async {
+            let mut on_primary = kvproto::Client::connect(primary).await.unwrap();
+            let mut on_replica = kvproto::Client::connect(replica).await.unwrap();
+            if let Some(a) = &auth {
+                on_primary.auth(a).await.unwrap();
+                on_replica.auth(a).await.unwrap();
+            }
+            on_replica.call(&[b"LS.REPLICA"]).await.unwrap();
+            for k in owned {
+                let want = on_primary.call(&[&b"GET"[..], k]).await.unwrap();
+                let got = on_replica.call(&[&b"GET"[..], k]).await.unwrap();
+                assert!(matches!(want, kvproto::Reply::Bulk(_)), "{k:?}: {want:?}");
+                assert_eq!(got, want, "{k:?} on replica {replica}");
+            }
+        });
     }
 }

@@ -338,6 +338,12 @@ impl View {
 
     /// The redirection `cmd` gets on a connection in `mode`, or `None` when it runs here.
     /// `write` says whether the command writes. No allocation unless it redirects.
+    ///
+    /// One exception to Redis's rules: on a replication connection (`LS.REPLICA`) a DEL or
+    /// UNLINK of another shard's slot runs here. It is how a reshard removes what a replica
+    /// kept of a slot its primary gave away (replication is client-side, so no primary
+    /// tells it); such keys are read by no one, and deleting them is all it allows. A slot
+    /// this drive is importing is not another shard's for this rule ([`Gate::check`]).
     #[inline]
     pub fn check(&self, cmd: &Command, write: bool, mode: ConnMode) -> Option<Reply> {
         let slot = match command_slot(cmd) {
@@ -348,6 +354,7 @@ impl View {
         match self.role(slot) {
             Role::Primary => None,
             Role::Replica if mode.replication || (mode.readonly && !write) => None,
+            Role::Foreign if mode.replication && matches!(cmd, Command::Del(_)) => None,
             Role::Unassigned => Some(Reply::error(UNBOUND_ERROR)),
             Role::Replica | Role::Foreign => Some(self.moved(slot)),
         }
@@ -972,7 +979,17 @@ impl Gate {
                 }
             }
             let asked = mode.asking || matches!(cmd, Command::Restore { asking: true, .. });
-            if !primary && asked && self.importing.contains_key(&slot) {
+            // Importing matters while the map gives the slot to another shard: once it
+            // gives it to this drive (or, on a replica, to its primary), the slot is served
+            // as any other, whatever SETSLOT STABLE has not closed yet.
+            if self.view.role(slot) == Role::Foreign && self.importing.contains_key(&slot) {
+                if !asked {
+                    // Keys arriving here are not a replica's leftovers (see View::check).
+                    if matches!(cmd, Command::Del(_)) {
+                        return Some(self.view.moved(slot));
+                    }
+                    return self.view.check(cmd, write, mode);
+                }
                 let keys = cmd.keys();
                 if keys.len() > 1 && !keys.iter().all(|k| exists(k)) {
                     return Some(Reply::error(TRYAGAIN_ERROR));
@@ -1452,9 +1469,31 @@ mod tests {
         );
         assert!(v.check(&set, true, replication).is_none());
         assert!(v.check(&get, false, replication).is_none());
-        // Another shard's slot stays MOVED for a replication client.
+        // Another shard's slot stays MOVED for a replication client, but for its deletes
+        // (what a reshard clears of a slot the primary gave away).
         assert_eq!(
             err_text(v.check(&cmd(&["SET", "c", "1"]), true, replication)),
+            "MOVED 7365 127.0.0.1:7002"
+        );
+        assert!(v
+            .check(&cmd(&["DEL", "c", "{c}x"]), true, replication)
+            .is_none());
+        assert_eq!(
+            err_text(v.check(&cmd(&["DEL", "c"]), true, plain)),
+            "MOVED 7365 127.0.0.1:7002"
+        );
+        // Not while the slot is being imported here: those keys are arriving.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("map.toml");
+        std::fs::write(&path, map(1).to_toml()).unwrap();
+        let local = "127.0.0.1:7004".parse().unwrap();
+        let mut gate = Gate::new(Arc::new(Cluster::load(&path, Some(&id(3)), local).unwrap()));
+        assert!(matches!(
+            gate.set_slot(&args(&["7365", "IMPORTING", &id(1)]), 0, 0),
+            AdminOutcome::Reply(Reply::Simple(_))
+        ));
+        assert_eq!(
+            err_text(gate.check(&cmd(&["DEL", "c"]), true, replication, |_| true)),
             "MOVED 7365 127.0.0.1:7002"
         );
     }

@@ -8,7 +8,9 @@
 //! is), which is why MIGRATE is for moving slots, not for everyday traffic. Connections are
 //! kept per target and reused while they are used at least every [`IDLE_CLOSE`] (Redis keeps
 //! them 10 s), so moving a slot's keys one MIGRATE at a time does not open a connection each
-//! time; a kept connection that fails is replaced once, as Redis retries once.
+//! time; a kept connection that fails is replaced once, as Redis retries once. With the
+//! `REPLICA host port` extension the keys go to the target's replicas first, in the same
+//! stall (see [`migrate`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -49,6 +51,12 @@ thread_local! {
 
 /// Runs MIGRATE in `g`: `+OK`, `+NOKEY` when none of the keys exists, or an error reply.
 ///
+/// With `REPLICA host port` options (a LightStore extension), each replica of the target gets
+/// the keys first, always replacing what it holds: while a key is still here, this drive is
+/// its authority, so nothing newer can be on a replica of the target. Any refusal there ends
+/// the command with nothing deleted here (the copies already made are replaced on the next
+/// try). Only then does the target get them, as without the option.
+///
 /// # Errors
 /// Engine errors of the group (reading or deleting the keys).
 pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
@@ -62,34 +70,29 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
         return Ok(Reply::Simple(Bytes::from_static(b"NOKEY")));
     }
     let timeout = Duration::from_millis(m.timeout_ms);
-    let target = (m.host.clone(), m.port.clone());
-    let kept = KEPT.with(|k| {
-        let mut k = k.borrow_mut();
-        k.retain(|_, c| c.used.elapsed() < IDLE_CLOSE);
-        k.remove(&target)
-    });
-    // A kept connection the target closed meanwhile is dropped before use. One that fails
-    // while the request is being written is replaced once; one that fails later is not
-    // (the target may have restored the keys: a second try would meet them), as in Redis.
-    let kept = kept.filter(|c| still_open(&c.conn));
-    let (replies, preamble, kept) = match kept {
-        Some(c) => match exchange(c, m, &moving, timeout) {
+    for (host, port) in &m.replicas {
+        let to = Destination {
+            host,
+            port,
+            replace: true,
+        };
+        let (replies, _) = match send(&to, m, &moving, timeout) {
             Ok(done) => done,
-            Err(WRITE_ERROR) => {
-                tracing::warn!("MIGRATE: a kept connection failed; trying a fresh one");
-                match fresh(m, &moving, timeout) {
-                    Ok(done) => done,
-                    Err(text) => return Ok(Reply::error(text)),
-                }
-            }
-            Err(text) => return Ok(Reply::error(text)),
-        },
-        None => match fresh(m, &moving, timeout) {
-            Ok(done) => done,
-            Err(text) => return Ok(Reply::error(text)),
-        },
+            Err(text) => return Ok(replica_error(&to, text.as_bytes())),
+        };
+        if let Some(Reply::Error(e)) = replies.iter().find(|r| r.is_error()) {
+            return Ok(replica_error(&to, e));
+        }
+    }
+    let to = Destination {
+        host: &m.host,
+        port: &m.port,
+        replace: m.replace,
     };
-    KEPT.with(|k| k.borrow_mut().insert(target, kept));
+    let (replies, preamble) = match send(&to, m, &moving, timeout) {
+        Ok(done) => done,
+        Err(text) => return Ok(Reply::error(text)),
+    };
     // AUTH and SELECT first: an error there moved nothing.
     for r in &replies[..preamble] {
         if let Reply::Error(e) = r {
@@ -112,6 +115,48 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
     Ok(first_error.unwrap_or_else(Reply::ok))
 }
 
+/// Where one MIGRATE sends its keys: the target, or one of the target's replicas.
+struct Destination<'a> {
+    host: &'a Bytes,
+    port: &'a Bytes,
+    /// RESTORE with REPLACE.
+    replace: bool,
+}
+
+/// Sends the keys to `to` over its kept connection (or a fresh one) and keeps the connection
+/// for the next call: the replies and how many came before the first RESTORE, or Redis's
+/// I/O error text.
+fn send(
+    to: &Destination<'_>,
+    m: &Migrate,
+    moving: &[(&Bytes, Vec<u8>, u64)],
+    timeout: Duration,
+) -> std::result::Result<(Vec<Reply>, usize), &'static str> {
+    let target = (to.host.clone(), to.port.clone());
+    let kept = KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        k.retain(|_, c| c.used.elapsed() < IDLE_CLOSE);
+        k.remove(&target)
+    });
+    // A kept connection the target closed meanwhile is dropped before use. One that fails
+    // while the request is being written is replaced once; one that fails later is not
+    // (the target may have restored the keys: a second try would meet them), as in Redis.
+    let kept = kept.filter(|c| still_open(&c.conn));
+    let (replies, preamble, kept) = match kept {
+        Some(c) => match exchange(c, to, m, moving, timeout) {
+            Ok(done) => done,
+            Err(WRITE_ERROR) => {
+                tracing::warn!("MIGRATE: a kept connection failed; trying a fresh one");
+                fresh(to, m, moving, timeout)?
+            }
+            Err(text) => return Err(text),
+        },
+        None => fresh(to, m, moving, timeout)?,
+    };
+    KEPT.with(|k| k.borrow_mut().insert(target, kept));
+    Ok((replies, preamble))
+}
+
 /// Whether a kept connection is still open: nothing to read and no end of stream.
 fn still_open(conn: &TcpStream) -> bool {
     if conn.set_nonblocking(true).is_err() {
@@ -124,17 +169,19 @@ fn still_open(conn: &TcpStream) -> bool {
 
 /// A new connection, then [`exchange`].
 fn fresh(
+    to: &Destination<'_>,
     m: &Migrate,
     moving: &[(&Bytes, Vec<u8>, u64)],
     timeout: Duration,
 ) -> std::result::Result<(Vec<Reply>, usize, Kept), &'static str> {
-    let conn = connect(&m.host, &m.port, timeout)?;
+    let conn = connect(to.host, to.port, timeout)?;
     exchange(
         Kept {
             conn,
             db: None,
             used: Instant::now(),
         },
+        to,
         m,
         moving,
         timeout,
@@ -146,6 +193,7 @@ fn fresh(
 /// replies, how many came before the first RESTORE, and the connection to keep.
 fn exchange(
     mut kept: Kept,
+    to: &Destination<'_>,
     m: &Migrate,
     moving: &[(&Bytes, Vec<u8>, u64)],
     timeout: Duration,
@@ -172,7 +220,7 @@ fn exchange(
     for (k, payload, ttl) in moving {
         let ttl = ttl.to_string();
         let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
-        if m.replace {
+        if to.replace {
             args.push(b"REPLACE");
         }
         kvproto::encode_command(&args, &mut out);
@@ -186,6 +234,16 @@ fn exchange(
     }
     kept.used = Instant::now();
     Ok((replies, preamble, kept))
+}
+
+/// The error when a replica of the target could not take the keys (nothing moved).
+fn replica_error(to: &Destination<'_>, e: &[u8]) -> Reply {
+    Reply::error(format!(
+        "ERR Replica {}:{} of the target replied with error: {}",
+        String::from_utf8_lossy(to.host),
+        String::from_utf8_lossy(to.port),
+        String::from_utf8_lossy(e)
+    ))
 }
 
 /// The error Redis replies with when the target refused a step.

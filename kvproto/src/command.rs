@@ -106,6 +106,11 @@ pub struct Migrate {
     pub replace: bool,
     /// AUTH password or AUTH2 username and password for the target.
     pub auth: Option<(Option<Bytes>, Bytes)>,
+    /// `REPLICA host port`, repeatable (a LightStore extension, not in Redis): drives that
+    /// replicate the target. Each gets a copy of the keys (always replacing) before the
+    /// target does, in the same step, so a slot moved between drives with client-side
+    /// replication arrives on the target's replicas too (README "Cluster mode").
+    pub replicas: Vec<(Bytes, Bytes)>,
 }
 
 /// ZADD's flags.
@@ -546,6 +551,7 @@ fn parse_copy(a: &[Bytes]) -> Result<Command, CommandError> {
 /// MIGRATE's arguments, checked as Redis checks them.
 fn parse_migrate(a: &[Bytes]) -> Result<Command, CommandError> {
     let (mut copy, mut replace, mut auth) = (false, false, None);
+    let mut replicas = Vec::new();
     let mut keys = if a[2].is_empty() {
         Vec::new()
     } else {
@@ -564,6 +570,9 @@ fn parse_migrate(a: &[Bytes]) -> Result<Command, CommandError> {
             j += 1;
         } else if opt == b"auth2" && more >= 2 {
             auth = Some((Some(a[j + 1].clone()), a[j + 2].clone()));
+            j += 2;
+        } else if opt == b"replica" && more >= 2 {
+            replicas.push((a[j + 1].clone(), a[j + 2].clone()));
             j += 2;
         } else if opt == b"keys" {
             if !a[2].is_empty() {
@@ -589,6 +598,7 @@ fn parse_migrate(a: &[Bytes]) -> Result<Command, CommandError> {
         copy,
         replace,
         auth,
+        replicas,
     })))
 }
 
@@ -1780,6 +1790,31 @@ mod tests {
             Ok(c) => format!("parsed as {c:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn migrate_takes_replicas_of_the_target() {
+        let Ok(Command::Migrate(m)) = cmd(&[
+            "MIGRATE", "h", "1", "", "0", "50", "REPLICA", "r1", "2", "REPLACE", "REPLICA", "r2",
+            "3", "KEYS", "a", "b",
+        ]) else {
+            panic!("{}", err_text(&["MIGRATE"]));
+        };
+        assert_eq!(m.keys, vec![Bytes::from("a"), Bytes::from("b")]);
+        assert!(m.replace && !m.copy);
+        assert_eq!(
+            m.replicas,
+            vec![
+                (Bytes::from("r1"), Bytes::from("2")),
+                (Bytes::from("r2"), Bytes::from("3"))
+            ]
+        );
+        // A REPLICA without its port is a syntax error, as any short option.
+        assert_eq!(
+            err_text(&["MIGRATE", "h", "1", "k", "0", "50", "REPLICA", "r1"]),
+            "ERR syntax error"
+        );
     }
 
     #[test]

@@ -61,9 +61,13 @@ pub enum ClusterTask {
         /// The directory given to `up`.
         #[arg(long, default_value = "cluster")]
         dir: PathBuf,
-        /// The new drive's port (default: one above the highest in use).
+        /// The new drive's port (default: one above the highest in use); its replicas take
+        /// the ports after it.
         #[arg(long)]
         port: Option<u16>,
+        /// Replicas of the new drive (default: as many as the cluster's first primary has).
+        #[arg(long)]
+        replicas: Option<usize>,
         /// Capacity of the new drive's simulated device.
         #[arg(long, default_value = "2GiB")]
         capacity: String,
@@ -283,6 +287,7 @@ pub fn run(
         ClusterTask::Add {
             dir,
             port,
+            replicas,
             capacity,
             lightstore,
         } => {
@@ -305,7 +310,7 @@ pub fn run(
                 &[],
             )?;
             let tool = release_binary()?.with_file_name("lightstore-cluster");
-            add(&bin, &tool, &dir, port, &capacity)
+            add(&bin, &tool, &dir, port, replicas, &capacity)
         }
         ClusterTask::Down { dir } => down(&dir),
     }
@@ -337,8 +342,28 @@ fn map_version(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// `text` one version up, with a primary without slots appended.
-fn map_with_node(text: &str, id: &str, port: u16) -> anyhow::Result<String> {
+/// How many replicas the first primary of the map `text` has (the cluster's shape, as `up`
+/// lays it out: every primary the same).
+fn replicas_per_primary(text: &str) -> usize {
+    let Some(first) = text.lines().find_map(|l| {
+        let v = l.trim().strip_prefix("id")?.trim().strip_prefix('=')?;
+        Some(v.trim().trim_matches('"').to_string())
+    }) else {
+        return 0;
+    };
+    text.lines()
+        .filter(|l| {
+            l.trim()
+                .strip_prefix("replica_of")
+                .and_then(|r| r.trim().strip_prefix('='))
+                .is_some_and(|v| v.trim().trim_matches('"') == first)
+        })
+        .count()
+}
+
+/// `text` one version up, with a primary without slots (on `port`) and `replicas` replicas
+/// of it (on the ports after it) appended.
+fn map_with_node(text: &str, port: u16, replicas: usize) -> anyhow::Result<String> {
     let version = map_version(text).context("the map has no version")?;
     let mut out = String::new();
     let mut bumped = false;
@@ -351,19 +376,29 @@ fn map_with_node(text: &str, id: &str, port: u16) -> anyhow::Result<String> {
             out.push('\n');
         }
     }
+    let id = node_id(port);
     out.push_str(&format!(
         "\n[[node]]\nid = \"{id}\"\naddr = \"127.0.0.1:{port}\"\n"
     ));
+    for r in 1..=replicas {
+        let rport = u16::try_from(usize::from(port) + r).context("no port for a replica")?;
+        out.push_str(&format!(
+            "\n[[node]]\nid = \"{}\"\naddr = \"127.0.0.1:{rport}\"\nreplica_of = \"{id}\"\n",
+            node_id(rport)
+        ));
+    }
     Ok(out)
 }
 
-/// Starts a drive on `port` with the map one version up that lists it, then has
+/// Starts a drive on `port` (and `replicas` replicas of it on the ports after it; default:
+/// the cluster's shape) with the map one version up that lists them, then has
 /// `lightstore-cluster add` move its share of the slots to it.
 fn add(
     bin: &Path,
     tool: &Path,
     dir: &Path,
     port: Option<u16>,
+    replicas: Option<usize>,
     capacity: &str,
 ) -> anyhow::Result<()> {
     let running: Vec<(PathBuf, u32)> = pid_files(dir)
@@ -394,16 +429,53 @@ fn add(
             .checked_add(1)
             .context("no port above the highest in use")?,
     };
-    if TcpListener::bind(("127.0.0.1", port)).is_err() {
-        bail!("port {port} is in use: pass --port");
-    }
     let (text, _) = newest_map(dir)?;
+    let replicas = replicas.unwrap_or_else(|| replicas_per_primary(&text));
+    let ports: Vec<u16> = (0..=replicas)
+        .map(|r| u16::try_from(usize::from(port) + r).context("no port for a replica"))
+        .collect::<anyhow::Result<_>>()?;
+    for p in &ports {
+        if TcpListener::bind(("127.0.0.1", *p)).is_err() {
+            bail!("port {p} is in use: pass --port");
+        }
+    }
     let id = node_id(port);
-    let map = map_with_node(&text, &id, port)?;
+    let map = map_with_node(&text, port, replicas)?;
+    // The replicas first, so that the primary, once it answers, has them ready.
+    for p in ports.iter().rev() {
+        start_joining(bin, dir, *p, &map, capacity)?;
+    }
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    println!(
+        "started 127.0.0.1:{port} ({id}) and {replicas} replica(s); moving its share of the slots"
+    );
+    let status = Command::new(tool)
+        .args(["add", &addr.to_string()])
+        .status()
+        .with_context(|| format!("running {}", tool.display()))?;
+    if !status.success() {
+        bail!(
+            "lightstore-cluster add failed ({status}); the new drive(s) keep running with the slots moved so far, and the slots it was moving stay open (`CLUSTER SETSLOT <slot> STABLE` on the drives closes them); `cargo xtask cluster down --dir {}` stops everything",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Starts the drive of a joining node on `port` with `map` (which lists it) and waits
+/// until it answers.
+fn start_joining(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    map: &str,
+    capacity: &str,
+) -> anyhow::Result<()> {
+    let id = node_id(port);
     let data = node_dir(dir, port);
     std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
     let node_map = data.join(MAP_FILE);
-    std::fs::write(&node_map, &map).with_context(|| format!("writing {}", node_map.display()))?;
+    std::fs::write(&node_map, map).with_context(|| format!("writing {}", node_map.display()))?;
     let log_path = data.join("lightstore.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
@@ -422,17 +494,6 @@ fn add(
             );
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-    println!("started 127.0.0.1:{port} ({id}); moving its share of the slots");
-    let status = Command::new(tool)
-        .args(["add", &addr.to_string()])
-        .status()
-        .with_context(|| format!("running {}", tool.display()))?;
-    if !status.success() {
-        bail!(
-            "lightstore-cluster add failed ({status}); the new drive keeps running: run `cargo xtask cluster add --dir {} --port {port}` again to finish",
-            dir.display()
-        );
     }
     Ok(())
 }
@@ -624,11 +685,28 @@ mod tests {
         let nodes = plan(2, 0, 7001).unwrap();
         let text = map_toml(&nodes, 5);
         assert_eq!(map_version(&text), Some(5));
-        let grown = map_with_node(&text, &node_id(7003), 7003).unwrap();
+        let grown = map_with_node(&text, 7003, 0).unwrap();
         assert_eq!(map_version(&grown), Some(6));
         assert_eq!(grown.matches("[[node]]").count(), 3);
         assert!(grown.ends_with("addr = \"127.0.0.1:7003\"\n"), "{grown}");
         assert!(grown.contains("slots = [[8192, 16383]]"));
+        assert_eq!(replicas_per_primary(&grown), 0);
+    }
+
+    #[test]
+    fn a_joining_node_brings_as_many_replicas_as_asked() {
+        let nodes = plan(2, 1, 7001).unwrap();
+        let text = map_toml(&nodes, 2);
+        assert_eq!(replicas_per_primary(&text), 1);
+        let grown = map_with_node(&text, 7005, 1).unwrap();
+        assert_eq!(grown.matches("[[node]]").count(), 6);
+        assert!(
+            grown.ends_with(&format!(
+                "addr = \"127.0.0.1:7006\"\nreplica_of = \"{}\"\n",
+                node_id(7005)
+            )),
+            "{grown}"
+        );
     }
 
     #[test]

@@ -87,10 +87,11 @@ fn main() -> ExitCode {
             match done {
                 Ok(r) => {
                     println!(
-                        "{addr} joined: {} slots and {} keys moved in {:.1} s; map version {}",
+                        "{addr} joined: {} slots and {} keys moved in {:.1} s; the old replicas dropped {} keys of them; map version {}",
                         r.slots,
                         r.keys,
                         r.took.as_secs_f64(),
+                        r.replica_keys_dropped,
                         r.version
                     );
                     ExitCode::SUCCESS

@@ -22,8 +22,9 @@
 //!   already on the drive taking it over, and `-TRYAGAIN` for a multi-key command whose keys
 //!   are split between the two: the router sends an asked request again after `ASKING` to
 //!   the named drive, and a split MGET/MSET/DEL/UNLINK/EXISTS again one key at a time,
-//!   following the ASKs, then joins the replies. Replicas of a slot in migration are
-//!   written as before (the move itself does not copy keys to the target's replicas).
+//!   following the ASKs, then joins the replies. A write the target takes this way goes to
+//!   the target's replicas too (the source's MIGRATE copies each key it moves to them),
+//!   so a slot moves with its replicas ([`redirect`]).
 //!
 //! Every operation is idempotent (plain SET/MSET/DEL/GET/MGET/LS.RANGE), so retrying one
 //! on a fresh connection or after a map reload cannot apply anything twice.
@@ -41,6 +42,11 @@ use bytes::Bytes;
 use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
 use kvproto::{Client, ClientError, Credentials, Reply};
 use parking_lot::{Mutex, RwLock};
+
+mod ranges;
+mod redirect;
+
+use redirect::parse_redirect;
 
 /// The command a router sends first on every connection to a replica drive: it lets that
 /// connection write (and read) the slots of the replica's primary.
@@ -174,6 +180,16 @@ pub enum RouteError {
         replica: bool,
         /// Its failure.
         source: Box<RouteError>,
+    },
+    /// A write was redirected with `-ASK` to a drive that the router's map, even fetched
+    /// anew from that drive, does not list: its replicas cannot be known, so they cannot
+    /// be written.
+    #[error("drive {addr} was named by an -ASK redirect but cluster map version {version} does not list it")]
+    UnknownAskTarget {
+        /// The drive the redirect named.
+        addr: SocketAddr,
+        /// The router's map version.
+        version: u64,
     },
     /// The caller's request is not valid (e.g. a range count of zero).
     #[error("invalid request: {0}")]
@@ -371,71 +387,6 @@ struct NodePlan {
     node: usize,
     /// One entry per command: (slot, key indexes).
     commands: Vec<(u16, Vec<usize>)>,
-}
-
-/// A parsed `-MOVED slot host:port` (or `-ASK`) reply.
-fn parse_redirect(message: &[u8]) -> Option<(u16, String)> {
-    let text = std::str::from_utf8(message).ok()?;
-    let mut words = text.split_ascii_whitespace();
-    let kind = words.next()?;
-    if kind != "MOVED" && kind != "ASK" {
-        return None;
-    }
-    let slot = words.next()?.parse().ok()?;
-    let to = words.next()?.to_string();
-    Some((slot, to))
-}
-
-/// A multi-key request as one request per key (MSET: per pair), for a slot whose keys are
-/// split between two drives during a move; `None` for a command the router does not split.
-fn split_per_key(req: &[Bytes]) -> Option<Vec<Vec<Bytes>>> {
-    let (name, args) = req.split_first()?;
-    let upper = name.to_ascii_uppercase();
-    let step = match upper.as_slice() {
-        b"MGET" | b"EXISTS" | b"DEL" | b"UNLINK" => 1,
-        b"MSET" => 2,
-        _ => return None,
-    };
-    Some(
-        args.chunks(step)
-            .map(|part| {
-                let mut r = Vec::with_capacity(1 + step);
-                r.push(name.clone());
-                r.extend_from_slice(part);
-                r
-            })
-            .collect(),
-    )
-}
-
-/// The reply the whole request would have had, from its per-key replies
-/// ([`split_per_key`]); the first error stands for the whole.
-fn join_per_key(req: &[Bytes], parts: Vec<Reply>) -> Option<Reply> {
-    if let Some(e) = parts.iter().find(|r| matches!(r, Reply::Error(_))) {
-        return Some(e.clone());
-    }
-    let upper = req.first()?.to_ascii_uppercase();
-    Some(match upper.as_slice() {
-        b"MGET" => Reply::Array(
-            parts
-                .into_iter()
-                .map(|r| match r {
-                    Reply::Array(mut one) if one.len() == 1 => one.pop().unwrap_or(Reply::Null),
-                    other => other,
-                })
-                .collect(),
-        ),
-        b"MSET" => parts.into_iter().next().unwrap_or(Reply::Null),
-        _ => Reply::Integer(
-            parts
-                .iter()
-                .map(|r| match r {
-                    Reply::Integer(n) => *n,
-                    _ => 0,
-                })
-                .sum(),
-        ),
-    })
 }
 
 /// Checks one reply for a redirect or an error.
@@ -700,7 +651,7 @@ impl Router {
                         tracing::debug!(primary = %primary.addr, replica = %addr, "read failed over");
                         return Ok(r);
                     }
-                    return self.follow_redirects(addr, requests, r).await;
+                    return self.follow_redirects(addr, requests, r, false).await;
                 }
                 Err(e) if e.is_node_failure() => last = Some(e),
                 Err(e) => return Err(e),
@@ -715,59 +666,6 @@ impl Router {
                 version: map.version(),
             })),
         })
-    }
-
-    /// Follows the redirects of a slot being moved between drives (see README "Cluster
-    /// mode"): a multi-key request refused with `-TRYAGAIN` (its keys are split between the
-    /// two drives) is sent again from `source` one key at a time and its replies joined, and
-    /// every `-ASK` is followed ([`Router::follow_asks`]).
-    async fn follow_redirects(
-        &self,
-        source: SocketAddr,
-        requests: &[Vec<Bytes>],
-        mut replies: Vec<Reply>,
-    ) -> Result<Vec<Reply>, RouteError> {
-        for (i, req) in requests.iter().enumerate() {
-            let retry =
-                matches!(replies.get(i), Some(Reply::Error(e)) if e.starts_with(b"TRYAGAIN"));
-            let Some(parts) = retry.then(|| split_per_key(req)).flatten() else {
-                continue;
-            };
-            let got = self.pool(source, false).exchange(&parts, &self.cfg).await?;
-            let got = self.follow_asks(&parts, got).await?;
-            if let (Some(joined), Some(slot)) = (join_per_key(req, got), replies.get_mut(i)) {
-                *slot = joined;
-            }
-        }
-        self.follow_asks(requests, replies).await
-    }
-
-    /// Follows `-ASK` replies (a slot being moved between drives, see README "Cluster
-    /// mode"): each such request is sent again, after `ASKING`, to the drive the redirect
-    /// names, and that reply takes the redirect's place. `-MOVED` and other errors are left
-    /// for the caller. The map is not reloaded: an ASK is about one key, for now.
-    async fn follow_asks(
-        &self,
-        requests: &[Vec<Bytes>],
-        mut replies: Vec<Reply>,
-    ) -> Result<Vec<Reply>, RouteError> {
-        for (i, req) in requests.iter().enumerate() {
-            let to = match replies.get(i) {
-                Some(Reply::Error(e)) if e.starts_with(b"ASK ") => {
-                    parse_redirect(e).and_then(|(_, to)| to.parse::<SocketAddr>().ok())
-                }
-                _ => None,
-            };
-            let Some(to) = to else {
-                continue;
-            };
-            let asked = vec![vec![Bytes::from_static(b"ASKING")], req.clone()];
-            let mut got = self.pool(to, false).exchange(&asked, &self.cfg).await?;
-            if let (Some(r), Some(slot)) = (got.pop(), replies.get_mut(i)) {
-                *slot = r;
-            }
-        }
-        Ok(replies)
     }
 
     /// Writes to the primary and every replica; all must acknowledge.
@@ -792,7 +690,7 @@ impl Router {
                 let pool = self.pool(addr, replica);
                 let mut replies = pool.exchange(requests, &self.cfg).await?;
                 if !replica {
-                    replies = self.follow_redirects(addr, requests, replies).await?;
+                    replies = self.follow_redirects(addr, requests, replies, true).await?;
                 }
                 for (reply, req) in replies.iter().zip(requests) {
                     check(
@@ -823,77 +721,6 @@ impl Router {
             }
         }
         Ok(primary_replies.unwrap_or_default())
-    }
-
-    /// Decides whether a failed attempt is retried: after `-MOVED`, when a newer map is
-    /// found, first in the map file (reread), then on the drive the redirect names (the
-    /// drives hold the map: `LS.CLUSTERMAP`), so a router follows a cluster that grew
-    /// without anyone editing its file.
-    async fn retry_after(
-        &self,
-        err: RouteError,
-        used: u64,
-        attempt: usize,
-    ) -> Result<(), RouteError> {
-        let RouteError::Moved { addr, slot, to, .. } = err else {
-            return Err(err);
-        };
-        // Another operation may have reloaded already.
-        let mut newer = self.reload()? || self.map().version() > used;
-        if !newer {
-            if let Ok(drive) = to.parse::<SocketAddr>() {
-                newer = self.fetch_map(drive).await;
-            }
-        }
-        if newer && attempt < self.cfg.max_redirects {
-            return Ok(());
-        }
-        match &self.map_path {
-            Some(path) => Err(RouteError::StaleMap {
-                addr,
-                slot,
-                to,
-                path: path.clone(),
-                version: self.map().version(),
-            }),
-            None => Err(RouteError::Moved {
-                addr,
-                slot,
-                to,
-                version: used,
-            }),
-        }
-    }
-
-    /// Asks `drive` for the map it holds and adopts it if it is newer than the router's;
-    /// returns whether it did. A drive that cannot answer, or answers something that is not
-    /// a valid map, changes nothing.
-    async fn fetch_map(&self, drive: SocketAddr) -> bool {
-        let request = [vec![Bytes::from_static(b"LS.CLUSTERMAP")]];
-        let Ok(replies) = self.pool(drive, false).exchange(&request, &self.cfg).await else {
-            return false;
-        };
-        let Some(Reply::Bulk(text) | Reply::Verbatim(text)) = replies.first() else {
-            return false;
-        };
-        let Ok(fresh) = std::str::from_utf8(text)
-            .map_err(|_| ())
-            .and_then(|t| ClusterMap::from_toml(t).map_err(|_| ()))
-        else {
-            return false;
-        };
-        let mut current = self.map.write();
-        if fresh.version() > current.version() {
-            tracing::info!(
-                from = current.version(),
-                to = fresh.version(),
-                %drive,
-                "cluster map fetched from a drive"
-            );
-            *current = Arc::new(fresh);
-            return true;
-        }
-        false
     }
 
     /// GET: the value of `key`, or `None`.
@@ -1053,89 +880,6 @@ impl Router {
         Ok(out)
     }
 
-    /// Every string key matching the glob `pattern` on the drives: `SCAN 0 MATCH pattern
-    /// COUNT n` until the cursor returns to 0, on every primary at once (keys only, from
-    /// the drives' key tables), each drive contributing only keys of slots it serves in the
-    /// router's map. A key written or deleted during the scan may or may not be listed.
-    ///
-    /// # Errors
-    /// As [`Router::get`]; a cursor lost because the drive restarted mid-scan is a
-    /// [`RouteError::Server`] error (scan again).
-    pub async fn scan_keys(&self, pattern: &[u8]) -> Result<Vec<Bytes>, RouteError> {
-        let map = self.map();
-        let targets: Vec<(usize, u16)> = if self.single {
-            vec![(0, 0)]
-        } else {
-            map.nodes()
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.replica_of.is_none() && !n.slots.is_empty())
-                .map(|(i, n)| (i, map.slot_ranges(&n.id).first().map_or(0, |r| r.0)))
-                .collect()
-        };
-        let futures: Vec<_> = targets
-            .iter()
-            .map(|&(node, slot)| {
-                let map = &map;
-                async move {
-                    let addr = map.nodes().get(node).map_or(unspecified(), |n| n.addr);
-                    let mut cursor = Bytes::from_static(b"0");
-                    let mut keys = Vec::new();
-                    loop {
-                        let request = vec![vec![
-                            Bytes::from_static(b"SCAN"),
-                            cursor.clone(),
-                            Bytes::from_static(b"MATCH"),
-                            Bytes::copy_from_slice(pattern),
-                            Bytes::from_static(b"COUNT"),
-                            Bytes::from_static(b"10000"),
-                        ]];
-                        let reply = self
-                            .read_from(map, node, slot, &request)
-                            .await?
-                            .into_iter()
-                            .next()
-                            .unwrap_or(Reply::Null);
-                        check(&reply, addr, b"SCAN", map.version())?;
-                        let Reply::Array(mut parts) = reply else {
-                            return Err(unexpected(addr, "SCAN", &reply));
-                        };
-                        let (Some(Reply::Array(page)), Some(Reply::Bulk(next))) =
-                            (parts.pop(), parts.pop())
-                        else {
-                            return Err(unexpected(addr, "SCAN", &Reply::Array(parts)));
-                        };
-                        for k in page {
-                            match k {
-                                Reply::Bulk(k) => keys.push(k),
-                                other => return Err(unexpected(addr, "SCAN", &other)),
-                            }
-                        }
-                        if &next[..] == b"0" {
-                            break;
-                        }
-                        cursor = next;
-                    }
-                    Ok::<_, RouteError>((node, keys))
-                }
-            })
-            .collect();
-        let mut out = Vec::new();
-        for result in join_all(futures).await {
-            let (node, keys) = result?;
-            match map.nodes().get(node) {
-                Some(n) if !self.single => out.extend(
-                    keys.into_iter()
-                        .filter(|k| map.owner(key_slot(k)).is_some_and(|o| o.id == n.id)),
-                ),
-                _ => out.extend(keys),
-            }
-        }
-        out.sort();
-        out.dedup();
-        Ok(out)
-    }
-
     /// SET `key` to `value` on its primary and every replica.
     ///
     /// # Errors
@@ -1279,167 +1023,6 @@ impl Router {
         }
         Ok(deleted)
     }
-
-    /// Ordered range read (`LS.RANGE`): string keys `k` with `start <= k < end` in byte
-    /// order (`end` empty: no upper bound) with their values, at most `count` pairs. When
-    /// `start` and `end` begin with the same `{hash tag}` (so every key between them has
-    /// it), or there is one drive, one drive answers; otherwise every primary is asked and
-    /// the answers merged, each drive contributing only keys of slots it serves in the
-    /// router's map (drives do not redirect range reads). A reply may hold fewer than
-    /// `count` pairs while more exist (a drive caps a reply's bytes): continue from the last
-    /// key plus a zero byte; an empty reply means no key is left in the range.
-    ///
-    /// # Errors
-    /// [`RouteError::Invalid`] for a count of 0 or above [`RANGE_MAX_COUNT`]; otherwise as
-    /// [`Router::get`].
-    pub async fn range(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        count: u32,
-    ) -> Result<Vec<(Bytes, Bytes)>, RouteError> {
-        if count == 0 || count > RANGE_MAX_COUNT {
-            return Err(RouteError::Invalid(format!(
-                "range count {count} is not within 1..={RANGE_MAX_COUNT}"
-            )));
-        }
-        let mut attempt = 0;
-        loop {
-            let map = self.map();
-            match self.range_once(&map, start, end, count).await {
-                Err(e) => self.retry_after(e, map.version(), attempt).await?,
-                ok => return ok,
-            }
-            attempt += 1;
-        }
-    }
-
-    async fn range_once(
-        &self,
-        map: &ClusterMap,
-        start: &[u8],
-        end: &[u8],
-        count: u32,
-    ) -> Result<Vec<(Bytes, Bytes)>, RouteError> {
-        let targets: Vec<(usize, u16)> = match one_slot_range(start, end) {
-            Some(slot) if !self.single => {
-                let owner = map.owner(slot).ok_or(RouteError::NoOwner {
-                    slot,
-                    version: map.version(),
-                })?;
-                let node = map
-                    .nodes()
-                    .iter()
-                    .position(|n| n.id == owner.id)
-                    .unwrap_or_default();
-                vec![(node, slot)]
-            }
-            _ if self.single => vec![(0, 0)],
-            _ => map
-                .nodes()
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.replica_of.is_none() && !n.slots.is_empty())
-                .map(|(i, n)| {
-                    let slot = map.slot_ranges(&n.id).first().map_or(0, |r| r.0);
-                    (i, slot)
-                })
-                .collect(),
-        };
-        let mut from = Bytes::copy_from_slice(start);
-        loop {
-            let request = vec![vec![
-                Bytes::from_static(b"LS.RANGE"),
-                from.clone(),
-                Bytes::copy_from_slice(end),
-                Bytes::from_static(b"COUNT"),
-                Bytes::from(count.to_string()),
-            ]];
-            let futures: Vec<_> = targets
-                .iter()
-                .map(|&(node, slot)| {
-                    let request = &request;
-                    async move { self.read_from(map, node, slot, request).await }
-                })
-                .collect();
-            let mut runs: Vec<Vec<(Bytes, Bytes)>> = Vec::new();
-            // Keys past the smallest last key a drive returned may be missing from that
-            // drive's page (it may have been cut short), so the merge stops there.
-            let mut cut: Option<Bytes> = None;
-            for (&(node, _), result) in targets.iter().zip(join_all(futures).await) {
-                let spec = map.nodes().get(node);
-                let addr = spec.map_or(unspecified(), |n| n.addr);
-                let reply = result?.into_iter().next().unwrap_or(Reply::Null);
-                let pairs = range_pairs(reply, addr, map.version())?;
-                if let Some((last, _)) = pairs.last() {
-                    if cut.as_ref().is_none_or(|c| last < c) {
-                        cut = Some(last.clone());
-                    }
-                }
-                // LS.RANGE is not redirected: a drive returns what it stores, which after a
-                // map change may include slots it no longer serves. Keep what it owns.
-                let owned: Vec<(Bytes, Bytes)> = match spec {
-                    Some(n) if !self.single => pairs
-                        .into_iter()
-                        .filter(|(k, _)| map.owner(key_slot(k)).is_some_and(|o| o.id == n.id))
-                        .collect(),
-                    _ => pairs,
-                };
-                runs.push(owned);
-            }
-            let Some(cut) = cut else {
-                return Ok(Vec::new());
-            };
-            let mut merged: Vec<(Bytes, Bytes)> = runs.into_iter().flatten().collect();
-            merged.sort_by(|a, b| a.0.cmp(&b.0));
-            merged.retain(|(k, _)| *k <= cut);
-            merged.truncate(usize::try_from(count).unwrap_or(usize::MAX));
-            if !merged.is_empty() {
-                return Ok(merged);
-            }
-            // Everything up to the cut was filtered out: go on after it, so an empty
-            // answer keeps meaning "nothing left".
-            let mut next = cut.to_vec();
-            next.push(0);
-            from = Bytes::from(next);
-        }
-    }
-}
-
-/// The slot of every key in `[start, end)` when they all share one hash tag: both bounds
-/// begin with the same bytes up to and including a `{tag}`, so every key between them does.
-fn one_slot_range(start: &[u8], end: &[u8]) -> Option<u16> {
-    let open = start.iter().position(|&b| b == b'{')?;
-    let len = start[open + 1..].iter().position(|&b| b == b'}')?;
-    if len == 0 {
-        return None;
-    }
-    let prefix = &start[..open + len + 2];
-    end.starts_with(prefix).then(|| key_slot(start))
-}
-
-/// The pairs of an `LS.RANGE` reply.
-fn range_pairs(
-    reply: Reply,
-    addr: SocketAddr,
-    version: u64,
-) -> Result<Vec<(Bytes, Bytes)>, RouteError> {
-    check(&reply, addr, b"LS.RANGE", version)?;
-    let Reply::Array(items) = reply else {
-        return Err(unexpected(addr, "LS.RANGE", &reply));
-    };
-    if items.len() % 2 != 0 {
-        return Err(unexpected(addr, "LS.RANGE", &Reply::Array(items)));
-    }
-    let mut pairs = Vec::with_capacity(items.len() / 2);
-    let mut it = items.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        match (k, v) {
-            (Reply::Bulk(k), Reply::Bulk(v)) => pairs.push((k, v)),
-            (k, _) => return Err(unexpected(addr, "LS.RANGE", &k)),
-        }
-    }
-    Ok(pairs)
 }
 
 fn unspecified() -> SocketAddr {
@@ -1525,27 +1108,6 @@ mod tests {
         assert_eq!(sizes, vec![1024, 1024, 452]);
     }
 
-    #[test]
-    fn redirects_parse() {
-        assert_eq!(
-            parse_redirect(b"MOVED 3999 127.0.0.1:6381"),
-            Some((3999, "127.0.0.1:6381".to_string()))
-        );
-        assert_eq!(parse_redirect(b"ASK 1 h:2"), Some((1, "h:2".to_string())));
-        assert_eq!(parse_redirect(b"ERR MOVED"), None);
-        assert_eq!(parse_redirect(b"MOVED x y"), None);
-        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let moved = Reply::error("MOVED 5 127.0.0.1:2");
-        assert!(matches!(
-            check(&moved, addr, b"GET", 1),
-            Err(RouteError::Moved { slot: 5, .. })
-        ));
-        assert!(matches!(
-            check(&Reply::error("ERR nope"), addr, b"GET", 1),
-            Err(RouteError::Server { .. })
-        ));
-    }
-
     #[tokio::test]
     async fn unreachable_drive_is_a_clear_error() {
         // A port nothing listens on: bind, note the port, close.
@@ -1565,20 +1127,6 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, RouteError::WriteFailed { .. }), "{err}");
         assert!(router.range(b"a", b"b", 0).await.is_err());
-    }
-
-    #[test]
-    fn one_slot_ranges() {
-        assert_eq!(
-            one_slot_range(b"{v:a:01}\x00", b"{v:a:01}\xff"),
-            Some(key_slot(b"v:a:01"))
-        );
-        assert_eq!(one_slot_range(b"x{t}1", b"x{t}"), Some(key_slot(b"t")));
-        // Keys between "a{t}" and "b{t}" (e.g. "aa") need not carry the tag.
-        assert_eq!(one_slot_range(b"a{t}", b"b{t}"), None);
-        assert_eq!(one_slot_range(b"{t}1", b""), None);
-        assert_eq!(one_slot_range(b"{}1", b"{}2"), None);
-        assert_eq!(one_slot_range(b"abc", b"abd"), None);
     }
 
     #[tokio::test]
