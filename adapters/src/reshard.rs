@@ -1,6 +1,6 @@
 //! Growing a cluster live: a primary joins with no slots and takes its even share of the
 //! slots from the others while clients keep working, with Redis Cluster's migration protocol
-//! on the drives (README "Cluster mode").
+//! on the drives (docs/CLUSTER.md).
 //!
 //! [`add_primary`] reads the map from the joining drive (which starts on a map that already
 //! lists it, one version above the cluster's), pushes that map to every other drive, then,

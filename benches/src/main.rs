@@ -43,7 +43,7 @@ struct DriveRun {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Directory for the servers' data.
-    #[arg(long, default_value = "bench-scratch")]
+    #[arg(long, default_value = "target/bench/scratch")]
     scratch: PathBuf,
     /// The lightstore binary (default: next to this one).
     #[arg(long)]
@@ -61,7 +61,7 @@ enum Bench {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Directory for scratch files (device images).
-        #[arg(long, default_value = "bench-scratch")]
+        #[arg(long, default_value = "target/bench/scratch")]
         scratch: PathBuf,
         /// Operations per workload (queue depth 1 runs a tenth).
         #[arg(long)]
@@ -89,7 +89,7 @@ enum Bench {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Directory for scratch files (device images).
-        #[arg(long, default_value = "bench-scratch")]
+        #[arg(long, default_value = "target/bench/scratch")]
         scratch: PathBuf,
         /// Data set size per value size, in MiB (default 64 quick, 1024 full).
         #[arg(long)]
@@ -153,10 +153,10 @@ enum Bench {
         #[arg(long)]
         quick: bool,
         /// Output directory.
-        #[arg(long, default_value = "bench-results")]
+        #[arg(long, default_value = "target/bench/report")]
         out: PathBuf,
         /// Scratch directory (a subdirectory of it is made and removed).
-        #[arg(long, default_value = "bench-scratch")]
+        #[arg(long, default_value = "target/bench/scratch")]
         scratch: PathBuf,
         /// Data set per value size, MiB (default 32 quick, 1024 full).
         #[arg(long)]
@@ -187,7 +187,7 @@ enum Bench {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Directory for the systems' files.
-        #[arg(long, default_value = "bench-scratch")]
+        #[arg(long, default_value = "target/bench/scratch")]
         scratch: PathBuf,
         /// Only these systems (repeatable): lightstore-local/plp, rocksdb-blobdb/no-wal.
         #[arg(long)]

@@ -36,25 +36,25 @@ pub const MIN_BUFFER_SETTING: usize = 1 << 20;
 )]
 pub struct Args {
     /// TOML file with any of the settings below (flags override it).
-    #[arg(long)]
+    #[arg(long, help_heading = "Server")]
     pub config: Option<PathBuf>,
     /// Address to listen on.
-    #[arg(long)]
+    #[arg(long, help_heading = "Server")]
     pub bind: Option<String>,
     /// TCP port.
-    #[arg(long)]
+    #[arg(long, help_heading = "Server")]
     pub port: Option<u16>,
     /// Directory holding the simulated device.
-    #[arg(long)]
+    #[arg(long, help_heading = "Device and durability")]
     pub data_dir: Option<PathBuf>,
     /// `sim` (a device file in the data directory) or `file:PATH` (a file or raw block device).
-    #[arg(long)]
+    #[arg(long, help_heading = "Device and durability")]
     pub device: Option<String>,
     /// Logical capacity when formatting a new device, e.g. 512MiB, 8GiB.
-    #[arg(long)]
+    #[arg(long, help_heading = "Device and durability")]
     pub capacity: Option<String>,
     /// NAND timing model: none, paper-card, or custom:READ,PROGRAM,ERASE,XFER,WXFER (ns).
-    #[arg(long)]
+    #[arg(long, help_heading = "Device and durability")]
     pub timing: Option<String>,
     /// `sync` (a write is acknowledged once durable: on the device and out of its volatile
     /// write cache) or `plp` (the drive's DRAM and the device's write cache are
@@ -62,105 +62,109 @@ pub struct Args {
     /// memtable and the write buffer, before its pages reach the device; SIGPWR lands the
     /// buffer, flushes the device and stops the drive; a kill -9 can lose what had not
     /// landed).
-    #[arg(long)]
+    #[arg(long, help_heading = "Device and durability")]
     pub durability: Option<String>,
     /// Password of the `default` user, sent with AUTH (none or empty: no password, and
     /// protected mode accepts only loopback clients).
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub requirepass: Option<String>,
     /// Users file in Redis's ACL file syntax (`user <name> on|off >password #sha256 nopass
     /// ~* &* +@all -@write ...`; see docs/SECURITY.md for the supported subset). Excludes
     /// `--requirepass`.
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub aclfile: Option<PathBuf>,
     /// TLS port, served beside `--port` (0 or absent: no TLS). With a TLS port, `--port 0`
     /// turns plain TCP off, as in Redis.
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub tls_port: Option<u16>,
     /// The server's certificate chain (PEM), for `--tls-port`.
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub tls_cert_file: Option<PathBuf>,
     /// The server's private key (PEM), for `--tls-port`.
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub tls_key_file: Option<PathBuf>,
     /// CA certificates (PEM) that sign client certificates.
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub tls_ca_cert_file: Option<PathBuf>,
     /// Client certificates: no, optional or yes (default: yes when a CA is given, else no).
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub tls_auth_clients: Option<String>,
     /// Most clients connected at once.
-    #[arg(long)]
+    #[arg(long, help_heading = "Server")]
     pub maxclients: Option<usize>,
     /// Refuse non-loopback clients while no password is set (yes/no).
-    #[arg(long)]
+    #[arg(long, help_heading = "Security")]
     pub protected_mode: Option<String>,
     /// Redis Cluster mode: the cluster map (TOML: version, `[[node]]` id/addr/slots/replica_of;
-    /// see README "Cluster mode"). The drive serves only its slots and rewrites this file
+    /// see docs/CLUSTER.md). The drive serves only its slots and rewrites this file
     /// when a newer map is pushed with `LS.CLUSTERMAP`.
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster")]
     pub cluster_config: Option<PathBuf>,
     /// This drive's node id in the cluster map (default: the node whose address is the
     /// listening address).
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster")]
     pub cluster_node_id: Option<String>,
+    /// Open a device whose value log is damaged (the drive refused to start with "the value
+    /// log is damaged") read-only: damaged batches are skipped, nothing on the device is
+    /// written or trimmed, and every write is refused with a READONLY error, so the data
+    /// can be copied off.
+    #[arg(long, help_heading = "Device and durability")]
+    pub recover_read_only: bool,
+    /// DRAM for the value cache (hot value pages served without a device read), e.g.
+    /// 64MiB; 0 turns it off.
+    #[arg(long, help_heading = "Memory")]
+    pub value_cache_size: Option<String>,
+    /// Values of at most this many bytes are also held in their keytable entries in DRAM,
+    /// so reading one never costs a device read (default 64; 0: none; at most 4096). Each
+    /// held value costs its length + ~4 bytes of DRAM (INFO `entry_value_bytes`).
+    #[arg(long, help_heading = "Memory")]
+    pub entry_value_max: Option<usize>,
+    /// Close a client idle for this many seconds (0: never, the default).
+    #[arg(long, help_heading = "Server")]
+    pub timeout: Option<u64>,
+    /// SLOWLOG: log commands that take at least this many microseconds from dispatch to
+    /// reply (default 10000; 0: every command; negative: none).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Diagnostics")]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// SLOWLOG: entries kept (default 128).
+    #[arg(long, help_heading = "Diagnostics")]
+    pub slowlog_max_len: Option<usize>,
+    /// LATENCY: record commands that take at least this many milliseconds from dispatch to
+    /// reply (default 0: off).
+    #[arg(long, help_heading = "Diagnostics")]
+    pub latency_monitor_threshold: Option<u64>,
+    /// TCP keepalive: first probe after this many idle seconds (default 300; 0: off).
+    #[arg(long, help_heading = "Server")]
+    pub tcp_keepalive: Option<u32>,
+    /// Log lines on stderr: `text` (colours only on a terminal; the default) or `json` (one
+    /// object per line, for a log collector).
+    #[arg(long, help_heading = "Server")]
+    pub log_format: Option<String>,
+    /// Largest bulk argument a client may send (default 512MiB).
+    #[arg(long, help_heading = "Client limits")]
+    pub proto_max_bulk_len: Option<String>,
+    /// Unframed bytes a client may hold; over it the client is disconnected (default 1GiB).
+    #[arg(long, help_heading = "Client limits")]
+    pub client_query_buffer_limit: Option<String>,
+    /// Bytes of a client's requests read and not yet answered above which it is not read
+    /// until replies go out (default 64MiB).
+    #[arg(long, help_heading = "Client limits")]
+    pub client_pending_limit: Option<String>,
+    /// Drive-wide bytes of buffered requests (every client's query buffer and pending
+    /// requests) above which no client is read until it frees (default 256MiB).
+    #[arg(long, help_heading = "Client limits")]
+    pub client_query_budget: Option<String>,
+    /// Output limit of normal clients, `normal HARD SOFT SECONDS` as Redis's
+    /// (default `normal 1gb 256mb 60`; 0 turns a limit off).
+    #[arg(long, help_heading = "Client limits")]
+    pub client_output_buffer_limit: Option<String>,
     /// Benchmarks only: turn design features off to measure what each buys (the paper's
     /// Figure 12), comma-separated: `zero-copy` (values are copied once more on each side),
     /// `lock-free-queues` (the threads' queues become mutex-and-condvar queues),
     /// `keytable-cache` (each lookup reads its keytable page from the device) and
     /// `metadata-compaction` (compaction rewrites the values it keeps).
-    #[arg(long)]
+    #[arg(long, help_heading = "Benchmarks")]
     pub ablate: Option<String>,
-    /// Open a device whose value log is damaged (the drive refused to start with "the value
-    /// log is damaged") read-only: damaged batches are skipped, nothing on the device is
-    /// written or trimmed, and every write is refused with a READONLY error, so the data
-    /// can be copied off.
-    #[arg(long)]
-    pub recover_read_only: bool,
-    /// DRAM for the value cache (hot value pages served without a device read), e.g.
-    /// 64MiB; 0 turns it off.
-    #[arg(long)]
-    pub value_cache_size: Option<String>,
-    /// Values of at most this many bytes are also held in their keytable entries in DRAM,
-    /// so reading one never costs a device read (default 64; 0: none; at most 4096). Each
-    /// held value costs its length + ~4 bytes of DRAM (INFO `entry_value_bytes`).
-    #[arg(long)]
-    pub entry_value_max: Option<usize>,
-    /// Close a client idle for this many seconds (0: never, the default).
-    #[arg(long)]
-    pub timeout: Option<u64>,
-    /// SLOWLOG: log commands that take at least this many microseconds from dispatch to
-    /// reply (default 10000; 0: every command; negative: none).
-    #[arg(long, allow_hyphen_values = true)]
-    pub slowlog_log_slower_than: Option<i64>,
-    /// SLOWLOG: entries kept (default 128).
-    #[arg(long)]
-    pub slowlog_max_len: Option<usize>,
-    /// LATENCY: record commands that take at least this many milliseconds from dispatch to
-    /// reply (default 0: off).
-    #[arg(long)]
-    pub latency_monitor_threshold: Option<u64>,
-    /// TCP keepalive: first probe after this many idle seconds (default 300; 0: off).
-    #[arg(long)]
-    pub tcp_keepalive: Option<u32>,
-    /// Largest bulk argument a client may send (default 512MiB).
-    #[arg(long)]
-    pub proto_max_bulk_len: Option<String>,
-    /// Unframed bytes a client may hold; over it the client is disconnected (default 1GiB).
-    #[arg(long)]
-    pub client_query_buffer_limit: Option<String>,
-    /// Bytes of a client's requests read and not yet answered above which it is not read
-    /// until replies go out (default 64MiB).
-    #[arg(long)]
-    pub client_pending_limit: Option<String>,
-    /// Drive-wide bytes of buffered requests (every client's query buffer and pending
-    /// requests) above which no client is read until it frees (default 256MiB).
-    #[arg(long)]
-    pub client_query_budget: Option<String>,
-    /// Output limit of normal clients, `normal HARD SOFT SECONDS` as Redis's
-    /// (default `normal 1gb 256mb 60`; 0 turns a limit off).
-    #[arg(long)]
-    pub client_output_buffer_limit: Option<String>,
     /// Something else than running the drive (none: run the drive).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -244,6 +248,8 @@ struct FileConfig {
     client_query_budget: Option<String>,
     #[serde(alias = "client_output_buffer_limit")]
     client_output_buffer_limit: Option<String>,
+    #[serde(alias = "log_format")]
+    log_format: Option<String>,
 }
 
 /// Design features turned off for the ablation benchmark (all `false` in normal operation).
@@ -292,11 +298,22 @@ pub enum Durability {
     Plp,
 }
 
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines; colour codes only when stderr is a terminal.
+    Text,
+    /// One JSON object per line (time, level, target, message, fields).
+    Json,
+}
+
 /// The resolved settings of a drive.
 #[derive(Debug, Clone)]
 pub struct DriveConfig {
     /// Listen address.
     pub bind: String,
+    /// How the drive logs.
+    pub log_format: LogFormat,
     /// Listen port.
     pub port: u16,
     /// Data directory (simulated device).
@@ -462,7 +479,13 @@ impl DriveConfig {
             Some(s) => parse_output_limit(&s, (defaults.output, defaults.output_pubsub))?,
             None => (defaults.output, defaults.output_pubsub),
         };
+        let log_format = match args.log_format.or(file.log_format).as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => anyhow::bail!("log-format `{other}`: use text or json"),
+        };
         Ok(DriveConfig {
+            log_format,
             bind: args
                 .bind
                 .or(file.bind)

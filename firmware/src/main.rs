@@ -364,18 +364,26 @@ fn wait_for_net(
     let _ = net_thread.join();
 }
 
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
+/// Sends log lines to stderr in `format` (`RUST_LOG` filters them; default `info`).
+fn init_logging(format: config::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let lines = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
         // Colour codes only on a terminal: a log file stays plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        config::LogFormat::Text => lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        config::LogFormat::Json => lines.json().with_current_span(false).init(),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if let Some(config::Command::Fsck(f)) = args.command.take() {
+        init_logging(config::LogFormat::Text);
         let code = match run_fsck(&f, &args) {
             Ok(true) => 0,
             Ok(false) => 1,
@@ -386,8 +394,11 @@ fn main() -> anyhow::Result<()> {
         };
         std::process::exit(code);
     }
-    crash::install();
+    // Settings first (a bad one is an error on stderr, before any log line), then the log
+    // in the format they ask for.
     let cfg = DriveConfig::resolve(args)?;
+    init_logging(cfg.log_format);
+    crash::install();
     // Before anything opens files: the clients' descriptors must fit.
     let fds = net::limits::fit_open_files(cfg.maxclients).map_err(anyhow::Error::msg)?;
     tracing::info!(

@@ -109,7 +109,7 @@ pub struct Migrate {
     /// `REPLICA host port`, repeatable (a LightStore extension, not in Redis): drives that
     /// replicate the target. Each gets a copy of the keys (always replacing) before the
     /// target does, in the same step, so a slot moved between drives with client-side
-    /// replication arrives on the target's replicas too (README "Cluster mode").
+    /// replication arrives on the target's replicas too (docs/CLUSTER.md).
     pub replicas: Vec<(Bytes, Bytes)>,
 }
 

@@ -55,6 +55,8 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     // The YCSB end-to-end test: the binding builds with Maven and runs on a JDK.
     ("java", "default-jdk-headless"),
     ("mvn", "maven"),
+    // `firmware/tests/deploy_files.rs` checks the sample systemd unit.
+    ("systemd-analyze", "systemd"),
 ];
 
 /// Python modules from Debian the tests use (Debian's `/usr/bin/python3`), with their
@@ -279,7 +281,7 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
         .map_or_else(
-            || std::path::PathBuf::from("bench-results"),
+            || std::path::PathBuf::from("target/bench/report"),
             std::path::PathBuf::from,
         );
     let harness = build_peers_harness()?;
@@ -600,7 +602,7 @@ mod bench_all_tests {
     fn the_cluster_section_tabulates_the_harness_rows() {
         let json = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../bench/results/cluster-2026-11-28/cluster-quick.json"
+            "/../benches/results/cluster-2026-11-28/cluster-quick.json"
         ))
         .expect("the committed cluster run");
         let table = cluster_table(&json, true).expect("rows");

@@ -1,7 +1,8 @@
-//! The README's benchmark figures against the committed results they cite: each figure the
-//! README quotes from a `bench/results/<run>/` folder is recomputed from that run's JSON,
-//! rounded as the README writes it, and must appear in the README verbatim. A re-run that
-//! changes a figure, or an edit of the README, that leaves them disagreeing fails the test
+//! The benchmark figures the README and docs/ quote against the committed results they
+//! cite: each figure quoted from a `benches/results/<run>/` folder is recomputed from that
+//! run's JSON, rounded as the text writes it, and must appear in README.md or a file of
+//! docs/ verbatim. A re-run that changes a figure, or an edit of the text, that leaves them
+//! disagreeing fails the test
 //! (issue 18: "README's numbers come from the latest report, a check fails if they
 //! disagree").
 
@@ -56,13 +57,23 @@ mod tests {
 
     #[test]
     fn readme_figures_match_the_committed_results() {
-        let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let mut readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+        let mut docs: Vec<_> = std::fs::read_dir(root().join("docs"))
+            .expect("docs/")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        docs.sort();
+        for d in docs {
+            readme.push_str(&std::fs::read_to_string(&d).expect("a doc"));
+        }
         let mut wanted: Vec<String> = Vec::new();
 
         // Expiry.
-        let e = json("bench/results/expiry-2026-11-28/results.json");
+        let e = json("benches/results/expiry-2026-11-28/results.json");
         wanted.push(format!(
-            "`bench/results/expiry-2026-11-28`: {:.1} B per SET EX, {} B while {} keys expired, \
+            "`benches/results/expiry-2026-11-28`: {:.1} B per SET EX, {} B while {} keys expired, \
              all {} expired entries dropped, FLUSHALL of {:.1}M keys in {:.3} s writing {} KiB",
             num(&e, "bytes_per_expiring_set"),
             num(&e, "expiry_device_bytes"),
@@ -74,10 +85,10 @@ mod tests {
         ));
 
         // Small values.
-        let s = json("bench/results/small-values-2026-11-28/results.json");
+        let s = json("benches/results/small-values-2026-11-28/results.json");
         let get = |drive: &str| row(&s, &[("drive", drive), ("workload", "GET 32 B")]);
         wanted.push(format!(
-            "`bench/results/small-values-2026-11-28`: {:.0}K against {:.0}K GET/s, {:.0} against \
+            "`benches/results/small-values-2026-11-28`: {:.0}K against {:.0}K GET/s, {:.0} against \
              {:.2} page reads per GET",
             num(get("held"), "rps") / 1e3,
             num(get("not-held"), "rps") / 1e3,
@@ -86,7 +97,7 @@ mod tests {
         ));
 
         // Recovery, 2 GiB.
-        let r = json("bench/results/recovery-2026-11-28/recovery.json");
+        let r = json("benches/results/recovery-2026-11-28/recovery.json");
         let at = |stop: &str| {
             r.as_array()
                 .and_then(|a| {
@@ -98,7 +109,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("no 2 GiB row after {stop}"))
         };
         wanted.push(format!(
-            "`bench/results/recovery-2026-11-28`: {:.2} s after `kill -9` and {:.2} s after a \
+            "`benches/results/recovery-2026-11-28`: {:.2} s after `kill -9` and {:.2} s after a \
              clean stop with {:.1} GiB live",
             num(at("kill -9"), "ready_s"),
             num(at("clean"), "ready_s"),
@@ -106,7 +117,7 @@ mod tests {
         ));
 
         // Cluster scaling.
-        let c = json("bench/results/cluster-2026-11-28/cluster-quick.json");
+        let c = json("benches/results/cluster-2026-11-28/cluster-quick.json");
         let ratio = |sys: &str, w: &str| {
             num(
                 row(&c, &[("system", sys), ("workload", w)]),
@@ -127,7 +138,7 @@ mod tests {
             .collect();
         assert!(
             missing.is_empty(),
-            "README.md disagrees with the committed results; it should say:\n{}",
+            "README.md and docs/ disagree with the committed results; they should say:\n{}",
             missing
                 .iter()
                 .map(|m| format!("  {m}"))

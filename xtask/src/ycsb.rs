@@ -82,7 +82,7 @@ pub struct YcsbArgs {
     #[arg(long)]
     pub value_cache_size: Option<String>,
     /// With `--against both`: also write the comparison as Markdown to `DIR/ycsb-<tag>.md`
-    /// (with the commit and the settings), e.g. under `bench/results/`.
+    /// (with the commit and the settings), e.g. under `benches/results/`.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Names the report file (`ycsb-<tag>.md`) [default: the binding and durability].

@@ -18,7 +18,7 @@
 //!   it has one) and, failing a newer map there, asks the drive the redirect names for the
 //!   map it holds (`LS.CLUSTERMAP`), and retries with a newer map; otherwise the operation
 //!   fails with [`RouteError::StaleMap`] (a map file) or [`RouteError::Moved`];
-//! - a slot being moved between drives (README "Cluster mode") answers `-ASK` for keys
+//! - a slot being moved between drives (docs/CLUSTER.md) answers `-ASK` for keys
 //!   already on the drive taking it over, and `-TRYAGAIN` for a multi-key command whose keys
 //!   are split between the two: the router sends an asked request again after `ASKING` to
 //!   the named drive, and a split MGET/MSET/DEL/UNLINK/EXISTS again one key at a time,

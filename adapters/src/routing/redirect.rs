@@ -1,6 +1,6 @@
 //! Following a cluster's redirects: `-MOVED` (the router's map is stale: reread it, or
 //! fetch the newest from a drive), and the `-ASK` / `-TRYAGAIN` of a slot being moved
-//! between drives (README "Cluster mode"), including the writes the target's replicas must
+//! between drives (docs/CLUSTER.md), including the writes the target's replicas must
 //! see during such a move.
 
 use std::net::SocketAddr;
@@ -78,8 +78,8 @@ fn join_per_key(req: &[Bytes], parts: Vec<Reply>) -> Option<Reply> {
 }
 
 impl Router {
-    /// Follows the redirects of a slot being moved between drives (see README "Cluster
-    /// mode"): every `-ASK` is followed ([`Router::follow_asks`]; `write`: the requests are
+    /// Follows the redirects of a slot being moved between drives (see
+    /// docs/CLUSTER.md): every `-ASK` is followed ([`Router::follow_asks`]; `write`: the requests are
     /// writes, which the target's replicas get too); then a multi-key request refused with
     /// `-TRYAGAIN` is sent again from `source` one key at a time, following the ASKs, and
     /// its replies joined. `-TRYAGAIN` comes from the source when the request's keys are
@@ -109,8 +109,8 @@ impl Router {
         Ok(replies)
     }
 
-    /// Follows `-ASK` replies (a slot being moved between drives, see README "Cluster
-    /// mode"): each such request is sent again, after `ASKING`, to the drive the redirect
+    /// Follows `-ASK` replies (a slot being moved between drives, see
+    /// docs/CLUSTER.md): each such request is sent again, after `ASKING`, to the drive the redirect
     /// names, and that reply takes the redirect's place. `-MOVED` and other errors are left
     /// for the caller. A `write` that the target accepted goes, asked the same way, to the
     /// target's replicas too ([`Router::write_asked_replicas`]).
