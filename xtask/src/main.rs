@@ -452,6 +452,8 @@ fn ycsb_section(out: &std::path::Path, quick: bool) -> anyhow::Result<()> {
             value_cache_size: cache.map(String::from),
             out: Some(out.to_path_buf()),
             tag: Some(tag.into()),
+            hosts: None,
+            password_file: None,
         };
         ycsb::run(&args).with_context(|| format!("YCSB, {records} records"))?;
         let file = out.join(format!("ycsb-{tag}.md"));

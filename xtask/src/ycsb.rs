@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::have;
 use anyhow::{bail, Context};
 
+mod hosts;
 mod report;
 
 use report::{comparison, print_table, Summary, WorkloadResult};
@@ -73,8 +74,8 @@ pub struct YcsbArgs {
     #[arg(long, default_value = "drive")]
     pub against: String,
     /// The drives' durability: `sync` (acknowledged once on the device, out of its write
-    /// cache) or `plp` (acknowledged when the device completes the write, as on a card with
-    /// power-loss protection).
+    /// cache) or `plp` (acknowledged from the drive's DRAM, as on a card with power-loss
+    /// protection).
     #[arg(long, default_value = "sync")]
     pub durability: String,
     /// The drives' value cache (`--value-cache-size` of the drive, e.g. 64MiB; 0: off)
@@ -88,6 +89,16 @@ pub struct YcsbArgs {
     /// Names the report file (`ycsb-<tag>.md`) [default: the binding and durability].
     #[arg(long)]
     pub tag: Option<String>,
+    /// Run against servers that are already running instead of fresh ones:
+    /// `host:port,host:port,...` (more than one: a cluster, whose map the binding reads from
+    /// them). One load of `--records`, then the run phase of each workload in the order
+    /// given; nothing is started, stopped or flushed.
+    #[arg(long)]
+    pub hosts: Option<String>,
+    /// A file whose first line is the servers' password (sent with AUTH; without it the
+    /// binding reads `LIGHTSTORE_PASSWORD` from the environment).
+    #[arg(long)]
+    pub password_file: Option<PathBuf>,
 }
 
 /// Which YCSB binding runs.
@@ -339,7 +350,10 @@ struct Drive {
 /// removed when dropped.
 struct Drives {
     drives: Vec<Drive>,
-    scratch: PathBuf,
+    /// Scratch directory of the started drives (none for servers already running).
+    scratch: Option<PathBuf>,
+    /// Servers already running (`--hosts`), used as they are and left running.
+    running: Vec<SocketAddr>,
 }
 
 impl Drives {
@@ -361,18 +375,19 @@ impl Drives {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let scratch = log_dir.join(format!("scratch-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&scratch)
+            .with_context(|| format!("creating {}", scratch.display()))?;
         let mut drives = Drives {
             drives: Vec::new(),
-            scratch,
+            scratch: Some(scratch.clone()),
+            running: Vec::new(),
         };
-        std::fs::create_dir_all(&drives.scratch)
-            .with_context(|| format!("creating {}", drives.scratch.display()))?;
         // One drive: it picks its own port (no race). A cluster: the map needs the addresses
         // first, so free ports are found and handed over.
         let planned = if n == 1 { None } else { Some(free_addrs(n)?) };
         let map = planned.as_deref().map(cluster_map);
         for i in 0..n {
-            let data = drives.scratch.join(format!("drive-{i}"));
+            let data = scratch.join(format!("drive-{i}"));
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating {}", data.display()))?;
             let log = log_dir.join(format!("{tag}-drive{i}.log"));
@@ -457,29 +472,48 @@ impl Drives {
         }
         Ok(Drives {
             drives: vec![Drive { child, addr, log }],
-            scratch,
+            scratch: Some(scratch),
+            running: Vec::new(),
         })
+    }
+
+    /// Servers already running, used as they are (`--hosts`).
+    fn running(addrs: Vec<SocketAddr>) -> Drives {
+        Drives {
+            drives: Vec::new(),
+            scratch: None,
+            running: addrs,
+        }
+    }
+
+    /// Every server's address, in order.
+    fn addrs(&self) -> Vec<SocketAddr> {
+        self.drives
+            .iter()
+            .map(|d| d.addr)
+            .chain(self.running.iter().copied())
+            .collect()
     }
 
     /// The first server's address (the redis binding talks to one).
     fn first_addr(&self) -> anyhow::Result<SocketAddr> {
-        self.drives
+        self.addrs()
             .first()
-            .map(|d| d.addr)
+            .copied()
             .context("no server was started")
     }
 
     /// `host:port,host:port,...` for `lightstore.hosts`.
     fn hosts(&self) -> String {
-        self.drives
+        self.addrs()
             .iter()
-            .map(|d| d.addr.to_string())
+            .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(",")
     }
 
     fn cluster(&self) -> bool {
-        self.drives.len() > 1
+        self.addrs().len() > 1
     }
 }
 
@@ -601,8 +635,10 @@ impl Drop for Drives {
         for d in &mut self.drives {
             stop_drive(d);
         }
-        if let Err(e) = std::fs::remove_dir_all(&self.scratch) {
-            eprintln!("xtask: could not remove {}: {e}", self.scratch.display());
+        if let Some(scratch) = &self.scratch {
+            if let Err(e) = std::fs::remove_dir_all(scratch) {
+                eprintln!("xtask: could not remove {}: {e}", scratch.display());
+            }
         }
     }
 }
@@ -635,6 +671,8 @@ struct RunSpec {
     target: Target,
     /// Extra flags of the drives (durability, value cache).
     drive_args: Vec<String>,
+    /// The servers' password (`--password-file`), if any.
+    password: Option<String>,
 }
 
 /// Runs one YCSB phase against `drives`, saving its output in `out_dir`.
@@ -674,11 +712,19 @@ fn ycsb_phase(
         BindingKind::LightStore => {
             cmd.args(["-p", &format!("lightstore.hosts={}", drives.hosts())])
                 .args(["-p", &format!("lightstore.cluster={}", drives.cluster())]);
+            // The binding reads it from the environment: not on the command line.
+            if let Some(pw) = &spec.password {
+                cmd.env("LIGHTSTORE_PASSWORD", pw);
+            }
         }
         BindingKind::Redis => {
             let first = drives.first_addr()?;
             cmd.args(["-p", &format!("redis.host={}", first.ip())])
                 .args(["-p", &format!("redis.port={}", first.port())]);
+            // YCSB's redis binding takes it as a property only.
+            if let Some(pw) = &spec.password {
+                cmd.args(["-p", &format!("redis.password={pw}")]);
+            }
         }
     }
     cmd.args(["-p", &format!("recordcount={}", spec.records)])
@@ -834,6 +880,9 @@ fn commit_id(root: &Path) -> String {
 
 /// `cargo xtask ycsb`.
 pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
+    if args.hosts.is_some() {
+        return hosts::run(args);
+    }
     let workloads = parse_workloads(&args.workload)?;
     if args.drives == 0 || args.threads == 0 || args.records == 0 {
         bail!("--drives, --threads and --records must be at least 1");
@@ -886,6 +935,7 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
                     binding,
                     target,
                     drive_args: drive_args.clone(),
+                    password: None,
                 };
                 let r = run_workload(&root, &bin, &classes, &spec)?;
                 for p in &r.problems {
@@ -1044,6 +1094,7 @@ mod tests {
                     binding: BindingKind::LightStore,
                     target: Target::Drive,
                     drive_args: Vec::new(),
+                    password: None,
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let mut check = |ok: bool, what: String| {
@@ -1095,6 +1146,7 @@ mod tests {
                     binding: BindingKind::Redis,
                     target,
                     drive_args: Vec::new(),
+                    password: None,
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let who = format!("redis binding on {}, workload {w}", target.name());
@@ -1108,6 +1160,48 @@ mod tests {
                         r.run.operations_ok()
                     ));
                 }
+            }
+        }
+        // As a user runs it against a deployment: a drive already running that requires a
+        // password, one load and several runs (`--hosts`, `--password-file`).
+        {
+            let d = Drives::start(
+                &bin,
+                1,
+                &["--requirepass".to_string(), "ycsb pass".to_string()],
+                &out_dir,
+                "hosts",
+            )
+            .unwrap();
+            let pw = out_dir.join("hosts-password");
+            std::fs::write(&pw, "ycsb pass\n").unwrap();
+            let args = YcsbArgs {
+                workload: "a,c,d".into(),
+                drives: 1,
+                records: 500,
+                operations: Some(500),
+                repeat: 1,
+                threads: 2,
+                binding: "lightstore".into(),
+                against: "drive".into(),
+                durability: "sync".into(),
+                value_cache_size: None,
+                out: None,
+                tag: None,
+                hosts: Some(d.hosts()),
+                password_file: Some(pw.clone()),
+            };
+            if let Err(e) = run(&args) {
+                problems.push(format!("--hosts with a password: {e:#}"));
+            }
+            // Without the password it stops before running anything, saying why.
+            let refused = run(&YcsbArgs {
+                password_file: None,
+                ..args
+            });
+            match refused {
+                Err(e) if format!("{e:#}").contains("NOAUTH") => {}
+                other => problems.push(format!("--hosts without the password: {other:?}")),
             }
         }
         assert!(problems.is_empty(), "{}", problems.join("\n"));
