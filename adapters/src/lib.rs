@@ -1,5 +1,6 @@
 //! Client-side adapters over LightStore drives.
 //!
+//! - [`access`]: the password and TLS flags the binaries share.
 //! - [`routing`]: the cluster router: hash slots (the drives' own `kvproto::cluster`
 //!   function), per-drive connection pools, writes to every replica, reads with fail-over,
 //!   `-MOVED` handling, and `-ASK` / `-TRYAGAIN` while a slot moves.
@@ -10,6 +11,7 @@
 //!
 //! The YCSB binding (Java) lives beside this crate in `adapters/ycsb/`.
 
+pub mod access;
 pub mod nbd;
 pub mod reshard;
 pub mod routing;

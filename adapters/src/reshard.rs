@@ -27,6 +27,7 @@ use bytes::Bytes;
 use kvproto::client::{Client, ClientError, Credentials};
 use kvproto::cluster::{key_slot, ClusterMap, SLOT_COUNT};
 use kvproto::Reply;
+use kvproto::TlsClient;
 use thiserror::Error;
 
 /// Keys SCAN asks for per call.
@@ -81,6 +82,15 @@ pub struct ReshardReport {
     pub took: Duration,
 }
 
+/// How the tool reaches the drives: their password and TLS settings, if any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Access<'a> {
+    /// Sent with AUTH on every connection (and passed on in MIGRATE).
+    pub auth: Option<&'a Credentials>,
+    /// TLS settings (drives serving `--tls-port`).
+    pub tls: Option<&'a TlsClient>,
+}
+
 /// A connection to one drive whose unexpected replies become [`ReshardError`]s.
 struct Drive {
     addr: SocketAddr,
@@ -88,12 +98,13 @@ struct Drive {
 }
 
 impl Drive {
-    /// A connection, authenticated with `auth` when the drives need a password.
-    async fn connect(addr: SocketAddr, auth: Option<&Credentials>) -> Result<Drive, ReshardError> {
-        let mut client = Client::connect(addr)
+    /// A connection (over TLS with `access.tls`), authenticated with `access.auth` when the
+    /// drives need a password.
+    async fn connect(addr: SocketAddr, access: Access<'_>) -> Result<Drive, ReshardError> {
+        let mut client = Client::connect_with(addr, access.tls)
             .await
             .map_err(|source| ReshardError::Connection { addr, source })?;
-        if let Some(creds) = auth {
+        if let Some(creds) = access.auth {
             client
                 .auth(creds)
                 .await
@@ -217,12 +228,13 @@ fn plan(map: &ClusterMap, joining: usize) -> Vec<(usize, Vec<u16>)> {
 /// grow (the joining drive not in its own map, already holding slots, or a replica).
 pub async fn add_primary(
     joining: SocketAddr,
-    auth: Option<&Credentials>,
+    access: Access<'_>,
     mut progress: impl FnMut(&str),
 ) -> Result<ReshardReport, ReshardError> {
+    let auth = access.auth;
     let started = Instant::now();
     let mut report = ReshardReport::default();
-    let mut dst = Drive::connect(joining, auth).await?;
+    let mut dst = Drive::connect(joining, access).await?;
     let map = dst.map().await?;
     let me = map
         .nodes()
@@ -242,7 +254,7 @@ pub async fn add_primary(
     let my_id = map.nodes()[me].id.clone();
     let my_replicas: Vec<SocketAddr> = map.replicas_of(&my_id).iter().map(|n| n.addr).collect();
     for n in map.nodes().iter().filter(|n| n.addr != joining) {
-        let mut d = Drive::connect(n.addr, auth).await?;
+        let mut d = Drive::connect(n.addr, access).await?;
         if d.map().await?.version() < map.version() {
             d.push(&map).await?;
         }
@@ -272,10 +284,10 @@ pub async fn add_primary(
                 my_replicas.len()
             ));
         }
-        let mut src = Drive::connect(source_spec.addr, auth).await?;
+        let mut src = Drive::connect(source_spec.addr, access).await?;
         let mut dst_replicas = Vec::with_capacity(my_replicas.len());
         for addr in &my_replicas {
-            dst_replicas.push(Drive::connect(*addr, auth).await?);
+            dst_replicas.push(Drive::connect(*addr, access).await?);
         }
         for s in &slots {
             let slot = s.to_string();
@@ -364,7 +376,7 @@ pub async fn add_primary(
             .iter()
             .filter(|n| n.addr != joining && !my_replicas.contains(&n.addr))
         {
-            Drive::connect(n.addr, auth).await?.push(&next).await?;
+            Drive::connect(n.addr, access).await?.push(&next).await?;
         }
         for s in &slots {
             let slot = s.to_string();
@@ -379,7 +391,7 @@ pub async fn add_primary(
         // they kept of them can be dropped for good.
         let mut dropped = 0;
         for addr in &source_replicas {
-            dropped += drop_slots(*addr, auth, &moving).await?;
+            dropped += drop_slots(*addr, access, &moving).await?;
         }
         progress(&format!(
             "{} slots and {moved} keys moved from {} (map version {}){}",
@@ -406,10 +418,10 @@ pub async fn add_primary(
 /// found with SCAN and deleted on a replication connection: how many it deleted.
 async fn drop_slots(
     addr: SocketAddr,
-    auth: Option<&Credentials>,
+    access: Access<'_>,
     slots: &HashSet<u16>,
 ) -> Result<u64, ReshardError> {
-    let mut d = Drive::connect(addr, auth).await?;
+    let mut d = Drive::connect(addr, access).await?;
     d.ok(&[b"LS.REPLICA"]).await?;
     let mut dropped_by_fence = 0;
     // A fence first: one DEL through the drive's writer. A write the drive accepted with the

@@ -696,7 +696,10 @@ fn grow_a_cluster_of_two(password: Option<&str>, writer: bool, replicas: bool) {
     let report = main_rt
         .block_on(adapters::reshard::add_primary(
             newcomer.addr,
-            auth.as_ref(),
+            adapters::reshard::Access {
+                auth: auth.as_ref(),
+                tls: None,
+            },
             |s| {
                 steps.push(s.to_string());
             },

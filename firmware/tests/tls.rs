@@ -9,64 +9,11 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{have_tool, record_skip, Drive};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-
-/// PEM files of a test PKI.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn make_pki(dir: &Path) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "lightstore test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-
-    let server_key = KeyPair::generate().unwrap();
-    let mut sp = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server = sp.signed_by(&server_key, &ca, &ca_key).unwrap();
-
-    let client_key = KeyPair::generate().unwrap();
-    let mut cp = CertificateParams::new(vec!["client".into()]).unwrap();
-    cp.distinguished_name.push(DnType::CommonName, "client");
-    cp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client = cp.signed_by(&client_key, &ca, &ca_key).unwrap();
-
-    let write = |name: &str, text: String| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    Pki {
-        ca: write("ca.pem", ca.pem()),
-        server_cert: write("server.pem", server.pem()),
-        server_key: write("server.key", server_key.serialize_pem()),
-        client_cert: write("client.pem", client.pem()),
-        client_key: write("client.key", client_key.serialize_pem()),
-    }
-}
-
-/// A free loopback port (bound, then released for the drive).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use lightstore_testkit::pki::{free_port, make_pki, Pki};
 
 /// Starts a drive with a TLS port (and the plain port `plain`: 0 turns it off); returns the
 /// drive and its TLS port.

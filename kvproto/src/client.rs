@@ -8,11 +8,16 @@
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
 use redis_protocol::resp3::types::BytesFrame as Frame3;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
 use crate::reply::{Protocol, Reply};
 use crate::request::encode_command;
+use crate::tls::TlsClient;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,10 +90,57 @@ impl Credentials {
     }
 }
 
-/// One connection to a RESP server.
+/// The byte stream under a [`Client`]: plain TCP, or TLS over it.
+#[derive(Debug)]
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One connection to a RESP server, over TCP or TLS.
 #[derive(Debug)]
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: BytesMut,
     wbuf: BytesMut,
     proto: Protocol,
@@ -151,12 +203,40 @@ impl Client {
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Self, ClientError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Self {
+        Ok(Self::over(Stream::Plain(stream)))
+    }
+
+    /// Connects to `addr` over TLS with `tls`, checking the server's certificate against
+    /// `addr`'s IP address (the drive's certificate names the address it serves). With
+    /// `tls` `None`, as [`Client::connect`].
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Io`] when the connection or the TLS handshake fails (a certificate the
+    /// CA did not sign, or that does not name the address, fails the handshake).
+    pub async fn connect_with(
+        addr: SocketAddr,
+        tls: Option<&TlsClient>,
+    ) -> Result<Self, ClientError> {
+        let Some(tls) = tls else {
+            return Self::connect(addr).await;
+        };
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let stream = tokio_rustls::TlsConnector::from(tls.config.clone())
+            .connect(name, tcp)
+            .await?;
+        Ok(Self::over(Stream::Tls(Box::new(stream))))
+    }
+
+    fn over(stream: Stream) -> Self {
+        Self {
             stream,
             rbuf: BytesMut::with_capacity(64 << 10),
             wbuf: BytesMut::with_capacity(64 << 10),
             proto: Protocol::Resp2,
-        })
+        }
     }
 
     /// Sends `AUTH [user] password`.

@@ -8,7 +8,8 @@
 //! - [`command`]: `Command::parse` turns framed arguments into a typed command with the
 //!   error texts Redis 7 uses; [`command::COMMANDS`] is the command table behind `COMMAND`.
 //! - [`reply`]: the reply tree and its RESP2 / RESP3 encoding.
-//! - [`client`]: a small tokio client that decodes replies with the `redis-protocol` crate.
+//! - [`client`]: a small tokio client that decodes replies with the `redis-protocol` crate,
+//!   over TCP or TLS ([`tls`], rustls).
 //! - [`cluster`]: hash slots (CRC16, hash tags) and the cluster map shared by drives and adapters.
 //! - [`glob`]: Redis-style glob matching (`SCAN MATCH`, `CONFIG GET`).
 
@@ -19,6 +20,7 @@ pub mod glob;
 pub mod limits;
 pub mod reply;
 pub mod request;
+pub mod tls;
 
 pub use client::{Client, ClientError, Credentials, PASSWORD_ENV};
 pub use command::types::{LexBound, ScanOf, SetOp, ZRangeBy};
@@ -29,3 +31,4 @@ pub use command::{
 pub use limits::Limits;
 pub use reply::{Protocol, Reply, VECTORED_MIN_PAYLOAD};
 pub use request::{encode_command, ProtocolError, RequestParser};
+pub use tls::{TlsClient, TlsClientError};

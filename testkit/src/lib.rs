@@ -8,6 +8,7 @@
 //!   first) and pushes them the map with their real addresses.
 //! - [`RedisServer`] starts an in-memory redis-server for differential tests.
 //! - [`resp`] speaks raw RESP (one command on a fresh connection, or frames on a socket).
+//! - [`pki`] writes a throwaway CA, server and client certificate for TLS tests.
 //! - [`skips`] records a test that could not run, so `cargo xtask test` can fail on it.
 //!
 //! Everything here panics on failure: it is for tests, where a panic names what broke.
@@ -17,6 +18,7 @@
 mod bin;
 mod cluster;
 mod drive;
+pub mod pki;
 mod redis_server;
 pub mod resp;
 pub mod skips;

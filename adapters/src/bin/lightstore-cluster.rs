@@ -6,7 +6,9 @@
 //!
 //! With `requirepass` on the drives, the password comes from `--password-file`, the
 //! `LIGHTSTORE_PASSWORD` environment variable or `--password` (and `--user` for an ACL
-//! user), as for `lightstore-nbd`; the drives' MIGRATE passes it on to the new drive.
+//! user), as for `lightstore-nbd`; the drives' MIGRATE passes it on to the new drive. With
+//! `--tls-ca-cert-file` (and `--tls-cert-file`/`--tls-key-file` for a client certificate)
+//! the tool talks TLS to the addresses it is given (the drives' `--tls-port`).
 //!
 //! `add ADDR` grows the cluster by the drive at ADDR, which must be running on a map that
 //! lists it as a primary with no slots, one version above the cluster's (`cargo xtask cluster
@@ -28,18 +30,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     task: Task,
-    /// A file whose first line is the drives' password (sent with AUTH, and by the drives'
-    /// MIGRATE to the new drive). Without it the password comes from the LIGHTSTORE_PASSWORD
-    /// environment variable, then from --password.
-    #[arg(long, global = true)]
-    password_file: Option<std::path::PathBuf>,
-    /// The drives' password (visible to other users in `ps`: prefer --password-file or
-    /// LIGHTSTORE_PASSWORD).
-    #[arg(long, global = true)]
-    password: Option<String>,
-    /// ACL user to AUTH as (default: the default user).
-    #[arg(long, global = true)]
-    user: Option<String>,
+    /// Password and TLS (the drives' MIGRATE passes the password on to the new drive).
+    #[command(flatten)]
+    access: adapters::access::AccessArgs,
 }
 
 #[derive(Subcommand)]
@@ -64,14 +57,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let auth = match kvproto::Credentials::from_sources(
-        cli.user.clone(),
-        cli.password_file.as_deref(),
-        cli.password.clone(),
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("lightstore-cluster: reading the password: {e}");
+    let (auth, tls) = match (cli.access.credentials(), cli.access.tls()) {
+        (Ok(a), Ok(t)) => (a, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("lightstore-cluster: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -79,7 +68,10 @@ fn main() -> ExitCode {
         Task::Add { addr } => {
             let done = runtime.block_on(adapters::reshard::add_primary(
                 addr,
-                auth.as_ref(),
+                adapters::reshard::Access {
+                    auth: auth.as_ref(),
+                    tls: tls.as_ref(),
+                },
                 |step| {
                     println!("{step}");
                 },

@@ -31,7 +31,6 @@ use adapters::nbd::volumes::{Catalog, VolumeRecord};
 use adapters::nbd::{parse_size, BlockStore, NbdServer, Volume};
 use adapters::routing::{Router, RouterConfig};
 use clap::{Parser, Subcommand};
-use kvproto::Credentials;
 
 /// NBD block adapter over LightStore drives.
 #[derive(Parser, Debug)]
@@ -59,18 +58,9 @@ struct Args {
     /// Seconds to wait for a drive before treating it as down.
     #[arg(long, global = true, default_value_t = 30)]
     timeout: u64,
-    /// A file whose first line is the drives' password (sent with AUTH on every
-    /// connection). Without it the password comes from the LIGHTSTORE_PASSWORD environment
-    /// variable, then from --password.
-    #[arg(long, global = true)]
-    password_file: Option<PathBuf>,
-    /// The drives' password (visible to other users in `ps`: prefer --password-file or
-    /// LIGHTSTORE_PASSWORD).
-    #[arg(long, global = true)]
-    password: Option<String>,
-    /// ACL user to AUTH as (default: the default user).
-    #[arg(long, global = true)]
-    user: Option<String>,
+    /// Password and TLS for the drives.
+    #[command(flatten)]
+    access: adapters::access::AccessArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -127,15 +117,10 @@ enum VolumeCmd {
 }
 
 async fn connect(args: &Args) -> Result<Router, String> {
-    let auth = Credentials::from_sources(
-        args.user.clone(),
-        args.password_file.as_deref(),
-        args.password.clone(),
-    )
-    .map_err(|e| format!("reading the password: {e}"))?;
     let cfg = RouterConfig {
         timeout: Duration::from_secs(args.timeout.max(1)),
-        auth,
+        auth: args.access.credentials()?,
+        tls: args.access.tls()?,
         ..RouterConfig::default()
     };
     let router = match (&args.drive, &args.cluster_config) {

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kvproto::cluster::{key_slot, ClusterMap, MapError, NodeSpec, SLOT_COUNT};
-use kvproto::{Client, ClientError, Credentials, Reply};
+use kvproto::{Client, ClientError, Credentials, Reply, TlsClient};
 use parking_lot::{Mutex, RwLock};
 
 mod ranges;
@@ -217,6 +217,8 @@ pub struct RouterConfig {
     pub max_redirects: usize,
     /// Sent with `AUTH` on every new connection (drives with `--requirepass`).
     pub auth: Option<Credentials>,
+    /// Connect over TLS with these settings (drives with `--tls-port`); `None`: plain TCP.
+    pub tls: Option<TlsClient>,
 }
 
 impl Default for RouterConfig {
@@ -227,6 +229,7 @@ impl Default for RouterConfig {
             down_for: Duration::from_secs(1),
             max_redirects: 3,
             auth: None,
+            tls: None,
         }
     }
 }
@@ -260,7 +263,8 @@ impl Pool {
 
     async fn connect(&self, cfg: &RouterConfig) -> Result<Client, RouteError> {
         let addr = self.addr;
-        let connected = tokio::time::timeout(cfg.timeout, Client::connect(addr)).await;
+        let connected =
+            tokio::time::timeout(cfg.timeout, Client::connect_with(addr, cfg.tls.as_ref())).await;
         let mut client = match connected {
             Err(_) => {
                 return Err(RouteError::Timeout {
