@@ -454,6 +454,9 @@ fn ycsb_section(out: &std::path::Path, quick: bool) -> anyhow::Result<()> {
             tag: Some(tag.into()),
             hosts: None,
             password_file: None,
+            tls_ca_cert_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         };
         ycsb::run(&args).with_context(|| format!("YCSB, {records} records"))?;
         let file = out.join(format!("ycsb-{tag}.md"));

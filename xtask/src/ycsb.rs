@@ -99,6 +99,16 @@ pub struct YcsbArgs {
     /// binding reads `LIGHTSTORE_PASSWORD` from the environment).
     #[arg(long)]
     pub password_file: Option<PathBuf>,
+    /// With `--hosts`: connect over TLS, trusting the CA in this PEM file (the drives'
+    /// `--tls-port`; their certificates must name the addresses given).
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// With `--hosts` and TLS: the client certificate chain (PEM) for drives that ask for one.
+    #[arg(long, requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// With `--tls-cert-file`: its private key (PKCS#8 PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 /// Which YCSB binding runs.
@@ -673,6 +683,8 @@ struct RunSpec {
     drive_args: Vec<String>,
     /// The servers' password (`--password-file`), if any.
     password: Option<String>,
+    /// `-p` properties of the binding for TLS (`lightstore.tls.*`), if any.
+    tls_properties: Vec<String>,
 }
 
 /// Runs one YCSB phase against `drives`, saving its output in `out_dir`.
@@ -715,6 +727,9 @@ fn ycsb_phase(
             // The binding reads it from the environment: not on the command line.
             if let Some(pw) = &spec.password {
                 cmd.env("LIGHTSTORE_PASSWORD", pw);
+            }
+            for prop in &spec.tls_properties {
+                cmd.args(["-p", prop]);
             }
         }
         BindingKind::Redis => {
@@ -883,6 +898,9 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
     if args.hosts.is_some() {
         return hosts::run(args);
     }
+    if args.tls_ca_cert_file.is_some() {
+        bail!("--tls-ca-cert-file is for --hosts (the drives this command starts serve plain TCP)");
+    }
     let workloads = parse_workloads(&args.workload)?;
     if args.drives == 0 || args.threads == 0 || args.records == 0 {
         bail!("--drives, --threads and --records must be at least 1");
@@ -936,6 +954,7 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
                     target,
                     drive_args: drive_args.clone(),
                     password: None,
+                    tls_properties: Vec::new(),
                 };
                 let r = run_workload(&root, &bin, &classes, &spec)?;
                 for p in &r.problems {
@@ -1095,6 +1114,7 @@ mod tests {
                     target: Target::Drive,
                     drive_args: Vec::new(),
                     password: None,
+                    tls_properties: Vec::new(),
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let mut check = |ok: bool, what: String| {
@@ -1147,6 +1167,7 @@ mod tests {
                     target,
                     drive_args: Vec::new(),
                     password: None,
+                    tls_properties: Vec::new(),
                 };
                 let r = run_workload(&root, &bin, &binding, &spec).unwrap();
                 let who = format!("redis binding on {}, workload {w}", target.name());
@@ -1190,6 +1211,9 @@ mod tests {
                 tag: None,
                 hosts: Some(d.hosts()),
                 password_file: Some(pw.clone()),
+                tls_ca_cert_file: None,
+                tls_cert_file: None,
+                tls_key_file: None,
             };
             if let Err(e) = run(&args) {
                 problems.push(format!("--hosts with a password: {e:#}"));
@@ -1202,6 +1226,64 @@ mod tests {
             match refused {
                 Err(e) if format!("{e:#}").contains("NOAUTH") => {}
                 other => problems.push(format!("--hosts without the password: {other:?}")),
+            }
+        }
+        // Over TLS: a drive serving TLS only, asking for client certificates and a password.
+        {
+            let pki_dir = out_dir.join("hosts-pki");
+            std::fs::create_dir_all(&pki_dir).unwrap();
+            let pki = lightstore_testkit::pki::make_pki(&pki_dir);
+            let tls_port = lightstore_testkit::pki::free_port().to_string();
+            let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+            let extra: Vec<String> = [
+                "--tls-port",
+                &tls_port,
+                "--tls-cert-file",
+                &path(&pki.server_cert),
+                "--tls-key-file",
+                &path(&pki.server_key),
+                "--tls-ca-cert-file",
+                &path(&pki.ca),
+                "--tls-auth-clients",
+                "yes",
+                "--requirepass",
+                "ycsb pass",
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+            let d = Drives::start(&bin, 1, &extra, &out_dir, "hosts-tls").unwrap();
+            let pw = out_dir.join("hosts-password");
+            let args = YcsbArgs {
+                workload: "a,e".into(),
+                drives: 1,
+                records: 500,
+                operations: Some(300),
+                repeat: 1,
+                threads: 2,
+                binding: "lightstore".into(),
+                against: "drive".into(),
+                durability: "sync".into(),
+                value_cache_size: None,
+                out: None,
+                tag: None,
+                hosts: Some(d.hosts()),
+                password_file: Some(pw),
+                tls_ca_cert_file: Some(pki.ca.clone()),
+                tls_cert_file: Some(pki.client_cert.clone()),
+                tls_key_file: Some(pki.client_key.clone()),
+            };
+            if let Err(e) = run(&args) {
+                problems.push(format!("--hosts over TLS with a client certificate: {e:#}"));
+            }
+            // Without the client certificate the drive refuses the handshake.
+            let refused = run(&YcsbArgs {
+                tls_cert_file: None,
+                tls_key_file: None,
+                ..args
+            });
+            if refused.is_ok() {
+                problems.push("--hosts over TLS without a client certificate ran".into());
             }
         }
         assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -106,8 +106,21 @@ pub(super) fn run(args: &YcsbArgs) -> anyhow::Result<()> {
             .ok()
             .filter(|p| !p.is_empty())
     });
-    for &a in &addrs {
-        ping(a, check_with.as_deref())?;
+    let mut tls_properties = Vec::new();
+    if let Some(ca) = &args.tls_ca_cert_file {
+        if binding != BindingKind::LightStore {
+            bail!("TLS is for --binding lightstore (the stock redis binding has no TLS setting)");
+        }
+        tls_properties.push(format!("lightstore.tls.ca={}", ca.display()));
+        if let (Some(c), Some(k)) = (&args.tls_cert_file, &args.tls_key_file) {
+            tls_properties.push(format!("lightstore.tls.cert={}", c.display()));
+            tls_properties.push(format!("lightstore.tls.key={}", k.display()));
+        }
+    } else {
+        // Over TLS the binding's own start-up PING is the check (this one speaks plain TCP).
+        for &a in &addrs {
+            ping(a, check_with.as_deref())?;
+        }
     }
     let root = repo_root();
     let classes = build_binding(&root)?;
@@ -126,6 +139,7 @@ pub(super) fn run(args: &YcsbArgs) -> anyhow::Result<()> {
         target: Target::Drive,
         drive_args: Vec::new(),
         password: password.clone(),
+        tls_properties: tls_properties.clone(),
     };
     println!(
         "== YCSB ({} binding) against {} ({}): one load of {} records, then {} run(s), {} threads",

@@ -36,7 +36,10 @@ import site.ycsb.Status;
  * {@code lightstore.cluster} (true/false; default true when more than one host is listed),
  * {@code lightstore.connect.timeout.ms} (default 2000), {@code lightstore.timeout.ms} (reply
  * timeout, default 10000), {@code lightstore.password} (sent with AUTH on every connection;
- * default: the {@code LIGHTSTORE_PASSWORD} environment variable, else none). One connection per
+ * default: the {@code LIGHTSTORE_PASSWORD} environment variable, else none), {@code
+ * lightstore.tls.ca} (PEM CA file: connect over TLS; the drives' certificates must name the
+ * addresses used), {@code lightstore.tls.cert} and {@code lightstore.tls.key} (PEM certificate
+ * chain and PKCS#8 key, for drives that ask for client certificates). One connection per
  * YCSB thread per drive.
  *
  * <p>Any failure (drive unreachable, timeout, error reply, reply of the wrong shape) is
@@ -50,6 +53,12 @@ public class LightStoreClient extends DB {
   public static final String CONNECT_TIMEOUT = "lightstore.connect.timeout.ms";
   public static final String TIMEOUT = "lightstore.timeout.ms";
   public static final String PASSWORD = "lightstore.password";
+  /** PEM file of the CA that signed the drives' certificates: connect over TLS. */
+  public static final String TLS_CA = "lightstore.tls.ca";
+  /** PEM certificate chain presented to drives that ask for client certificates. */
+  public static final String TLS_CERT = "lightstore.tls.cert";
+  /** PKCS#8 PEM private key of {@link #TLS_CERT}. */
+  public static final String TLS_KEY = "lightstore.tls.key";
   /** The environment variable the password is read from when the property is not set. */
   public static final String PASSWORD_ENV = "LIGHTSTORE_PASSWORD";
 
@@ -104,10 +113,13 @@ public class LightStoreClient extends DB {
     }
     allFields = fieldNames(p);
     try {
+      String ca = p.getProperty(TLS_CA);
+      javax.net.ssl.SSLSocketFactory tls = ca == null ? null
+          : Tls.socketFactory(ca, p.getProperty(TLS_CERT), p.getProperty(TLS_KEY));
       router = new Router(hosts, cluster,
           Integer.parseInt(p.getProperty(CONNECT_TIMEOUT, "2000")),
           Integer.parseInt(p.getProperty(TIMEOUT, "10000")),
-          p.getProperty(PASSWORD, System.getenv(PASSWORD_ENV)));
+          p.getProperty(PASSWORD, System.getenv(PASSWORD_ENV)), tls);
       if (cluster) {
         router.refreshMap();
         router.primaries();

@@ -60,6 +60,8 @@ final class RespConnection implements AutoCloseable {
   private final int readTimeoutMs;
   /** Sent with AUTH on every (re)connection; null: none. */
   private final String password;
+  /** TLS over the socket (drives serving --tls-port); null: plain TCP. */
+  private final javax.net.ssl.SSLSocketFactory tls;
   private Socket socket;
   private InputStream in;
   private OutputStream out;
@@ -70,11 +72,17 @@ final class RespConnection implements AutoCloseable {
 
   RespConnection(String host, int port, int connectTimeoutMs, int readTimeoutMs,
       String password) {
+    this(host, port, connectTimeoutMs, readTimeoutMs, password, null);
+  }
+
+  RespConnection(String host, int port, int connectTimeoutMs, int readTimeoutMs,
+      String password, javax.net.ssl.SSLSocketFactory tls) {
     this.host = host;
     this.port = port;
     this.connectTimeoutMs = connectTimeoutMs;
     this.readTimeoutMs = readTimeoutMs;
     this.password = password == null || password.isEmpty() ? null : password;
+    this.tls = tls;
   }
 
   /** Where this connection goes, as host:port. */
@@ -88,6 +96,16 @@ final class RespConnection implements AutoCloseable {
       s.setTcpNoDelay(true);
       s.setSoTimeout(readTimeoutMs);
       s.connect(new InetSocketAddress(host, port), connectTimeoutMs);
+      if (tls != null) {
+        javax.net.ssl.SSLSocket ss = (javax.net.ssl.SSLSocket) tls.createSocket(s, host, port, true);
+        javax.net.ssl.SSLParameters params = ss.getSSLParameters();
+        // The drive's certificate must name the address connected to.
+        params.setEndpointIdentificationAlgorithm("HTTPS");
+        ss.setSSLParameters(params);
+        ss.setSoTimeout(readTimeoutMs);
+        ss.startHandshake();
+        s = ss;
+      }
     } catch (IOException e) {
       s.close();
       throw e;

@@ -31,6 +31,8 @@ final class Router implements AutoCloseable {
   private final int readTimeoutMs;
   /** The drives' password (null: none), sent with AUTH on every connection. */
   private final String password;
+  /** TLS for every connection (null: plain TCP). */
+  private final javax.net.ssl.SSLSocketFactory tls;
   private final Map<String, RespConnection> conns = new HashMap<>();
   /** Cluster mode: the address of each slot's primary (null = unknown). */
   private String[] owner = new String[Slots.COUNT];
@@ -41,6 +43,11 @@ final class Router implements AutoCloseable {
 
   Router(List<String> hosts, boolean cluster, int connectTimeoutMs, int readTimeoutMs,
       String password) {
+    this(hosts, cluster, connectTimeoutMs, readTimeoutMs, password, null);
+  }
+
+  Router(List<String> hosts, boolean cluster, int connectTimeoutMs, int readTimeoutMs,
+      String password, javax.net.ssl.SSLSocketFactory tls) {
     if (hosts.isEmpty()) {
       throw new IllegalArgumentException("no drive address given");
     }
@@ -52,6 +59,7 @@ final class Router implements AutoCloseable {
     this.connectTimeoutMs = connectTimeoutMs;
     this.readTimeoutMs = readTimeoutMs;
     this.password = password;
+    this.tls = tls;
   }
 
   boolean isCluster() {
@@ -84,7 +92,7 @@ final class Router implements AutoCloseable {
     return conns.computeIfAbsent(addr, a -> {
       Object[] hp = splitAddress(a);
       return new RespConnection((String) hp[0], (Integer) hp[1], connectTimeoutMs, readTimeoutMs,
-          password);
+          password, tls);
     });
   }
 
