@@ -138,7 +138,7 @@ enum Task {
         task: cluster::ClusterTask,
     },
     /// YCSB workloads A-F through the LightStore binding against 1 or N fresh drives.
-    Ycsb(ycsb::YcsbArgs),
+    Ycsb(Box<ycsb::YcsbArgs>),
     /// Run the cargo-fuzz targets (nightly) for a bounded time each; fails on any crash.
     Fuzz {
         /// Seconds per target.
