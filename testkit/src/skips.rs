@@ -1,10 +1,10 @@
 //! Tests that could not run, recorded so that they cannot pass unnoticed.
 //!
 //! A skip is printed and appended to the file `LIGHTSTORE_SKIP_LOG` names. `cargo xtask test`
-//! sets it, lists every skip after the run, and fails the run on a `tool` skip (it installs
-//! every tool the tests use, so a missing one means a suite did not run). `kind`: `tool`
-//! (something installable is missing) or `environment` (the machine cannot offer it: no
-//! FUSE, no loop devices, not root).
+//! sets it, lists every skip after the run, and fails the run on any skip: it installs every
+//! tool the tests use, so a `tool` skip means a suite did not run; an `environment` skip (the
+//! machine cannot offer it: no FUSE, no loop devices, not root) fails too unless
+//! `LIGHTSTORE_ALLOW_SKIPS=environment` says this machine cannot.
 
 use std::io::Write;
 use std::process::Command;
