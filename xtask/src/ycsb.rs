@@ -45,7 +45,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(clap::Args, Debug, Clone)]
 pub struct YcsbArgs {
     /// Workloads: one letter a-f, a list (a,c,e), a range (a..f) or `all`.
-    #[arg(long)]
+    #[arg(long, visible_alias = "workloads")]
     pub workload: String,
     /// Drives; more than one runs them as a Redis Cluster (slots split evenly).
     #[arg(long, default_value_t = 1)]
