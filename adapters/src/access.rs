@@ -26,7 +26,7 @@ pub struct AccessArgs {
     #[arg(long, global = true)]
     pub tls_ca_cert_file: Option<PathBuf>,
     /// This client's certificate chain (PEM), for drives that ask for client certificates.
-    #[arg(long, global = true, requires = "tls_key_file")]
+    #[arg(long, global = true, requires_all = ["tls_key_file", "tls_ca_cert_file"])]
     pub tls_cert_file: Option<PathBuf>,
     /// This client's private key (PEM), with --tls-cert-file.
     #[arg(long, global = true, requires = "tls_cert_file")]

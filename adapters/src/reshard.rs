@@ -39,8 +39,14 @@ const FENCE_TRIES: u32 = 1 << 20;
 /// MIGRATE's timeout, milliseconds.
 const MIGRATE_TIMEOUT_MS: &[u8] = b"10000";
 
-/// Why a reshard stopped. Slots already handed over stay with the new drive; the migration
-/// states of the slots in flight stay set (run it again, or `CLUSTER SETSLOT <slot> STABLE`).
+/// Why a reshard stopped. It cannot be resumed: slots already handed over stay with the new
+/// drive (and [`add_primary`] refuses a drive that holds slots). The slots in flight keep
+/// their migration states and their keys where they are, so clients still find every key
+/// (through `-ASK`). To end one, move its remaining keys with MIGRATE and give the slot with
+/// `CLUSTER SETSLOT <slot> NODE <new id>` to every drive, as `redis-cli --cluster reshard`
+/// does (`STABLE` alone would strand the keys already on the new drive). If the stop came
+/// before a source's replicas were cleaned, they keep copies of that source's moved slots,
+/// which no client reads (they count in DBSIZE).
 #[derive(Debug, Error)]
 pub enum ReshardError {
     /// A drive could not be reached or dropped the connection.

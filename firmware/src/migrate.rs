@@ -53,9 +53,12 @@ thread_local! {
 ///
 /// With `REPLICA host port` options (a LightStore extension), each replica of the target gets
 /// the keys first, always replacing what it holds: while a key is still here, this drive is
-/// its authority, so nothing newer can be on a replica of the target. Any refusal there ends
-/// the command with nothing deleted here (the copies already made are replaced on the next
-/// try). Only then does the target get them, as without the option.
+/// its authority, so nothing newer can be on a replica of the target. Then the target gets
+/// them, as without the option. A key that does not move (a replica or the target refused
+/// it, or could not be reached) is deleted again from every destination that may hold a copy
+/// ([`undo`]), before this returns and while the writer is still stalled: no client write
+/// can change the key meanwhile, so no copy is left behind to come back after a later
+/// delete here.
 ///
 /// # Errors
 /// Engine errors of the group (reading or deleting the keys).
@@ -70,43 +73,67 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
         return Ok(Reply::Simple(Bytes::from_static(b"NOKEY")));
     }
     let timeout = Duration::from_millis(m.timeout_ms);
+    let all: Vec<&Bytes> = moving.iter().map(|(k, _, _)| *k).collect();
+    // Destinations that may hold copies of the keys so far.
+    let mut copied: Vec<Destination<'_>> = Vec::new();
     for (host, port) in &m.replicas {
-        let to = Destination {
-            host,
-            port,
-            replace: true,
+        let to = Destination { host, port };
+        let (body, n) = restore_body(&moving, true);
+        let (refused, reached) = match send(&to, m, &body, n, timeout) {
+            Ok((replies, _)) => (
+                replies.iter().find(|r| r.is_error()).map(|r| match r {
+                    Reply::Error(e) => e.to_vec(),
+                    _ => Vec::new(),
+                }),
+                true,
+            ),
+            Err(e) => (Some(e.text.as_bytes().to_vec()), e.reached),
         };
-        let (replies, _) = match send(&to, m, &moving, timeout) {
-            Ok(done) => done,
-            Err(text) => return Ok(replica_error(&to, text.as_bytes())),
-        };
-        if let Some(Reply::Error(e)) = replies.iter().find(|r| r.is_error()) {
-            return Ok(replica_error(&to, e));
+        let reply = refused.map(|e| replica_error(&to, &e));
+        if reached {
+            copied.push(to);
+        }
+        if let Some(reply) = reply {
+            return Ok(undo(&copied, m, &all, timeout).unwrap_or(reply));
         }
     }
     let to = Destination {
         host: &m.host,
         port: &m.port,
-        replace: m.replace,
     };
-    let (replies, preamble) = match send(&to, m, &moving, timeout) {
+    let (body, n) = restore_body(&moving, m.replace);
+    let (replies, preamble) = match send(&to, m, &body, n, timeout) {
         Ok(done) => done,
-        Err(text) => return Ok(Reply::error(text)),
+        Err(e) => {
+            // The target may have restored some keys before the connection failed.
+            if e.reached {
+                copied.push(to);
+            }
+            return Ok(undo(&copied, m, &all, timeout).unwrap_or_else(|| Reply::error(e.text)));
+        }
     };
     // AUTH and SELECT first: an error there moved nothing.
     for r in &replies[..preamble] {
         if let Reply::Error(e) = r {
-            return Ok(target_error(e));
+            let reply = target_error(e);
+            return Ok(undo(&copied, m, &all, timeout).unwrap_or(reply));
         }
     }
     let mut first_error = None;
     let mut moved: Vec<Bytes> = Vec::new();
+    let mut stayed: Vec<&Bytes> = Vec::new();
     for ((k, _, _), r) in moving.iter().zip(&replies[preamble..]) {
         match r {
             Reply::Error(e) => {
                 first_error.get_or_insert_with(|| target_error(e));
+                stayed.push(k);
             }
             _ => moved.push((*k).clone()),
+        }
+    }
+    if !stayed.is_empty() {
+        if let Some(failed) = undo(&copied, m, &stayed, timeout) {
+            first_error = Some(failed);
         }
     }
     if !m.copy && !moved.is_empty() {
@@ -115,23 +142,85 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
     Ok(first_error.unwrap_or_else(Reply::ok))
 }
 
+/// Deletes `keys` again from every destination in `copied` (after ASKING: they import the
+/// slot), the keys having stayed here. `None` when every destination answered; otherwise the
+/// error to return, which names the destinations that may still hold copies (logged too).
+fn undo(
+    copied: &[Destination<'_>],
+    m: &Migrate,
+    keys: &[&Bytes],
+    timeout: Duration,
+) -> Option<Reply> {
+    let mut body = BytesMut::new();
+    for k in keys {
+        kvproto::encode_command(&[&b"ASKING"[..]], &mut body);
+        kvproto::encode_command(&[&b"DEL"[..], k], &mut body);
+    }
+    let mut left: Vec<String> = Vec::new();
+    for to in copied {
+        // Only the DELs count: ASKING is refused by a server not in cluster mode (a plain
+        // drive or redis-server as MIGRATE's target), where the DEL needs no ASKING.
+        let ok = send(to, m, &body, 2 * keys.len(), timeout).is_ok_and(|(replies, preamble)| {
+            !replies[preamble..]
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .any(Reply::is_error)
+        });
+        if !ok {
+            left.push(format!(
+                "{}:{}",
+                String::from_utf8_lossy(to.host),
+                String::from_utf8_lossy(to.port)
+            ));
+        }
+    }
+    if left.is_empty() {
+        return None;
+    }
+    tracing::error!(
+        destinations = %left.join(" "),
+        keys = keys.len(),
+        "MIGRATE failed and could not delete the copies it made: those destinations may hold stale keys"
+    );
+    Some(Reply::error(format!(
+        "ERR MIGRATE failed, and copies of {} key(s) it made may remain on {} (delete them there)",
+        keys.len(),
+        left.join(", ")
+    )))
+}
+
+/// The RESTORE-ASKING commands that carry `moving` (with REPLACE when `replace`), encoded,
+/// and how many there are.
+fn restore_body(moving: &[(&Bytes, Vec<u8>, u64)], replace: bool) -> (BytesMut, usize) {
+    let mut out = BytesMut::new();
+    for (k, payload, ttl) in moving {
+        let ttl = ttl.to_string();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
+        if replace {
+            args.push(b"REPLACE");
+        }
+        kvproto::encode_command(&args, &mut out);
+    }
+    (out, moving.len())
+}
+
 /// Where one MIGRATE sends its keys: the target, or one of the target's replicas.
 struct Destination<'a> {
     host: &'a Bytes,
     port: &'a Bytes,
-    /// RESTORE with REPLACE.
-    replace: bool,
 }
 
-/// Sends the keys to `to` over its kept connection (or a fresh one) and keeps the connection
-/// for the next call: the replies and how many came before the first RESTORE, or Redis's
-/// I/O error text.
+/// Sends `body` (`n` encoded commands) to `to` over its kept connection (or a fresh one),
+/// after AUTH and SELECT as needed, and keeps the connection for the next call: the replies
+/// and how many came before the body's, or Redis's I/O error text.
 fn send(
     to: &Destination<'_>,
     m: &Migrate,
-    moving: &[(&Bytes, Vec<u8>, u64)],
+    body: &BytesMut,
+    n: usize,
     timeout: Duration,
-) -> std::result::Result<(Vec<Reply>, usize), &'static str> {
+) -> std::result::Result<(Vec<Reply>, usize), SendError> {
     let target = (to.host.clone(), to.port.clone());
     let kept = KEPT.with(|k| {
         let mut k = k.borrow_mut();
@@ -143,18 +232,31 @@ fn send(
     // (the target may have restored the keys: a second try would meet them), as in Redis.
     let kept = kept.filter(|c| still_open(&c.conn));
     let (replies, preamble, kept) = match kept {
-        Some(c) => match exchange(c, to, m, moving, timeout) {
+        Some(c) => match exchange(c, m, body, n, timeout) {
             Ok(done) => done,
             Err(WRITE_ERROR) => {
                 tracing::warn!("MIGRATE: a kept connection failed; trying a fresh one");
-                fresh(to, m, moving, timeout)?
+                fresh(to, m, body, n, timeout)?
             }
-            Err(text) => return Err(text),
+            Err(text) => {
+                return Err(SendError {
+                    text,
+                    reached: true,
+                })
+            }
         },
-        None => fresh(to, m, moving, timeout)?,
+        None => fresh(to, m, body, n, timeout)?,
     };
     KEPT.with(|k| k.borrow_mut().insert(target, kept));
     Ok((replies, preamble))
+}
+
+/// Why [`send`] failed: Redis's I/O error text, and whether the destination may have taken
+/// some of the commands (false only when no connection could be made).
+#[derive(Debug)]
+struct SendError {
+    text: &'static str,
+    reached: bool,
 }
 
 /// Whether a kept connection is still open: nothing to read and no end of stream.
@@ -171,31 +273,39 @@ fn still_open(conn: &TcpStream) -> bool {
 fn fresh(
     to: &Destination<'_>,
     m: &Migrate,
-    moving: &[(&Bytes, Vec<u8>, u64)],
+    body: &BytesMut,
+    n: usize,
     timeout: Duration,
-) -> std::result::Result<(Vec<Reply>, usize, Kept), &'static str> {
-    let conn = connect(to.host, to.port, timeout)?;
+) -> std::result::Result<(Vec<Reply>, usize, Kept), SendError> {
+    let conn = connect(to.host, to.port, timeout).map_err(|text| SendError {
+        text,
+        reached: false,
+    })?;
     exchange(
         Kept {
             conn,
             db: None,
             used: Instant::now(),
         },
-        to,
         m,
-        moving,
+        body,
+        n,
         timeout,
     )
+    .map_err(|text| SendError {
+        text,
+        reached: true,
+    })
 }
 
 /// Sends the AUTH (if any), the SELECT (when the connection has another database
-/// selected) and one RESTORE-ASKING per key as one pipeline and reads their replies: the
-/// replies, how many came before the first RESTORE, and the connection to keep.
+/// selected) and `body` (`n` commands) as one pipeline and reads their replies: the replies,
+/// how many came before the body's, and the connection to keep.
 fn exchange(
     mut kept: Kept,
-    to: &Destination<'_>,
     m: &Migrate,
-    moving: &[(&Bytes, Vec<u8>, u64)],
+    body: &BytesMut,
+    n: usize,
     timeout: Duration,
 ) -> std::result::Result<(Vec<Reply>, usize, Kept), &'static str> {
     let ready = kept.conn.set_read_timeout(Some(timeout)).is_ok()
@@ -217,18 +327,11 @@ fn exchange(
         kvproto::encode_command(&[&b"SELECT"[..], db.as_bytes()], &mut out);
         preamble += 1;
     }
-    for (k, payload, ttl) in moving {
-        let ttl = ttl.to_string();
-        let mut args: Vec<&[u8]> = vec![b"RESTORE-ASKING", k, ttl.as_bytes(), payload];
-        if to.replace {
-            args.push(b"REPLACE");
-        }
-        kvproto::encode_command(&args, &mut out);
-    }
+    out.extend_from_slice(body);
     if kept.conn.write_all(&out).is_err() {
         return Err(WRITE_ERROR);
     }
-    let replies = read_replies(&mut kept.conn, preamble + moving.len()).ok_or(READ_ERROR)?;
+    let replies = read_replies(&mut kept.conn, preamble + n).ok_or(READ_ERROR)?;
     if !replies[..preamble].iter().any(Reply::is_error) {
         kept.db = Some(m.db);
     }

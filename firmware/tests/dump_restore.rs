@@ -661,3 +661,73 @@ fn the_drive_migrates_keys_like_redis_server() {
         assert_eq!(gone, 0, "{k} left the first drive");
     }
 }
+
+/// MIGRATE's `REPLICA host port` option (the reshard tool's way to carry a target's replicas
+/// along): the keys reach every replica and the target and leave the source; a key the target
+/// refuses (BUSYKEY) stays on the source and its copy on the replica is deleted again; a
+/// replica that cannot be reached stops the command with nothing moved.
+#[test]
+fn migrate_copies_to_the_targets_replicas_and_takes_back_what_did_not_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Drive::start(&dir.path().join("source"), &[]);
+    let replica = Drive::start(&dir.path().join("replica"), &[]);
+    let target = Drive::start(&dir.path().join("target"), &[]);
+    let (mut s, mut r, mut t) = (source.conn(), replica.conn(), target.conn());
+    let migrate = |s: &mut redis::Connection, replica_port: u16, keys: &[&str]| {
+        let mut cmd = redis::cmd("MIGRATE");
+        cmd.arg("127.0.0.1")
+            .arg(target.addr.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("REPLICA")
+            .arg("127.0.0.1")
+            .arg(replica_port)
+            .arg("KEYS")
+            .arg(keys);
+        cmd.query::<String>(s)
+    };
+    let get = |c: &mut redis::Connection, k: &str| -> Option<String> {
+        redis::cmd("GET").arg(k).query(c).unwrap()
+    };
+    let _: () = redis::cmd("MSET")
+        .arg(&["a", "1", "b", "2", "busy", "mine"])
+        .query(&mut s)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("busy")
+        .arg("theirs")
+        .query(&mut t)
+        .unwrap();
+    // Two keys move: on the replica and the target, gone from the source.
+    assert_eq!(
+        migrate(&mut s, replica.addr.port(), &["a", "b"]).unwrap(),
+        "OK"
+    );
+    for k in ["a", "b"] {
+        assert_eq!(get(&mut s, k), None);
+        assert_eq!(get(&mut r, k), get(&mut t, k));
+        assert!(get(&mut r, k).is_some());
+    }
+    // The target refuses `busy`: it stays here, and the replica's copy is taken back.
+    let err = migrate(&mut s, replica.addr.port(), &["busy"]).unwrap_err();
+    assert!(err.to_string().contains("BUSYKEY"), "{err}");
+    assert_eq!(get(&mut s, "busy").as_deref(), Some("mine"));
+    assert_eq!(
+        get(&mut r, "busy"),
+        None,
+        "the replica's copy is deleted again"
+    );
+    assert_eq!(get(&mut t, "busy").as_deref(), Some("theirs"));
+    // A replica that cannot be reached: nothing moves.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _: () = redis::cmd("SET").arg("c").arg("3").query(&mut s).unwrap();
+    let err = migrate(&mut s, closed, &["c"]).unwrap_err();
+    assert!(err.to_string().contains("Replica"), "{err}");
+    assert_eq!(get(&mut s, "c").as_deref(), Some("3"));
+    assert_eq!(get(&mut t, "c"), None);
+}

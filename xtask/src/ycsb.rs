@@ -104,7 +104,7 @@ pub struct YcsbArgs {
     #[arg(long)]
     pub tls_ca_cert_file: Option<PathBuf>,
     /// With `--hosts` and TLS: the client certificate chain (PEM) for drives that ask for one.
-    #[arg(long, requires = "tls_key_file")]
+    #[arg(long, requires_all = ["tls_key_file", "tls_ca_cert_file"])]
     pub tls_cert_file: Option<PathBuf>,
     /// With `--tls-cert-file`: its private key (PKCS#8 PEM).
     #[arg(long, requires = "tls_cert_file")]

@@ -7,15 +7,15 @@
 //! With `requirepass` on the drives, the password comes from `--password-file`, the
 //! `LIGHTSTORE_PASSWORD` environment variable or `--password` (and `--user` for an ACL
 //! user), as for `lightstore-nbd`; the drives' MIGRATE passes it on to the new drive. With
-//! `--tls-ca-cert-file` (and `--tls-cert-file`/`--tls-key-file` for a client certificate)
-//! the tool talks TLS to the addresses it is given (the drives' `--tls-port`).
+//! TLS flags the tool refuses to start: the drives' MIGRATE connects to the new drive over
+//! plain TCP, so a cluster whose drives serve TLS only cannot grow live (docs/SECURITY.md).
 //!
 //! `add ADDR` grows the cluster by the drive at ADDR, which must be running on a map that
 //! lists it as a primary with no slots, one version above the cluster's (`cargo xtask cluster
 //! add` starts it so): the map goes to every drive, then the new drive takes an even share of
 //! every primary's slots while clients keep working (see `adapters::reshard`). It prints each
-//! step and a summary, and exits 1 with the reason when a step fails (slots already handed
-//! over stay with the new drive; run it again to finish).
+//! step and a summary, and exits 1 with the reason when a step fails; what that leaves and
+//! how to end it is in `adapters::reshard::ReshardError`'s documentation.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -64,6 +64,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if tls.is_some() {
+        // Refused before anything moves: each MIGRATE would time out half-way through.
+        eprintln!(
+            "lightstore-cluster: growing a cluster over TLS is not supported: the drives' \
+             MIGRATE connects to each other over plain TCP (docs/SECURITY.md)"
+        );
+        return ExitCode::FAILURE;
+    }
     match cli.task {
         Task::Add { addr } => {
             let done = runtime.block_on(adapters::reshard::add_primary(

@@ -174,7 +174,22 @@ impl Router {
         let futures: Vec<_> = replicas
             .iter()
             .map(|r| async move {
-                let replies = self.pool(r.addr, true).exchange(asked, &self.cfg).await?;
+                let pool = self.pool(r.addr, true);
+                let mut replies = pool.exchange(asked, &self.cfg).await?;
+                // A replica still importing refuses a multi-key write whose keys it does not
+                // all hold yet (one the new drive took may be on its way here): one key at a
+                // time, after ASKING each, it cannot refuse.
+                let split =
+                    matches!(replies.last(), Some(Reply::Error(e)) if e.starts_with(b"TRYAGAIN"))
+                        .then(|| asked.last().and_then(|req| split_per_key(req)))
+                        .flatten();
+                if let Some(parts) = split {
+                    let per_key: Vec<Vec<Bytes>> = parts
+                        .into_iter()
+                        .flat_map(|p| [vec![Bytes::from_static(b"ASKING")], p])
+                        .collect();
+                    replies = pool.exchange(&per_key, &self.cfg).await?;
+                }
                 for reply in &replies {
                     check(reply, r.addr, command, version)?;
                 }

@@ -12,7 +12,8 @@
 //! `slowlog-max-len` entries (default 128, oldest dropped first), as Redis keeps them:
 //! at most 32 arguments (the last one then says how many more there were), each cut to 128
 //! bytes. AUTH, HELLO and ACL are never logged (they may carry passwords) and neither is EXEC
-//! (Redis's `skip_slowlog`).
+//! (Redis's `skip_slowlog`); MIGRATE's AUTH / AUTH2 passwords show as `(redacted)`, as
+//! Redis shows them (`redactClientCommandArgument`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -97,11 +98,15 @@ impl Slowlog {
         let unix_secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let mut args = kept_args(args);
+        if command == "migrate" {
+            redact_migrate_passwords(&mut args);
+        }
         self.entries.push_front(Entry {
             id: self.next_id,
             unix_secs,
             usec: micros(took),
-            args: kept_args(args),
+            args,
             peer: caller.peer,
             name: caller.name,
         });
@@ -152,6 +157,30 @@ pub(super) fn micros(d: Duration) -> u64 {
 }
 
 /// The arguments as Redis keeps them in an entry.
+/// MIGRATE's `AUTH password` and `AUTH2 user password` with the password replaced (the
+/// options come before KEYS; a key named AUTH after KEYS is a key).
+fn redact_migrate_passwords(args: &mut [Bytes]) {
+    let mut i = 0;
+    while i < args.len() {
+        let word = args[i].to_ascii_lowercase();
+        match word.as_slice() {
+            b"keys" => return,
+            b"auth" if i + 1 < args.len() => {
+                args[i + 1] = Bytes::from_static(REDACTED);
+                i += 2;
+            }
+            b"auth2" if i + 2 < args.len() => {
+                args[i + 2] = Bytes::from_static(REDACTED);
+                i += 3;
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// What a redacted argument shows.
+const REDACTED: &[u8] = b"(redacted)";
+
 fn kept_args(args: &[Bytes]) -> Vec<Bytes> {
     let keep = args.len().min(MAX_ARGS);
     let mut out = Vec::with_capacity(keep);
@@ -207,6 +236,36 @@ mod tests {
         assert_eq!(log.len(), 0);
         assert!(!Slowlog::new(-1, 128).wants(Duration::from_secs(9)));
         assert!(Slowlog::new(0, 128).wants(Duration::ZERO));
+    }
+
+    #[test]
+    fn migrate_passwords_are_redacted() {
+        let mut log = Slowlog::new(0, 8);
+        let words = |w: &[&'static str]| -> Vec<Bytes> {
+            w.iter().map(|s| Bytes::from_static(s.as_bytes())).collect()
+        };
+        log.record(
+            "migrate",
+            &words(&[
+                "MIGRATE", "h", "1", "", "0", "10", "AUTH", "pw1", "KEYS", "auth", "k",
+            ]),
+            Duration::ZERO,
+            caller,
+        );
+        log.record(
+            "migrate",
+            &words(&[
+                "MIGRATE", "h", "1", "", "0", "10", "auth2", "u", "pw2", "REPLICA", "r", "2",
+                "KEYS", "a",
+            ]),
+            Duration::ZERO,
+            caller,
+        );
+        let text = format!("{:?}", log.get(Some(-1)));
+        assert!(!text.contains("pw1") && !text.contains("pw2"), "{text}");
+        assert_eq!(text.matches("(redacted)").count(), 2, "{text}");
+        // A key named `auth` after KEYS is a key, shown as it is.
+        assert!(text.contains("\"auth\""), "{text}");
     }
 
     #[test]

@@ -114,6 +114,12 @@ public class LightStoreClient extends DB {
     allFields = fieldNames(p);
     try {
       String ca = p.getProperty(TLS_CA);
+      if (ca == null && (p.getProperty(TLS_CERT) != null || p.getProperty(TLS_KEY) != null)) {
+        // A client certificate means TLS was meant: never fall back to plain TCP (and send
+        // the password in the clear).
+        throw new IOException(TLS_CERT + " / " + TLS_KEY + " need " + TLS_CA
+            + " (the CA that signed the drives' certificates)");
+      }
       javax.net.ssl.SSLSocketFactory tls = ca == null ? null
           : Tls.socketFactory(ca, p.getProperty(TLS_CERT), p.getProperty(TLS_KEY));
       router = new Router(hosts, cluster,
