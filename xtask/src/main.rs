@@ -31,6 +31,7 @@
 mod cluster;
 mod fuzz;
 mod readme_figures;
+mod sections;
 mod testrun;
 mod ycsb;
 
@@ -274,18 +275,26 @@ fn cargo_env(
 /// minutes of RocksDB's C++ build; bindgen needs libclang (`libclang-dev`).
 /// `cargo xtask bench all`'s own flags (not passed to the harness): `--ycsb` runs the YCSB
 /// section with `--quick` too, `--skip-ycsb` leaves it out of a full run, `--skip-cluster`
-/// leaves out the cluster-scaling section.
+/// leaves out the cluster-scaling section, `--skip-net` the redis-benchmark section.
 const YCSB_FLAG: &str = "--ycsb";
 const SKIP_YCSB_FLAG: &str = "--skip-ycsb";
 const SKIP_CLUSTER_FLAG: &str = "--skip-cluster";
+/// Leaves out the redis-benchmark section (`lightstore-bench net`).
+const SKIP_NET_FLAG: &str = "--skip-net";
 
 fn bench_all(args: &[String]) -> anyhow::Result<()> {
     let with_ycsb = args.iter().any(|a| a == YCSB_FLAG);
     let skip_ycsb = args.iter().any(|a| a == SKIP_YCSB_FLAG);
     let skip_cluster = args.iter().any(|a| a == SKIP_CLUSTER_FLAG);
+    let skip_net = args.iter().any(|a| a == SKIP_NET_FLAG);
     let args: Vec<String> = args
         .iter()
-        .filter(|a| *a != YCSB_FLAG && *a != SKIP_YCSB_FLAG && *a != SKIP_CLUSTER_FLAG)
+        .filter(|a| {
+            *a != YCSB_FLAG
+                && *a != SKIP_YCSB_FLAG
+                && *a != SKIP_CLUSTER_FLAG
+                && *a != SKIP_NET_FLAG
+        })
         .cloned()
         .collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -303,7 +312,10 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
         ycsb_section(&out, quick)?;
     }
     if !skip_cluster {
-        cluster_section(&out, &harness, quick)?;
+        sections::cluster_section(&out, &harness, quick)?;
+    }
+    if !skip_net {
+        sections::net_section(&out, &harness, quick)?;
     }
     Ok(())
 }
@@ -358,7 +370,11 @@ fn build_peers_harness() -> anyhow::Result<std::path::PathBuf> {
 ///
 /// # Errors
 /// When it cannot start or fails.
-fn run_harness(harness: &std::path::Path, bench: &str, args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run_harness(
+    harness: &std::path::Path,
+    bench: &str,
+    args: &[String],
+) -> anyhow::Result<()> {
     let status = Command::new(harness)
         .arg(bench)
         .args(args)
@@ -368,68 +384,6 @@ fn run_harness(harness: &std::path::Path, bench: &str, args: &[String]) -> anyho
         bail!("lightstore-bench {bench} failed ({status})");
     }
     Ok(())
-}
-
-/// The report's cluster-scaling section: `lightstore-bench cluster` (1, 2 and 4 drives as one
-/// Redis Cluster, SET and GET through redis-benchmark's cluster mode) run with the harness
-/// just built; its rows go to `cluster.json` beside the report and a table into `report.md`.
-fn cluster_section(
-    out: &std::path::Path,
-    harness: &std::path::Path,
-    quick: bool,
-) -> anyhow::Result<()> {
-    let json = out.join("cluster.json");
-    let mut args = vec!["--json".to_string(), json.display().to_string()];
-    if quick {
-        args.push("--quick".into());
-    }
-    run_harness(harness, "cluster", &args)?;
-    let section = cluster_table(
-        &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
-        quick,
-    )?;
-    let report = out.join("report.md");
-    let mut text = std::fs::read_to_string(&report)
-        .with_context(|| format!("reading {}", report.display()))?;
-    text.push_str(&section);
-    std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
-}
-
-/// The report's cluster-scaling section from `lightstore-bench cluster`'s JSON rows.
-///
-/// # Errors
-/// When the JSON is not a list of rows.
-fn cluster_table(json: &str, quick: bool) -> anyhow::Result<String> {
-    let rows: Vec<serde_json::Value> = serde_json::from_str(json).context("cluster.json")?;
-    let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_f64);
-    let mut section = format!(
-        "\n## Cluster scaling (`lightstore-bench cluster{}`)\n\n\
-         1, 2 and 4 drives as one Redis Cluster on this host, SET and GET of 100-byte values \
-         through redis-benchmark's cluster mode (50 connections, pipeline 16). Every drive and \
-         the client share the host's cores, so this measures the cost of the cluster layer, \
-         not the scaling of drives with a CPU each.\n\n\
-         | system | workload | ops/s | x one drive | drive CPU s per M ops | p50 us | p99 us |\n\
-         |---|---|---:|---:|---:|---:|---:|\n",
-        if quick { " --quick" } else { "" }
-    );
-    for r in &rows {
-        let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |x| format!("{x:.d$}"));
-        section.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
-            r.get("system")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("?"),
-            r.get("workload")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("?"),
-            f(num(r, "ops_per_sec"), 0),
-            f(num(r, "ratio_to_one_drive"), 2),
-            f(num(r, "cpu_s_per_mop"), 2),
-            f(num(r, "p50_us"), 0),
-            f(num(r, "p99_us"), 0),
-        ));
-    }
-    Ok(section)
 }
 
 /// The report's YCSB section: workloads A-F through YCSB's stock redis binding against the
@@ -608,38 +562,5 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod bench_all_tests {
-    use super::cluster_table;
-
-    /// The cluster section reads the rows `lightstore-bench cluster` writes (the committed run).
-    #[test]
-    fn the_cluster_section_tabulates_the_harness_rows() {
-        let json = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../benches/results/cluster-2026-11-28/cluster-quick.json"
-        ))
-        .expect("the committed cluster run");
-        let table = cluster_table(&json, true).expect("rows");
-        assert!(table.contains("## Cluster scaling (`lightstore-bench cluster --quick`)"));
-        assert!(
-            table.contains("| lightstore-cluster/1 | SET | 168067 | 1.00 | 6.80 | 4159 | 13231 |"),
-            "{table}"
-        );
-        assert!(
-            table.contains("| lightstore-cluster/4 | GET | 398406 | 1.26 | 2.65 |"),
-            "{table}"
-        );
-        assert_eq!(
-            table
-                .lines()
-                .filter(|l| l.starts_with("| lightstore-cluster/"))
-                .count(),
-            6
-        );
-        assert!(cluster_table("{}", false).is_err());
     }
 }
