@@ -661,6 +661,19 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// A sealed packed page's used length (header and records; the rest is padding) and the
+/// number of raw pages that follow it, read from its header without checking the checksum
+/// (for pages the engine itself built); `None` when `p` is not a packed page's header.
+pub fn packed_shape(p: &[u8]) -> Option<(usize, u32)> {
+    if p.len() < PAGE_HEADER || u16_at(p, 4) != MAGIC {
+        return None;
+    }
+    let used = usize::from(u16_at(p, 6));
+    (PAGE_HEADER..=PAGE_SIZE)
+        .contains(&used)
+        .then(|| (used, u32_at(p, 28)))
+}
+
 /// Checks a packed page's checksum and identity (it must be page `page` of log segment
 /// `log_seg`, so a stale page of a reused segment is never taken for a current one).
 ///

@@ -282,13 +282,19 @@ impl ReadPlan {
     }
 
     /// Records that page `i` passed its check, and puts it into the value cache if this plan
-    /// read it from the device.
-    fn verified(&self, i: usize, page: &Bytes, verified: &mut [bool]) {
+    /// read it from the device (`packed`: a packed page, which the cache may cut to its
+    /// records; a raw value's page goes in whole).
+    fn verified(&self, i: usize, page: &Bytes, packed: bool, verified: &mut [bool]) {
         if let Some(v) = verified.get_mut(i) {
             *v = true;
         }
         if let (Some(cache), Some(true)) = (&self.cache, self.fill.get(i)) {
-            cache.insert(self.addrs[i], page.clone());
+            let kept = if packed {
+                crate::cache::cut_to_records(page.clone())
+            } else {
+                page.clone()
+            };
+            cache.insert(self.addrs[i], kept);
         }
     }
 
@@ -339,7 +345,7 @@ impl ReadPlan {
                             faults.checksum_failures.fetch_add(1, Ordering::Relaxed);
                             corrupt(format!("value page {pg} of log segment {}: {e}", p.log_seg))
                         })?;
-                        self.verified(*at, buf, &mut verified);
+                        self.verified(*at, buf, true, &mut verified);
                     }
                     let start = usize::from(offset);
                     if start + len > buf.len() {
@@ -373,7 +379,7 @@ impl ReadPlan {
                             )));
                         }
                         for i in span {
-                            self.verified(i, page(i)?, &mut verified);
+                            self.verified(i, page(i)?, false, &mut verified);
                         }
                     }
                     v

@@ -1096,12 +1096,29 @@ impl Inner {
         self.page_copies(pages)
     }
 
-    /// Copies of a batch's pages by log address.
+    /// Copies of a batch's pages by log address. The pages come as the layout seals them: a
+    /// packed page, then the raw pages its header says follow it (`raw_after`), and so on; a
+    /// packed page is copied only up to its records when that saves room
+    /// (`cache::copy_packed_for_cache`), a raw page whole.
     fn page_copies(&self, pages: &[(Lba, PageBuf)]) -> Vec<(PageAddr, Bytes)> {
         let mut out = Vec::with_capacity(pages.len());
         // A batch's pages lie in the newest log segments: search those first.
         let mut last: Option<(u32, u32)> = None;
+        let mut raw_left = 0u32;
         for (lba, buf) in pages {
+            let copy = if raw_left > 0 {
+                raw_left -= 1;
+                Bytes::copy_from_slice(buf)
+            } else {
+                match crate::vlog_format::packed_shape(buf) {
+                    Some((_, raw_after)) => {
+                        raw_left = raw_after;
+                        crate::cache::copy_packed_for_cache(buf)
+                    }
+                    // Not where a packed page should be: keep it whole.
+                    None => Bytes::copy_from_slice(buf),
+                }
+            };
             let Ok((seg, page)) = self.g.locate(*lba) else {
                 continue;
             };
@@ -1116,7 +1133,7 @@ impl Inner {
             };
             let Some(log_seg) = log_seg else { continue };
             last = Some((seg.0, log_seg));
-            out.push((PageAddr { log_seg, page }, Bytes::copy_from_slice(buf)));
+            out.push((PageAddr { log_seg, page }, copy));
         }
         out
     }
