@@ -105,14 +105,7 @@ fn pem_error(what: &'static str, path: &Path, why: impl ToString) -> TlsError {
 }
 
 fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| pem_error(what, path, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_error(what, path, e))?;
-    if certs.is_empty() {
-        return Err(pem_error(what, path, "no CERTIFICATE section"));
-    }
-    Ok(certs)
+    kvproto::tls::pem_certificates(path).map_err(|e| pem_error(what, path, e))
 }
 
 /// Builds the rustls server configuration.

@@ -50,18 +50,27 @@ fn pem_error(what: &'static str, path: &Path, why: impl ToString) -> TlsClientEr
     }
 }
 
+/// The certificates of a PEM file (the drive's and the clients' loaders share it).
+///
+/// # Errors
+/// The file cannot be read, is not PEM, or holds no CERTIFICATE section (the reason as
+/// text).
+pub fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no CERTIFICATE section".into());
+    }
+    Ok(certs)
+}
+
 fn read_certs(
     what: &'static str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, TlsClientError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| pem_error(what, path, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_error(what, path, e))?;
-    if certs.is_empty() {
-        return Err(pem_error(what, path, "no CERTIFICATE section"));
-    }
-    Ok(certs)
+    pem_certificates(path).map_err(|e| pem_error(what, path, e))
 }
 
 impl TlsClient {

@@ -15,25 +15,35 @@ fn append_to_report(out: &std::path::Path, section: &str) -> anyhow::Result<()> 
     std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))
 }
 
+/// Runs `lightstore-bench <bench> --json out/<bench>.json [--quick]` with the harness just
+/// built, renders its rows with `table` and appends that to `out/report.md`.
+fn harness_section(
+    out: &std::path::Path,
+    harness: &std::path::Path,
+    bench: &str,
+    quick: bool,
+    table: fn(&str, bool) -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    let json = out.join(format!("{bench}.json"));
+    let mut args = vec!["--json".to_string(), json.display().to_string()];
+    if quick {
+        args.push("--quick".into());
+    }
+    run_harness(harness, bench, &args)?;
+    let rows =
+        std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+    append_to_report(out, &table(&rows, quick)?)
+}
+
 /// The report's cluster-scaling section: `lightstore-bench cluster` (1, 2 and 4 drives as one
-/// Redis Cluster, SET and GET through redis-benchmark's cluster mode) run with the harness
-/// just built; its rows go to `cluster.json` beside the report and a table into `report.md`.
+/// Redis Cluster, SET and GET through redis-benchmark's cluster mode); its rows go to
+/// `cluster.json` beside the report and a table into `report.md`.
 pub(crate) fn cluster_section(
     out: &std::path::Path,
     harness: &std::path::Path,
     quick: bool,
 ) -> anyhow::Result<()> {
-    let json = out.join("cluster.json");
-    let mut args = vec!["--json".to_string(), json.display().to_string()];
-    if quick {
-        args.push("--quick".into());
-    }
-    run_harness(harness, "cluster", &args)?;
-    let section = cluster_table(
-        &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
-        quick,
-    )?;
-    append_to_report(out, &section)
+    harness_section(out, harness, "cluster", quick, cluster_table)
 }
 
 /// The report's cluster-scaling section from `lightstore-bench cluster`'s JSON rows.
@@ -81,17 +91,7 @@ pub(crate) fn net_section(
     harness: &std::path::Path,
     quick: bool,
 ) -> anyhow::Result<()> {
-    let json = out.join("net.json");
-    let mut args = vec!["--json".to_string(), json.display().to_string()];
-    if quick {
-        args.push("--quick".into());
-    }
-    run_harness(harness, "net", &args)?;
-    let section = net_table(
-        &std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
-        quick,
-    )?;
-    append_to_report(out, &section)
+    harness_section(out, harness, "net", quick, net_table)
 }
 
 /// The systems of `lightstore-bench net`, in the table's column order.
