@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::have;
 use anyhow::{bail, Context};
 
+mod ceiling;
 mod hosts;
 mod report;
 
@@ -972,7 +973,15 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
         }
     }
     if !pairs.is_empty() {
-        let table = comparison(&pairs);
+        let mut table = comparison(&pairs);
+        // What the device does at the client's concurrency on this host, for the workloads
+        // that outgrow the cache (DESIGN.md: "device-bound beyond it").
+        match ceiling::random_read_iops(&target_dir(&root).join("ycsb"), args.threads) {
+            Ok((iops, command)) => {
+                table.push_str(&ceiling::note(iops, args.threads, &command, &pairs));
+            }
+            Err(e) => table.push_str(&format!("\nDevice ceiling not measured: {e:#}.\n")),
+        }
         let header = format!(
             "YCSB through the {} binding: the drive (durability {}, value cache {}) against \
              in-memory redis-server (no RDB, no AOF), same client, {} threads, {} records, \
