@@ -377,11 +377,17 @@ pub async fn add_primary(
             r.push(&next).await?;
         }
         dst.push(&next).await?;
-        for n in next
+        // The other primaries before any other replica: an old replica that refused a write
+        // of the slots (MOVED) while its primary still took it through -ASK would make the
+        // router retry a write already applied, and count it twice.
+        let others: Vec<&kvproto::cluster::NodeSpec> = next
             .nodes()
             .iter()
             .filter(|n| n.addr != joining && !my_replicas.contains(&n.addr))
-        {
+            .collect();
+        let (primaries, replicas): (Vec<_>, Vec<_>) =
+            others.into_iter().partition(|n| n.replica_of.is_none());
+        for n in primaries.into_iter().chain(replicas) {
             Drive::connect(n.addr, access).await?.push(&next).await?;
         }
         for s in &slots {
