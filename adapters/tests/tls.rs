@@ -19,26 +19,20 @@ const PASSWORD: &str = "tls and a password";
 
 /// A drive serving TLS only on a free port, requiring client certificates and `PASSWORD`.
 fn tls_drive(dir: &std::path::Path, pki: &Pki) -> Drive {
-    let tls_port = free_port().to_string();
-    Drive::start(
-        &dir.join("data"),
-        &[
+    let mut flags = pki.server_flags(free_port());
+    flags.extend(
+        [
             "--port",
             "0",
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            pki.server_cert.to_str().unwrap(),
-            "--tls-key-file",
-            pki.server_key.to_str().unwrap(),
-            "--tls-ca-cert-file",
-            pki.ca.to_str().unwrap(),
             "--tls-auth-clients",
             "yes",
             "--requirepass",
             PASSWORD,
-        ],
-    )
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Drive::start(&dir.join("data"), &flags)
 }
 
 fn rt() -> tokio::runtime::Runtime {

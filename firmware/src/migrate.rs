@@ -76,10 +76,15 @@ pub fn migrate(g: &mut WriteGroup<'_>, m: &Migrate) -> Result<Reply> {
     let all: Vec<&Bytes> = moving.iter().map(|(k, _, _)| *k).collect();
     // Destinations that may hold copies of the keys so far.
     let mut copied: Vec<Destination<'_>> = Vec::new();
+    // Every replica gets the same commands (always replacing): encoded once.
+    let (replica_body, n) = if m.replicas.is_empty() {
+        (BytesMut::new(), 0)
+    } else {
+        restore_body(&moving, true)
+    };
     for (host, port) in &m.replicas {
         let to = Destination { host, port };
-        let (body, n) = restore_body(&moving, true);
-        let (refused, reached) = match send(&to, m, &body, n, timeout) {
+        let (refused, reached) = match send(&to, m, &replica_body, n, timeout) {
             Ok((replies, _)) => (
                 replies.iter().find(|r| r.is_error()).map(|r| match r {
                     Reply::Error(e) => e.to_vec(),

@@ -19,19 +19,9 @@ use lightstore_testkit::pki::{free_port, make_pki, Pki};
 /// drive and its TLS port.
 fn start(dir: &Path, pki: &Pki, plain: u16, extra: &[&str]) -> (Drive, u16) {
     let tls_port = free_port();
-    let (tp, pp) = (tls_port.to_string(), plain.to_string());
-    let mut args = vec![
-        "--port",
-        pp.as_str(),
-        "--tls-port",
-        tp.as_str(),
-        "--tls-cert-file",
-        pki.server_cert.to_str().unwrap(),
-        "--tls-key-file",
-        pki.server_key.to_str().unwrap(),
-        "--tls-ca-cert-file",
-        pki.ca.to_str().unwrap(),
-    ];
+    let mut flags = pki.server_flags(tls_port);
+    flags.extend(["--port".to_string(), plain.to_string()]);
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
     (Drive::start(&dir.join("data"), &args), tls_port)
 }

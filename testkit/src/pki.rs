@@ -20,6 +20,24 @@ pub struct Pki {
     pub client_key: PathBuf,
 }
 
+impl Pki {
+    /// The drive's flags for a TLS port on `tls_port` with this PKI's server certificate,
+    /// checking client certificates against its CA.
+    pub fn server_flags(&self, tls_port: u16) -> Vec<String> {
+        let path = |p: &Path| p.to_str().unwrap().to_string();
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path(&self.server_cert),
+            "--tls-key-file".into(),
+            path(&self.server_key),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca),
+        ]
+    }
+}
+
 /// Writes a fresh PKI into `dir`.
 pub fn make_pki(dir: &Path) -> Pki {
     let ca_key = KeyPair::generate().unwrap();

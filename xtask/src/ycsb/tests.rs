@@ -179,25 +179,7 @@ fn ycsb_end_to_end() {
         .unwrap();
         let pw = out_dir.join("hosts-password");
         std::fs::write(&pw, "ycsb pass\n").unwrap();
-        let args = YcsbArgs {
-            workload: "a,c,d".into(),
-            drives: 1,
-            records: 500,
-            operations: Some(500),
-            repeat: 1,
-            threads: 2,
-            binding: "lightstore".into(),
-            against: "drive".into(),
-            durability: "sync".into(),
-            value_cache_size: None,
-            out: None,
-            tag: None,
-            hosts: Some(d.hosts()),
-            password_file: Some(pw.clone()),
-            tls_ca_cert_file: None,
-            tls_cert_file: None,
-            tls_key_file: None,
-        };
+        let args = hosts_args("a,c,d", 500, &d.hosts(), Some(pw.clone()));
         if let Err(e) = run(&args) {
             problems.push(format!("--hosts with a password: {e:#}"));
         }
@@ -216,45 +198,16 @@ fn ycsb_end_to_end() {
         let pki_dir = out_dir.join("hosts-pki");
         std::fs::create_dir_all(&pki_dir).unwrap();
         let pki = lightstore_testkit::pki::make_pki(&pki_dir);
-        let tls_port = lightstore_testkit::pki::free_port().to_string();
-        let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
-        let extra: Vec<String> = [
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &path(&pki.server_cert),
-            "--tls-key-file",
-            &path(&pki.server_key),
-            "--tls-ca-cert-file",
-            &path(&pki.ca),
-            "--tls-auth-clients",
-            "yes",
-            "--requirepass",
-            "ycsb pass",
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let mut extra = pki.server_flags(lightstore_testkit::pki::free_port());
+        extra.extend(["--tls-auth-clients", "yes", "--requirepass", "ycsb pass"].map(String::from));
         let d = Drives::start(&bin, 1, &extra, &out_dir, "hosts-tls").unwrap();
         let pw = out_dir.join("hosts-password");
         let args = YcsbArgs {
-            workload: "a,e".into(),
-            drives: 1,
-            records: 500,
             operations: Some(300),
-            repeat: 1,
-            threads: 2,
-            binding: "lightstore".into(),
-            against: "drive".into(),
-            durability: "sync".into(),
-            value_cache_size: None,
-            out: None,
-            tag: None,
-            hosts: Some(d.hosts()),
-            password_file: Some(pw),
             tls_ca_cert_file: Some(pki.ca.clone()),
             tls_cert_file: Some(pki.client_cert.clone()),
             tls_key_file: Some(pki.client_key.clone()),
+            ..hosts_args("a,e", 500, &d.hosts(), Some(pw))
         };
         if let Err(e) = run(&args) {
             problems.push(format!("--hosts over TLS with a client certificate: {e:#}"));
@@ -270,4 +223,33 @@ fn ycsb_end_to_end() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `cargo xtask ycsb --hosts HOSTS --workload W --records R --operations R --threads 2`
+/// through our binding, with a password file.
+fn hosts_args(
+    workload: &str,
+    records: u64,
+    hosts: &str,
+    password_file: Option<std::path::PathBuf>,
+) -> YcsbArgs {
+    YcsbArgs {
+        workload: workload.into(),
+        drives: 1,
+        records,
+        operations: Some(records),
+        repeat: 1,
+        threads: 2,
+        binding: "lightstore".into(),
+        against: "drive".into(),
+        durability: "sync".into(),
+        value_cache_size: None,
+        out: None,
+        tag: None,
+        hosts: Some(hosts.into()),
+        password_file,
+        tls_ca_cert_file: None,
+        tls_cert_file: None,
+        tls_key_file: None,
+    }
 }
