@@ -2,6 +2,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::geometry::{Lba, SegmentId};
 
@@ -10,7 +11,7 @@ use crate::geometry::{Lba, SegmentId};
 /// Validation errors (`OutOfRange`, `NotAtWritePointer`, ...) are returned at submission and
 /// leave the device unchanged. Media errors (`ProgramFailed`, `ReadFailed`, `EraseFailed`)
 /// arrive in a completion; what they did to the device is said on each variant.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeviceError {
     /// The logical block address is past the end of the device.
@@ -174,7 +175,7 @@ pub enum DeviceError {
         context: String,
         /// The OS error.
         #[source]
-        source: io::Error,
+        source: Arc<io::Error>,
     },
 }
 
@@ -183,7 +184,7 @@ impl DeviceError {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         DeviceError::Io {
             context: context.into(),
-            source,
+            source: Arc::new(source),
         }
     }
 }

@@ -2,8 +2,9 @@
 
 use hwftl_sim::DeviceError;
 
-/// Everything the engine can refuse or fail at.
-#[derive(Debug, thiserror::Error)]
+/// Everything the engine can refuse or fail at. `Clone`: the batches of one write group
+/// share their outcome (see `engine::write::group`).
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
     /// Keys must have at least one byte.

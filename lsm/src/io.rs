@@ -550,7 +550,7 @@ impl SharedFlushError {
             SharedFlushError::PoweredOff => DeviceError::PoweredOff,
             SharedFlushError::Other(text) => DeviceError::Io {
                 context: "the device flush covering this write failed".into(),
-                source: std::io::Error::other(text.clone()),
+                source: std::sync::Arc::new(std::io::Error::other(text.clone())),
             },
         }
     }

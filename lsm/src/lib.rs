@@ -52,8 +52,8 @@ pub use config::{
     DEFAULT_MEMTABLE_BYTES, DEFAULT_OVERPROVISION_PERCENT,
 };
 pub use engine::{
-    Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats, PendingWrite,
-    RangeBounds, RangeRead, WriteOp,
+    Doorbell, Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats,
+    PendingWrite, RangeBounds, RangeRead, WriteOp,
 };
 pub use error::{EngineError, Result};
 pub use expiry::{Deadline, DropExpired, ExpiryPolicy};

@@ -160,14 +160,17 @@ impl InFlightGroups {
         metrics: &Metrics,
         sink: &ReplySink,
     ) -> bool {
-        let Some((commit, replies, keys)) = self.groups.pop_front() else {
+        let Some((mut commit, replies, keys)) = self.groups.pop_front() else {
             return false;
         };
+        let doorbell = commit.take_doorbell();
         let result = commit.finish(store);
         // The group is applied (or failed): WATCHers of its keys must see a change before
         // the writers are answered.
         touch_group_keys(store, &keys);
         sink.send_all(group_replies(metrics, result, replies));
+        // Acknowledged from DRAM (plp): the replies went first, the pages follow.
+        drop(doorbell);
         // Forget the group's keys (the map stays as small as what is in flight).
         for (k, change) in keys {
             if let Some(e) = self.keys.get_mut(&k) {

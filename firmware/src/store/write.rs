@@ -56,6 +56,15 @@ fn publish_deadlines(
 }
 
 impl PendingCommit {
+    /// Takes the engine's doorbell for this group's pages when the engine left it unrung
+    /// (plp mode: the group is acknowledged once applied); the writer rings it after
+    /// sending the group's replies, so the submission's system call is off their path.
+    pub fn take_doorbell(&mut self) -> Option<lsm::Doorbell> {
+        self.write
+            .as_mut()
+            .and_then(lsm::PendingWrite::take_doorbell)
+    }
+
     /// Waits until the group is durable and applied, then publishes its expiry changes;
     /// returns the value bytes it wrote.
     ///

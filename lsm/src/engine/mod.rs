@@ -31,7 +31,7 @@ mod write;
 
 pub use fsck::{Finding, FindingKind, FsckReport};
 pub use read::{KeyFilter, RangeRead};
-pub use write::PendingWrite;
+pub use write::{Doorbell, PendingWrite};
 
 use gc::{GcCursor, GcMove, GcReadAhead};
 use landing::Landing;
@@ -208,6 +208,9 @@ pub struct EngineStats {
     pub user_capacity_bytes: u64,
     /// Device cache flushes issued by the engine (batches waiting at once share one).
     pub device_flushes: u64,
+    /// Client batches written together with another caller's batch, as one batch (group
+    /// commit across callers of [`Engine::write`]).
+    pub joined_batches: u64,
     /// Write stalls: client batches that waited for maintenance, by reason (see
     /// [`WriteStalls`]).
     pub write_stalls: WriteStalls,
@@ -341,6 +344,9 @@ pub(super) struct Core {
     /// caller of [`Engine::flush`], [`Engine::compact_all`], [`Engine::close`]). Taken
     /// before the write lock, never while holding it.
     maint: Mutex<()>,
+    /// Batches waiting for a write-lock holder to write them with its own (group commit,
+    /// `write/group.rs`).
+    joiners: write::Joiners,
 }
 
 struct Inner {
@@ -590,6 +596,7 @@ impl Engine {
             applied: Condvar::new(),
             work: Condvar::new(),
             maint: Mutex::new(()),
+            joiners: write::Joiners::default(),
         });
         let read_only = cfg.read_only_recovery;
         let maintainer = if read_only {

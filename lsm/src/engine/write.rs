@@ -15,6 +15,9 @@ use super::maintain::STALL_POLL;
 use super::*;
 
 mod apply;
+mod group;
+
+pub(super) use group::Joiners;
 
 pub(super) use apply::{ApplyJob, Insertion};
 
@@ -59,6 +62,61 @@ pub(super) const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration:
 #[must_use = "a started batch must be finished to learn whether it is durable"]
 pub struct PendingWrite {
     state: PendingState,
+    /// The doorbell its pages still wait for: only a batch acknowledged from DRAM leaves it
+    /// unrung at submission ([`Engine::try_submit_write`]).
+    doorbell: Option<Doorbell>,
+}
+
+/// The doorbell a batch acknowledged from DRAM ([`EngineConfig::ack_from_dram`]) leaves to
+/// its caller: its pages are queued on the device but not yet handed to the kernel.
+/// [`Doorbell::ring`] hands them over (one system call; on a virtual disk, a VM exit) and
+/// wakes the poller; dropping it rings too, so pages are never stranded.
+///
+/// Why a caller takes it ([`PendingWrite::take_doorbell`]): such a batch is acknowledged as
+/// soon as it is applied, so a caller that answers its clients first and rings after takes
+/// the system call off the reply's path. Holding it delays only when the pages reach the
+/// device; anyone else's doorbell hands them over too (the queue is shared). A holder must
+/// not wait for the pipeline before ringing: the pages it holds back would never complete.
+///
+/// [`EngineConfig::ack_from_dram`]: crate::EngineConfig::ack_from_dram
+#[must_use = "dropping a doorbell rings it at once"]
+pub struct Doorbell {
+    poller: Arc<crate::io::Poller>,
+}
+
+impl Doorbell {
+    /// Hands the queued pages to the device and wakes the poller to collect them.
+    pub fn ring(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.poller.doorbell();
+    }
+}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Doorbell")
+    }
+}
+
+impl PendingWrite {
+    fn done(r: Result<()>) -> PendingWrite {
+        PendingWrite {
+            state: PendingState::Done(r),
+            doorbell: None,
+        }
+    }
+
+    /// Takes the doorbell this batch's pages wait for, if it was left unrung (a batch
+    /// acknowledged from DRAM); ring it once the batch's replies are out. Without this,
+    /// [`Engine::finish_write`] rings it first thing.
+    pub fn take_doorbell(&mut self) -> Option<Doorbell> {
+        self.doorbell.take()
+    }
 }
 
 pub(super) enum PendingState {
@@ -185,26 +243,15 @@ impl Engine {
         self.write(&[WriteOp::Delete(key)])
     }
 
-    /// Applies a batch atomically and durably: after a power cut either all of it is there
-    /// or none. Concurrent writers passing their operations in one batch share the page
-    /// writes (group commit).
-    ///
-    /// The batch never runs maintenance: when a watermark is reached (see
-    /// [`super::maintain`]) it waits for the maintenance thread (a write stall, counted in
-    /// [`EngineStats::write_stalls`]).
-    ///
-    /// # Errors
-    /// As [`Engine::put`]; `CapacityFull` at the user capacity; `MaintenanceFailed` when
-    /// the maintenance it waited for failed; `ReadOnly` on a read-only engine
-    /// ([`EngineConfig::read_only_recovery`]). Nothing of a failed batch is applied.
-    pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
-        let ops = &*WriteOp::expand(ops);
-        let mut g = self.core.inner.lock();
-        g.check_writable()?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let shape = g.shape(ops)?;
+    /// The body of [`Engine::write`] for a batch (or a group of batches) already validated
+    /// (`shape`), with the write lock held: admission, then the pipeline or the synchronous
+    /// path.
+    fn write_locked(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        ops: &[WriteOp<'_>],
+        shape: BatchShape,
+    ) -> Result<()> {
         let mut waits = Waits::new(&g);
         loop {
             match g.admission(&shape, &mut waits) {
@@ -286,9 +333,7 @@ impl Engine {
         let mut g = self.core.inner.lock();
         g.check_writable()?;
         if ops.is_empty() {
-            return Ok(Some(PendingWrite {
-                state: PendingState::Done(Ok(())),
-            }));
+            return Ok(Some(PendingWrite::done(Ok(()))));
         }
         let shape = g.shape(ops)?;
         let mut waits = Waits::new(&g);
@@ -298,16 +343,26 @@ impl Engine {
                 let started = g.start_pending(ops, shape.bound);
                 let poller = g.poller.clone();
                 drop(g);
-                poller.doorbell();
-                Ok(Some(started?))
+                let mut started = match started {
+                    Ok(p) => p,
+                    Err(e) => {
+                        poller.doorbell();
+                        return Err(e);
+                    }
+                };
+                if matches!(started.state, PendingState::OnDevice { early: true, .. }) {
+                    // Acknowledged once applied: the caller may answer before it rings.
+                    started.doorbell = Some(Doorbell { poller });
+                } else {
+                    poller.doorbell();
+                }
+                Ok(Some(started))
             }
             _ if !g.pipeline.is_empty() => Ok(None),
             _ => {
                 // Nothing in flight: wait here as `write` does.
                 drop(g);
-                Ok(Some(PendingWrite {
-                    state: PendingState::Done(self.write(ops)),
-                }))
+                Ok(Some(PendingWrite::done(self.write(ops))))
             }
         }
     }
@@ -317,7 +372,10 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::write`]; a batch fails when one started before it failed.
-    pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
+    pub fn finish_write(&self, mut pending: PendingWrite) -> Result<()> {
+        if let Some(bell) = pending.doorbell.take() {
+            bell.ring();
+        }
         let (ticket, pages, dev, flush, early) = match pending.state {
             PendingState::Done(r) => return r,
             PendingState::OnDevice {
@@ -627,6 +685,7 @@ impl Inner {
                 flush: (self.cfg.flush_writes && !early).then(|| self.flush_gate.clone()),
                 early,
             },
+            doorbell: None,
         })
     }
 

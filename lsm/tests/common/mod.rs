@@ -98,7 +98,7 @@ impl CutDevice {
         if matches!(cmd, Command::Flush) && self.fail_flush.swap(false, Ordering::SeqCst) {
             let error = DeviceError::Io {
                 context: "FLUSH".into(),
-                source: std::io::Error::other("injected flush failure"),
+                source: std::sync::Arc::new(std::io::Error::other("injected flush failure")),
             };
             return Err(Rejected { error, buf: None });
         }
