@@ -75,8 +75,9 @@ pub struct PendingWrite {
 /// Why a caller takes it ([`PendingWrite::take_doorbell`]): such a batch is acknowledged as
 /// soon as it is applied, so a caller that answers its clients first and rings after takes
 /// the system call off the reply's path. Holding it delays only when the pages reach the
-/// device; anyone else's doorbell hands them over too (the queue is shared). A holder must
-/// not wait for the pipeline before ringing: the pages it holds back would never complete.
+/// device; anyone else's doorbell hands them over too (the queue is shared), and so does
+/// the poller's next wait (it parks at most 20 ms). A holder should not wait for the
+/// pipeline before ringing: the pages it holds back would complete only that late.
 ///
 /// [`EngineConfig::ack_from_dram`]: crate::EngineConfig::ack_from_dram
 #[must_use = "dropping a doorbell rings it at once"]

@@ -29,8 +29,13 @@
 //!   before answering hands its members `Closed` instead of leaving them waiting
 //!   ([`Taken`]'s drop).
 //!
-//! [`Engine::try_submit_write`] does not join: its caller (the drive's writer thread)
-//! gathers its own groups.
+//! - Only where each member would be admitted as it is alone: not near full (see
+//!   `take_joiners`), and never deletes with puts.
+//!
+//! [`Engine::try_submit_write`] does not join (its caller, the drive's writer thread,
+//! gathers its own groups), except through its fallback to [`Engine::write`] when nothing
+//! is in flight. Write stalls are counted once per group (`EngineStats::write_stalls`), not
+//! per member.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -41,6 +46,19 @@ use super::PIPELINE_MAX_BATCH_PAGES;
 /// Most operations one group takes along from the queue (its holder's batch not counted):
 /// bounds what one holder lays out under the lock.
 const MAX_JOINED_OPS: usize = 4096;
+
+/// Key and value bytes past which a batch cannot be taken along (its pages alone would pass
+/// `PIPELINE_MAX_BATCH_PAGES`), so its caller waits for the lock without copying it.
+const JOINABLE_BYTES: usize = PIPELINE_MAX_BATCH_PAGES as usize * PAGE_SIZE;
+
+fn batch_bytes(ops: &[WriteOp<'_>]) -> usize {
+    ops.iter()
+        .map(|op| match *op {
+            WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => k.len() + v.len(),
+            WriteOp::Delete(k) | WriteOp::Retime(k, _) => k.len(),
+        })
+        .sum()
+}
 
 /// Batches waiting for a write-lock holder to take them along.
 #[derive(Default)]
@@ -79,14 +97,7 @@ enum OwnedOp {
 impl OwnedBatch {
     /// Copies an expanded batch (no `PutUntil`: [`WriteOp::expand`] split them).
     fn copy(ops: &[WriteOp<'_>]) -> OwnedBatch {
-        let size = ops
-            .iter()
-            .map(|op| match *op {
-                WriteOp::Put(k, v) | WriteOp::PutUntil(k, v, _) => k.len() + v.len(),
-                WriteOp::Delete(k) | WriteOp::Retime(k, _) => k.len(),
-            })
-            .sum();
-        let mut bytes = Vec::with_capacity(size);
+        let mut bytes = Vec::with_capacity(batch_bytes(ops));
         let mut push = |b: &[u8]| {
             let start = bytes.len();
             bytes.extend_from_slice(b);
@@ -175,6 +186,11 @@ impl Engine {
         if let Some(g) = self.core.inner.try_lock() {
             return self.lead(g, ops);
         }
+        if batch_bytes(ops) > JOINABLE_BYTES {
+            // Too large to be taken along: not worth the copy.
+            let g = self.core.inner.lock();
+            return self.lead(g, ops);
+        }
         let me = Arc::new(Joiner {
             batch: OwnedBatch::copy(ops),
             state: Mutex::new(JoinState::Queued),
@@ -221,23 +237,37 @@ impl Engine {
         for j in &taken.0 {
             ops.extend(j.batch.ops());
         }
-        g.stats.joined_batches += taken.0.len() as u64;
+        let joined = taken.0.len() as u64;
         let r = g
             .shape(&ops)
             .and_then(|shape| self.write_locked(g, &ops, shape));
         taken.answer(&r);
+        if r.is_ok() {
+            self.core.inner.lock().stats.joined_batches += joined;
+        }
         r
     }
 
     /// Takes queued batches into the group of `own` (its shape) while the group stays a
     /// pipelined batch; a queued batch that fails validation is answered at once.
+    ///
+    /// Only where the group is admitted as each member would be: never near full (free
+    /// segments at the garbage-collection low-water mark, or the members' puts together past
+    /// the user capacity), where a batch's own size and kind decide whether it may use the
+    /// reserve or is refused, and never a batch of deletes with one of puts (deletes may use
+    /// the reserve, puts may not). A batch left out keeps its place in the queue.
     fn take_joiners(&self, g: &mut Inner, own: &super::BatchShape) -> Taken {
         let mut taken = Taken(Vec::new());
-        if own.spanning > 0 || own.bound > PIPELINE_MAX_BATCH_PAGES {
+        if own.spanning > 0
+            || own.bound > PIPELINE_MAX_BATCH_PAGES
+            || g.free.len() <= g.gc_low_water()
+        {
             return taken;
         }
+        let puts = own.put_bytes > 0;
         let mut q = self.core.joiners.queue.lock();
-        let (mut bound, mut n) = (own.bound, 0usize);
+        let (mut bound, mut put_bytes, mut n) = (own.bound, own.put_bytes, 0usize);
+        let mut left = VecDeque::new();
         while let Some(j) = q.pop_front() {
             let ops: Vec<WriteOp<'_>> = j.batch.ops().collect();
             let shape = match g.shape(&ops) {
@@ -248,21 +278,24 @@ impl Engine {
                     continue;
                 }
             };
-            if shape.spanning > 0
-                || bound + shape.bound > PIPELINE_MAX_BATCH_PAGES
-                || n + ops.len() > MAX_JOINED_OPS
-            {
-                // Left for its own caller (at the front: it came first).
-                drop(ops);
-                q.push_front(j);
-                break;
+            let fits = shape.spanning == 0
+                && (shape.put_bytes > 0) == puts
+                && bound + shape.bound <= PIPELINE_MAX_BATCH_PAGES
+                && n + ops.len() <= MAX_JOINED_OPS
+                && g.fits_user_capacity(put_bytes + shape.put_bytes);
+            drop(ops);
+            if !fits {
+                // Left for its own caller, in its place.
+                left.push_back(j);
+                continue;
             }
             bound += shape.bound;
-            n += ops.len();
+            put_bytes += shape.put_bytes;
+            n += j.batch.ops.len();
             *j.state.lock() = JoinState::Taken;
-            drop(ops);
             taken.0.push(j);
         }
+        *q = left;
         taken
     }
 }
@@ -352,7 +385,36 @@ mod tests {
                 assert_eq!(got.as_deref(), Some(&value(w, i)[..]));
             }
         }
-        // The shared key holds one writer's value (whichever was last in the group).
-        assert_eq!(db.get(b"shared").unwrap().map(|v| v.len()), Some(100));
+        // The shared key holds one writer's value whole (whichever was last in the group).
+        let shared = db.get(b"shared").unwrap().unwrap();
+        assert_eq!(shared.len(), 100);
+        assert!(
+            (shared[0] as usize) < writers && shared.iter().all(|&b| b == shared[0]),
+            "{shared:?}"
+        );
+    }
+
+    /// A batch of deletes is never written with a batch of puts (deletes may use the
+    /// reserved segments, puts may not): queued together behind the lock, each is written
+    /// alone.
+    #[test]
+    fn deletes_do_not_join_puts() {
+        let db = engine();
+        db.put(b"gone", b"soon").unwrap();
+        let before = db.stats().joined_batches;
+        std::thread::scope(|s| {
+            let held = db.core.inner.lock();
+            let put = s.spawn(|| db.write(&[WriteOp::Put(b"kept", b"value")]));
+            let del = s.spawn(|| db.write(&[WriteOp::Delete(b"gone")]));
+            while db.core.joiners.queue.lock().len() < 2 {
+                std::thread::yield_now();
+            }
+            drop(held);
+            put.join().unwrap().unwrap();
+            del.join().unwrap().unwrap();
+        });
+        assert_eq!(db.stats().joined_batches, before);
+        assert_eq!(db.get(b"kept").unwrap().as_deref(), Some(&b"value"[..]));
+        assert_eq!(db.get(b"gone").unwrap(), None);
     }
 }
