@@ -305,19 +305,9 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
 
     fn engine() -> Engine {
-        let g = Geometry {
-            channels: 2,
-            ways: 2,
-            blocks_per_chip: 64,
-            pages_per_block: 64,
-            spare_blocks_per_chip: 2,
-        };
-        let dev: Arc<dyn AppendDevice> =
-            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
-        Engine::open(dev, EngineConfig::default()).unwrap()
+        super::super::tests::ram_engine(EngineConfig::default())
     }
 
     /// Writers that find the write lock held queue their batches, and the next holder

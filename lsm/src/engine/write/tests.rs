@@ -4,14 +4,8 @@ use super::*;
 use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
 use rand::{Rng, SeedableRng};
 
-/// `page_bound` is an upper bound of the value-log pages a batch writes (checked on the
-/// engine's value-log byte count for random batches of small, page-sized and
-/// multi-page values and deletes), and a write group of a few hundred small values, or of
-/// 32 values of 8 KiB, is pipelined, not written synchronously (a bound of a page per small
-/// value, or of two pages per 8 KiB value, had sent every such group of the drive down the
-/// synchronous path).
-#[test]
-fn the_page_bound_holds_and_small_values_pipeline() {
+/// An engine with `cfg` on a fresh small RAM device (2 x 2 chips of 64 blocks of 64 pages).
+pub(super) fn ram_engine(cfg: EngineConfig) -> Engine {
     let g = Geometry {
         channels: 2,
         ways: 2,
@@ -21,11 +15,21 @@ fn the_page_bound_holds_and_small_values_pipeline() {
     };
     let dev: Arc<dyn AppendDevice> =
         Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
-    let cfg = EngineConfig {
+    Engine::open(dev, cfg).unwrap()
+}
+
+/// `page_bound` is an upper bound of the value-log pages a batch writes (checked on the
+/// engine's value-log byte count for random batches of small, page-sized and
+/// multi-page values and deletes), and a write group of a few hundred small values, or of
+/// 32 values of 8 KiB, is pipelined, not written synchronously (a bound of a page per small
+/// value, or of two pages per 8 KiB value, had sent every such group of the drive down the
+/// synchronous path).
+#[test]
+fn the_page_bound_holds_and_small_values_pipeline() {
+    let db = ram_engine(EngineConfig {
         memtable_bytes: 64 << 20,
         ..EngineConfig::default()
-    };
-    let db = Engine::open(dev, cfg).unwrap();
+    });
     let small: Vec<Vec<u8>> = (0..800)
         .map(|i| format!("key:{i:06}").into_bytes())
         .collect();
@@ -97,22 +101,12 @@ fn the_page_bound_holds_and_small_values_pipeline() {
 /// that ringing is what hands the pages over: the file backend's tests cover the doorbell.)
 #[test]
 fn a_plp_batch_leaves_its_doorbell_to_the_caller() {
-    let g = Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 64,
-        spare_blocks_per_chip: 2,
-    };
     for plp in [true, false] {
-        let dev: Arc<dyn AppendDevice> =
-            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
-        let cfg = EngineConfig {
+        let db = ram_engine(EngineConfig {
             ack_from_dram: plp,
             flush_writes: !plp,
             ..EngineConfig::default()
-        };
-        let db = Engine::open(dev, cfg).unwrap();
+        });
         let value = vec![9u8; 3000];
         let mut pending = db
             .try_submit_write(&[WriteOp::Put(b"k", &value)])
