@@ -173,7 +173,7 @@ impl Engine {
     /// written together with it (group commit, see the module docs).
     ///
     /// The batch never runs maintenance: when a watermark is reached (see
-    /// [`super::super::maintain`]) it waits for the maintenance thread (a write stall,
+    /// the engine's `maintain` module) it waits for the maintenance thread (a write stall,
     /// counted in [`EngineStats::write_stalls`]).
     ///
     /// # Errors

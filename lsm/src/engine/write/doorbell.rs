@@ -1,0 +1,45 @@
+//! The doorbell a batch acknowledged from DRAM leaves to its caller ([`Doorbell`]), so the
+//! drive can answer before the submission's system call.
+
+use std::sync::Arc;
+
+/// The doorbell a batch acknowledged from DRAM ([`EngineConfig::ack_from_dram`]) leaves to
+/// its caller: its pages are queued on the device but not yet handed to the kernel.
+/// [`Doorbell::ring`] hands them over (one system call; on a virtual disk, a VM exit) and
+/// wakes the poller; dropping it rings too, so pages are never stranded.
+///
+/// Why a caller takes it ([`crate::PendingWrite::take_doorbell`]): such a batch is acknowledged as
+/// soon as it is applied, so a caller that answers its clients first and rings after takes
+/// the system call off the reply's path. Holding it delays only when the pages reach the
+/// device; anyone else's doorbell hands them over too (the queue is shared), and so does
+/// the poller's next wait (it parks at most 20 ms). A holder should not wait for the
+/// pipeline before ringing: the pages it holds back would complete only that late.
+///
+/// [`EngineConfig::ack_from_dram`]: crate::EngineConfig::ack_from_dram
+#[must_use = "dropping a doorbell rings it at once"]
+pub struct Doorbell {
+    poller: Arc<crate::io::Poller>,
+}
+
+impl Doorbell {
+    pub(in crate::engine) fn new(poller: Arc<crate::io::Poller>) -> Doorbell {
+        Doorbell { poller }
+    }
+
+    /// Hands the queued pages to the device and wakes the poller to collect them.
+    pub fn ring(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.poller.doorbell();
+    }
+}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Doorbell")
+    }
+}
