@@ -1047,11 +1047,18 @@ pub fn writer_loop(
         let mut taken = 0;
         while let Some(mut job) = next.take() {
             taken += 1;
-            if matches!(job.cmd, Command::FlushAll) || job.tx.is_some() {
-                // FLUSHALL and EXEC run after everything before them is applied: the
-                // groups in flight are finished and this group is committed first. So an
-                // EXEC's WATCH check sees every earlier write bumped, and its reads (on this
-                // thread, against its own group) see every earlier write.
+            if matches!(job.cmd, Command::FlushAll | Command::KeysInSlot { .. }) || job.tx.is_some()
+            {
+                // FLUSHALL, EXEC and CLUSTER GETKEYSINSLOT / COUNTKEYSINSLOT run after
+                // everything before them is applied: the groups in flight are finished and
+                // this group is committed first. So an EXEC's WATCH check sees every earlier
+                // write bumped, and its reads (on this thread, against its own group) see
+                // every earlier write; and a reshard's last look at a slot (redis-cli loops
+                // GETKEYSINSLOT + MIGRATE until it is empty, then gives the slot away)
+                // cannot miss a key whose write passed the migration check (`redirect`
+                // below) just before the slot started migrating but was not applied yet:
+                // such a key would stay behind, acknowledged, on a drive that no longer
+                // serves its slot.
                 in_flight.drain(store, metrics, sink);
                 let replies = commit(
                     store,
@@ -1110,6 +1117,14 @@ pub fn writer_loop(
                         blocked.park(job.conn, job.seq, c.clone(), handle, now_ms());
                     }
                 }
+            } else if matches!(job.cmd, Command::KeysInSlot { .. }) {
+                // Everything before it is applied (above): read as ls-engine would.
+                let reply = read_one(store, metrics, &job.cmd, job.proto);
+                sink.send_all(vec![Done {
+                    conn: job.conn,
+                    seq: job.seq,
+                    reply,
+                }]);
             } else if matches!(job.cmd, Command::FlushAll) {
                 let reply = match store::flush_all(store) {
                     Ok(()) => Reply::ok(),

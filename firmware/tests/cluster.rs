@@ -1028,6 +1028,45 @@ fn a_slot_moves_live_with_ask_redirects() {
     }
 }
 
+/// A reshard empties a slot by looping GETKEYSINSLOT + MIGRATE until no key is left, then
+/// gives the slot away; a write the drive let through just before the slot started
+/// migrating may still be on its way to the device (durable mode applies it once its pages
+/// land). GETKEYSINSLOT and COUNTKEYSINSLOT must count it, or the reshard ends with an
+/// acknowledged key left behind on a drive that no longer serves its slot (CI caught Jedis
+/// reading such a key back as nil). Here page programs take 400 ms, so the SET is held at
+/// the device while COUNTKEYSINSLOT asks.
+#[test]
+fn keys_in_slot_counts_a_write_still_on_its_way_to_the_device() {
+    // Page programs of 400 ms; reads, erases and transfers of microseconds.
+    let c = TestCluster::start(
+        1,
+        0,
+        &["--timing", "custom:20000,400000000,20000,1000,1000"],
+    );
+    let key = "held:write";
+    let slot = key_slot(key.as_bytes()).to_string();
+    let mut writer = c.raw(0);
+    let mut asker = c.raw(0);
+    assert_eq!(
+        asker.call(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        R::Int(0)
+    );
+    writer.send(&[b"SET", key.as_bytes(), b"v"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let t = std::time::Instant::now();
+    assert_eq!(
+        asker.call(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        R::Int(1)
+    );
+    assert_eq!(
+        asker.call(&["CLUSTER", "GETKEYSINSLOT", &slot, "10"]),
+        R::Arr(vec![bulk(key)])
+    );
+    eprintln!("COUNTKEYSINSLOT waited {:?} for the write", t.elapsed());
+    assert_eq!(writer.read(), ok());
+    assert_eq!(asker.call(&["GET", key]), bulk("v"));
+}
+
 /// redis-py's `RedisCluster` writing `py:{i}` until the file in `argv[3]` exists; prints how
 /// many writes were acknowledged.
 /// Builds the Jedis cluster probe (`adapters/jedis-probe`, Maven: Jedis from Maven Central,

@@ -620,6 +620,11 @@ impl Net {
                     }
                     if redirect.is_some() {
                         Route::Here
+                    } else if matches!(cmd, Command::KeysInSlot { .. }) {
+                        // A reshard's "which keys are left in this slot" must see every
+                        // write the writer let through before the slot started migrating,
+                        // so it runs there, behind them (see `exec::writer_loop`).
+                        Route::Writer
                     } else {
                         route
                     }
