@@ -1096,6 +1096,11 @@ pub fn writer_loop(
                 // came first is answered as it asked (nil or -UNBLOCKED).
                 let attempt = if !handle.claim() {
                     Some(handle.ended_reply())
+                } else if let Some(r) = store.migrations.redirect(&job.cmd, |k| {
+                    in_flight.writes(k) || group.key_type(k).ok().flatten().is_some()
+                }) {
+                    // ls-net leaves a write over a slot being handed over to this check.
+                    Some(r)
                 } else if let Err(e) = purge_noting(&mut group, &mut group_keys, &c.keys()) {
                     Some(err(&e))
                 } else {
@@ -1143,10 +1148,14 @@ pub fn writer_loop(
                     in_flight.assume_plain_writes(&mut group, &job.cmd);
                 }
                 let before = group.bytes();
-                // A key of a slot being handed over may have left since ls-net checked.
-                let moved = store
-                    .migrations
-                    .redirect(&job.cmd, |k| group.key_type(k).ok().flatten().is_some());
+                // A key of a slot being handed over may have left since ls-net checked
+                // (and ls-net leaves writes to this check). A key a group in flight writes
+                // counts as here: sent on, this write could land on the drive taking the
+                // slot before that group lands here (CLUSTER GETKEYSINSLOT, which runs
+                // behind it, then hands the older value over too).
+                let moved = store.migrations.redirect(&job.cmd, |k| {
+                    in_flight.writes(k) || group.key_type(k).ok().flatten().is_some()
+                });
                 let reply = match moved {
                     Some(r) => r,
                     None => apply_noting_keys(&mut group, &mut group_keys, &job.cmd, job.proto),

@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +23,13 @@ const CLIENTS: u64 = 4;
 const PIPELINE: u64 = 16;
 /// Kills per device unless `CRASH_SIGKILL_ROUNDS` says otherwise.
 const ROUNDS_PER_BACKEND: u64 = 10;
+/// The drive's capacity here: every round's keys stay live, so ten rounds at
+/// [`ROUND_BYTES`] each must fit with room to spare (at `TEST_CAPACITY`, 1 GiB, a fast run
+/// filled the drive by round 7 and its SETs were refused as "the drive is full").
+const CRASH_CAPACITY: &str = "4GiB";
+/// Value bytes the clients of one round send at most (together): a round on a fast machine
+/// stops there, and the kill then finds it idle.
+const ROUND_BYTES: u64 = 256 << 20;
 
 fn rounds() -> u64 {
     std::env::var("CRASH_SIGKILL_ROUNDS")
@@ -31,8 +38,12 @@ fn rounds() -> u64 {
         .unwrap_or(ROUNDS_PER_BACKEND)
 }
 
+fn value_len(seq: u64) -> usize {
+    [100usize, 1000, 8192, 20_000][(seq % 4) as usize]
+}
+
 fn value(round: u64, client: u64, seq: u64) -> Vec<u8> {
-    let len = [100usize, 1000, 8192, 20_000][(seq % 4) as usize];
+    let len = value_len(seq);
     let tag = format!("{round}/{client}/{seq}|");
     // The tag over and over (`repeat` copies in doubling runs, not a byte at a time).
     let mut v = tag.as_bytes().repeat(len.div_ceil(tag.len()));
@@ -85,23 +96,29 @@ fn load(
     stop: &Arc<AtomicBool>,
     ledger: &Arc<Mutex<Ledger>>,
 ) -> Vec<std::thread::JoinHandle<()>> {
+    let sent_bytes = Arc::new(AtomicU64::new(0));
     (0..CLIENTS)
         .map(|client| {
             let url = format!("redis://{}/", d.addr);
             let stop = stop.clone();
+            let sent_bytes = sent_bytes.clone();
             let ledger = ledger.clone();
             std::thread::spawn(move || {
                 let Ok(mut con) = redis::Client::open(url).unwrap().get_connection() else {
                     return;
                 };
                 let mut seq = 0;
-                while !stop.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed)
+                    && sent_bytes.load(Ordering::Relaxed) < ROUND_BYTES
+                {
                     let mut pipe = redis::pipe();
                     for s in seq..seq + PIPELINE {
                         add_commands(&mut pipe, round, client, s);
                     }
                     let sent: Vec<(u64, u64, u64)> =
                         (seq..seq + PIPELINE).map(|s| (round, client, s)).collect();
+                    let bytes: usize = sent.iter().map(|&(_, _, s)| value_len(s)).sum();
+                    sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
                     seq += PIPELINE;
                     // SET answers OK, PEXPIRE and PERSIST 1.
                     let ok = |v: &redis::Value| {
@@ -175,8 +192,9 @@ fn run_rounds(extra: &[&str], data: &std::path::Path, seed: u64) {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let rounds = rounds();
+    let drive_args = [extra, &["--capacity", CRASH_CAPACITY]].concat();
     for round in 0..rounds {
-        let d = Drive::start(data, extra);
+        let d = Drive::start(data, &drive_args);
         // Everything acknowledged in earlier rounds is still there.
         verify(&d, &ledger.lock().unwrap(), &format!("round {round}"));
         let acked_before = ledger.lock().unwrap().acked.len();
@@ -212,7 +230,7 @@ fn run_rounds(extra: &[&str], data: &std::path::Path, seed: u64) {
         );
     }
     // Final check after the last kill.
-    let d = Drive::start(data, extra);
+    let d = Drive::start(data, &drive_args);
     let l = ledger.lock().unwrap();
     verify(&d, &l, "after the last kill");
     // Every client's pipelines were acknowledged (four clients really wrote at once).

@@ -142,6 +142,12 @@ impl InFlightGroups {
         }
     }
 
+    /// Whether a group in flight writes `key` (a write that may bring it into existence
+    /// once applied).
+    pub(super) fn writes(&self, key: &[u8]) -> bool {
+        self.keys.contains_key(key)
+    }
+
     pub(super) fn push(&mut self, commit: PendingCommit, replies: GroupReplies, keys: GroupKeys) {
         for (k, change) in &keys {
             let e = self.keys.entry(k.clone()).or_insert((0, 0));
