@@ -22,11 +22,21 @@ pub(super) const GC_MOVE_RESERVE: usize = 1;
 /// mark, before the keytables' headroom is added).
 pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 
-/// Live values relocated per write batch during garbage collection: 64 values of 8 KiB
-/// share one packed page of indirect records, and the batch's pages (65) fit the device's
-/// tags beside the reads and client batches in flight, so its submission does not wait
-/// for tags with the write lock held.
-pub(super) const GC_BATCH_BYTES: usize = 512 << 10;
+/// Live values relocated per write batch during garbage collection: 60 values of 8 KiB
+/// share one packed page of indirect records, and the batch's pages (61) and the next
+/// window's read-ahead ([`GC_READ_AHEAD_PAGES`], 64) fit the device's 128 tags together, so
+/// the batch's submission does not wait for tags with the write lock held (unless client
+/// reads hold some of them).
+pub(super) const GC_BATCH_BYTES: usize = 480 << 10;
+
+/// Most victim pages read ahead while a step's moves are written: the whole next window at
+/// the default [`crate::DEFAULT_GC_WINDOW_PAGES`]. Reading only half of it ahead (32 pages)
+/// left the other half to be read with the write lock held and the write pipeline drained,
+/// once per step: sustained overwrites at 80% full ran 14.6-14.8K ops/s against 16.6-17.2K
+/// with the whole window ahead (`lightstore-bench run-overwrite --system
+/// lightstore-local/plp --device-mib 512 --fill-percent 80`, two runs each, same WA 2.33);
+/// larger windows (96-256 pages) gained nothing more.
+pub(super) const GC_READ_AHEAD_PAGES: u32 = 64;
 
 /// Pages of reclaimed segments released together: one manifest write (and one wait for
 /// reads in flight) for all of them, not one per segment. On small segments the manifest
@@ -338,16 +348,7 @@ impl Inner {
             .min(end);
         // Pages never written (claimed by a batch that failed, see `forget_layout`) hold
         // nothing live; a page that cannot be read fails the step (`read_log_pages`).
-        let mut pages = match self.take_read_ahead(log_seg, first..last) {
-            Some(mut p) => {
-                let rest = first + p.len() as u32..last;
-                if !rest.is_empty() {
-                    p.extend(self.read_log_pages(log_seg, seg, rest)?);
-                }
-                p
-            }
-            None => self.read_log_pages(log_seg, seg, first..last)?,
-        };
+        let mut pages = self.window_pages(log_seg, seg, first, last)?;
         let mut page = first;
         let mut in_sync = cursor.in_sync;
         while page < last {
@@ -633,9 +634,9 @@ impl Inner {
         };
         let seg = SegmentId(meta.segment);
         let end = meta.sealed_end.unwrap_or(0);
-        // At most an I/O window: client reads may hold up to `ASYNC_READ_WINDOW` tags, and
-        // the moves written meanwhile need theirs.
-        let ahead = self.cfg.gc_window_pages.clamp(1, IO_WINDOW as u32);
+        // A read refused for want of a tag (client reads may hold up to
+        // `ASYNC_READ_WINDOW` of them) is read again when the step needs it.
+        let ahead = self.cfg.gc_window_pages.clamp(1, GC_READ_AHEAD_PAGES);
         let pages = from..from.saturating_add(ahead).min(end);
         if pages.is_empty() {
             return;
@@ -654,15 +655,16 @@ impl Inner {
         });
     }
 
-    /// The pages read ahead, when they are the first of `pages` of `log_seg` and all came
-    /// back as reads do (otherwise the caller reads them again); the caller reads the rest.
-    /// A read ahead of other pages is waited for and dropped: nothing may still read a
-    /// segment garbage collection is done with.
+    /// The pages read ahead, when they are the first of `pages` of `log_seg`: one entry per
+    /// page read ahead, `None` for a read that did not come back as reads do (refused for
+    /// want of a tag, say, or failed: the caller reads it again the usual way); the caller
+    /// reads the rest of `pages`. A read ahead of other pages is waited for and dropped:
+    /// nothing may still read a segment garbage collection is done with.
     pub(super) fn take_read_ahead(
         &mut self,
         log_seg: u32,
         pages: std::ops::Range<u32>,
-    ) -> Option<Vec<Option<PageBuf>>> {
+    ) -> Option<Vec<Option<Option<PageBuf>>>> {
         let ahead = self.gc_read_ahead.take()?;
         let wanted = ahead.log_seg == log_seg
             && ahead.pages.start == pages.start
@@ -671,15 +673,42 @@ impl Inner {
         if !wanted {
             return None;
         }
-        results
-            .into_iter()
-            .map(|r| match r.and_then(Completion::into_buf) {
-                Ok(buf) => Some(buf),
-                Err(DeviceError::Unwritten { .. }) => Some(None),
-                // Refused (no free tag, say) or failed: read again the usual way.
-                Err(_) => None,
-            })
-            .collect()
+        Some(
+            results
+                .into_iter()
+                .map(|r| match r.and_then(Completion::into_buf) {
+                    Ok(buf) => Some(buf),
+                    Err(DeviceError::Unwritten { .. }) => Some(None),
+                    Err(_) => None,
+                })
+                .collect(),
+        )
+    }
+
+    /// Pages `first..last` of victim `log_seg` (device segment `seg`): what was read ahead,
+    /// with the pages whose read-ahead did not come back read again, and the rest read now.
+    fn window_pages(
+        &mut self,
+        log_seg: u32,
+        seg: SegmentId,
+        first: u32,
+        last: u32,
+    ) -> Result<Vec<Option<PageBuf>>> {
+        let Some(ahead) = self.take_read_ahead(log_seg, first..last) else {
+            return self.read_log_pages(log_seg, seg, first..last);
+        };
+        let mut pages = Vec::with_capacity((last - first) as usize);
+        for (page, got) in (first..).zip(ahead) {
+            match got {
+                Some(buf) => pages.push(buf),
+                None => pages.extend(self.read_log_pages(log_seg, seg, page..page + 1)?),
+            }
+        }
+        let rest = first + pages.len() as u32..last;
+        if !rest.is_empty() {
+            pages.extend(self.read_log_pages(log_seg, seg, rest)?);
+        }
+        Ok(pages)
     }
 
     /// Reads pages `range` of value-log segment `log_seg` (device segment `seg`), all in
