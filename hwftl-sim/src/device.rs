@@ -7,7 +7,7 @@ use crate::geometry::{Geometry, Lba, SegmentId};
 use crate::tables::SegmentState;
 
 /// Default size of the tag pool (commands in flight at once).
-pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
+pub const DEFAULT_QUEUE_DEPTH: u32 = 256;
 
 /// A command for the device. Buffers are moved in and come back in the completion.
 #[derive(Debug)]

@@ -43,7 +43,7 @@ pub const DEFAULT_COMPACTION_DEBT_STOP_BYTES: u64 = 4 * DEFAULT_L1_BYTES as u64;
 
 /// Default value-log pages garbage collection handles per step (see
 /// [`EngineConfig::gc_window_pages`]).
-pub const DEFAULT_GC_WINDOW_PAGES: u32 = 64;
+pub const DEFAULT_GC_WINDOW_PAGES: u32 = 128;
 
 /// How the engine runs.
 #[derive(Debug, Clone)]

@@ -23,20 +23,21 @@ pub(super) const GC_MOVE_RESERVE: usize = 1;
 pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 
 /// Live values relocated per write batch during garbage collection: 60 values of 8 KiB
-/// share one packed page of indirect records, and the batch's pages (61) and the next
-/// window's read-ahead ([`GC_READ_AHEAD_PAGES`], 64) fit the device's 128 tags together, so
-/// the batch's submission does not wait for tags with the write lock held (unless client
-/// reads hold some of them).
+/// share one packed page of indirect records, and the batch's pages (61), the next window's
+/// read-ahead ([`GC_READ_AHEAD_PAGES`], 128) and clients' asynchronous reads
+/// ([`crate::ASYNC_READ_WINDOW`], 64) fit the device's 256 tags together, so the batch's
+/// submission does not wait for tags with the write lock held.
 pub(super) const GC_BATCH_BYTES: usize = 480 << 10;
 
 /// Most victim pages read ahead while a step's moves are written: the whole next window at
-/// the default [`crate::DEFAULT_GC_WINDOW_PAGES`]. Reading only half of it ahead (32 pages)
-/// left the other half to be read with the write lock held and the write pipeline drained,
-/// once per step: sustained overwrites at 80% full ran 14.6-14.8K ops/s against 16.6-17.2K
-/// with the whole window ahead (`lightstore-bench run-overwrite --system
-/// lightstore-local/plp --device-mib 512 --fill-percent 80`, two runs each, same WA 2.33);
-/// larger windows (96-256 pages) gained nothing more.
-pub(super) const GC_READ_AHEAD_PAGES: u32 = 64;
+/// the default [`crate::DEFAULT_GC_WINDOW_PAGES`]. Sustained overwrites at 80% full
+/// (`lightstore-bench run-overwrite --system lightstore-local/plp --device-mib 512
+/// --fill-percent 80`, two runs each, WA 2.33): 14.6-14.8K ops/s reading 32 of a 64-page
+/// window ahead (the rest was read with the write lock held and the pipeline drained, once
+/// per step); 17.4-18.0K with the whole window ahead and these batches; 21.0-21.3K with
+/// 128-page windows on a 256-tag device (19.5-19.7K at 64 pages there); 256-page windows on
+/// 512 tags were within the noise of 128 (21.3-23.9K).
+pub(super) const GC_READ_AHEAD_PAGES: u32 = 128;
 
 /// Pages of reclaimed segments released together: one manifest write (and one wait for
 /// reads in flight) for all of them, not one per segment. On small segments the manifest
