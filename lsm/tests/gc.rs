@@ -118,6 +118,10 @@ fn overwrite_run(overprovision_percent: u8, fill_percent: u64) -> f64 {
         after.gc_bytes_moved >> 20
     );
     assert!(after.gc_segments > 0);
+    // Raw pages of values already counted dead were not read, and no value on a skipped
+    // page was live (every key reads its latest version above and after the reopen below).
+    assert!(after.gc_pages_skipped > 0, "{after:#?}");
+    assert_eq!(after.gc_skipped_pages_reread, 0);
     assert!(
         after.gc_steps > after.gc_segments * 2,
         "{} steps for {} segments",

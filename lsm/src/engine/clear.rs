@@ -60,6 +60,7 @@ impl Inner {
         self.log_segs.clear();
         self.gc_reclaimed.clear();
         self.tail_dead.clear();
+        self.dead_raw.clear();
         self.head = None;
         self.kt_pending_segments = 0;
         // L0 is always there, empty or not.

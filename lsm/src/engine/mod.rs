@@ -15,6 +15,7 @@
 
 mod clear;
 mod compaction;
+mod dead_pages;
 mod flush;
 mod fsck;
 mod gc;
@@ -197,6 +198,12 @@ pub struct EngineStats {
     pub gc_steps: u64,
     /// Value bytes garbage collection moved.
     pub gc_bytes_moved: u64,
+    /// Victim pages garbage collection did not read: raw pages of values already counted
+    /// dead.
+    pub gc_pages_skipped: u64,
+    /// Of those, pages read after all because a value on them was still live (the hint was
+    /// wrong; never expected).
+    pub gc_skipped_pages_reread: u64,
     /// Device segments holding the value log.
     pub log_segments: u64,
     /// Device segments holding keytable pages.
@@ -368,6 +375,8 @@ struct Inner {
     /// Recovery replays those records and counts it again, so the manifest stores `dead`
     /// without it; it becomes part of the stored count when a flush moves the checkpoint.
     tail_dead: BTreeMap<u32, u64>,
+    /// Raw value pages known to hold only garbage: garbage collection does not read them.
+    dead_raw: dead_pages::DeadRawPages,
     head: Option<Head>,
     kt_segments: Vec<u32>,
     /// Of `kt_segments`, those claimed for a run being written and not yet installed (a
@@ -536,6 +545,7 @@ impl Engine {
                 .map(|l| (l.log_seg, l.clone()))
                 .collect(),
             tail_dead: BTreeMap::new(),
+            dead_raw: dead_pages::DeadRawPages::default(),
             head: None,
             kt_segments: snap.kt_segments.clone(),
             kt_pending_segments: 0,

@@ -448,6 +448,7 @@ impl Inner {
         to_trim.extend(empty);
         let mut released = Vec::new();
         for log_seg in to_trim {
+            self.dead_raw.forget(log_seg);
             if let Some(meta) = self.log_segs.remove(&log_seg) {
                 self.tail_dead.remove(&log_seg);
                 released.push(meta.segment);

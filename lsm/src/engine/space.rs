@@ -103,6 +103,7 @@ impl Inner {
             for (log_seg, bytes) in p.segment_shares(*klen, pps) {
                 self.count_tail_dead(log_seg, bytes);
             }
+            self.mark_dead_raw(p);
         }
     }
 
@@ -119,6 +120,15 @@ impl Inner {
                 // (before this, such a victim came back counting them live; fsck found it).
                 m.dead += bytes;
             }
+        }
+        self.mark_dead_raw(p);
+    }
+
+    /// Notes a dead value's raw pages (in a segment still in the log) for garbage
+    /// collection to skip.
+    fn mark_dead_raw(&mut self, p: &ValuePtr) {
+        if self.log_segs.contains_key(&p.log_seg) {
+            self.dead_raw.mark(p, self.g.pages_per_segment());
         }
     }
 
