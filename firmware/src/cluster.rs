@@ -942,8 +942,7 @@ impl Gate {
     /// See [`View::check`], with a slot being migrated as Redis Cluster serves one: on the
     /// drive handing it over (MIGRATING), a command whose keys all exist here runs here, one
     /// with none of them gets `-ASK` to the drive taking it over, one with some gets
-    /// `-TRYAGAIN` (a write is left to the writer thread, which makes the same decision when
-    /// it runs); on the drive taking it over (IMPORTING), a command right after ASKING
+    /// `-TRYAGAIN`; on the drive taking it over (IMPORTING), a command right after ASKING
     /// (or RESTORE-ASKING) runs here, a multi-key one with keys missing gets `-TRYAGAIN`.
     /// `exists` says whether a key exists on this drive (a DRAM lookup).
     #[inline]
@@ -969,13 +968,7 @@ impl Gate {
             if let (true, Some(to)) = (primary, self.migrating.get(&slot)) {
                 let keys = cmd.keys();
                 let here = keys.iter().filter(|k| exists(k)).count();
-                // A write goes on to the writer, which decides (`Migrations::redirect`)
-                // against the state it would run on: `exists` here sees applied keys only,
-                // and a key another client's write is still bringing to the device would
-                // look absent, so the write would be sent on to the drive taking the slot
-                // while the older one lands here (then MIGRATE meets BUSYKEY, or with
-                // REPLACE overwrites the newer value).
-                if here == keys.len() || write {
+                if here == keys.len() {
                     return None;
                 }
                 if here > 0 {

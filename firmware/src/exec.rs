@@ -1099,7 +1099,7 @@ pub fn writer_loop(
                 } else if let Some(r) = store.migrations.redirect(&job.cmd, |k| {
                     in_flight.writes(k) || group.key_type(k).ok().flatten().is_some()
                 }) {
-                    // ls-net leaves a write over a slot being handed over to this check.
+                    // A key of a slot being handed over may have left since ls-net checked.
                     Some(r)
                 } else if let Err(e) = purge_noting(&mut group, &mut group_keys, &c.keys()) {
                     Some(err(&e))
@@ -1148,11 +1148,10 @@ pub fn writer_loop(
                     in_flight.assume_plain_writes(&mut group, &job.cmd);
                 }
                 let before = group.bytes();
-                // A key of a slot being handed over may have left since ls-net checked
-                // (and ls-net leaves writes to this check). A key a group in flight writes
-                // counts as here: sent on, this write could land on the drive taking the
-                // slot before that group lands here (CLUSTER GETKEYSINSLOT, which runs
-                // behind it, then hands the older value over too).
+                // A key of a slot being handed over may have left since ls-net checked. A
+                // key a group in flight writes counts as here: sent on, this write could
+                // land on the drive taking the slot before that group lands here (CLUSTER
+                // GETKEYSINSLOT, which runs behind it, then hands the older value over too).
                 let moved = store.migrations.redirect(&job.cmd, |k| {
                     in_flight.writes(k) || group.key_type(k).ok().flatten().is_some()
                 });
@@ -1367,6 +1366,19 @@ fn run_transaction(
     store.unwatch(&tx.watched);
     if broken {
         return Reply::NullArray;
+    }
+    // A key of a slot being handed over may have left since ls-net checked the command
+    // when it was queued: the whole EXEC is redirected, as Redis Cluster checks a
+    // transaction's keys again at EXEC (nothing in flight here: EXEC drained the groups).
+    for item in &tx.items {
+        if let TxItem::Run(cmd) = item {
+            if let Some(r) = store
+                .migrations
+                .redirect(cmd, |k| group.key_type(k).ok().flatten().is_some())
+            {
+                return r;
+            }
+        }
     }
     let mut replies = Vec::with_capacity(tx.items.len());
     for item in &tx.items {
