@@ -151,6 +151,11 @@ impl Migrations {
         self.any.store(any, Ordering::Release);
     }
 
+    /// Whether any slot is being handed over.
+    pub fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
     /// The redirect `cmd` gets when it runs, if one of its keys' slot is being handed
     /// over: `-ASK` when none of its keys is here (any more), `-TRYAGAIN` when some are;
     /// `None` (run it) when all are, and always for MIGRATE. `exists` sees the state the

@@ -161,8 +161,9 @@ pub struct Args {
     /// Benchmarks only: turn design features off to measure what each buys (the paper's
     /// Figure 12), comma-separated: `zero-copy` (values are copied once more on each side),
     /// `lock-free-queues` (the threads' queues become mutex-and-condvar queues),
-    /// `keytable-cache` (each lookup reads its keytable page from the device) and
-    /// `metadata-compaction` (compaction rewrites the values it keeps).
+    /// `keytable-cache` (each lookup reads its keytable page from the device),
+    /// `metadata-compaction` (compaction rewrites the values it keeps) and `inline-writes`
+    /// (plp mode: every write goes to the writer thread, none runs on the network thread).
     #[arg(long, help_heading = "Benchmarks")]
     pub ablate: Option<String>,
     /// Something else than running the drive (none: run the drive).
@@ -265,6 +266,9 @@ pub struct Ablations {
     /// Lookups read their keytable page from the device (bloom filters and a sparse page
     /// index stay in DRAM).
     pub uncached_keytables: bool,
+    /// plp mode: every write goes through the writer thread (none runs on the network
+    /// thread while the writer is idle).
+    pub no_inline_writes: bool,
 }
 
 impl Ablations {
@@ -280,8 +284,9 @@ impl Ablations {
                 "lock-free-queues" => a.locked_queues = true,
                 "metadata-compaction" => a.value_compaction = true,
                 "keytable-cache" => a.uncached_keytables = true,
+                "inline-writes" => a.no_inline_writes = true,
                 other => anyhow::bail!(
-                    "ablate `{other}`: use zero-copy, lock-free-queues, keytable-cache or metadata-compaction"
+                    "ablate `{other}`: use zero-copy, lock-free-queues, keytable-cache, metadata-compaction or inline-writes"
                 ),
             }
         }

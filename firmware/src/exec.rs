@@ -577,6 +577,82 @@ pub fn try_read_now(
     Some(reply)
 }
 
+/// Whether `cmd` may run on the network thread ([`try_write_now`]): a write of string,
+/// hash or sorted-set keys and their deadlines. Not lists and sets (a push may serve a
+/// blocked client, which the writer keeps), transactions, FLUSHALL, MIGRATE (a network round
+/// trip), RESTORE, COPY or RENAME.
+fn writes_inline(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Set { .. }
+            | Command::MSet(_)
+            | Command::Del(_)
+            | Command::IncrBy { .. }
+            | Command::IncrByFloat { .. }
+            | Command::HSet { .. }
+            | Command::HDel { .. }
+            | Command::ZAdd { .. }
+            | Command::ZRem { .. }
+            | Command::Expire { .. }
+            | Command::Persist(_)
+            | Command::GetEx { .. }
+            | Command::SetNx { .. }
+            | Command::GetDel(_)
+            | Command::Append { .. }
+            | Command::SetRange { .. }
+            | Command::MSetNx(_)
+    )
+}
+
+/// Runs a write on the calling thread (the network thread) when the drive acknowledges from
+/// DRAM (plp) and `ls-writer` is idle, as redis-server runs every command on its one thread:
+/// no hand-off to the writer and back, so the reply costs no thread wake-ups (at one client,
+/// SET's server CPU was ~37 us/op on the writer alone, most of it waking and sleeping).
+/// Returns the reply and the engine's doorbell for the write's pages, which the caller drops
+/// (rings) once the reply is on its way; `None`: the command goes to the writer as before.
+///
+/// Why it is safe to run here, beside the writer (the concurrency argument):
+/// - **Exclusion.** The writer holds `Store::writer_gate` whenever it has anything to do (a
+///   job, a group in flight, an expiry sweep, blocked clients' timeouts) and lets go only
+///   while it waits for a job with nothing in flight; this runs only under a successful
+///   `try_lock`, so the two never build or submit groups at the same time, and the writer's
+///   in-flight bookkeeping (`InFlightGroups`) is empty whenever this runs.
+/// - **Order.** The caller runs it only for a connection with nothing in flight (its replies
+///   stay in order) and with the writer's queue empty; a job queued by another connection
+///   after the queue was seen empty is not yet acknowledged, so the two writes are
+///   concurrent and either order is one Redis could have produced.
+/// - **No waiting.** [`WriteGroup::try_submit_now`] starts the group only when the engine
+///   admits it at once into the pipeline, acknowledged from DRAM, with nothing ahead that
+///   its finish would wait for; otherwise the group is dropped unstarted (nothing of it was
+///   applied: a group only buffers until it is submitted) and the writer runs the command.
+/// - **Same effects.** The group is applied, WATCHed keys are touched and the reply is
+///   built exactly as the writer's `finish_oldest` does; no list push runs here, so no
+///   blocked client can be due; slots being handed over (cluster) leave writes to the
+///   writer.
+pub fn try_write_now(
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Option<(Reply, Option<lsm::Doorbell>)> {
+    if !writes_inline(cmd) || store.migrations.any() {
+        return None;
+    }
+    let _writer_idle = store.writer_gate.try_lock()?;
+    let mut group = WriteGroup::new(store);
+    group.fix_clock(now_ms());
+    let mut group_keys: GroupKeys = HashMap::new();
+    let reply = apply_noting_keys(&mut group, &mut group_keys, cmd, proto);
+    let (doorbell, result) = match group.try_submit_now() {
+        Ok(None) => return None,
+        Ok(Some(mut commit)) => (commit.take_doorbell(), commit.finish(store)),
+        Err(e) => (None, Err(e)),
+    };
+    touch_group_keys(store, &group_keys);
+    let done = group_replies(metrics, result, vec![(0, 0, reply)]).pop()?;
+    Some((done.reply, doorbell))
+}
+
 /// Starts a reading command on one key whose records may be on the device (see
 /// [`key_read_plan`]): the engine thread resolves its keys and submits the page reads, and
 /// the engine's poller thread sends the reply once they are in, so other clients' commands
@@ -974,6 +1050,8 @@ pub fn writer_loop(
     let mut in_flight = InFlightGroups::new();
     let mut blocked = Blocked::new(handles);
     let mut last_sweep = Instant::now();
+    // Held whenever this thread has work (see `try_write_now`).
+    let mut gate = store.writer_gate.lock();
     loop {
         // Blocked clients whose timeout ran out get their nil (and cancelled ones leave).
         if !blocked.is_empty() {
@@ -1018,7 +1096,11 @@ pub fn writer_loop(
             let wait = blocked.next_deadline().map_or(most, |d| {
                 Duration::from_millis(d.saturating_sub(now_ms())).min(most)
             });
-            match jobs.recv_timeout(wait) {
+            // Idle (nothing in flight): the network thread may run writes itself while
+            // this waits (see `try_write_now`); the gate is held again before anything
+            // below runs.
+            let next = parking_lot::MutexGuard::unlocked(&mut gate, || jobs.recv_timeout(wait));
+            match next {
                 Ok(j) => j,
                 Err(RecvTimeoutError::Timeout) => {
                     if last_sweep.elapsed() >= EXPIRY_SWEEP {

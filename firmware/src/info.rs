@@ -227,6 +227,8 @@ pub struct Metrics {
     pub protocol_errors: AtomicU64,
     /// Reads answered on the network thread from DRAM alone (no hand-off to the engine).
     pub reads_answered_inline: AtomicU64,
+    /// Writes run on the network thread while the writer was idle (plp mode).
+    pub writes_run_inline: AtomicU64,
     /// The engine's count of value bytes its read path copied (shared with the engine).
     pub engine_read_copies: Arc<AtomicU64>,
     /// `engine_read_copies` at the last CONFIG RESETSTAT.
@@ -269,6 +271,7 @@ impl Metrics {
             clients_paused_budget: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             reads_answered_inline: AtomicU64::new(0),
+            writes_run_inline: AtomicU64::new(0),
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
             engine_read_copies,
             cluster_enabled: AtomicBool::new(false),
@@ -376,7 +379,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              client_query_buffer_limit_disconnections:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n\
              client_timeout_disconnections:{}\r\nclient_reads_paused_budget:{}\r\n\
              worker_queue_full:{}\r\naccept_backoffs:{}\r\n\
-             total_error_replies_protocol:{}\r\nreads_answered_inline:{}\r\n\
+             total_error_replies_protocol:{}\r\nreads_answered_inline:{}\r\nwrites_run_inline:{}\r\n\
              pubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
             load(&m.total_connections),
             load(&m.commands_processed),
@@ -398,6 +401,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.accept_backoffs),
             load(&m.protocol_errors),
             load(&m.reads_answered_inline),
+            load(&m.writes_run_inline),
             load(&m.pubsub_channels),
             load(&m.pubsub_patterns),
         );

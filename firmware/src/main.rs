@@ -517,6 +517,9 @@ fn main() -> anyhow::Result<()> {
         reported: reported_settings(&cfg, &limits, fds.maxclients),
         cluster,
         copy_values: ablate.copy_values,
+        inline_writes: cfg.durability == Durability::Plp
+            && !ablate.no_inline_writes
+            && !ablate.copy_values,
         slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
         slowlog_max_len: cfg.slowlog_max_len,
         latency_monitor_threshold_ms: cfg.latency_monitor_threshold,

@@ -1351,17 +1351,43 @@ fn random_sequences_answer_as_redis_server_does() {
         Ok(s) => vec![s.parse().expect("LS_DIFF_SEED is a number")],
         Err(_) => SEEDS.to_vec(),
     };
-    let differ: Vec<String> = seeds.into_iter().flat_map(random_sequence).collect();
+    let differ: Vec<String> = seeds
+        .into_iter()
+        .flat_map(|seed| random_sequence(seed, &[]))
+        .collect();
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+/// The same in plp mode, where a write from a client with nothing in flight runs on the
+/// network thread while the writer is idle (`exec::try_write_now`) and the others go
+/// through the writer: WATCH, transactions, the second client and DBSIZE must not tell.
+#[test]
+fn random_sequences_answer_as_redis_server_does_in_plp_mode() {
+    let mut writes_inline = 0;
+    let differ: Vec<String> = [0x005e_ed17, 5, 12]
+        .into_iter()
+        .flat_map(|seed| {
+            let (differ, inline) = random_sequence_on(seed, &["--durability", "plp"]);
+            writes_inline += inline;
+            differ
+        })
+        .collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    assert!(writes_inline > 1000, "{writes_inline} writes ran inline");
+}
+
 /// One seeded sequence on a fresh redis-server and drive; returns the differences.
-fn random_sequence(seed: u64) -> Vec<String> {
+fn random_sequence(seed: u64, drive_args: &[&str]) -> Vec<String> {
+    random_sequence_on(seed, drive_args).0
+}
+
+/// As [`random_sequence`], with the drive's INFO `writes_run_inline` at the end.
+fn random_sequence_on(seed: u64, drive_args: &[&str]) -> (Vec<String>, u64) {
     use rand::{Rng, SeedableRng};
     const STEPS: usize = 3000;
     let dir = tempfile::tempdir().unwrap();
     let redis = RedisServer::start(dir.path(), &[]);
-    let drive = Drive::start(&dir.path().join("data"), &[]);
+    let drive = Drive::start(&dir.path().join("data"), drive_args);
     let mut r = [redis.conn(), redis.conn()];
     let mut d = [drive.conn(), drive.conn()];
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
@@ -1420,7 +1446,8 @@ fn random_sequence(seed: u64) -> Vec<String> {
             }
         }
     }
-    differ
+    let inline = common::info_field(&mut d[1], "stats", "writes_run_inline");
+    (differ, inline)
 }
 
 /// The drive's DBSIZE (a count its writer keeps) against a walk of the keyspace (KEYS *):

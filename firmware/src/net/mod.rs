@@ -98,6 +98,9 @@ pub struct NetConfig {
     /// The zero-copy ablation (`--ablate zero-copy`): SET values are copied once more
     /// before they go to the writer.
     pub copy_values: bool,
+    /// plp mode: a write from a connection with nothing in flight runs on this thread when
+    /// the writer is idle ([`exec::try_write_now`]).
+    pub inline_writes: bool,
     /// `slowlog-log-slower-than` (microseconds; negative: off).
     pub slowlog_slower_than_usec: i64,
     /// `slowlog-max-len`.
@@ -138,6 +141,12 @@ pub struct Net {
     /// Connections given output by another's command (PUBLISH): written at the end of the
     /// loop turn.
     to_flush: Vec<u64>,
+    /// Doorbells of writes run on this thread (`exec::try_write_now`), rung once the turn's
+    /// replies are written: the device submission's system call stays off the reply path.
+    doorbells: Vec<lsm::Doorbell>,
+    /// Writes this turn may still run here: one when a single connection had input this
+    /// turn, none otherwise (see the call of `exec::try_write_now`).
+    inline_writes_left: u32,
     /// Slow commands (SLOWLOG).
     slowlog: Slowlog,
     /// CLIENT PAUSE in force.
@@ -196,6 +205,8 @@ impl Net {
             now,
             pubsub: PubSub::default(),
             to_flush: Vec::new(),
+            doorbells: Vec::new(),
+            inline_writes_left: 0,
             slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
             pause: None,
             latency: latency::Latency::new(cfg.latency_monitor_threshold_ms),
@@ -216,6 +227,17 @@ impl Net {
                 Err(e) => return Err(e),
             }
             self.now = Instant::now();
+            // Under load the network thread is the drive's busiest: writes then go to the
+            // writer, which also gathers them into one group commit. With one connection
+            // talking, one write per turn runs here.
+            self.inline_writes_left = u32::from(
+                self.cfg.inline_writes
+                    && events
+                        .iter()
+                        .filter(|e| ![LISTENER, WAKER, TLS_LISTENER].contains(&e.token()))
+                        .count()
+                        <= 1,
+            );
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(false),
@@ -237,6 +259,8 @@ impl Net {
             for id in std::mem::take(&mut self.to_flush) {
                 self.flush(id);
             }
+            // The pages of writes run here go to the device now (dropping rings).
+            self.doorbells.clear();
             self.housekeeping();
         }
         // Last words to clients still connected are not owed: their in-flight writes finish
@@ -739,6 +763,30 @@ impl Net {
                 self.metrics
                     .value_bytes_moved
                     .fetch_add(value.len() as u64, Ordering::Relaxed);
+            }
+            // A write that overtakes nothing (this connection has nothing in flight, the
+            // writer's queue is empty) runs here while the writer is idle, in plp mode: no
+            // hand-off to the writer and back (see `exec::try_write_now`).
+            if route == Route::Writer
+                && self.inline_writes_left > 0
+                && c.in_flight == 0
+                && self.writer_tx.is_empty()
+            {
+                self.inline_writes_left -= 1;
+                let started = Instant::now();
+                if let Some((r, doorbell)) =
+                    exec::try_write_now(&self.store, &self.metrics, &cmd, c.proto)
+                {
+                    self.metrics
+                        .writes_run_inline
+                        .fetch_add(1, Ordering::Relaxed);
+                    c.out.push(&r, c.proto);
+                    // Rung once this turn's replies are written (`ring_doorbells`).
+                    self.doorbells.extend(doorbell);
+                    let failed = r.is_error();
+                    self.timed(id, row, &args, started.elapsed(), failed);
+                    continue;
+                }
             }
             if self.cfg.copy_values {
                 copy_values(&mut cmd, &self.metrics);

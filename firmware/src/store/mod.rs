@@ -148,6 +148,10 @@ pub struct Store {
     keys: count::KeyCount,
     /// Cluster mode's slots being handed over, for the worker threads' second look.
     pub migrations: crate::cluster::Migrations,
+    /// Held by `ls-writer` whenever it has work (a job, a group in flight, a sweep): the
+    /// network thread runs a write itself only while it can take it (see
+    /// `exec::try_write_now`), so the two never build groups at the same time.
+    pub writer_gate: parking_lot::Mutex<()>,
 }
 
 /// Keyspace counters INFO reports.
@@ -210,6 +214,7 @@ impl Store {
             counters: Arc::new(KeyspaceCounters::default()),
             keys,
             migrations: crate::cluster::Migrations::default(),
+            writer_gate: parking_lot::Mutex::new(()),
         })
     }
 

@@ -672,13 +672,32 @@ impl<'s> WriteGroup<'s> {
     /// # Errors
     /// The engine's refusal: nothing of the group is applied.
     pub fn try_submit(&mut self) -> Result<Option<PendingCommit>> {
+        self.submit_with(lsm::Engine::try_submit_write)
+    }
+
+    /// As [`WriteGroup::try_submit`], but `Ok(Some(_))` only when neither this nor
+    /// [`PendingCommit::finish`] will wait for the device (see
+    /// [`lsm::Engine::try_submit_write_now`]: plp mode, nothing ahead that is not
+    /// acknowledged from DRAM). `Ok(None)` leaves the group unstarted: nothing of it is
+    /// applied, and it may be dropped.
+    ///
+    /// # Errors
+    /// The engine's refusal: nothing of the group is applied.
+    pub fn try_submit_now(&mut self) -> Result<Option<PendingCommit>> {
+        self.submit_with(lsm::Engine::try_submit_write_now)
+    }
+
+    fn submit_with(
+        &mut self,
+        submit: impl FnOnce(&lsm::Engine, &[WriteOp<'_>]) -> lsm::Result<Option<lsm::PendingWrite>>,
+    ) -> Result<Option<PendingCommit>> {
         let key_delta = self.key_delta()?;
         let retimes = self.retimes()?;
         let (ops, value_bytes) = self.engine_ops(&retimes);
         let write = if ops.is_empty() {
             None
         } else {
-            match self.store.db.try_submit_write(&ops)? {
+            match submit(&self.store.db, &ops)? {
                 Some(w) => Some(w),
                 None => return Ok(None),
             }
