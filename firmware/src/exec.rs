@@ -577,30 +577,24 @@ pub fn try_read_now(
     Some(reply)
 }
 
-/// Whether `cmd` may run on the network thread ([`try_write_now`]): a write of string,
-/// hash or sorted-set keys and their deadlines. Not lists and sets (a push may serve a
-/// blocked client, which the writer keeps), transactions, FLUSHALL, MIGRATE (a network round
-/// trip), RESTORE, COPY or RENAME.
+/// Whether `cmd` may run on the network thread ([`try_write_now`]): writes that need no
+/// value read (building their group takes DRAM lookups only: types, existence, small held
+/// records such as a hash's header) and that can serve no blocked client. Not INCR, APPEND,
+/// SETRANGE, GETDEL, GETEX or SET ... GET (they read the old value, which may be on the
+/// device), not DEL (a large collection's records are walked), not sorted sets (a ZADD may
+/// serve a BZPOPMIN) nor lists and sets (pushes serve blocked pops), not transactions,
+/// FLUSHALL, MIGRATE, RESTORE, COPY or RENAME.
 fn writes_inline(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Set { .. }
+        Command::Set { get: false, .. }
             | Command::MSet(_)
-            | Command::Del(_)
-            | Command::IncrBy { .. }
-            | Command::IncrByFloat { .. }
+            | Command::SetNx { .. }
+            | Command::MSetNx(_)
             | Command::HSet { .. }
             | Command::HDel { .. }
-            | Command::ZAdd { .. }
-            | Command::ZRem { .. }
             | Command::Expire { .. }
             | Command::Persist(_)
-            | Command::GetEx { .. }
-            | Command::SetNx { .. }
-            | Command::GetDel(_)
-            | Command::Append { .. }
-            | Command::SetRange { .. }
-            | Command::MSetNx(_)
     )
 }
 
@@ -626,9 +620,9 @@ fn writes_inline(cmd: &Command) -> bool {
 ///   its finish would wait for; otherwise the group is dropped unstarted (nothing of it was
 ///   applied: a group only buffers until it is submitted) and the writer runs the command.
 /// - **Same effects.** The group is applied, WATCHed keys are touched and the reply is
-///   built exactly as the writer's `finish_oldest` does; no list push runs here, so no
-///   blocked client can be due; slots being handed over (cluster) leave writes to the
-///   writer.
+///   built exactly as the writer's `finish_oldest` does; no command that can serve a
+///   blocked client runs here, nor any while a client is blocked; slots being handed over
+///   (cluster) leave writes to the writer.
 pub fn try_write_now(
     store: &Store,
     metrics: &Metrics,
@@ -639,6 +633,12 @@ pub fn try_write_now(
         return None;
     }
     let _writer_idle = store.writer_gate.try_lock()?;
+    // Blocked clients are the writer's (its count changes only under the gate): none of
+    // these commands serves one, but a client blocked on a key is left to the writer's
+    // ordering all the same.
+    if metrics.blocked_clients.load(Ordering::Relaxed) > 0 {
+        return None;
+    }
     let mut group = WriteGroup::new(store);
     group.fix_clock(now_ms());
     let mut group_keys: GroupKeys = HashMap::new();

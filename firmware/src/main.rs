@@ -517,9 +517,12 @@ fn main() -> anyhow::Result<()> {
         reported: reported_settings(&cfg, &limits, fds.maxclients),
         cluster,
         copy_values: ablate.copy_values,
+        // Not with keytable lookups on the device (an ablation): building a group there
+        // would read pages on the network thread.
         inline_writes: cfg.durability == Durability::Plp
             && !ablate.no_inline_writes
-            && !ablate.copy_values,
+            && !ablate.copy_values
+            && !ablate.uncached_keytables,
         slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
         slowlog_max_len: cfg.slowlog_max_len,
         latency_monitor_threshold_ms: cfg.latency_monitor_threshold,

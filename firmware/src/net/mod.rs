@@ -262,6 +262,8 @@ impl Net {
             // The pages of writes run here go to the device now (dropping rings).
             self.doorbells.clear();
             self.housekeeping();
+            // And those of writes housekeeping ran (a client let go after CLIENT PAUSE).
+            self.doorbells.clear();
         }
         // Last words to clients still connected are not owed: their in-flight writes finish
         // in the writer thread before the engine closes. Their blocked commands are
@@ -780,6 +782,9 @@ impl Net {
                     self.metrics
                         .writes_run_inline
                         .fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .value_bytes_moved
+                        .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
                     c.out.push(&r, c.proto);
                     // Rung once this turn's replies are written (`ring_doorbells`).
                     self.doorbells.extend(doorbell);

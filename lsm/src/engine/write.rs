@@ -316,8 +316,9 @@ impl Engine {
     }
 
     /// As [`Engine::try_submit_write`], but never waits, neither here nor in
-    /// [`Engine::finish_write`] afterwards: `Ok(None)` unless the batch is acknowledged from
-    /// DRAM ([`EngineConfig::ack_from_dram`]), can be laid out and submitted now, and has no
+    /// [`Engine::finish_write`] afterwards: `Ok(None)` unless the engine lock is free, the
+    /// batch is acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), can be laid out
+    /// and submitted now, and has no
     /// batch ahead of it that its finish would wait for (garbage collection's moves, which
     /// are applied only once their pages land). Finishing a batch started here takes the
     /// engine lock and its memtable inserts, no device wait (one caveat: a page the device
@@ -328,7 +329,11 @@ impl Engine {
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write_now(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
         let ops = &*WriteOp::expand(ops);
-        let mut g = self.core.inner.lock();
+        // Held by maintenance through device I/O (a full flush, a GC step's reads): not
+        // waited for.
+        let Some(mut g) = self.core.inner.try_lock() else {
+            return Ok(None);
+        };
         g.check_writable()?;
         if g.side.landing.is_none() || g.pipeline.values().any(|b| !b.early) {
             return Ok(None);
