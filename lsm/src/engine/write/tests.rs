@@ -121,3 +121,34 @@ fn a_plp_batch_leaves_its_doorbell_to_the_caller() {
         assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&value[..]));
     }
 }
+
+/// `try_submit_write_now` never waits: it declines (`None`) without plp, while anyone holds
+/// the engine lock (maintenance does through device I/O), and while a batch that is not
+/// acknowledged from DRAM is in the pipeline; otherwise it starts the batch, which finishes
+/// without a device wait and reads back.
+#[test]
+fn try_submit_write_now_declines_rather_than_waits() {
+    let value = vec![5u8; 3000];
+    let ops = [WriteOp::Put(b"k", &value)];
+    let durable = ram_engine(EngineConfig::default());
+    assert!(durable.try_submit_write_now(&ops).unwrap().is_none());
+    let db = ram_engine(EngineConfig {
+        ack_from_dram: true,
+        flush_writes: false,
+        ..EngineConfig::default()
+    });
+    {
+        let _held = db.core.inner.lock();
+        assert!(db.try_submit_write_now(&ops).unwrap().is_none());
+    }
+    let mut pending = db
+        .try_submit_write_now(&ops)
+        .unwrap()
+        .expect("a free lock and an empty pipeline take the batch");
+    let bell = pending.take_doorbell();
+    assert!(bell.is_some());
+    db.finish_write(pending).unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&value[..]));
+    drop(bell);
+    db.sync().unwrap();
+}

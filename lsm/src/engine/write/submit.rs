@@ -1,0 +1,106 @@
+//! Starting a client batch without waiting for it: [`Engine::try_submit_write`] for a caller
+//! that finishes it later, and [`Engine::try_submit_write_now`] for one that must never wait
+//! (the drive's network thread).
+
+use super::super::*;
+use super::{Admission, PendingState, Waits};
+use crate::engine::write::Doorbell;
+
+impl Engine {
+    /// Starts a batch without waiting for it: its pages are laid out and submitted, and
+    /// [`Engine::finish_write`] later waits until it is durable and applied. A caller may
+    /// start several batches before finishing the first; they are applied in the order
+    /// they were started, and each is atomic as with [`Engine::write`].
+    ///
+    /// Returns `Ok(None)` when the batch cannot start now without waiting for batches
+    /// already on the device (the pipeline is full, maintenance must catch up, or a large
+    /// batch must run alone): finish an earlier batch and try again, or call
+    /// [`Engine::write`] when the caller has none in flight.
+    ///
+    /// # Errors
+    /// As [`Engine::write`], for errors found before anything is submitted.
+    pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
+        let ops = &*WriteOp::expand(ops);
+        match Self::admit(self.core.inner.lock(), ops)? {
+            Ok(started) => Ok(Some(started)),
+            Err(g) if !g.pipeline.is_empty() => Ok(None),
+            Err(g) => {
+                // Nothing in flight: wait here as `write` does.
+                drop(g);
+                Ok(Some(PendingWrite::done(self.write(ops))))
+            }
+        }
+    }
+
+    /// As [`Engine::try_submit_write`], but never waits, neither here nor in
+    /// [`Engine::finish_write`] afterwards: `Ok(None)` unless the engine lock is free, the
+    /// batch is acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), can be laid out
+    /// and submitted now, and has no batch ahead of it that its finish would wait for
+    /// (garbage collection's moves, which are applied only once their pages land). Finishing a batch started here takes the
+    /// engine lock and its memtable inserts, no device wait (one caveat: a page the device
+    /// refused for want of a tag fails the batch, and its finish then waits for the batch's
+    /// other pages). For a caller that must not block: the drive's network thread.
+    ///
+    /// # Errors
+    /// As [`Engine::write`], for errors found before anything is submitted.
+    pub fn try_submit_write_now(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
+        let ops = &*WriteOp::expand(ops);
+        // Held by maintenance through device I/O (a full flush, a GC step's reads): not
+        // waited for.
+        let Some(g) = self.core.inner.try_lock() else {
+            return Ok(None);
+        };
+        if g.side.landing.is_none() || g.pipeline.values().any(|b| !b.early) {
+            return Ok(None);
+        }
+        Ok(Self::admit(g, ops)?.ok())
+    }
+
+    /// Admits a batch under `g`: started down the pipeline, or (`Err`) the lock back when
+    /// admission wants anything else (a wait, a synchronous write, a rotation).
+    ///
+    /// # Errors
+    /// The engine cannot take writes, the batch is malformed, or admission refuses it.
+    fn admit<'a>(
+        mut g: MutexGuard<'a, Inner>,
+        ops: &[WriteOp<'_>],
+    ) -> Result<std::result::Result<PendingWrite, MutexGuard<'a, Inner>>> {
+        g.check_writable()?;
+        if ops.is_empty() {
+            return Ok(Ok(PendingWrite::done(Ok(()))));
+        }
+        let shape = g.shape(ops)?;
+        let mut waits = Waits::new(&g);
+        match g.admission(&shape, &mut waits) {
+            Admission::Refuse(e) => Err(e),
+            Admission::Pipeline => Self::start_pipelined(g, ops, shape.bound).map(Ok),
+            _ => Ok(Err(g)),
+        }
+    }
+
+    /// Lays out and submits a batch the pipeline admitted; an early batch leaves its
+    /// doorbell to the caller.
+    fn start_pipelined(
+        mut g: MutexGuard<'_, Inner>,
+        ops: &[WriteOp<'_>],
+        bound: u64,
+    ) -> Result<PendingWrite> {
+        let started = g.start_pending(ops, bound);
+        let poller = g.poller.clone();
+        drop(g);
+        let mut started = match started {
+            Ok(p) => p,
+            Err(e) => {
+                poller.doorbell();
+                return Err(e);
+            }
+        };
+        if matches!(started.state, PendingState::OnDevice { early: true, .. }) {
+            // Acknowledged once applied: the caller may answer before it rings.
+            started.doorbell = Some(Doorbell::new(poller));
+        } else {
+            poller.doorbell();
+        }
+        Ok(started)
+    }
+}
