@@ -665,7 +665,7 @@ impl<'s> WriteGroup<'s> {
     }
 
     /// Starts the group's engine batch without waiting for it (see
-    /// [`Engine::try_submit_write`]); [`PendingCommit::finish`] waits and publishes its
+    /// [`lsm::Engine::try_submit_write`]); [`PendingCommit::finish`] waits and publishes its
     /// expiry changes. `Ok(None)`: the engine cannot start it now (finish an earlier group,
     /// or [`WriteGroup::commit`] when none is in flight). Once started, the group is spent.
     ///
