@@ -1506,21 +1506,7 @@ fn transactions_are_atomic_durable_and_watch_loses_no_update() {
         let client = drive.client();
         incrementers.push(std::thread::spawn(move || {
             let mut c = client.get_connection().unwrap();
-            let mut done = 0;
-            while done < INCREMENTS {
-                let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
-                let v: Option<i64> = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
-                let r: Option<(String,)> = redis::pipe()
-                    .atomic()
-                    .cmd("SET")
-                    .arg("counter")
-                    .arg(v.unwrap_or(0) + 1)
-                    .query(&mut c)
-                    .unwrap();
-                if r.is_some() {
-                    done += 1;
-                }
-            }
+            common::watch_increments(&mut c, "counter", INCREMENTS);
         }));
     }
     while !mover.is_finished() {

@@ -58,21 +58,7 @@ fn inline_and_writer_writes_interleave_as_one_thread_would() {
         let client = drive.client();
         workers.push(std::thread::spawn(move || {
             let mut c = client.get_connection().unwrap();
-            let mut done = 0;
-            while done < INCREMENTS {
-                let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
-                let v: Option<i64> = c.get("counter").unwrap();
-                let r: Option<(String,)> = redis::pipe()
-                    .atomic()
-                    .cmd("SET")
-                    .arg("counter")
-                    .arg(v.unwrap_or(0) + 1)
-                    .query(&mut c)
-                    .unwrap();
-                if r.is_some() {
-                    done += 1;
-                }
-            }
+            common::watch_increments(&mut c, "counter", INCREMENTS);
         }));
     }
     for w in workers {

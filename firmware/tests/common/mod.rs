@@ -148,3 +148,24 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u6
         .parse()
         .unwrap()
 }
+
+/// Increments `key` by one `n` times through WATCH / GET / MULTI SET / EXEC, retrying each
+/// increment whose EXEC another client's write aborted (optimistic locking, as a client
+/// library does it).
+pub fn watch_increments(c: &mut redis::Connection, key: &str, n: i64) {
+    let mut done = 0;
+    while done < n {
+        let _: () = redis::cmd("WATCH").arg(key).query(c).unwrap();
+        let v: Option<i64> = redis::cmd("GET").arg(key).query(c).unwrap();
+        let r: Option<(String,)> = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(key)
+            .arg(v.unwrap_or(0) + 1)
+            .query(c)
+            .unwrap();
+        if r.is_some() {
+            done += 1;
+        }
+    }
+}

@@ -114,10 +114,6 @@ mod tests {
 mod engine_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use std::sync::Arc;
-
-    use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, Geometry, RamStore};
-
     use crate::engine::{Engine, Slot};
     use crate::EngineConfig;
 
@@ -136,17 +132,8 @@ mod engine_tests {
     /// records, reads those pages then (counted), and loses nothing.
     #[test]
     fn a_wrong_mark_costs_a_read_and_loses_nothing() {
-        let g = Geometry {
-            channels: 2,
-            ways: 2,
-            blocks_per_chip: 64,
-            pages_per_block: 16,
-            spare_blocks_per_chip: 2,
-        };
-        let dev: Arc<dyn AppendDevice> =
-            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
         let db = Engine::open(
-            dev,
+            crate::engine::test_device::small_ram_device(16),
             EngineConfig {
                 memtable_bytes: 64 << 10,
                 gc_window_pages: 16,

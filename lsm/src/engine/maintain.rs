@@ -438,7 +438,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
 
     /// With the maintenance lock held (the thread cannot flush), a writer fills the active
     /// memtable, rotates it, fills the next one and must then stall (counted as a memtable
@@ -446,20 +445,12 @@ mod tests {
     /// and every write is there.
     #[test]
     fn a_writer_stalls_on_a_full_memtable_until_maintenance_flushes() {
-        let g = Geometry {
-            channels: 2,
-            ways: 2,
-            blocks_per_chip: 64,
-            pages_per_block: 16,
-            spare_blocks_per_chip: 2,
-        };
-        let dev =
-            Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
+        let dev = crate::engine::test_device::small_ram_device(16);
         let cfg = EngineConfig {
             memtable_bytes: 2 << 10,
             ..EngineConfig::default()
         };
-        let db = Arc::new(Engine::open(dev as Arc<dyn AppendDevice>, cfg).unwrap());
+        let db = Arc::new(Engine::open(dev, cfg).unwrap());
         let key = |i: u32| format!("key{i:04}").into_bytes();
         let hold = db.core.maint.lock();
         let writer = {

@@ -27,6 +27,8 @@ mod read;
 mod recovery;
 mod sample;
 mod space;
+#[cfg(test)]
+mod test_device;
 mod version;
 mod write;
 

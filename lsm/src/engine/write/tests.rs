@@ -1,21 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use hwftl_sim::{Backend, DeviceConfig, Ftl, RamStore};
 use rand::{Rng, SeedableRng};
 
 /// An engine with `cfg` on a fresh small RAM device (2 x 2 chips of 64 blocks of 64 pages).
 pub(super) fn ram_engine(cfg: EngineConfig) -> Engine {
-    let g = Geometry {
-        channels: 2,
-        ways: 2,
-        blocks_per_chip: 64,
-        pages_per_block: 64,
-        spare_blocks_per_chip: 2,
-    };
-    let dev: Arc<dyn AppendDevice> =
-        Arc::new(Ftl::format(&Backend::Ram(RamStore::new()), DeviceConfig::new(g)).unwrap());
-    Engine::open(dev, cfg).unwrap()
+    Engine::open(crate::engine::test_device::small_ram_device(64), cfg).unwrap()
 }
 
 /// `page_bound` is an upper bound of the value-log pages a batch writes (checked on the
