@@ -1,0 +1,785 @@
+//! The reading side of the worker threads: `ls-engine`'s loop (GET and MGET batches, key
+//! reads and ranges started without waiting for the device), the reads `ls-net` answers from
+//! DRAM ([`try_read_now`]), and reads inside a transaction against its write group.
+
+use super::*;
+
+/// The engine thread's loop: returns when the queue closes and every read it started has
+/// been answered.
+pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, sink: &ReplySink) {
+    let outstanding = Arc::new(AtomicUsize::new(0));
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        // A key of a slot being handed over may have left since ls-net checked: asked of
+        // the drive taking the slot, not answered missing.
+        let mut moved = Vec::new();
+        batch.retain(|j| {
+            match store
+                .migrations
+                .redirect(&j.cmd, |k| store.kind(k).ok().flatten().is_some())
+            {
+                Some(reply) => {
+                    moved.push(Done {
+                        conn: j.conn,
+                        seq: j.seq,
+                        reply,
+                    });
+                    false
+                }
+                None => true,
+            }
+        });
+        if !moved.is_empty() {
+            sink.send_all(moved);
+        }
+        let (gets, others): (Vec<Job>, Vec<Job>) = batch
+            .into_iter()
+            .partition(|j| matches!(j.cmd, Command::Get(_) | Command::MGet(_)));
+        if !gets.is_empty() {
+            start_gets(store, metrics, gets, sink, &outstanding);
+        }
+        let (ranges, others): (Vec<Job>, Vec<Job>) = others
+            .into_iter()
+            .partition(|j| matches!(j.cmd, Command::Range { .. }));
+        for j in ranges {
+            start_range(store, metrics, j, sink, &outstanding);
+        }
+        let others: Vec<Job> = others
+            .into_iter()
+            .filter_map(|j| start_key_read(store, metrics, j, sink, &outstanding))
+            .collect();
+        let replies: Vec<Done> = others
+            .into_iter()
+            .map(|j| {
+                let reply = read_one(store, metrics, &j.cmd, j.proto);
+                count_reply_copy(metrics, &reply);
+                Done {
+                    conn: j.conn,
+                    seq: j.seq,
+                    reply,
+                }
+            })
+            .collect();
+        sink.send_all(replies);
+    }
+    // Reads on the device still hold replies (and the engine's poller delivers them).
+    let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
+    while outstanding.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What one GET / MGET of a batch waits for.
+enum GetShape {
+    /// The next value read; the next type flag says whether the key holds another type.
+    One,
+    /// The next `n` values read.
+    Many(usize),
+}
+
+/// Starts the reads of a batch of GETs and MGETs; the replies are sent from the engine's
+/// poller thread once the pages are in. A GET's key is also checked for another type in
+/// the same engine-lock hold as its value is looked up, so it answers nil or WRONGTYPE
+/// consistently.
+fn start_gets(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    gets: Vec<Job>,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) {
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut typed: Vec<&[u8]> = Vec::new();
+    let mut shapes: Vec<(u64, u64, GetShape)> = Vec::with_capacity(gets.len());
+    for j in &gets {
+        let shape = match &j.cmd {
+            Command::Get(k) => {
+                keys.push(k);
+                typed.push(k);
+                GetShape::One
+            }
+            Command::MGet(ks) => {
+                keys.extend(ks.iter().map(|k| &k[..]));
+                GetShape::Many(ks.len())
+            }
+            _ => GetShape::Many(0),
+        };
+        shapes.push((j.conn, j.seq, shape));
+    }
+    let (metrics, sink, outstanding) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.get_strings_async(
+        &keys,
+        &typed,
+        Box::new(move |r, other_type| {
+            let replies = answer_gets(shapes, r, &other_type, &metrics);
+            sink.send_all(replies);
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+}
+
+/// Starts an `LS.RANGE`: its keys are taken and its value pages submitted now; the reply is
+/// sent from the engine's poller thread once they are read (the engine thread goes on).
+fn start_range(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    job: Job,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) {
+    let Command::Range { start, end, count } = &job.cmd else {
+        return;
+    };
+    let count = usize::try_from(*count).unwrap_or(usize::MAX);
+    let (conn, seq) = (job.conn, job.seq);
+    let (metrics, sink, outstanding) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.range_strings_async(
+        start,
+        end,
+        count,
+        Box::new(move |r| {
+            let reply = match r {
+                Ok(pairs) => {
+                    let mut items = Vec::with_capacity(pairs.len() * 2);
+                    for (k, v) in pairs {
+                        items.push(Reply::Bulk(k));
+                        items.push(Reply::Bulk(v));
+                    }
+                    Reply::Array(items)
+                }
+                Err(e) => err(&e),
+            };
+            count_reply_copy(&metrics, &reply);
+            sink.send_all(vec![Done { conn, seq, reply }]);
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+}
+
+/// Builds a key read's reply from what was found (the key exists and has the command's
+/// type, or does not exist: then every value is `None` and there are no pairs).
+type FinishKeyRead = Box<dyn FnOnce(KeyFound) -> Reply + Send>;
+
+/// One reading command on one key, ready to run: what to read and how to reply.
+struct KeyReadPlan<'c> {
+    key: &'c Bytes,
+    names: Vec<Bytes>,
+    read: Read,
+    /// The type the command works on (another type answers WRONGTYPE).
+    tag: u8,
+    finish: FinishKeyRead,
+}
+
+impl KeyReadPlan<'_> {
+    /// What the store reads for a plan of shape `read` on `names`.
+    fn what(read: Read, names: &[Bytes]) -> KeyRead<'_> {
+        match read {
+            Read::Record(tag) => KeyRead::Record { tag },
+            Read::Subs(sub_tag) => KeyRead::Subs { sub_tag, names },
+            Read::All(sub_tag) => KeyRead::AllSubs { sub_tag },
+        }
+    }
+
+    /// The reply from what was found.
+    fn reply(finish: FinishKeyRead, tag: u8, found: store::Result<KeyFound>) -> Reply {
+        match found {
+            Ok(f) if f.kind.is_none() || f.kind == Some(tag) => finish(f),
+            Ok(_) => err(&StoreError::WrongType),
+            Err(e) => err(&e),
+        }
+    }
+}
+
+/// The plan of a reading command on one key whose records may be on the device (GET, HGET,
+/// HMGET, HGETALL, HLEN, ZCARD, ZSCORE, GETRANGE); `None` for any other command.
+fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
+    let one = |c: &Bytes| vec![c.clone()];
+    let (key, names, read, tag, finish): (&Bytes, Vec<Bytes>, Read, u8, FinishKeyRead) = match cmd {
+        Command::Get(key) => (
+            key,
+            Vec::new(),
+            Read::Record(STRING),
+            STRING,
+            Box::new(|f| bulk_or_null(f.values.into_iter().next().flatten())),
+        ),
+        Command::HGet { key, field } => (
+            key,
+            one(field),
+            Read::Subs(HASH_FIELD),
+            HASH,
+            Box::new(|f| bulk_or_null(f.values.into_iter().next().flatten())),
+        ),
+        Command::HMGet { key, fields } => (
+            key,
+            fields.clone(),
+            Read::Subs(HASH_FIELD),
+            HASH,
+            Box::new(|f| Reply::Array(f.values.into_iter().map(bulk_or_null).collect())),
+        ),
+        Command::HGetAll(key) => (
+            key,
+            Vec::new(),
+            Read::All(HASH_FIELD),
+            HASH,
+            Box::new(|f| {
+                Reply::Map(
+                    f.pairs
+                        .into_iter()
+                        .map(|(k, v)| (Reply::Bulk(k), Reply::Bulk(v)))
+                        .collect(),
+                )
+            }),
+        ),
+        Command::HLen(key) | Command::ZCard(key) => {
+            let tag = if matches!(cmd, Command::HLen(_)) {
+                HASH
+            } else {
+                ZSET
+            };
+            (
+                key,
+                Vec::new(),
+                Read::Record(tag),
+                tag,
+                Box::new(|f| {
+                    let n = f.values.first().and_then(Option::as_deref);
+                    Reply::Integer(n.map_or(0, |v| ks::decode_count(v) as i64))
+                }),
+            )
+        }
+        Command::ZScore { key, member } => (
+            key,
+            one(member),
+            Read::Subs(ZSET_MEMBER),
+            ZSET,
+            Box::new(|f| {
+                let v = f.values.first().and_then(Option::as_deref);
+                v.and_then(ks::decode_score)
+                    .map_or(Reply::Null, Reply::Double)
+            }),
+        ),
+        // Collection reads whose records are known by name: read like HLEN and HMGET, so
+        // they never wait on the engine thread and are answered inline when cached.
+        Command::Collection(Collection::SCard(key) | Collection::LLen(key)) => {
+            let tag = if matches!(cmd, Command::Collection(Collection::SCard(_))) {
+                SET
+            } else {
+                LIST
+            };
+            (
+                key,
+                Vec::new(),
+                Read::Record(tag),
+                tag,
+                // A list header starts with its count, as the other headers are.
+                Box::new(|f| {
+                    let n = f.values.first().and_then(Option::as_deref);
+                    Reply::Integer(n.map_or(0, |v| ks::decode_count(v) as i64))
+                }),
+            )
+        }
+        Command::Collection(Collection::HVals(key)) => (
+            key,
+            Vec::new(),
+            Read::All(HASH_FIELD),
+            HASH,
+            Box::new(|f| Reply::Array(f.pairs.into_iter().map(|(_, v)| Reply::Bulk(v)).collect())),
+        ),
+        Command::Collection(Collection::ZMScore { key, members }) => (
+            key,
+            members.clone(),
+            Read::Subs(ZSET_MEMBER),
+            ZSET,
+            Box::new(|f| {
+                Reply::Array(
+                    f.values
+                        .iter()
+                        .map(|v| {
+                            v.as_deref()
+                                .and_then(ks::decode_score)
+                                .map_or(Reply::Null, Reply::Double)
+                        })
+                        .collect(),
+                )
+            }),
+        ),
+        Command::GetRange { key, start, end } => {
+            let (start, end) = (*start, *end);
+            (
+                key,
+                Vec::new(),
+                Read::Record(STRING),
+                STRING,
+                Box::new(move |f| {
+                    let v = f.values.into_iter().next().flatten();
+                    Reply::Bulk(get_range(v.unwrap_or_default(), start, end))
+                }),
+            )
+        }
+        _ => return None,
+    };
+    Some(KeyReadPlan {
+        key,
+        names,
+        read,
+        tag,
+        finish,
+    })
+}
+
+/// Answers a reading command at once when DRAM holds all it needs (its keys' records in the
+/// keytables and memtables, its value pages in the value cache), and the short commands
+/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE): the network thread
+/// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
+/// another thread, as in redis-server. MGET likewise when every value is cached. `None`: the
+/// command goes to the engine thread (a page must come from the device, or it is another
+/// command: SCAN, DBSIZE, INFO, LS.RANGE).
+pub fn try_read_now(
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Option<Reply> {
+    if matches!(
+        cmd,
+        Command::Strlen(_)
+            | Command::Exists(_)
+            | Command::HExists { .. }
+            | Command::ZRangeByScore { .. }
+            | Command::Ttl { .. }
+            | Command::Type(_)
+    ) {
+        let reply = read_one(store, metrics, cmd, proto);
+        count_reply_copy(metrics, &reply);
+        return Some(reply);
+    }
+    if let Command::Get(key) = cmd {
+        if let Some(v) = store.get_string_cached(key) {
+            let reply = Reply::Bulk(v);
+            count_reply_copy(metrics, &reply);
+            return Some(reply);
+        }
+    }
+    if let Command::MGet(keys) = cmd {
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let values = store.get_strings_now(&refs)?;
+        let reply = Reply::Array(values.into_iter().map(bulk_or_null).collect());
+        count_reply_copy(metrics, &reply);
+        return Some(reply);
+    }
+    let plan = key_read_plan(cmd)?;
+    let found = store.read_key_now(plan.key, &KeyReadPlan::what(plan.read, &plan.names))?;
+    let reply = KeyReadPlan::reply(plan.finish, plan.tag, Ok(found));
+    count_reply_copy(metrics, &reply);
+    Some(reply)
+}
+
+/// Starts a reading command on one key whose records may be on the device (see
+/// [`key_read_plan`]): the engine thread resolves its keys and submits the page reads, and
+/// the engine's poller thread sends the reply once they are in, so other clients' commands
+/// go on meanwhile (the command runs at the device's queue depth, not one at a time).
+/// Returns the job unstarted when it is not such a command.
+fn start_key_read(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    job: Job,
+    sink: &ReplySink,
+    outstanding: &Arc<AtomicUsize>,
+) -> Option<Job> {
+    let Some(KeyReadPlan {
+        key,
+        names,
+        read,
+        tag,
+        finish,
+    }) = key_read_plan(&job.cmd)
+    else {
+        return Some(job);
+    };
+    let what = KeyReadPlan::what(read, &names);
+    let (conn, seq) = (job.conn, job.seq);
+    let (metrics, sink2, outstanding2) = (metrics.clone(), sink.clone(), outstanding.clone());
+    outstanding.fetch_add(1, Ordering::AcqRel);
+    store.read_key_async(
+        key,
+        &what,
+        Box::new(move |r| {
+            let reply = KeyReadPlan::reply(finish, tag, r);
+            count_reply_copy(&metrics, &reply);
+            sink2.send_all(vec![Done { conn, seq, reply }]);
+            outstanding2.fetch_sub(1, Ordering::AcqRel);
+        }),
+    );
+    None
+}
+
+/// The shape of a key read, before its names are borrowed.
+#[derive(Clone, Copy)]
+enum Read {
+    Record(u8),
+    Subs(u8),
+    All(u8),
+}
+
+/// Builds the replies of a batch of GETs and MGETs from the values read.
+fn answer_gets(
+    shapes: Vec<(u64, u64, GetShape)>,
+    values: store::Result<Vec<Option<Bytes>>>,
+    other_type: &[bool],
+    metrics: &Metrics,
+) -> Vec<Done> {
+    let mut values = match values {
+        Ok(v) => Ok(v.into_iter()),
+        Err(e) => Err(err(&e)),
+    };
+    let mut other_type = other_type.iter();
+    shapes
+        .into_iter()
+        .map(|(conn, seq, shape)| {
+            let reply = match (shape, &mut values) {
+                (_, Err(e)) => e.clone(),
+                (GetShape::One, Ok(vals)) => {
+                    let wrong = other_type.next().copied().unwrap_or(false);
+                    match vals.next().flatten() {
+                        Some(v) => Reply::Bulk(v),
+                        None if wrong => err(&StoreError::WrongType),
+                        None => Reply::Null,
+                    }
+                }
+                (GetShape::Many(n), Ok(vals)) => Reply::Array(
+                    (0..n)
+                        .map(|_| bulk_or_null(vals.next().flatten()))
+                        .collect(),
+                ),
+            };
+            count_reply_copy(metrics, &reply);
+            Done { conn, seq, reply }
+        })
+        .collect()
+}
+
+pub(super) fn read_one(store: &Store, metrics: &Metrics, cmd: &Command, proto: Protocol) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        Ok(match cmd {
+            Command::Strlen(k) => Reply::Integer(store.strlen(k)?),
+            Command::Exists(keys) => {
+                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                Reply::Integer(store.exists(&refs)?)
+            }
+            Command::HExists { key, field } => {
+                Reply::Integer(i64::from(store.hash_exists(key, field)?))
+            }
+            Command::ZRangeByScore {
+                key,
+                min,
+                max,
+                withscores,
+                limit,
+            } => {
+                let Some((offset, count)) = limit_window(*limit) else {
+                    // A negative offset answers nothing, after the type check.
+                    return match store.kind(key)? {
+                        Some(ZSET) | None => Ok(Reply::Array(Vec::new())),
+                        Some(_) => Err(StoreError::WrongType),
+                    };
+                };
+                let found = store.zrange_by_score(key, bound(min), bound(max), offset, count)?;
+                scored_members(found, *withscores, proto)
+            }
+            Command::Scan {
+                cursor,
+                pattern,
+                count,
+                kind,
+            } => {
+                let count = count.map_or(10, |c| usize::try_from(c).unwrap_or(usize::MAX));
+                let (next, keys) =
+                    store.scan(*cursor, pattern.as_deref(), count, kind.as_deref())?;
+                Reply::Array(vec![
+                    Reply::Bulk(Bytes::from(next.to_string())),
+                    Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+                ])
+            }
+            Command::DbSize => Reply::Integer(store.dbsize()?),
+            Command::RandomKey => bulk_or_null(store.random_key(|k| Ok(store.is_live(k)))?),
+            Command::Ttl { key, kind } => Reply::Integer(store.ttl(key, *kind)?),
+            Command::Type(key) => type_reply(store.kind(key)?),
+            Command::Keys(pattern) => {
+                Reply::Array(store.keys(pattern)?.into_iter().map(Reply::Bulk).collect())
+            }
+            Command::KeysInSlot { slot, count: None } => {
+                Reply::Integer(store.keys_in_slot(*slot, usize::MAX)?.len() as i64)
+            }
+            Command::KeysInSlot {
+                slot,
+                count: Some(n),
+            } => Reply::Array(
+                store
+                    .keys_in_slot(*slot, usize::try_from(*n).unwrap_or(usize::MAX))?
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
+            Command::Info(sections) => {
+                Reply::Verbatim(Bytes::from(info::render(store, metrics, sections)))
+            }
+            Command::Collection(c) => crate::collections::read(store, c, proto),
+            other => Reply::error(format!(
+                "ERR internal: '{}' was routed to the engine thread",
+                other.name()
+            )),
+        })
+    })();
+    r.unwrap_or_else(|e| err(&e))
+}
+
+/// TYPE's reply for a key of type `kind`.
+fn type_reply(kind: Option<u8>) -> Reply {
+    Reply::Simple(Bytes::from_static(
+        kind.map_or("none", ks::type_name).as_bytes(),
+    ))
+}
+
+/// A reading command inside EXEC: run on the writer thread against the transaction's group,
+/// so it sees the transaction's own earlier writes (KEYS and DBSIZE too: the applied state
+/// corrected by the group's written keys). SCAN and INFO read the applied state, without the
+/// transaction's own writes.
+pub(super) fn read_in_group(
+    g: &WriteGroup<'_>,
+    store: &Store,
+    metrics: &Metrics,
+    cmd: &Command,
+    proto: Protocol,
+) -> Reply {
+    let r: store::Result<Reply> = (|| {
+        if let Some(plan) = key_read_plan(cmd) {
+            let kind = g.key_type(plan.key)?;
+            let mut found = KeyFound {
+                kind,
+                values: Vec::new(),
+                pairs: Vec::new(),
+            };
+            match plan.read {
+                Read::Record(tag) => found.values.push(match kind {
+                    Some(k) if k == tag => g.record(&ks::top(tag, plan.key))?,
+                    _ => None,
+                }),
+                Read::Subs(sub_tag) => {
+                    for n in &plan.names {
+                        found.values.push(match kind {
+                            Some(k) if k == plan.tag => g.record(&ks::sub(sub_tag, plan.key, n))?,
+                            _ => None,
+                        });
+                    }
+                }
+                Read::All(sub_tag) => {
+                    if kind == Some(plan.tag) {
+                        let prefix = ks::sub_prefix(sub_tag, plan.key);
+                        for (k, v) in g.records_under(&prefix)? {
+                            found
+                                .pairs
+                                .push((Bytes::copy_from_slice(&k[prefix.len()..]), v));
+                        }
+                    }
+                }
+            }
+            return Ok(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
+        }
+        let string = |k: &[u8]| -> store::Result<Option<Bytes>> {
+            Ok(match g.key_type(k)? {
+                Some(STRING) => g.record(&ks::top(STRING, k))?,
+                _ => None,
+            })
+        };
+        Ok(match cmd {
+            Command::MGet(keys) => {
+                let mut items = Vec::with_capacity(keys.len());
+                for k in keys {
+                    items.push(bulk_or_null(string(k)?));
+                }
+                Reply::Array(items)
+            }
+            Command::Strlen(k) => match g.key_type(k)? {
+                None => Reply::Integer(0),
+                Some(STRING) => Reply::Integer(string(k)?.map_or(0, |v| v.len() as i64)),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Exists(keys) => {
+                let mut n = 0;
+                for k in keys {
+                    n += i64::from(g.key_type(k)?.is_some());
+                }
+                Reply::Integer(n)
+            }
+            Command::HExists { key, field } => match g.key_type(key)? {
+                None => Reply::Integer(0),
+                Some(HASH) => Reply::Integer(i64::from(
+                    g.record(&ks::sub(HASH_FIELD, key, field))?.is_some(),
+                )),
+                Some(_) => return Err(StoreError::WrongType),
+            },
+            Command::Ttl { key, kind } => Reply::Integer(store::ttl_reply(
+                g.key_type(key)?,
+                g.deadline_of(key),
+                *kind,
+                g.clock(),
+            )),
+            Command::Type(key) => type_reply(g.key_type(key)?),
+            Command::ZRangeByScore {
+                key,
+                min,
+                max,
+                withscores,
+                limit,
+            } => {
+                match g.key_type(key)? {
+                    None => return Ok(Reply::Array(Vec::new())),
+                    Some(ZSET) => {}
+                    Some(_) => return Err(StoreError::WrongType),
+                }
+                let Some((offset, count)) = limit_window(*limit) else {
+                    return Ok(Reply::Array(Vec::new()));
+                };
+                let ((lo, lo_in), (hi, hi_in)) = (bound(min), bound(max));
+                let prefix = ks::sub_prefix(ks::ZSET_ORDER, key);
+                let in_range = g
+                    .engine_keys_under(&prefix)?
+                    .into_iter()
+                    .filter_map(|k| ks::parse_order(prefix.len(), &k))
+                    .filter(|(s, _)| {
+                        (*s > lo || (lo_in && *s == lo)) && (*s < hi || (hi_in && *s == hi))
+                    })
+                    .skip(offset)
+                    .take(count.unwrap_or(usize::MAX));
+                scored_members(in_range.map(|(s, m)| (m, s)), *withscores, proto)
+            }
+            Command::Range { .. } => Reply::error("ERR LS.RANGE is not allowed inside MULTI"),
+            // KEYS and DBSIZE: the applied state, corrected by the keys this group wrote,
+            // with expiry judged at the transaction's one instant.
+            Command::Keys(pattern) => {
+                let mut keys: std::collections::BTreeSet<Bytes> =
+                    store.keys_at(pattern, g.clock())?.into_iter().collect();
+                for k in g.written_top_keys() {
+                    if kvproto::glob::glob_match(pattern, &k) {
+                        let k = Bytes::from(k);
+                        if g.key_type(&k)?.is_some() {
+                            keys.insert(k);
+                        } else {
+                            keys.remove(&k);
+                        }
+                    }
+                }
+                Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+            }
+            Command::DbSize => {
+                let mut n = store.dbsize_at(g.clock())?;
+                let mut seen = std::collections::HashSet::new();
+                for k in g.written_top_keys() {
+                    if seen.insert(k.clone()) {
+                        n += i64::from(g.key_type(&k)?.is_some())
+                            - i64::from(store.kind_at(&k, g.clock())?.is_some());
+                    }
+                }
+                Reply::Integer(n)
+            }
+            // A draw from the applied state among the keys live as this group sees them
+            // (its deletions and deadlines count); when there is none, one of the keys
+            // this group wrote that are live (the transaction's own writes, or earlier
+            // commands' of the same group), picked at random.
+            Command::RandomKey => {
+                let live = |k: &[u8]| Ok(g.key_type(k)?.is_some());
+                match store.random_key(live)? {
+                    Some(k) => Reply::Bulk(k),
+                    None => {
+                        let mut written = Vec::new();
+                        for k in g.written_top_keys() {
+                            if live(&k)? {
+                                written.push(k);
+                            }
+                        }
+                        if written.is_empty() {
+                            Reply::Null
+                        } else {
+                            let i = store::Picker::new().below(written.len() as u64) as usize;
+                            Reply::Bulk(Bytes::from(written.swap_remove(i)))
+                        }
+                    }
+                }
+            }
+            Command::Collection(c) => crate::collections::read(g, c, proto),
+            other => read_one(store, metrics, other, proto),
+        })
+    })();
+    r.unwrap_or_else(|e| err(&e))
+}
+
+/// ZRANGEBYSCORE's LIMIT as (offset, most members; `None`: no bound); `None` when the
+/// offset is negative (Redis then answers an empty array).
+fn limit_window(limit: Option<(i64, i64)>) -> Option<(usize, Option<usize>)> {
+    match limit {
+        Some((o, _)) if o < 0 => None,
+        Some((o, c)) => Some((usize::try_from(o).ok()?, usize::try_from(c).ok())),
+        None => Some((0, None)),
+    }
+}
+
+/// ZRANGEBYSCORE's reply: members, with their scores after each (RESP2) or paired (RESP3)
+/// when `withscores`.
+fn scored_members(
+    found: impl IntoIterator<Item = (Bytes, f64)>,
+    withscores: bool,
+    proto: Protocol,
+) -> Reply {
+    let mut items = Vec::new();
+    for (m, s) in found {
+        if withscores && proto == Protocol::Resp3 {
+            items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
+        } else {
+            items.push(Reply::Bulk(m));
+            if withscores {
+                items.push(Reply::Double(s));
+            }
+        }
+    }
+    Reply::Array(items)
+}
+
+/// GETRANGE's Redis semantics: negative offsets from the end, clamped, empty when crossed.
+fn get_range(v: Bytes, start: i64, end: i64) -> Bytes {
+    let len = v.len() as i64;
+    if len == 0 {
+        return Bytes::new();
+    }
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (norm(start), norm(end).min(len - 1));
+    if start < 0 && end < 0 && start > end || s > e {
+        return Bytes::new();
+    }
+    v.slice(s as usize..=e as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_range;
+    use bytes::Bytes;
+
+    #[test]
+    fn get_range_follows_redis() {
+        let v = Bytes::from_static(b"This is a string");
+        assert_eq!(&get_range(v.clone(), 0, 3)[..], b"This");
+        assert_eq!(&get_range(v.clone(), -3, -1)[..], b"ing");
+        assert_eq!(&get_range(v.clone(), 0, -1)[..], b"This is a string");
+        assert_eq!(&get_range(v.clone(), 10, 100)[..], b"string");
+        assert_eq!(&get_range(v.clone(), 5, 3)[..], b"");
+        assert_eq!(&get_range(v, -1, -5)[..], b"");
+        assert_eq!(&get_range(Bytes::new(), 0, -1)[..], b"");
+    }
+}
