@@ -49,7 +49,7 @@ use crate::store::{self, now_ms, KeyFound, KeyRead, SetOptions, Store, StoreErro
 mod groups;
 mod inline_write;
 mod read;
-pub use inline_write::try_write_now;
+pub use inline_write::{try_write_batch_now, writes_inline, InlineWrite};
 pub use read::{engine_loop, try_read_now};
 use read::{read_in_group, read_one};
 
@@ -58,10 +58,11 @@ use groups::{
     InFlightGroups, KeyChange,
 };
 
-const MAX_BATCH: usize = 512;
+/// Commands the writer takes into one group at most (the network thread's groups too).
+pub const MAX_BATCH: usize = 512;
 /// A write group is started once it holds this many bytes (small enough that several fit
 /// in the engine's write pipeline at once).
-const GROUP_BYTES: usize = 256 << 10;
+pub const GROUP_BYTES: usize = 256 << 10;
 /// Write groups the writer keeps unanswered at once (started on the device, or in plp mode
 /// applied and awaiting their replies) before it finishes the oldest. Two, not four: while
 /// the writer waits for the oldest, requests gather into a larger next group, so fewer

@@ -117,14 +117,6 @@ impl<T> Sender<T> {
 }
 
 impl<T> Sender<T> {
-    /// Whether nothing is queued (the receiver may still be working on what it took).
-    pub fn is_empty(&self) -> bool {
-        match self {
-            Sender::LockFree(tx) => tx.is_empty(),
-            Sender::Locked(q) => q.state.lock().items.is_empty(),
-        }
-    }
-
     /// Queues `item` if there is room now, without waiting (the network thread's send: a
     /// stalled worker must not stop the event loop).
     ///

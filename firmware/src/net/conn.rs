@@ -176,9 +176,12 @@ pub(super) struct Conn {
     pub(super) held: usize,
     /// Requests framed since it connected.
     pub(super) framed: u64,
-    /// A job its worker's queue had no room for (counted in flight; nothing else runs
-    /// before it leaves).
-    pub(super) stalled: Option<(Route, Job)>,
+    /// Jobs its worker's queue had no room for, in order (counted in flight; nothing else
+    /// runs before they leave).
+    pub(super) stalled: Option<(Route, VecDeque<Job>)>,
+    /// Its latest commands wait in this turn's inline write group (`Net::inline_batch`):
+    /// nothing else of it runs until the group has answered them or passed them on.
+    pub(super) in_batch: bool,
     /// A blocking command in flight (its sequence number and cancellation handle): nothing
     /// more of this connection runs until it is answered, and closing cancels it.
     pub(super) blocked: Option<(u64, Arc<crate::blocking::BlockHandle>)>,
@@ -253,6 +256,7 @@ impl Conn {
             held: 0,
             framed: 0,
             stalled: None,
+            in_batch: false,
             blocked: None,
             soft_since: None,
             budget_paused: false,

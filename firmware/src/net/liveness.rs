@@ -167,10 +167,13 @@ impl Net {
         } else {
             POLL_TIMEOUT
         };
-        // A CLIENT PAUSE ends on time.
-        self.pause_deadline().map_or(base, |t| {
-            base.min(t.saturating_duration_since(Instant::now()))
-        })
+        // A CLIENT PAUSE ends on time, and held doorbells are rung on time.
+        [self.pause_deadline(), self.rings.deadline()]
+            .into_iter()
+            .flatten()
+            .fold(base, |wait, t| {
+                wait.min(t.saturating_duration_since(Instant::now()))
+            })
     }
 
     /// Once per turn of the loop: retries stalled jobs, resumes clients the budget paused,
@@ -208,7 +211,7 @@ impl Net {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue;
             };
-            let Some((route, job)) = c.stalled.take() else {
+            let Some((route, mut jobs)) = c.stalled.take() else {
                 continue;
             };
             // Keep the order of stalls per queue: once one does not fit, later ones wait.
@@ -216,25 +219,33 @@ impl Net {
                 Route::Writer => (&self.writer_tx, &mut full_writer),
                 _ => (&self.engine_tx, &mut full_engine),
             };
-            if *full {
-                c.stalled = Some((route, job));
-                self.live.stalled.push(id);
-                continue;
+            while !*full {
+                let Some(job) = jobs.pop_front() else {
+                    break;
+                };
+                match tx.try_send(job) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(job)) => {
+                        *full = true;
+                        jobs.push_front(job);
+                    }
+                    Err(TrySendError::Disconnected(_)) => {
+                        // Shutting down: nothing will answer them.
+                        let gone = jobs.len() + 1;
+                        jobs.clear();
+                        c.in_flight = c.in_flight.saturating_sub(gone);
+                        for _ in 0..gone {
+                            c.inflight_meta.pop_back();
+                        }
+                        c.closing = true;
+                    }
+                }
             }
-            match tx.try_send(job) {
-                Ok(()) => resumed.push(id),
-                Err(TrySendError::Full(job)) => {
-                    *full = true;
-                    c.stalled = Some((route, job));
-                    self.live.stalled.push(id);
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    // Shutting down: nothing will answer it.
-                    c.in_flight = c.in_flight.saturating_sub(1);
-                    c.inflight_meta.pop_back();
-                    c.closing = true;
-                    resumed.push(id);
-                }
+            if jobs.is_empty() {
+                resumed.push(id);
+            } else {
+                c.stalled = Some((route, jobs));
+                self.live.stalled.push(id);
             }
         }
         for id in resumed {

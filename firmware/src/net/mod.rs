@@ -16,6 +16,7 @@
 mod admission;
 mod auth;
 mod conn;
+mod inline_batch;
 mod latency;
 pub mod limits;
 pub mod liveness;
@@ -32,7 +33,7 @@ pub use liveness::LivenessConfig;
 pub use route::MAX_KEY_BYTES;
 pub use slowlog::{DEFAULT_MAX_LEN as DEFAULT_SLOWLOG_MAX_LEN, DEFAULT_SLOWER_THAN_USEC};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
 use self::conn::{frame_requests, Conn, ConnAuth, InFlight, PROTOCOL_ERROR_MARK};
+use self::inline_batch::{HeldRings, InlineBatch};
 use self::limits::{read_reserve, Budget, Hold};
 use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
@@ -141,12 +143,13 @@ pub struct Net {
     /// Connections given output by another's command (PUBLISH): written at the end of the
     /// loop turn.
     to_flush: Vec<u64>,
-    /// Doorbells of writes run on this thread (`exec::try_write_now`), rung once the turn's
-    /// replies are written: the device submission's system call stays off the reply path.
-    doorbells: Vec<lsm::Doorbell>,
-    /// Writes this turn may still run here: one when a single connection had input this
-    /// turn, none otherwise (see the call of `exec::try_write_now`).
-    inline_writes_left: u32,
+    /// Doorbells of write groups run on this thread (`inline_batch`), rung after the turn's
+    /// replies are written (the device submission's system call stays off the reply path),
+    /// several groups' at once.
+    rings: HeldRings,
+    /// plp: the writes gathered since the last group ran on this thread (see
+    /// `inline_batch` and `exec::try_write_batch_now`).
+    inline: InlineBatch,
     /// Slow commands (SLOWLOG).
     slowlog: Slowlog,
     /// CLIENT PAUSE in force.
@@ -205,8 +208,8 @@ impl Net {
             now,
             pubsub: PubSub::default(),
             to_flush: Vec::new(),
-            doorbells: Vec::new(),
-            inline_writes_left: 0,
+            rings: HeldRings::default(),
+            inline: InlineBatch::new(cfg.inline_writes),
             slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
             pause: None,
             latency: latency::Latency::new(cfg.latency_monitor_threshold_ms),
@@ -227,17 +230,6 @@ impl Net {
                 Err(e) => return Err(e),
             }
             self.now = Instant::now();
-            // Under load the network thread is the drive's busiest: writes then go to the
-            // writer, which also gathers them into one group commit. With one connection
-            // talking, one write per turn runs here.
-            self.inline_writes_left = u32::from(
-                self.cfg.inline_writes
-                    && events
-                        .iter()
-                        .filter(|e| ![LISTENER, WAKER, TLS_LISTENER].contains(&e.token()))
-                        .count()
-                        <= 1,
-            );
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(false),
@@ -255,16 +247,22 @@ impl Net {
                     }
                 }
             }
+            // The writes this turn's requests gathered run as one group (plp), and so do
+            // those that the replies below let run; nothing gathered outlives the turn.
+            self.settle_inline_batch();
             self.drain_replies();
+            self.settle_inline_batch();
             for id in std::mem::take(&mut self.to_flush) {
                 self.flush(id);
             }
-            // The pages of writes run here go to the device now (dropping rings).
-            self.doorbells.clear();
             self.housekeeping();
-            // And those of writes housekeeping ran (a client let go after CLIENT PAUSE).
-            self.doorbells.clear();
+            // And the writes housekeeping let run (a client let go after CLIENT PAUSE).
+            self.settle_inline_batch();
+            // The pages of groups run here go to the device when enough are held or the
+            // oldest has waited long enough (`HeldRings`).
+            self.rings.ring_if_due(Instant::now());
         }
+        self.rings.ring();
         // Last words to clients still connected are not owed: their in-flight writes finish
         // in the writer thread before the engine closes. Their blocked commands are
         // cancelled first, so the writes still queued pop nothing for a reply no one reads.
@@ -657,6 +655,16 @@ impl Net {
                 }
                 _ => Route::Here,
             };
+            // plp: a write joins this turn's group on this thread (`inline_batch`).
+            let batched = route == Route::Writer
+                && matches!(&parsed, Ok(cmd) if self.inline.may_join(c, cmd, &self.store));
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            if c.in_batch && !batched {
+                // Waits for the group its earlier writes are in.
+                return;
+            }
             if c.in_flight > 0 && (route == Route::Here || route != c.in_flight_to) {
                 return;
             }
@@ -766,32 +774,9 @@ impl Net {
                     .value_bytes_moved
                     .fetch_add(value.len() as u64, Ordering::Relaxed);
             }
-            // A write that overtakes nothing (this connection has nothing in flight, the
-            // writer's queue is empty) runs here while the writer is idle, in plp mode: no
-            // hand-off to the writer and back (see `exec::try_write_now`).
-            if route == Route::Writer
-                && self.inline_writes_left > 0
-                && c.in_flight == 0
-                && self.writer_tx.is_empty()
-            {
-                self.inline_writes_left -= 1;
-                let started = Instant::now();
-                if let Some((r, doorbell)) =
-                    exec::try_write_now(&self.store, &self.metrics, &cmd, c.proto)
-                {
-                    self.metrics
-                        .writes_run_inline
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.metrics
-                        .value_bytes_moved
-                        .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
-                    c.out.push(&r, c.proto);
-                    // Rung once this turn's replies are written (`ring_doorbells`).
-                    self.doorbells.extend(doorbell);
-                    let failed = r.is_error();
-                    self.timed(id, row, &args, started.elapsed(), failed);
-                    continue;
-                }
+            if batched {
+                self.join_inline_batch(id, cmd, cost, row, args);
+                continue;
             }
             if self.cfg.copy_values {
                 copy_values(&mut cmd, &self.metrics);
@@ -848,7 +833,7 @@ impl Net {
             if let Some(job) = stalled {
                 // The worker is behind: keep the job here, stop reading this client, and
                 // retry on a timer (`liveness`), so the loop never waits on a queue.
-                c.stalled = Some((route, job));
+                c.stalled = Some((route, VecDeque::from([job])));
                 self.stall(id);
                 return;
             }
@@ -888,63 +873,7 @@ impl Net {
     fn drain_replies(&mut self) {
         let mut touched = Vec::new();
         while let Ok(d) = self.replies.try_recv() {
-            let Some(c) = self.conns.get_mut(&d.conn) else {
-                continue;
-            };
-            if d.seq != c.next_reply {
-                c.early.insert(d.seq, d.reply);
-                continue;
-            }
-            let mut reply = Some(d.reply);
-            while let Some(r) = reply {
-                c.in_flight = c.in_flight.saturating_sub(1);
-                c.answered();
-                // A blocking command's wait is not its run time: as in Redis, it counts as a
-                // call without time and never enters SLOWLOG or the latency monitor.
-                let was_blocking = c
-                    .blocked
-                    .as_ref()
-                    .is_some_and(|(seq, _)| *seq == c.next_reply);
-                let meta = c.inflight_meta.pop_front();
-                if was_blocking {
-                    if let Some(row) = meta.as_ref().and_then(|f| f.row) {
-                        self.metrics.command_stats.called(row, 0, r.is_error());
-                    }
-                } else if let Some(f) = meta {
-                    let took = self.now.saturating_duration_since(f.started);
-                    if let Some(row) = f.row {
-                        self.metrics
-                            .command_stats
-                            .called(row, slowlog::micros(took), r.is_error());
-                        self.latency.record(row, took);
-                        if self.slowlog.wants(took) {
-                            let (peer, name) = (c.peer, c.name.clone());
-                            self.slowlog.record(
-                                &CommandStats::row_name(row),
-                                &f.args,
-                                took,
-                                || Caller {
-                                    peer: peer.to_string(),
-                                    name: name.unwrap_or_default(),
-                                },
-                            );
-                        }
-                    }
-                }
-                if was_blocking {
-                    c.blocked = None;
-                }
-                c.next_reply += 1;
-                self.metrics
-                    .value_bytes_moved
-                    .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
-                c.out.push(&r, c.proto);
-                c.release_pushes();
-                reply = c.early.remove(&c.next_reply);
-            }
-            if touched.last() != Some(&d.conn) {
-                touched.push(d.conn);
-            }
+            self.deliver(d, &mut touched);
         }
         touched.sort_unstable();
         touched.dedup();
@@ -958,6 +887,65 @@ impl Net {
         for id in touched {
             self.run_backlog(id);
             self.resume(id);
+        }
+    }
+
+    /// Puts a worker's reply in its connection's output in request order (held while an
+    /// earlier one is missing), counts the command (commandstats, SLOWLOG, latency), and
+    /// notes the connection in `touched` (it may run more of its backlog now).
+    fn deliver(&mut self, d: Done, touched: &mut Vec<u64>) {
+        let Some(c) = self.conns.get_mut(&d.conn) else {
+            return;
+        };
+        if d.seq != c.next_reply {
+            c.early.insert(d.seq, d.reply);
+            return;
+        }
+        let mut reply = Some(d.reply);
+        while let Some(r) = reply {
+            c.in_flight = c.in_flight.saturating_sub(1);
+            c.answered();
+            // A blocking command's wait is not its run time: as in Redis, it counts as a
+            // call without time and never enters SLOWLOG or the latency monitor.
+            let was_blocking = c
+                .blocked
+                .as_ref()
+                .is_some_and(|(seq, _)| *seq == c.next_reply);
+            let meta = c.inflight_meta.pop_front();
+            if was_blocking {
+                if let Some(row) = meta.as_ref().and_then(|f| f.row) {
+                    self.metrics.command_stats.called(row, 0, r.is_error());
+                }
+            } else if let Some(f) = meta {
+                let took = self.now.saturating_duration_since(f.started);
+                if let Some(row) = f.row {
+                    self.metrics
+                        .command_stats
+                        .called(row, slowlog::micros(took), r.is_error());
+                    self.latency.record(row, took);
+                    if self.slowlog.wants(took) {
+                        let (peer, name) = (c.peer, c.name.clone());
+                        self.slowlog
+                            .record(&CommandStats::row_name(row), &f.args, took, || Caller {
+                                peer: peer.to_string(),
+                                name: name.unwrap_or_default(),
+                            });
+                    }
+                }
+            }
+            if was_blocking {
+                c.blocked = None;
+            }
+            c.next_reply += 1;
+            self.metrics
+                .value_bytes_moved
+                .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+            c.out.push(&r, c.proto);
+            c.release_pushes();
+            reply = c.early.remove(&c.next_reply);
+        }
+        if touched.last() != Some(&d.conn) {
+            touched.push(d.conn);
         }
     }
 

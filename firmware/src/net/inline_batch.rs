@@ -1,0 +1,239 @@
+//! plp: the writes `ls-net` runs itself, one group per turn of its loop. Requests gather in
+//! an [`InlineBatch`] as connections are served; at the end of the turn (and again after
+//! the replies and the housekeeping that let more requests run) the batch runs as one write
+//! group on this thread when `ls-writer` is idle (`exec::try_write_batch_now`, where the
+//! concurrency argument is), or goes to the writer's queue in the same order.
+//!
+//! Per connection: a write joins only while nothing else of the connection is in flight, or
+//! when its earlier writes are in the same batch; while a connection has writes in the
+//! batch (`Conn::in_batch`) nothing else of it runs. So its replies keep request order, and
+//! a read after its write sees the write.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kvproto::Command;
+
+use super::conn::{Conn, InFlight};
+use super::route::Route;
+use super::Net;
+use crate::exec::{self, InlineWrite, Job};
+use crate::queue::TrySendError;
+use crate::store::Store;
+
+/// Groups run here hand their pages to the device together once this many groups (each
+/// writes one packed page at least) ...
+const RING_GROUPS: usize = 8;
+/// ... or this many request bytes are held back ([`HeldRings`]) ...
+const RING_BYTES: usize = 32 << 10;
+/// ... or once the oldest has waited this long.
+const RING_AFTER: Duration = Duration::from_millis(1);
+
+/// The doorbells of groups run on `ls-net` that have not been rung. A group is acknowledged
+/// once it is in the memtable and the engine's landing buffer (plp), so when its pages go to
+/// the device changes no reply: ringing for several groups at once costs one submission and
+/// one wake-up of the device poller where each group would cost its own (at one client, the
+/// submission and the poller were half of the drive's CPU per SET). The bounds keep the
+/// pages held back well inside the pipeline's 96 (at most 7 small groups' and one group of
+/// the largest size, 256 KiB: 33 pages; the engine admits no group past the pipeline, and
+/// such a group goes to the writer, after a ring), and a waiter for the pipeline (maintenance, SIGPWR's
+/// sync) is handed the pages by the poller's own wait within 20 ms at worst, by this within
+/// [`RING_AFTER`] and a poll's rounding.
+#[derive(Default)]
+pub(super) struct HeldRings {
+    bells: Vec<lsm::Doorbell>,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+impl HeldRings {
+    /// Holds a group's doorbell (its request bytes count toward [`RING_BYTES`]).
+    fn hold(&mut self, bell: lsm::Doorbell, bytes: usize, now: Instant) {
+        self.bells.push(bell);
+        self.bytes += bytes;
+        self.since.get_or_insert(now);
+    }
+
+    /// Rings the held doorbells if they are due: [`RING_GROUPS`] or [`RING_BYTES`] held, or
+    /// the oldest held for [`RING_AFTER`].
+    pub(super) fn ring_if_due(&mut self, now: Instant) {
+        let due = self.bells.len() >= RING_GROUPS
+            || self.bytes >= RING_BYTES
+            || self
+                .since
+                .is_some_and(|t| now.saturating_duration_since(t) >= RING_AFTER);
+        if due {
+            self.ring();
+        }
+    }
+
+    /// Rings every held doorbell (dropping one rings it).
+    pub(super) fn ring(&mut self) {
+        self.bells.clear();
+        self.bytes = 0;
+        self.since = None;
+    }
+
+    /// When the held doorbells are due at the latest (the loop's poll waits no longer).
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.since.map(|t| t + RING_AFTER)
+    }
+}
+
+/// The writes gathered since the last group ran on `ls-net`.
+pub(super) struct InlineBatch {
+    /// plp, and not ablated (`--ablate inline-writes`).
+    enabled: bool,
+    /// The writes, in the order they were taken.
+    writes: Vec<InlineWrite>,
+    /// Their request bytes: a batch is capped as the writer caps its groups.
+    bytes: usize,
+}
+
+impl InlineBatch {
+    pub(super) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            writes: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Whether connection `c`'s next command `cmd` (routed to the writer) joins the batch:
+    /// a write that may run on `ls-net` ([`exec::writes_inline`]), from a connection with
+    /// nothing in flight or only writes in this batch, while no slot is being handed over
+    /// (cluster: those writes get the writer's second look) and the batch has room.
+    pub(super) fn may_join(&self, c: &Conn, cmd: &Command, store: &Store) -> bool {
+        self.enabled
+            && (c.in_flight == 0 || c.in_batch)
+            && c.stalled.is_none()
+            && self.writes.len() < exec::MAX_BATCH
+            && self.bytes < exec::GROUP_BYTES
+            && exec::writes_inline(cmd)
+            && !store.migrations.any()
+    }
+}
+
+impl Net {
+    /// Takes connection `id`'s write into the batch: counted in flight (to the writer, where
+    /// it goes if the batch cannot run here) with the next sequence number.
+    pub(super) fn join_inline_batch(
+        &mut self,
+        id: u64,
+        cmd: Command,
+        cost: usize,
+        row: Option<usize>,
+        args: Vec<Bytes>,
+    ) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let seq = c.next_seq;
+        c.next_seq += 1;
+        c.in_flight += 1;
+        c.in_flight_to = Route::Writer;
+        c.in_batch = true;
+        c.hold_in_flight(cost);
+        c.inflight_meta.push_back(InFlight {
+            row,
+            started: self.now,
+            args,
+        });
+        self.inline.bytes += cost;
+        self.inline.writes.push(InlineWrite {
+            conn: id,
+            seq,
+            proto: c.proto,
+            cmd,
+        });
+    }
+
+    /// Runs the gathered writes as one group here, or passes them to the writer; then lets
+    /// their connections go on (which may gather a new batch: repeated until none is left,
+    /// each round taking at least one request off a backlog).
+    pub(super) fn settle_inline_batch(&mut self) {
+        while !self.inline.writes.is_empty() {
+            let writes = std::mem::take(&mut self.inline.writes);
+            let bytes = std::mem::take(&mut self.inline.bytes);
+            let mut conns: Vec<u64> = writes.iter().map(|w| w.conn).collect();
+            conns.sort_unstable();
+            conns.dedup();
+            for id in &conns {
+                if let Some(c) = self.conns.get_mut(id) {
+                    c.in_batch = false;
+                }
+            }
+            match exec::try_write_batch_now(&self.store, &self.metrics, &writes) {
+                Some((done, doorbell)) => {
+                    self.metrics
+                        .writes_run_inline
+                        .fetch_add(writes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.now = Instant::now();
+                    // Rung once the replies are written, with other groups' (`HeldRings`).
+                    if let Some(bell) = doorbell {
+                        self.rings.hold(bell, bytes, self.now);
+                    }
+                    let mut touched = Vec::new();
+                    for d in done {
+                        self.deliver(d, &mut touched);
+                    }
+                    touched.sort_unstable();
+                    touched.dedup();
+                    for id in touched {
+                        self.run_backlog(id);
+                        self.resume(id);
+                    }
+                }
+                None => {
+                    // The engine may have refused for want of pipeline room: the pages held
+                    // back go now, or the writer would wait for them.
+                    self.rings.ring();
+                    for w in writes {
+                        self.pass_to_writer(w);
+                    }
+                    // Their later commands may follow them to the writer.
+                    for id in conns {
+                        self.run_backlog(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a gathered write to the writer's queue, behind the connection's stalled jobs if
+    /// it has any (its order is kept: nothing of it ran since the write was taken).
+    fn pass_to_writer(&mut self, w: InlineWrite) {
+        let job = Job {
+            conn: w.conn,
+            proto: w.proto,
+            cmd: w.cmd,
+            seq: w.seq,
+            tx: None,
+            block: None,
+        };
+        if let Some(c) = self.conns.get_mut(&w.conn) {
+            if let Some((_, jobs)) = c.stalled.as_mut() {
+                jobs.push_back(job);
+                return;
+            }
+        }
+        match self.writer_tx.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job)) => {
+                if let Some(c) = self.conns.get_mut(&w.conn) {
+                    c.stalled = Some((Route::Writer, VecDeque::from([job])));
+                    self.stall(w.conn);
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                // Workers gone: the drive is shutting down.
+                if let Some(c) = self.conns.get_mut(&w.conn) {
+                    c.in_flight = c.in_flight.saturating_sub(1);
+                    c.inflight_meta.pop_back();
+                    c.closing = true;
+                }
+            }
+        }
+    }
+}
