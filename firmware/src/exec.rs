@@ -220,7 +220,7 @@ pub fn writer_loop(
     let mut in_flight = InFlightGroups::new();
     let mut blocked = Blocked::new(handles);
     let mut last_sweep = Instant::now();
-    // Held whenever this thread has work (see `try_write_now`).
+    // Held whenever this thread has work (see `try_write_batch_now`).
     let mut gate = store.writer_gate.lock();
     loop {
         // Blocked clients whose timeout ran out get their nil (and cancelled ones leave).
@@ -267,7 +267,7 @@ pub fn writer_loop(
                 Duration::from_millis(d.saturating_sub(now_ms())).min(most)
             });
             // Idle (nothing in flight): the network thread may run writes itself while
-            // this waits (see `try_write_now`); the gate is held again before anything
+            // this waits (see `try_write_batch_now`); the gate is held again before anything
             // below runs.
             let next = parking_lot::MutexGuard::unlocked(&mut gate, || jobs.recv_timeout(wait));
             match next {

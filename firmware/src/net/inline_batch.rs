@@ -81,6 +81,12 @@ impl HeldRings {
     }
 }
 
+/// Groups one call of `settle_inline_batch` runs at most (the writes the last one's replies
+/// let gather wait for the next turn, which then polls without waiting), so a client
+/// streaming a long pipeline does not keep the loop from other connections, the workers'
+/// replies and the housekeeping.
+const SETTLE_ROUNDS: usize = 4;
+
 /// The writes gathered since the last group ran on `ls-net`.
 pub(super) struct InlineBatch {
     /// plp, and not ablated (`--ablate inline-writes`).
@@ -89,6 +95,20 @@ pub(super) struct InlineBatch {
     writes: Vec<InlineWrite>,
     /// Their request bytes: a batch is capped as the writer caps its groups.
     bytes: usize,
+    /// Connections whose next command waits for the batch to be settled (it was full, or
+    /// the command is CLIENT PAUSE): served again once it is.
+    waiters: Vec<u64>,
+}
+
+/// What connection `c`'s next command does about the batch ([`InlineBatch::admits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// It joins the batch.
+    Join,
+    /// It waits until the batch is settled (then runs, or joins the next one).
+    Wait,
+    /// It runs as it would without the batch.
+    Pass,
 }
 
 impl InlineBatch {
@@ -97,21 +117,51 @@ impl InlineBatch {
             enabled,
             writes: Vec::new(),
             bytes: 0,
+            waiters: Vec::new(),
         }
     }
 
-    /// Whether connection `c`'s next command `cmd` (routed to the writer) joins the batch:
-    /// a write that may run on `ls-net` ([`exec::writes_inline`]), from a connection with
-    /// nothing in flight or only writes in this batch, while no slot is being handed over
-    /// (cluster: those writes get the writer's second look) and the batch has room.
-    pub(super) fn may_join(&self, c: &Conn, cmd: &Command, store: &Store) -> bool {
-        self.enabled
+    /// Whether writes wait to be run (the loop then polls without waiting).
+    pub(super) fn pending(&self) -> bool {
+        !self.writes.is_empty()
+    }
+
+    /// Notes that connection `id` waits for the batch to be settled.
+    pub(super) fn wait(&mut self, id: u64) {
+        if self.waiters.last() != Some(&id) {
+            self.waiters.push(id);
+        }
+    }
+
+    /// Whether connection `c`'s next command `cmd` (routed to `to_writer` or not) joins the
+    /// batch: a write that may run on `ls-net` ([`exec::writes_inline`]), from a connection
+    /// with nothing in flight or only writes in this batch, while no slot is being handed
+    /// over (cluster: those writes get the writer's second look); it waits while the batch
+    /// is full. CLIENT PAUSE waits for a batch to be settled: the writes gathered before it
+    /// run before its reply, as Redis ran them.
+    pub(super) fn admits(
+        &self,
+        c: &Conn,
+        cmd: &Command,
+        to_writer: bool,
+        store: &Store,
+    ) -> Admission {
+        if matches!(cmd, Command::ClientPause { .. }) && self.pending() {
+            return Admission::Wait;
+        }
+        let eligible = to_writer
+            && self.enabled
             && (c.in_flight == 0 || c.in_batch)
             && c.stalled.is_none()
-            && self.writes.len() < exec::MAX_BATCH
-            && self.bytes < exec::GROUP_BYTES
             && exec::writes_inline(cmd)
-            && !store.migrations.any()
+            && !store.migrations.any();
+        if !eligible {
+            Admission::Pass
+        } else if self.writes.len() < exec::MAX_BATCH && self.bytes < exec::GROUP_BYTES {
+            Admission::Join
+        } else {
+            Admission::Wait
+        }
     }
 }
 
@@ -150,10 +200,13 @@ impl Net {
     }
 
     /// Runs the gathered writes as one group here, or passes them to the writer; then lets
-    /// their connections go on (which may gather a new batch: repeated until none is left,
-    /// each round taking at least one request off a backlog).
+    /// their connections, and those that waited for the batch, go on (which may gather a new
+    /// batch: repeated up to [`SETTLE_ROUNDS`] times, the rest left to the next turn).
     pub(super) fn settle_inline_batch(&mut self) {
-        while !self.inline.writes.is_empty() {
+        for _ in 0..SETTLE_ROUNDS {
+            if !self.inline.pending() {
+                break;
+            }
             let writes = std::mem::take(&mut self.inline.writes);
             let bytes = std::mem::take(&mut self.inline.bytes);
             let mut conns: Vec<u64> = writes.iter().map(|w| w.conn).collect();
@@ -184,6 +237,7 @@ impl Net {
                         self.run_backlog(id);
                         self.resume(id);
                     }
+                    self.rings.ring_if_due(Instant::now());
                 }
                 None => {
                     // The engine may have refused for want of pipeline room: the pages held
@@ -198,6 +252,18 @@ impl Net {
                     }
                 }
             }
+            for id in std::mem::take(&mut self.inline.waiters) {
+                self.run_backlog(id);
+                self.resume(id);
+            }
+        }
+    }
+
+    /// At shutdown: the writes still gathered go to the writer, which runs its queue before
+    /// the engine closes.
+    pub(super) fn pass_inline_batch_on(&mut self) {
+        for w in std::mem::take(&mut self.inline.writes) {
+            self.pass_to_writer(w);
         }
     }
 
@@ -213,7 +279,10 @@ impl Net {
             block: None,
         };
         if let Some(c) = self.conns.get_mut(&w.conn) {
-            if let Some((_, jobs)) = c.stalled.as_mut() {
+            if let Some((route, jobs)) = c.stalled.as_mut() {
+                // Only jobs of the batch stall behind one another here: a connection with
+                // a stalled job joins no batch.
+                debug_assert_eq!(*route, Route::Writer);
                 jobs.push_back(job);
                 return;
             }
@@ -227,10 +296,14 @@ impl Net {
                 }
             }
             Err(TrySendError::Disconnected(_)) => {
-                // Workers gone: the drive is shutting down.
+                // Workers gone: the drive is shutting down (the last of the connection's
+                // commands in flight is this one: later ones of its are not sent yet).
                 if let Some(c) = self.conns.get_mut(&w.conn) {
                     c.in_flight = c.in_flight.saturating_sub(1);
                     c.inflight_meta.pop_back();
+                    if let Some(cost) = c.inflight_costs.pop_back() {
+                        c.pending_bytes = c.pending_bytes.saturating_sub(cost);
+                    }
                     c.closing = true;
                 }
             }

@@ -162,6 +162,10 @@ impl Net {
 
     /// How long the next poll may wait.
     pub(super) fn poll_timeout(&self) -> Duration {
+        if self.inline.pending() {
+            // Writes gathered in the last turn wait to run (`settle_inline_batch`).
+            return Duration::ZERO;
+        }
         let base = if !self.live.stalled.is_empty() || self.budget.paused() > 0 {
             STALL_RETRY
         } else {

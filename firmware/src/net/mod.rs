@@ -44,7 +44,7 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
 use self::conn::{frame_requests, Conn, ConnAuth, InFlight, PROTOCOL_ERROR_MARK};
-use self::inline_batch::{HeldRings, InlineBatch};
+use self::inline_batch::{Admission, HeldRings, InlineBatch};
 use self::limits::{read_reserve, Budget, Hold};
 use self::liveness::Liveness;
 use self::local::{allowed_before_auth, is_transaction_control};
@@ -101,7 +101,7 @@ pub struct NetConfig {
     /// before they go to the writer.
     pub copy_values: bool,
     /// plp mode: a write from a connection with nothing in flight runs on this thread when
-    /// the writer is idle ([`exec::try_write_now`]).
+    /// the writer is idle ([`exec::try_write_batch_now`]).
     pub inline_writes: bool,
     /// `slowlog-log-slower-than` (microseconds; negative: off).
     pub slowlog_slower_than_usec: i64,
@@ -256,12 +256,17 @@ impl Net {
                 self.flush(id);
             }
             self.housekeeping();
-            // And the writes housekeeping let run (a client let go after CLIENT PAUSE).
+            // And the writes housekeeping let run (a client let go after CLIENT PAUSE), and
+            // what their replies published.
             self.settle_inline_batch();
+            for id in std::mem::take(&mut self.to_flush) {
+                self.flush(id);
+            }
             // The pages of groups run here go to the device when enough are held or the
             // oldest has waited long enough (`HeldRings`).
             self.rings.ring_if_due(Instant::now());
         }
+        self.pass_inline_batch_on();
         self.rings.ring();
         // Last words to clients still connected are not owed: their in-flight writes finish
         // in the writer thread before the engine closes. Their blocked commands are
@@ -656,11 +661,18 @@ impl Net {
                 _ => Route::Here,
             };
             // plp: a write joins this turn's group on this thread (`inline_batch`).
-            let batched = route == Route::Writer
-                && matches!(&parsed, Ok(cmd) if self.inline.may_join(c, cmd, &self.store));
-            let Some(c) = self.conns.get_mut(&id) else {
-                return;
+            let admission = match &parsed {
+                Ok(cmd) => self
+                    .inline
+                    .admits(c, cmd, route == Route::Writer, &self.store),
+                Err(_) => Admission::Pass,
             };
+            let batched = admission == Admission::Join;
+            if admission == Admission::Wait && !c.in_batch {
+                // Settling the batch serves it again.
+                self.inline.wait(id);
+                return;
+            }
             if c.in_batch && !batched {
                 // Waits for the group its earlier writes are in.
                 return;

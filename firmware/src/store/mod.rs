@@ -150,7 +150,7 @@ pub struct Store {
     pub migrations: crate::cluster::Migrations,
     /// Held by `ls-writer` whenever it has work (a job, a group in flight, a sweep): the
     /// network thread runs a write itself only while it can take it (see
-    /// `exec::try_write_now`), so the two never build groups at the same time.
+    /// `exec::try_write_batch_now`), so the two never build groups at the same time.
     pub writer_gate: parking_lot::Mutex<()>,
 }
 
