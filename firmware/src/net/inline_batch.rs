@@ -34,11 +34,12 @@ const RING_AFTER: Duration = Duration::from_millis(1);
 /// once it is in the memtable and the engine's landing buffer (plp), so when its pages go to
 /// the device changes no reply: ringing for several groups at once costs one submission and
 /// one wake-up of the device poller where each group would cost its own (at one client, the
-/// submission and the poller were half of the drive's CPU per SET). The bounds keep the
-/// pages held back well inside the pipeline's 96 (at most 7 small groups' and one group of
-/// the largest size, 256 KiB: 33 pages; the engine admits no group past the pipeline, and
-/// such a group goes to the writer, after a ring), and a waiter for the pipeline (maintenance, SIGPWR's
-/// sync) is handed the pages by the poller's own wait within 20 ms at worst, by this within
+/// submission and the poller were half of the drive's CPU per SET). The bounds, checked
+/// after every group, keep the pages held back inside the pipeline's 96: seven groups under
+/// [`RING_BYTES`] together write at most 11 pages, and the group that makes the ring due at
+/// most 33 (256 KiB), 44 in all (the engine admits no group past the pipeline: such a group
+/// goes to the writer, after a ring). A waiter for the pipeline (maintenance, SIGPWR's sync)
+/// is handed the pages by the poller's own wait within 20 ms at worst, by this within
 /// [`RING_AFTER`] and a poll's rounding.
 #[derive(Default)]
 pub(super) struct HeldRings {

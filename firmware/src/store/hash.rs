@@ -52,7 +52,11 @@ impl WriteGroup<'_> {
             }
             self.put(fk, value.clone());
         }
-        self.write_count(HASH, key, count);
+        // Fields only overwritten leave the count as it was: no header record to rewrite
+        // (a new hash always adds a field).
+        if added > 0 {
+            self.write_count(HASH, key, count);
+        }
         Ok(added)
     }
 
