@@ -364,7 +364,7 @@ impl AllBench {
         Ok(())
     }
 
-    /// Runs every system and value size; writes nothing (see [`write_outputs`]).
+    /// Runs every system and value size; writes nothing (see [`crate::all_report::write_outputs`]).
     ///
     /// # Errors
     /// When the scratch directory is unusable, the device ceiling cannot be measured, or the

@@ -1,7 +1,7 @@
-//! Replies of the collection commands ([`kvproto::Collection`]: sets, lists, and the hash
+//! Replies of the collection commands ([`kvproto::command::Collection`]: sets, lists, and the hash
 //! and sorted-set commands added for issue 17), in Redis's reply shapes for RESP2 and RESP3.
 //!
-//! Reads run over a [`View`]: the applied state ([`Store`], on the engine thread or on the
+//! Reads run over a [`View`]: the applied state ([`crate::store::Store`], on the engine thread or on the
 //! network thread for a connection with nothing in flight) or a transaction's group (inside
 //! EXEC, so they see its earlier writes). Writes run on the writer thread's [`WriteGroup`].
 //! The data model and the walks are in `store::set`, `store::list`, `store::hash_more` and

@@ -1358,8 +1358,9 @@ fn random_sequences_answer_as_redis_server_does() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
-/// The same in plp mode, where a write from a client with nothing in flight runs on the
-/// network thread while the writer is idle (`exec::try_write_batch_now`) and the others go
+/// The same in plp mode, where the writes of clients with nothing else in flight run on the
+/// network thread, one group per loop turn, while the writer is idle
+/// (`exec::try_write_batch_now`) and the others go
 /// through the writer: WATCH, transactions, the second client and DBSIZE must not tell.
 #[test]
 fn random_sequences_answer_as_redis_server_does_in_plp_mode() {

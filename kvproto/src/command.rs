@@ -13,7 +13,7 @@ pub use table::{lookup, CommandSpec, COMMANDS};
 pub use types::Collection;
 
 /// A request that is not a valid command. `Display` is the full error reply text
-/// (`ERR ...`, `WRONGTYPE ...`), ready for [`Reply::error`].
+/// (`ERR ...`, `WRONGTYPE ...`), ready for [`crate::Reply::error`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct CommandError(pub String);

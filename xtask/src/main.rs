@@ -22,7 +22,8 @@
 //!   80%, 90%, 95%).
 //! - `cargo xtask bench all [--quick] [--out DIR]`: every system side by side (RocksDB, fjall,
 //!   Redis, the device), with a report and plots.
-//! - `cargo xtask lint`: rustfmt check and clippy with warnings as errors.
+//! - `cargo xtask lint`: rustfmt check, clippy and rustdoc (its broken links too) with
+//!   warnings as errors.
 //! - `cargo xtask cluster up N [--replicas R]` / `cargo xtask cluster down`: a local Redis
 //!   Cluster of drives (see `cluster`).
 //! - `cargo xtask ycsb --workload a..f [--drives N]`: the YCSB client with the LightStore
@@ -144,7 +145,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// rustfmt check and clippy (warnings are errors).
+    /// rustfmt check, clippy and rustdoc (warnings are errors).
     Lint,
     /// A local Redis Cluster of drives: `up N [--replicas R]`, `down`.
     Cluster {
@@ -550,7 +551,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "warnings",
                 ],
                 &[],
-            )
+            )?;
+            // Public docs that link to private or missing items are warnings to rustdoc.
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["doc", "--workspace", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings")
+                .status()
+                .context("running cargo doc")?;
+            if !status.success() {
+                bail!("cargo doc failed: {status}");
+            }
+            Ok(())
         }
     }
 }

@@ -24,7 +24,7 @@
 //!   the named drive, and a split MGET/MSET/DEL/UNLINK/EXISTS again one key at a time,
 //!   following the ASKs, then joins the replies. A write the target takes this way goes to
 //!   the target's replicas too (the source's MIGRATE copies each key it moves to them),
-//!   so a slot moves with its replicas ([`redirect`]).
+//!   so a slot moves with its replicas (`redirect`).
 //!
 //! Every operation is idempotent (plain SET/MSET/DEL/GET/MGET/LS.RANGE), so retrying one
 //! on a fresh connection or after a map reload cannot apply anything twice.

@@ -57,8 +57,9 @@ pub struct InlineWrite {
 ///
 /// Why it is safe to run here, beside the writer (the concurrency argument):
 /// - **Exclusion.** The writer holds `Store::writer_gate` whenever it has anything to do (a
-///   job, a group in flight, an expiry sweep, blocked clients' timeouts) and lets go only
-///   while it waits for a job with nothing in flight; this runs only under a successful
+///   job, a group in flight, an expiry sweep) and lets go only while it waits for a job
+///   with nothing in flight (also while clients are blocked: then this declines, below);
+///   this runs only under a successful
 ///   `try_lock`, so the two never build or submit groups at the same time, and the writer's
 ///   in-flight bookkeeping (`InFlightGroups`) is empty whenever this runs: the applied state
 ///   this group reads is the whole state.

@@ -384,7 +384,7 @@ pub(super) fn frame_requests(c: &mut Conn, metrics: &Metrics) {
 }
 
 /// Reads from `stream` into up to `room` bytes of `buf`'s spare capacity without zeroing them
-/// first (`Read::read` needs an initialised slice; zeroing up to [`MAX_READ`] bytes before
+/// first (`Read::read` needs an initialised slice; zeroing up to [`super::MAX_READ`] bytes before
 /// every read cost about 6% of the drive's CPU under a GET load).
 pub(super) fn read_into_spare(
     stream: &TcpStream,

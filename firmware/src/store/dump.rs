@@ -81,7 +81,7 @@ impl WriteGroup<'_> {
         Ok(Some((payload, ttl)))
     }
 
-    /// RESTORE key ttl payload [REPLACE] [ABSTTL]: creates the key from a payload, with
+    /// RESTORE key ttl payload \[REPLACE\] \[ABSTTL\]: creates the key from a payload, with
     /// Redis's checks in Redis's order (an existing key, then the TTL, then the payload's
     /// footer, then its contents). A deadline already past creates nothing (the old key is
     /// still removed with REPLACE), as in Redis.

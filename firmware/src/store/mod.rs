@@ -9,7 +9,7 @@
 //!
 //! This module owns [`Store`] (the engine, the expiry index, the counters),
 //! its errors, type lookup and FLUSHALL; the rest is split by concern:
-//! [`read`] (one key's asynchronous read, GET/MGET, LS.RANGE), [`write`] (the [`WriteGroup`]
+//! [`read`] (one key's asynchronous read, GET/MGET, LS.RANGE), [`write`](mod@write) (the [`WriteGroup`]
 //! core: overlay, commit, DEL, RENAME), [`string`], [`hash`], [`zset`] (each family's
 //! commands), [`expiry`] (deadlines, TTL, the sweep), [`watch`] (WATCH's versions) and
 //! [`scan`] (SCAN, KEYS, DBSIZE); [`set`] and [`list`] hold the set and list families, [`hash_more`] and [`zset_more`] the
@@ -149,8 +149,10 @@ pub struct Store {
     /// Cluster mode's slots being handed over, for the worker threads' second look.
     pub migrations: crate::cluster::Migrations,
     /// Held by `ls-writer` whenever it has work (a job, a group in flight, a sweep): the
-    /// network thread runs a write itself only while it can take it (see
-    /// `exec::try_write_batch_now`), so the two never build groups at the same time.
+    /// network thread runs a write group itself only while it can take it (see
+    /// `exec::try_write_batch_now`), so the two never build groups at the same time. (While
+    /// clients are blocked the writer still lets go in its waits; the network thread then
+    /// declines on its own: `blocked_clients` is checked under the gate.)
     pub writer_gate: parking_lot::Mutex<()>,
 }
 

@@ -158,7 +158,7 @@ pub enum Collection {
         count: Option<i64>,
         withvalues: bool,
     },
-    /// ZRANGE and its older forms (ZREVRANGE, Z[REV]RANGEBYSCORE, Z[REV]RANGEBYLEX).
+    /// ZRANGE and its older forms (ZREVRANGE, Z\[REV\]RANGEBYSCORE, Z\[REV\]RANGEBYLEX).
     ZRange {
         key: Bytes,
         by: ZRangeBy,

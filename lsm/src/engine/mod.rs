@@ -221,7 +221,7 @@ pub struct EngineStats {
     /// commit across callers of [`Engine::write`]).
     pub joined_batches: u64,
     /// Write stalls: client batches that waited for maintenance, by reason (see
-    /// [`WriteStalls`]).
+    /// `WriteStalls`).
     pub write_stalls: WriteStalls,
     /// Maintenance tasks (flush, compaction, GC step) that failed; the maintenance thread
     /// retries after a pause, and writers that wait for it get the error.
@@ -317,9 +317,9 @@ pub struct WriteStalls {
 /// The LightStore engine over an append-only device.
 ///
 /// Three kinds of synchronisation (the full argument is in `docs/ARCHITECTURE.md` and in
-/// [`version`] and [`maintain`]):
-/// - **reads** go through [`ReadSide`] and take no lock: a pinned epoch, a `Version` and the
-///   visible sequence number, all published with atomics (see [`version`]);
+/// the `version` and `maintain` modules):
+/// - **reads** go through `ReadSide` and take no lock: a pinned epoch, a `Version` and the
+///   visible sequence number, all published with atomics (see the `version` module);
 /// - **writes** lay out batches at the head and apply them in ticket order under `Inner`'s
 ///   mutex (the write lock), held for the layout and the apply, never for device I/O of
 ///   maintenance;
@@ -330,7 +330,7 @@ pub struct WriteStalls {
 ///   run maintenance: they wait for it (a write stall, counted) when a watermark is reached.
 ///
 /// Every change a reader can see is published from under the write lock
-/// ([`Inner::publish_version`], [`Inner::publish_segs`], the visible sequence number after
+/// (`Inner::publish_version`, `Inner::publish_segs`, the visible sequence number after
 /// a batch is applied).
 pub struct Engine {
     core: Arc<Core>,
