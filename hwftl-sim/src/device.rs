@@ -259,4 +259,11 @@ pub trait AppendDevice: Send + Sync {
 
     /// Commands submitted and not yet delivered.
     fn in_flight(&self) -> usize;
+
+    /// Command tags free now: how many commands a submission would take before one is
+    /// refused with `QueueFull` (`None`: the device does not say). A hint: other threads
+    /// may take tags the next moment.
+    fn free_tags(&self) -> Option<usize> {
+        None
+    }
 }

@@ -1487,6 +1487,10 @@ impl AppendDevice for Ftl {
         let st = self.state.lock();
         st.cmds.iter().flatten().count()
     }
+
+    fn free_tags(&self) -> Option<usize> {
+        Some(self.state.lock().free_tags.len())
+    }
 }
 
 impl Drop for Ftl {

@@ -249,6 +249,11 @@ impl Poller {
             .collect()
     }
 
+    /// The device's free command tags, if it says ([`AppendDevice::free_tags`]).
+    pub(crate) fn free_tags(&self) -> Option<usize> {
+        self.shared.dev.free_tags()
+    }
+
     /// Hands every queued command to the device and wakes the poller to collect them.
     pub(crate) fn doorbell(&self) {
         self.shared.dev.doorbell();

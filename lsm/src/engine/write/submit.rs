@@ -6,6 +6,12 @@ use super::super::*;
 use super::{Admission, PendingState, Waits};
 use crate::engine::write::Doorbell;
 
+/// Free device tags [`Engine::try_submit_write_now`] wants beyond its batch's pages: the
+/// asynchronous client reads that may take tags meanwhile (the drive keeps at most 64 in
+/// flight), so that none of the batch's pages is refused for want of a tag, which would be
+/// retried under the engine lock on a thread that must not wait.
+const TAGS_SPARE_FOR_NOW: Option<usize> = Some(64);
+
 impl Engine {
     /// Starts a batch without waiting for it: its pages are laid out and submitted, and
     /// [`Engine::finish_write`] later waits until it is durable and applied. A caller may
@@ -21,7 +27,7 @@ impl Engine {
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
         let ops = &*WriteOp::expand(ops);
-        match Self::admit(self.core.inner.lock(), ops)? {
+        match Self::admit(self.core.inner.lock(), ops, None)? {
             Ok(started) => Ok(Some(started)),
             Err(g) if !g.pipeline.is_empty() => Ok(None),
             Err(g) => {
@@ -36,10 +42,11 @@ impl Engine {
     /// [`Engine::finish_write`] afterwards: `Ok(None)` unless the engine lock is free, the
     /// batch is acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), can be laid out
     /// and submitted now, and has no batch ahead of it that its finish would wait for
-    /// (garbage collection's moves, which are applied only once their pages land). Finishing a batch started here takes the
-    /// engine lock and its memtable inserts, no device wait (one caveat: a page the device
-    /// refused for want of a tag fails the batch, and its finish then waits for the batch's
-    /// other pages). For a caller that must not block: the drive's network thread.
+    /// (garbage collection's moves, which are applied only once their pages land), and the
+    /// device has free command tags for its pages and [`TAGS_SPARE_FOR_NOW`] more (a page
+    /// refused for want of a tag would be retried here, under the engine lock). Finishing a
+    /// batch started here takes the engine lock and its memtable inserts, no device wait. For
+    /// a caller that must not block: the drive's network thread.
     ///
     /// # Errors
     /// As [`Engine::write`], for errors found before anything is submitted.
@@ -53,23 +60,31 @@ impl Engine {
         if g.side.landing.is_none() || g.pipeline.values().any(|b| !b.early) {
             return Ok(None);
         }
-        Ok(Self::admit(g, ops)?.ok())
+        Ok(Self::admit(g, ops, TAGS_SPARE_FOR_NOW)?.ok())
     }
 
     /// Admits a batch under `g`: started down the pipeline, or (`Err`) the lock back when
-    /// admission wants anything else (a wait, a synchronous write, a rotation).
+    /// admission wants anything else (a wait, a synchronous write, a rotation) or, with
+    /// `spare_tags`, when the device has fewer free command tags than the batch's pages
+    /// and that many more (a page refused for want of a tag is retried under the lock).
     ///
     /// # Errors
     /// The engine cannot take writes, the batch is malformed, or admission refuses it.
     fn admit<'a>(
         mut g: MutexGuard<'a, Inner>,
         ops: &[WriteOp<'_>],
+        spare_tags: Option<usize>,
     ) -> Result<std::result::Result<PendingWrite, MutexGuard<'a, Inner>>> {
         g.check_writable()?;
         if ops.is_empty() {
             return Ok(Ok(PendingWrite::done(Ok(()))));
         }
         let shape = g.shape(ops)?;
+        if let (Some(spare), Some(free)) = (spare_tags, g.poller.free_tags()) {
+            if (free as u64) < shape.bound + spare as u64 {
+                return Ok(Err(g));
+            }
+        }
         let mut waits = Waits::new(&g);
         match g.admission(&shape, &mut waits) {
             Admission::Refuse(e) => Err(e),

@@ -142,3 +142,59 @@ fn try_submit_write_now_declines_rather_than_waits() {
     drop(bell);
     db.sync().unwrap();
 }
+
+/// `try_submit_write_now` declines when the device has fewer free command tags than the
+/// batch's pages and the spare it keeps for client reads (a page refused for want of a tag
+/// would be retried under the engine lock, on a thread that must not wait); the ordinary
+/// path takes the same batch on the same device.
+#[test]
+fn try_submit_write_now_declines_without_free_tags_for_its_pages() {
+    let g = hwftl_sim::Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 64,
+        spare_blocks_per_chip: 2,
+    };
+    let few_tags = hwftl_sim::DeviceConfig {
+        queue_depth: 64,
+        ..hwftl_sim::DeviceConfig::new(g)
+    };
+    let dev: std::sync::Arc<dyn hwftl_sim::AppendDevice> = std::sync::Arc::new(
+        hwftl_sim::Ftl::format(
+            &hwftl_sim::Backend::Ram(hwftl_sim::RamStore::new()),
+            few_tags,
+        )
+        .unwrap(),
+    );
+    assert_eq!(dev.free_tags(), Some(64));
+    let db = Engine::open(
+        dev,
+        EngineConfig {
+            ack_from_dram: true,
+            flush_writes: false,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let value = vec![7u8; 3000];
+    let ops = [WriteOp::Put(b"k", &value)];
+    assert!(db.try_submit_write_now(&ops).unwrap().is_none());
+    let pending = db
+        .try_submit_write(&ops)
+        .unwrap()
+        .expect("the ordinary path takes the batch");
+    db.finish_write(pending).unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&value[..]));
+    // A device with tags to spare takes it now.
+    let roomy = ram_engine(EngineConfig {
+        ack_from_dram: true,
+        flush_writes: false,
+        ..EngineConfig::default()
+    });
+    let pending = roomy
+        .try_submit_write_now(&ops)
+        .unwrap()
+        .expect("256 free tags take a one-page batch now");
+    roomy.finish_write(pending).unwrap();
+}
