@@ -1,0 +1,388 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::*;
+
+/// Switches and records shared between a test and its [`HookedMedia`].
+#[derive(Default)]
+struct Hooks {
+    /// Metadata writes fail, after tearing (zeroing) the range they were to write.
+    fail_meta: AtomicBool,
+    /// Offsets of the metadata writes that succeeded.
+    meta_offsets: Mutex<Vec<u64>>,
+    /// An erase touching any of these pages fails (the other pages are erased).
+    bad_erase: Mutex<Vec<Ppa>>,
+    /// `poll` collects nothing: completions stay in the media.
+    hold: AtomicBool,
+    /// Polls that returned at least one completion.
+    polls_done: AtomicUsize,
+}
+
+/// RAM media with failures and hooks a test controls.
+struct HookedMedia {
+    inner: RamMedia,
+    hooks: Arc<Hooks>,
+}
+
+fn injected(what: &str) -> DeviceError {
+    DeviceError::io(what, std::io::Error::other("injected by the test"))
+}
+
+impl Media for HookedMedia {
+    fn prepare(&mut self, layout: MediaLayout, format: bool) -> Result<()> {
+        self.inner.prepare(layout, format)
+    }
+    fn read_meta(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.inner.read_meta(offset, len)
+    }
+    fn write_meta(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.hooks.fail_meta.load(Ordering::SeqCst) {
+            self.inner.write_meta(offset, &vec![0; data.len()])?;
+            return Err(injected("metadata write"));
+        }
+        self.inner.write_meta(offset, data)?;
+        self.hooks.meta_offsets.lock().push(offset);
+        Ok(())
+    }
+    fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), crate::media::StartError> {
+        self.inner.start(id, op)
+    }
+    fn doorbell(&self) -> Result<()> {
+        self.inner.doorbell()
+    }
+    fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
+        if self.hooks.hold.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let before = out.len();
+        self.inner.poll(out, block)?;
+        if out.len() > before {
+            self.hooks.polls_done.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn erase(&self, ppas: &[Ppa]) -> Result<()> {
+        let bad = self.hooks.bad_erase.lock().clone();
+        let (fail, ok): (Vec<Ppa>, Vec<Ppa>) = ppas.iter().partition(|p| bad.contains(p));
+        self.inner.erase(&ok)?;
+        if fail.is_empty() {
+            Ok(())
+        } else {
+            Err(injected("erase"))
+        }
+    }
+    fn is_programmed(&self, ppa: Ppa) -> Result<bool> {
+        self.inner.is_programmed(ppa)
+    }
+    fn revert_program(&self, ppa: Ppa) {
+        self.inner.revert_program(ppa);
+    }
+    fn simulates_write_cache(&self) -> bool {
+        self.inner.simulates_write_cache()
+    }
+    fn corrupt(&self, ppa: Ppa, byte: usize) -> Result<()> {
+        self.inner.corrupt(ppa, byte)
+    }
+    fn describe(&self) -> String {
+        "hooked ram".into()
+    }
+}
+
+fn geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        blocks_per_chip: 8,
+        pages_per_block: 4,
+        spare_blocks_per_chip: 1,
+    }
+}
+
+fn cfg() -> DeviceConfig {
+    DeviceConfig::new(geometry())
+}
+
+/// A freshly formatted device on hooked RAM media, and the store behind it.
+fn hooked() -> (Arc<Hooks>, RamStore, Ftl) {
+    let store = RamStore::new();
+    let hooks = Arc::new(Hooks::default());
+    let media = HookedMedia {
+        inner: RamMedia::new(store.clone()),
+        hooks: hooks.clone(),
+    };
+    let dev = Ftl::format_media(Box::new(media), cfg()).unwrap();
+    (hooks, store, dev)
+}
+
+fn append(segment: u32) -> Command {
+    Command::Append {
+        segment: SegmentId(segment),
+        buf: PageBuf::zeroed(),
+    }
+}
+
+fn assert_tags_free_once(dev: &Ftl) {
+    let st = dev.state.lock();
+    let mut tags = st.free_tags.clone();
+    tags.sort_unstable();
+    tags.dedup();
+    assert_eq!(tags.len(), st.free_tags.len(), "a tag is free twice");
+}
+
+/// Finishes a reapable command the way `close` does, leaving its ready entry behind.
+fn finish_behind_the_heap(dev: &Ftl, tag: Tag) {
+    dev.pump(false, None).unwrap();
+    let mut st = dev.state.lock();
+    assert_eq!(st.ready.len(), 1);
+    dev.finish(&mut st, tag.0, Instant::now()).result.unwrap();
+}
+
+#[test]
+fn stale_ready_entry_of_a_finished_command_is_dropped() {
+    let (_hooks, _store, dev) = hooked();
+    let tag = dev.submit(append(0)).unwrap();
+    finish_behind_the_heap(&dev, tag);
+    let mut out = Vec::new();
+    assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 0, "{out:?}");
+    assert!(dev.state.lock().ready.is_empty());
+    assert_tags_free_once(&dev);
+    assert_eq!(
+        dev.state.lock().free_tags.len(),
+        DEFAULT_QUEUE_DEPTH as usize
+    );
+}
+
+#[test]
+fn stale_ready_entry_does_not_deliver_the_command_reusing_its_tag() {
+    let (hooks, _store, dev) = hooked();
+    let old = dev.submit(append(0)).unwrap();
+    finish_behind_the_heap(&dev, old);
+    hooks.hold.store(true, Ordering::SeqCst);
+    let new = dev.submit(append(0)).unwrap();
+    assert_eq!(new, old, "the tag is reused");
+    let mut out = Vec::new();
+    // The new command has not finished on the media: nothing may be delivered.
+    assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 0, "{out:?}");
+    hooks.hold.store(false, Ordering::SeqCst);
+    assert_eq!(dev.reap(&mut out, 8, Wait::NoWait).unwrap(), 1);
+    assert_eq!(out[0].lba, Some(Lba(1)));
+    assert!(out[0].result.is_ok() && out[0].buf.is_some());
+    assert_tags_free_once(&dev);
+}
+
+#[test]
+fn failed_persist_while_opening_a_segment_leaves_it_free() {
+    let (hooks, _store, dev) = hooked();
+    let g = dev.geometry();
+    hooks.fail_meta.store(true, Ordering::SeqCst);
+    let err = dev.execute(append(1)).unwrap_err().error;
+    assert!(matches!(err, DeviceError::Io { .. }), "{err}");
+    {
+        let st = dev.state.lock();
+        assert_eq!(st.tables.seg_state[1], SegmentState::Free);
+        assert!((0..g.chips()).all(|c| st.tables.mapped(SegmentId(1), c) == UNMAPPED));
+        assert!(st.tables.block_state.iter().all(|&b| b == BlockState::Free));
+    }
+    hooks.fail_meta.store(false, Ordering::SeqCst);
+    let before = hooks.meta_offsets.lock().len();
+    let c = dev.execute(append(1)).unwrap();
+    c.result.unwrap();
+    assert_eq!(c.lba, Some(g.lba(SegmentId(1), 0)));
+    // This time opening the segment was persisted.
+    assert_eq!(hooks.meta_offsets.lock().len(), before + 1);
+}
+
+#[test]
+fn failed_persist_does_not_advance_the_generation() {
+    let (hooks, store, dev) = hooked();
+    dev.execute(append(0)).unwrap().result.unwrap();
+    let generation = dev.state.lock().tables.generation;
+    hooks.fail_meta.store(true, Ordering::SeqCst);
+    // Two persists fail in a row, each tearing the slot it was writing.
+    for seg in [1, 2] {
+        let err = dev.execute(append(seg)).unwrap_err().error;
+        assert!(matches!(err, DeviceError::Io { .. }), "{err}");
+        assert_eq!(dev.state.lock().tables.generation, generation);
+    }
+    hooks.fail_meta.store(false, Ordering::SeqCst);
+    dev.power_cut();
+    drop(dev);
+    // Both went to the same slot: the other kept the last good copy of the tables.
+    let dev = Ftl::open(&Backend::Ram(store), cfg()).unwrap();
+    let info = dev.segment_info(SegmentId(0)).unwrap();
+    assert_eq!((info.state, info.write_pointer), (SegmentState::Open, 1));
+    dev.execute(Command::Read {
+        lba: Lba(0),
+        buf: PageBuf::zeroed(),
+    })
+    .unwrap()
+    .result
+    .unwrap();
+}
+
+#[test]
+fn failed_media_erase_retires_the_block_and_leaves_the_tables_consistent() {
+    let (hooks, store, dev) = hooked();
+    let g = dev.geometry();
+    for _ in 0..5 {
+        dev.execute(append(0)).unwrap().result.unwrap();
+    }
+    let blocks: Vec<(u32, u32)> = {
+        let st = dev.state.lock();
+        (0..g.chips())
+            .map(|c| (c, st.tables.mapped(SegmentId(0), c)))
+            .collect()
+    };
+    let bad = blocks[1];
+    hooks.bad_erase.lock().push(g.ppa(bad.0, bad.1, 0));
+    let err = dev
+        .execute(Command::Trim {
+            segment: SegmentId(0),
+        })
+        .unwrap()
+        .result
+        .unwrap_err();
+    assert!(
+        matches!(err, DeviceError::EraseFailed { chip: 1, block, .. } if block == bad.1),
+        "{err}"
+    );
+    {
+        let st = dev.state.lock();
+        assert_eq!(st.tables.seg_state[0], SegmentState::Free);
+        for &(chip, block) in &blocks {
+            assert_eq!(st.tables.mapped(SegmentId(0), chip), UNMAPPED);
+            let i = st.tables.block_index(chip, block);
+            if (chip, block) == bad {
+                assert_eq!(
+                    (st.tables.block_state[i], st.tables.pe[i]),
+                    (BlockState::Bad, 0)
+                );
+            } else {
+                assert_eq!(
+                    (st.tables.block_state[i], st.tables.pe[i]),
+                    (BlockState::Free, 1)
+                );
+                for p in 0..g.pages_per_block {
+                    assert!(!dev.media.is_programmed(g.ppa(chip, block, p)).unwrap());
+                }
+            }
+        }
+    }
+    dev.close().unwrap();
+    let dev = Ftl::open(&Backend::Ram(store), cfg()).unwrap();
+    let stats = dev.stats();
+    assert_eq!((stats.bad_blocks, stats.free_segments), (1, g.segments()));
+}
+
+#[test]
+fn power_cut_on_a_file_waits_for_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::File(dir.path().join("device.img"));
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    for _ in 0..8 {
+        dev.submit(append(0)).unwrap();
+    }
+    dev.power_cut();
+    assert_eq!(
+        dev.media.pending(),
+        0,
+        "io_uring operations outlive the cut"
+    );
+    drop(dev);
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    assert!(dev.segment_info(SegmentId(0)).unwrap().write_pointer <= 8);
+}
+
+#[test]
+fn a_device_file_has_one_owner_until_it_closes_or_loses_power() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("device.img");
+    let backend = Backend::File(path.clone());
+    let dev = Ftl::format(&backend, cfg()).unwrap();
+    // A second open (a separate open file description, as another process's would be)
+    // fails at once, and so does a second format (before it could truncate anything).
+    for second in [Ftl::open(&backend, cfg()), Ftl::format(&backend, cfg())] {
+        match second {
+            Err(DeviceError::InUse { path: p, holder }) => {
+                assert_eq!(p, path.display().to_string());
+                assert!(holder.contains("this process"), "{holder}");
+            }
+            Err(e) => panic!("a second open failed otherwise: {e}"),
+            Ok(_) => panic!("a second open of a device in use succeeded"),
+        }
+    }
+    dev.close().unwrap();
+    let dev = Ftl::open(&backend, cfg()).unwrap();
+    dev.power_cut();
+    // The cut process is gone: its lock with it.
+    drop(Ftl::open(&backend, cfg()).unwrap());
+    drop(dev);
+}
+
+#[test]
+fn pump_marks_completions_done_before_releasing_the_poll_lock() {
+    let (hooks, _store, dev) = hooked();
+    let dev = Arc::new(dev);
+    dev.submit(append(0)).unwrap();
+    // Holding the state lock stalls the pump right after it took the completion.
+    let st = dev.state.lock();
+    let pumper = {
+        let dev = dev.clone();
+        std::thread::spawn(move || dev.pump(false, None))
+    };
+    while hooks.polls_done.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    // The completion left the media but is not marked done yet: a waiter must not be able
+    // to poll in between.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let mut window = false;
+    while Instant::now() < deadline && !window {
+        window = dev.poll_lock.try_lock().is_some();
+        std::thread::yield_now();
+    }
+    drop(st);
+    pumper.join().unwrap().unwrap();
+    assert!(
+        !window,
+        "the poll lock was free while a completion was taken but not marked"
+    );
+    assert!(dev
+        .state
+        .lock()
+        .cmds
+        .iter()
+        .flatten()
+        .all(|c| c.done.is_some()));
+}
+
+#[test]
+fn segment_turns_full_when_a_read_outlasts_its_last_write() {
+    let (_hooks, _store, dev) = hooked();
+    let pages = dev.geometry().pages_per_segment();
+    for _ in 1..pages {
+        dev.execute(append(0)).unwrap().result.unwrap();
+    }
+    dev.submit(append(0)).unwrap();
+    dev.submit(Command::Read {
+        lba: Lba(0),
+        buf: PageBuf::zeroed(),
+    })
+    .unwrap();
+    let mut out = Vec::new();
+    assert_eq!(dev.reap(&mut out, 1, Wait::Block).unwrap(), 1);
+    assert_eq!(out[0].kind, CommandKind::Write);
+    // The read is still in flight on the segment.
+    assert_eq!(
+        dev.segment_info(SegmentId(0)).unwrap().state,
+        SegmentState::Open
+    );
+    assert_eq!(dev.reap(&mut out, 1, Wait::Block).unwrap(), 1);
+    assert_eq!(out[1].kind, CommandKind::Read);
+    assert_eq!(
+        dev.segment_info(SegmentId(0)).unwrap().state,
+        SegmentState::Full
+    );
+}
