@@ -280,21 +280,31 @@ impl Conn {
         (args, cost)
     }
 
-    /// A request of `cost` went to a worker: pending until its reply arrives.
     /// Counts a request whose reply the cluster map's saver thread sends once the map file
     /// is durable (a map push, `CLUSTER SETSLOT NODE`): the next sequence number is its.
     pub(super) fn defer_to_saver(&mut self, cost: usize, row: Option<usize>, now: Instant) {
         self.next_seq += 1;
-        self.in_flight += 1;
-        self.in_flight_to = super::route::Route::Admin;
-        self.hold_in_flight(cost);
-        self.inflight_meta.push_back(InFlight {
-            row,
-            started: now,
-            args: Vec::new(),
-        });
+        self.hand_off(
+            Route::Admin,
+            cost,
+            InFlight {
+                row,
+                started: now,
+                args: Vec::new(),
+            },
+        );
     }
 
+    /// Counts a request handed to `route` (a worker's queue, or the network thread's write
+    /// group): in flight until its reply arrives, its bytes held, its timing kept.
+    pub(super) fn hand_off(&mut self, route: Route, cost: usize, meta: InFlight) {
+        self.in_flight += 1;
+        self.in_flight_to = route;
+        self.hold_in_flight(cost);
+        self.inflight_meta.push_back(meta);
+    }
+
+    /// A request of `cost` went to a worker: pending until its reply arrives.
     pub(super) fn hold_in_flight(&mut self, cost: usize) {
         self.pending_bytes += cost;
         self.inflight_costs.push_back(cost);

@@ -182,15 +182,16 @@ impl Net {
         };
         let seq = c.next_seq;
         c.next_seq += 1;
-        c.in_flight += 1;
-        c.in_flight_to = Route::Writer;
         c.in_batch = true;
-        c.hold_in_flight(cost);
-        c.inflight_meta.push_back(InFlight {
-            row,
-            started: self.now,
-            args,
-        });
+        c.hand_off(
+            Route::Writer,
+            cost,
+            InFlight {
+                row,
+                started: self.now,
+                args,
+            },
+        );
         self.inline.bytes += cost;
         self.inline.writes.push(InlineWrite {
             conn: id,

@@ -834,14 +834,15 @@ impl Net {
                     return;
                 }
             };
-            c.in_flight += 1;
-            c.in_flight_to = route;
-            c.hold_in_flight(cost);
-            c.inflight_meta.push_back(InFlight {
-                row,
-                started: self.now,
-                args,
-            });
+            c.hand_off(
+                route,
+                cost,
+                InFlight {
+                    row,
+                    started: self.now,
+                    args,
+                },
+            );
             if let Some(job) = stalled {
                 // The worker is behind: keep the job here, stop reading this client, and
                 // retry on a timer (`liveness`), so the loop never waits on a queue.
