@@ -28,6 +28,10 @@ use crate::net::{self, Server};
 use crate::report::Row;
 use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 
+#[path = "all_rows.rs"]
+mod rows;
+use rows::{add_ratios, device_rows, median_rows, missing_rows};
+
 /// Value sizes measured, largest first.
 pub const VALUE_SIZES: [usize; 3] = [8192, 1024, 100];
 /// Data set per value size in `--quick` runs, MiB.
@@ -889,136 +893,6 @@ fn run_child(mut cmd: Command, log: &Path, bar: &ProgressBar, label: String) -> 
         bail!("the run failed ({status}) in {at}: {why}");
     }
     Ok(())
-}
-
-/// The device rows: the raw figures, and per workload and value size the operations per
-/// second the device alone allows (`Ceiling::ops`).
-fn device_rows(c: &Ceiling) -> Vec<Row> {
-    let page = hwftl_sim::PAGE_SIZE as f64;
-    let mut rows = vec![
-        Row::measured(
-            DEVICE,
-            "seqwrite-8K",
-            QD,
-            c.write_ops,
-            c.write_ops * page / 1e6,
-            0.0,
-            0.0,
-        ),
-        Row::measured(
-            DEVICE,
-            "randread-8K",
-            QD,
-            c.read_ops,
-            c.read_ops * page / 1e6,
-            0.0,
-            0.0,
-        ),
-    ];
-    for &vs in &VALUE_SIZES {
-        for w in Workload::ALL {
-            let ops = c.ops(w, vs);
-            let mut r = Row::measured(DEVICE, w.name(), QD, ops, ops * vs as f64 / 1e6, 0.0, 0.0);
-            r.value_size = Some(vs as u32);
-            rows.push(r);
-        }
-    }
-    for r in &mut rows {
-        r.reads_from = Some("device (io_uring O_DIRECT, no engine)".into());
-        r.ratio_to_device = Some(1.0);
-        r.value_size = r.value_size.or(Some(8192));
-    }
-    rows
-}
-
-/// One (system, value size)'s passes as one set of rows: for each workload, the pass with
-/// the median ops/s (the lower of the two middle ones for an even count) stands for it, with
-/// its own latencies, write amplification, CPU and latency CDF, so every figure on a row
-/// comes from one real run; the row notes how many passes measured it and the smallest and
-/// largest ops/s among them. A workload a pass lacks (a missing row) is judged on the passes
-/// that have it.
-fn median_rows(passes: Vec<ChildOutput>) -> (Vec<Row>, Vec<Cdf>) {
-    let n = passes.len();
-    let mut rows = Vec::new();
-    let mut cdfs = Vec::new();
-    let Some(first) = passes.first() else {
-        return (rows, cdfs);
-    };
-    for row in &first.rows {
-        let same = |r: &&Row| r.workload == row.workload && r.value_size == row.value_size;
-        let mut measured: Vec<(usize, &Row)> = passes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.rows.iter().find(same).map(|r| (i, r)))
-            .filter(|(_, r)| r.missing.is_none())
-            .collect();
-        if measured.is_empty() {
-            rows.push(row.clone());
-            continue;
-        }
-        measured.sort_by(|a, b| a.1.ops_per_sec.total_cmp(&b.1.ops_per_sec));
-        let lo = measured.first().map_or(0.0, |m| m.1.ops_per_sec);
-        let hi = measured.last().map_or(0.0, |m| m.1.ops_per_sec);
-        let Some(&(pass, median)) = measured.get((measured.len() - 1) / 2) else {
-            continue;
-        };
-        let mut r = median.clone();
-        if n > 1 {
-            r.repetitions = Some(measured.len() as u32);
-            r.ops_range = Some((lo, hi));
-        }
-        rows.push(r);
-        let cdf = passes.get(pass).and_then(|p| {
-            p.cdfs
-                .iter()
-                .find(|c| c.workload == row.workload && Some(c.value_size) == row.value_size)
-        });
-        cdfs.extend(cdf.cloned());
-    }
-    (rows, cdfs)
-}
-
-fn missing_rows(s: &System, value_size: usize, reason: &str) -> Vec<Row> {
-    Workload::ALL
-        .iter()
-        .map(|w| {
-            let mut r = Row::missing(s.name, w.name(), QD, reason.to_string());
-            r.value_size = Some(value_size as u32);
-            r
-        })
-        .collect()
-}
-
-/// `ratio_to_device` (ops/s over what the device alone allows for the workload) and
-/// `ratio_to_lightstore` (ops/s over LightStore on the same access path: in-process peers
-/// against LightStore-Local, servers against LightStore-Net).
-fn add_ratios(rows: &mut [Row], c: &Ceiling) {
-    let ls: Vec<Row> = rows
-        .iter()
-        .filter(|r| r.system.starts_with("lightstore-") && r.missing.is_none())
-        .cloned()
-        .collect();
-    for r in rows.iter_mut() {
-        if r.missing.is_some() || r.system == DEVICE {
-            continue;
-        }
-        let (Some(w), Some(vs)) = (Workload::from_name(&r.workload), r.value_size) else {
-            continue;
-        };
-        r.ratio_to_device = Some(r.ops_per_sec / c.ops(w, vs as usize));
-        let base = match system(&r.system).map(|s| s.access) {
-            // Durable against durable, acknowledged-without-flush against the same.
-            Ok(Access::InProcess) if r.system.ends_with("/no-wal") => PLP,
-            Ok(Access::InProcess) => "lightstore-local",
-            Ok(_) => "lightstore-net",
-            Err(_) => continue,
-        };
-        r.ratio_to_lightstore = ls
-            .iter()
-            .find(|b| b.system == base && b.workload == r.workload && b.value_size == r.value_size)
-            .filter(|b| b.ops_per_sec > 0.0)
-            .map(|b| r.ops_per_sec / b.ops_per_sec);
-    }
 }
 
 /// Settings of one `run-one` child.
