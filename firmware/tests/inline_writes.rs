@@ -229,3 +229,49 @@ fn pipelines_keep_their_order_whether_the_group_runs_here_or_on_the_writer() {
         "{inline} writes ran inline, {after} before"
     );
 }
+
+/// ZADD and SADD run on the network thread too, but never past a blocked client: a
+/// BZPOPMIN sent just before a ZADD of another client, in either order of arrival at the
+/// writer, gets the member (a ZADD run on the network thread after the BZPOPMIN was parked
+/// would leave it waiting; review finding behind 0028).
+#[test]
+fn a_zadd_racing_a_bzpopmin_always_wakes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let drive = Drive::start(&dir.path().join("data"), &["--durability", "plp"]);
+    let mut c = drive.conn();
+    for i in 0..200 {
+        let key = format!("race:{i}");
+        let client = drive.client();
+        let k = key.clone();
+        let waiter = std::thread::spawn(move || {
+            let mut w = client.get_connection().unwrap();
+            let got: Vec<String> = redis::cmd("BZPOPMIN").arg(&k).arg(5).query(&mut w).unwrap();
+            got
+        });
+        // Sometimes before the waiter is parked, sometimes after.
+        if i % 2 == 1 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let added: i64 = redis::cmd("ZADD")
+            .arg(&key)
+            .arg(1)
+            .arg("m")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(added, 1);
+        assert_eq!(
+            waiter.join().unwrap(),
+            vec![key, "m".to_string(), "1".to_string()]
+        );
+    }
+    let _: i64 = redis::cmd("SADD")
+        .arg("s")
+        .arg("a")
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
+    let members: i64 = redis::cmd("SCARD").arg("s").query(&mut c).unwrap();
+    assert_eq!(members, 2);
+    let inline = info_field(&mut c, "stats", "writes_run_inline");
+    assert!(inline > 0, "{inline} writes ran inline");
+}

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use foldhash::{HashMap, HashMapExt};
+use kvproto::command::Collection;
 use kvproto::{Command, Protocol};
 
 use super::groups::{touch_group_keys, GroupKeys, GroupReplies};
@@ -14,11 +15,14 @@ use crate::store::{now_ms, Store, WriteGroup};
 
 /// Whether `cmd` may run on the network thread ([`try_write_batch_now`]): writes that need
 /// no value read (building their group takes DRAM lookups only: types, existence, small
-/// held records such as a hash's header) and that can serve no blocked client. Not INCR,
-/// APPEND, SETRANGE, GETDEL, GETEX or SET ... GET (they read the old value, which may be on
-/// the device), not DEL (a large collection's records are walked), not sorted sets (a ZADD
-/// may serve a BZPOPMIN) nor lists and sets (pushes serve blocked pops), not transactions,
-/// FLUSHALL, MIGRATE, RESTORE, COPY or RENAME.
+/// records held in their keytable entries such as a hash's or a sorted set's header and a
+/// member's score). Not INCR, APPEND, SETRANGE, GETDEL, GETEX or SET ... GET (they read the
+/// old value, which may be on the device), not DEL (a large collection's records are
+/// walked), not list pushes (a list's records are read to find its ends), not transactions,
+/// FLUSHALL, MIGRATE, RESTORE, COPY or RENAME. ZADD could serve a client blocked in
+/// BZPOPMIN: a group runs here only while no client is blocked (checked under the writer's
+/// gate, which the writer holds while it parks one), so a BZPOPMIN is either parked before
+/// and the group goes to the writer, or runs after the ZADD and finds the member.
 #[must_use]
 pub fn writes_inline(cmd: &Command) -> bool {
     matches!(
@@ -31,6 +35,8 @@ pub fn writes_inline(cmd: &Command) -> bool {
             | Command::HDel { .. }
             | Command::Expire { .. }
             | Command::Persist(_)
+            | Command::ZAdd { .. }
+            | Command::Collection(Collection::SAdd { .. })
     )
 }
 
