@@ -30,8 +30,13 @@ fn bulks(items: Vec<Bytes>) -> Vec<Reply> {
 }
 
 /// Members with their scores after each (RESP2, or RESP3 without `nested`) or as pairs.
-fn scored(found: Vec<zset_more::Scored>, withscores: bool, nested: bool) -> Reply {
-    let mut items = Vec::with_capacity(found.len() * 2);
+pub(crate) fn scored(
+    found: impl IntoIterator<Item = zset_more::Scored>,
+    withscores: bool,
+    nested: bool,
+) -> Reply {
+    let found = found.into_iter();
+    let mut items = Vec::with_capacity(found.size_hint().0 * 2);
     for (m, s) in found {
         if withscores && nested {
             items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));

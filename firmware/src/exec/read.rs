@@ -738,18 +738,7 @@ fn scored_members(
     withscores: bool,
     proto: Protocol,
 ) -> Reply {
-    let mut items = Vec::new();
-    for (m, s) in found {
-        if withscores && proto == Protocol::Resp3 {
-            items.push(Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)]));
-        } else {
-            items.push(Reply::Bulk(m));
-            if withscores {
-                items.push(Reply::Double(s));
-            }
-        }
-    }
-    Reply::Array(items)
+    crate::collections::scored(found, withscores, proto == Protocol::Resp3)
 }
 
 /// GETRANGE's Redis semantics: negative offsets from the end, clamped, empty when crossed.

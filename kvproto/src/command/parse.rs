@@ -286,12 +286,7 @@ pub(super) fn parse_set(a: &[Bytes]) -> Result<Command, CommandError> {
                 let seconds = matches!(opt.as_slice(), b"ex" | b"exat");
                 let relative = matches!(opt.as_slice(), b"ex" | b"px");
                 let n = expire_amount(v, seconds, relative, "set")?;
-                expire = Some(match opt.as_slice() {
-                    b"ex" => Expire::Ex(n),
-                    b"px" => Expire::Px(n),
-                    b"exat" => Expire::ExAt(n),
-                    _ => Expire::PxAt(n),
-                });
+                expire = Some(expire_of(&opt, n));
                 i += 1;
             }
             _ => return Err(err(SYNTAX)),
@@ -859,6 +854,16 @@ pub const MS_PER_SECOND: i64 = 1000;
 /// to be counted in milliseconds.
 /// A relative amount (EX, PX) must also leave room for the current time to be added, as
 /// Redis checks (the deadline is a signed 64-bit count of milliseconds).
+/// The deadline option of SET or GETEX (`ex`, `px`, `exat`, `pxat`, lowercase) with its amount.
+pub(super) fn expire_of(opt: &[u8], n: u64) -> Expire {
+    match opt {
+        b"ex" => Expire::Ex(n),
+        b"px" => Expire::Px(n),
+        b"exat" => Expire::ExAt(n),
+        _ => Expire::PxAt(n),
+    }
+}
+
 pub(super) fn expire_amount(
     v: &[u8],
     seconds: bool,
@@ -899,12 +904,7 @@ pub(super) fn parse_getex(a: &[Bytes]) -> Result<Command, CommandError> {
                         1
                     }
                 };
-                expire = Some(match opt.as_slice() {
-                    b"ex" => Expire::Ex(n),
-                    b"px" => Expire::Px(n),
-                    b"exat" => Expire::ExAt(n),
-                    _ => Expire::PxAt(n),
-                });
+                expire = Some(expire_of(&opt, n));
                 i += 1;
             }
             _ => return Err(err(SYNTAX)),
