@@ -702,7 +702,9 @@ fn methodology(res: &Results) -> String {
          16 bytes; values are incompressible. Each workload does as many operations as there \
          are keys.\n\
          - **Device ceiling** (`{DEVICE}`): the append-only device on its io_uring O_DIRECT \
-         file backend, no engine, same scratch file system, 8 KiB pages at depth {QD}. Per \
+         file backend, no engine, same scratch file system, 8 KiB pages at depth {QD} (the \
+         backend sends adjacent pages started together down as one vectored write or read of \
+         up to 512 KiB, so the ceiling can pass fio's 8 KiB figure). Per \
          workload it gives the ops/s the device alone allows: writes as bytes at the \
          sequential write rate (LightStore appends, so R-SET's ceiling is S-SET's), reads one \
          page each, R-Mixed 9 reads + 1 value write per 10 operations.\n\

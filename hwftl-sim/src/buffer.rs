@@ -148,12 +148,7 @@ impl PageBuf {
         p
     }
 
-    /// Raw pointer for the kernel to read the page from.
-    pub(crate) fn as_ptr(&self) -> *const u8 {
-        self.0.ptr.as_ptr()
-    }
-
-    /// Raw pointer for the kernel to fill the page through.
+    /// Raw pointer for the kernel to fill the page through, or read it from.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.0.ptr.as_ptr()
     }
