@@ -44,7 +44,10 @@ enum IoKind {
 #[derive(Clone, Copy)]
 struct Queued {
     kind: IoKind,
+    /// The entry's first page.
     ppa: Ppa,
+    /// Its last page (a vectored entry covers `ppa..=last`).
+    last: Ppa,
 }
 
 /// How many of the oldest queued entries go to the kernel in one `io_uring_enter`: programs
@@ -64,7 +67,7 @@ fn group_len(queue: &VecDeque<Queued>) -> usize {
     let mut n = 1;
     for q in queue.iter().skip(1) {
         let joins = match (prev.kind, q.kind) {
-            (IoKind::Read, IoKind::Read) => q.ppa == prev.ppa + 1,
+            (IoKind::Read, IoKind::Read) => q.ppa == prev.last + 1,
             (IoKind::Read, _) | (_, IoKind::Read) => false,
             _ => true,
         };
@@ -130,6 +133,8 @@ unsafe impl Send for IoVecs {}
 
 /// The other pages of a vectored read or write, kept in the slot of its first page.
 struct RunTail {
+    /// The run's first page.
+    first: Ppa,
     /// Tags of the second and later pages, in page order.
     followers: Vec<u32>,
     /// Kept alive here while the kernel uses them.
@@ -441,6 +446,7 @@ impl FileMedia {
 
     /// Moves finished entries out of the completion queue (cq_lock held by the caller).
     fn drain_completions(&self, out: &mut Vec<MediaDone>) {
+        let mut retry = Vec::new();
         {
             let mut refused = self.refused.lock();
             if !refused.is_empty() {
@@ -457,9 +463,8 @@ impl FileMedia {
                 tracing::error!("io_uring completion for unknown tag {id}");
                 continue;
             };
-            let followers = slot.run.map(|r| r.followers).unwrap_or_default();
-            self.in_flight
-                .fetch_sub(1 + followers.len(), Ordering::AcqRel);
+            let (first, followers) = slot.run.map_or((0, Vec::new()), |r| (r.first, r.followers));
+            let run = !followers.is_empty();
             let kind = slot.kind;
             let pages = std::iter::once((id, slot.buf)).chain(
                 followers
@@ -468,6 +473,16 @@ impl FileMedia {
             );
             for (at, (id, mut buf)) in pages.enumerate() {
                 // Page `at` of a vectored transfer made it if the transfer reached its end.
+                let reached = res >= 0 && (res as usize) >= (at + 1) * PAGE_SIZE;
+                if run && !reached {
+                    // One bad sector must not fail its whole run: the page goes down again
+                    // on its own and reports its own result.
+                    if let Some(b) = buf.take() {
+                        retry.push((id, kind, first + at as u64, b));
+                        continue;
+                    }
+                }
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
                 let result = if res < 0 {
                     Err(DeviceError::io(
                         format!("io_uring I/O on {}", self.path.display()),
@@ -488,6 +503,47 @@ impl FileMedia {
                 out.push(MediaDone { id, result, buf });
             }
         }
+        for (id, kind, ppa, buf) in retry {
+            self.push_alone(id, kind, ppa, buf);
+        }
+    }
+
+    /// Sends one page of a failed run down again on its own entry (`buf` as the run had it:
+    /// scrambled for a program). A refusal fails it without the kernel.
+    fn push_alone(&self, id: u32, kind: IoKind, ppa: Ppa, mut buf: PageBuf) {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let (at, len, offset) = (buf.as_mut_ptr(), PAGE_SIZE as u32, self.page_offset(ppa));
+        let entry = match kind {
+            IoKind::Read => opcode::Read::new(fd, at, len).offset(offset).build(),
+            _ => opcode::Write::new(fd, at, len).offset(offset).build(),
+        }
+        .user_data(u64::from(id));
+        if let Err((e, buf)) = self.fill_slot(id, kind, Some(buf)) {
+            // Not reachable: the tag's slot held the page a moment ago.
+            self.refused.lock().push(MediaDone {
+                id,
+                result: Err(e),
+                buf,
+            });
+            return;
+        }
+        let _staged = self.sq_lock.lock();
+        // SAFETY: sq_lock is held, so no other SubmissionQueue exists while this one lives;
+        // the entry points into the PageBuf now owned by `slots[id]` (a heap allocation that
+        // stays there, unmoved, until this entry's completion is reaped).
+        let mut sq = unsafe { self.ring.submission_shared() };
+        // SAFETY: as above.
+        if unsafe { sq.push(&entry) }.is_err() {
+            drop(sq);
+            self.refuse(&[id], "io_uring submission queue full");
+            return;
+        }
+        self.unsubmitted.lock().push_back(Queued {
+            kind,
+            ppa,
+            last: ppa,
+        });
+        sq.sync();
     }
 
     /// Pushes the staged run to the submission queue as one entry: a plain read or write for
@@ -537,6 +593,7 @@ impl FileMedia {
                 };
                 if let Some(slot) = slots.get_mut(ids[0] as usize).and_then(Option::as_mut) {
                     slot.run = Some(RunTail {
+                        first: staged.first,
                         followers: ids[1..].to_vec(),
                         _iovecs: iovecs,
                     });
@@ -569,6 +626,7 @@ impl FileMedia {
         self.unsubmitted.lock().push_back(Queued {
             kind,
             ppa: staged.first,
+            last: staged.first + ids.len() as u64 - 1,
         });
         sq.sync();
     }
@@ -626,6 +684,7 @@ impl FileMedia {
         self.unsubmitted.lock().push_back(Queued {
             kind: IoKind::Flush,
             ppa: 0,
+            last: 0,
         });
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         sq.sync();
@@ -800,9 +859,13 @@ impl Media for FileMedia {
         let _cq = self.cq_lock.lock();
         loop {
             let before = out.len();
-            self.drain_completions(out);
-            let wait = block && out.len() == before && self.in_flight.load(Ordering::Acquire) > 0;
+            // Staged first: a run the ring refused completes in this drain, not after a wait.
             self.push_staged(&mut self.sq_lock.lock());
+            self.drain_completions(out);
+            let wait = block
+                && out.len() == before
+                && self.refused.lock().is_empty()
+                && self.in_flight.load(Ordering::Acquire) > 0;
             if !wait && self.unsubmitted.lock().is_empty() {
                 return Ok(());
             }
@@ -916,7 +979,11 @@ mod tests {
         let q = |items: &[(IoKind, Ppa)]| -> VecDeque<Queued> {
             items
                 .iter()
-                .map(|&(kind, ppa)| Queued { kind, ppa })
+                .map(|&(kind, ppa)| Queued {
+                    kind,
+                    ppa,
+                    last: ppa,
+                })
                 .collect()
         };
         use IoKind::{Flush, Program, Read};
@@ -1041,6 +1108,53 @@ mod tests {
             let buf = buf.unwrap();
             assert!(buf.iter().all(|&b| b == id as u8 + 1), "page of tag {id}");
         }
+        assert!(media.unsubmitted.lock().is_empty());
+    }
+
+    /// A run the kernel transfers only in part fails only the pages it did not reach: they go
+    /// down again one by one and report their own results (here a read run crossing the end
+    /// of the file: the pages before the end read back, the pages past it fail alone).
+    #[test]
+    fn a_short_run_fails_only_the_pages_it_did_not_reach() {
+        let dir = tempfile::tempdir().unwrap();
+        let media = media(dir.path(), 8, 8);
+        for i in 0..8u32 {
+            let op = MediaOp::Program {
+                ppa: u64::from(i),
+                buf: PageBuf::from_slice(&[i as u8 + 1; PAGE_SIZE]),
+            };
+            assert!(media.start(i, op).is_ok());
+        }
+        media.doorbell().unwrap();
+        for (_, result, _) in collect(&media, 8) {
+            result.unwrap();
+        }
+        let size = media.size().unwrap();
+        let pages_in_file = (size - 8192) / PAGE_SIZE as u64;
+        let from = pages_in_file - 2;
+        for i in 0..4u32 {
+            let op = MediaOp::Read {
+                ppa: from + u64::from(i),
+                buf: PageBuf::for_read(),
+            };
+            assert!(media.start(i, op).is_ok());
+        }
+        media.doorbell().unwrap();
+        let got = collect(&media, 4);
+        assert!(
+            got[0].1.is_ok() && got[1].1.is_ok(),
+            "pages before the end read"
+        );
+        for (id, result, _) in &got[2..] {
+            // Failed by their own read (nothing transferred), not by the run's 16 KiB.
+            let e = result
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            assert!(e.contains("short transfer of 0 bytes"), "tag {id}: {e}");
+        }
+        assert_eq!(media.in_flight.load(Ordering::Acquire), 0);
         assert!(media.unsubmitted.lock().is_empty());
     }
 
