@@ -43,7 +43,7 @@ impl Engine {
     /// batch is acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), can be laid out
     /// and submitted now, and has no batch ahead of it that its finish would wait for
     /// (garbage collection's moves, which are applied only once their pages land), and the
-    /// device has free command tags for its pages and [`TAGS_SPARE_FOR_NOW`] more (a page
+    /// device has free command tags for its pages and `TAGS_SPARE_FOR_NOW` (64) more (a page
     /// refused for want of a tag would be retried here, under the engine lock). Finishing a
     /// batch started here takes the engine lock and its memtable inserts, no device wait. For
     /// a caller that must not block: the drive's network thread.
