@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
 use super::{runs, Media, MediaDone, MediaLayout, MediaOp, StartError};
@@ -511,13 +511,9 @@ impl FileMedia {
     /// Sends one page of a failed run down again on its own entry (`buf` as the run had it:
     /// scrambled for a program). A refusal fails it without the kernel.
     fn push_alone(&self, id: u32, kind: IoKind, ppa: Ppa, mut buf: PageBuf) {
-        let fd = types::Fd(self.file.as_raw_fd());
-        let (at, len, offset) = (buf.as_mut_ptr(), PAGE_SIZE as u32, self.page_offset(ppa));
-        let entry = match kind {
-            IoKind::Read => opcode::Read::new(fd, at, len).offset(offset).build(),
-            _ => opcode::Write::new(fd, at, len).offset(offset).build(),
-        }
-        .user_data(u64::from(id));
+        let entry = self
+            .page_entry(kind, buf.as_mut_ptr(), ppa)
+            .user_data(u64::from(id));
         if let Err((e, buf)) = self.fill_slot(id, kind, Some(buf)) {
             // Not reachable: the tag's slot held the page a moment ago.
             self.refused.lock().push(MediaDone {
@@ -527,23 +523,57 @@ impl FileMedia {
             });
             return;
         }
-        let _staged = self.sq_lock.lock();
-        // SAFETY: sq_lock is held, so no other SubmissionQueue exists while this one lives;
-        // the entry points into the PageBuf now owned by `slots[id]` (a heap allocation that
-        // stays there, unmoved, until this entry's completion is reaped).
-        let mut sq = unsafe { self.ring.submission_shared() };
-        // SAFETY: as above.
-        if unsafe { sq.push(&entry) }.is_err() {
-            drop(sq);
-            self.refuse(&[id], "io_uring submission queue full");
-            return;
-        }
-        self.unsubmitted.lock().push_back(Queued {
+        let queued = Queued {
             kind,
             ppa,
             last: ppa,
-        });
+        };
+        // SAFETY: the entry points into the PageBuf now owned by `slots[id]` (a heap
+        // allocation that stays there, unmoved, until this entry's completion is reaped).
+        let pushed = unsafe { self.push_entry(&mut self.sq_lock.lock(), &entry, queued) };
+        if !pushed {
+            self.refuse(&[id], "io_uring submission queue full");
+        }
+    }
+
+    /// One page's plain read or write entry, into or from the buffer at `at`.
+    fn page_entry(&self, kind: IoKind, at: *mut u8, ppa: Ppa) -> squeue::Entry {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let (len, offset) = (PAGE_SIZE as u32, self.page_offset(ppa));
+        match kind {
+            IoKind::Read => opcode::Read::new(fd, at, len).offset(offset).build(),
+            _ => opcode::Write::new(fd, at, len).offset(offset).build(),
+        }
+    }
+
+    /// Pushes one entry to the submission queue, records it as queued and publishes it (the
+    /// tail sync); `false` when the queue refused it (nothing was published). `_held` is
+    /// `sq_lock`'s guard: only its holder may use the queue. The entry is recorded before
+    /// the tail sync publishes it: a poller enters the ring without sq_lock and may submit
+    /// the entry and reap its completion as soon as it is published, so recording it (and
+    /// counting it in flight, which the callers do before this) afterwards could let
+    /// `in_flight` underflow (and a poller sleep for a completion that never comes) or
+    /// `unsubmitted` lag behind.
+    ///
+    /// # Safety
+    /// Every buffer the entry points into must stay alive and unmoved until its completion
+    /// is reaped.
+    unsafe fn push_entry(
+        &self,
+        _held: &mut StagedRun,
+        entry: &squeue::Entry,
+        queued: Queued,
+    ) -> bool {
+        // SAFETY: the caller holds sq_lock (`_held`), so no other SubmissionQueue exists
+        // while this one lives.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        // SAFETY: the caller's promise about the entry's buffers.
+        if unsafe { sq.push(entry) }.is_err() {
+            return false;
+        }
+        self.unsubmitted.lock().push_back(queued);
         sq.sync();
+        true
     }
 
     /// Pushes the staged run to the submission queue as one entry: a plain read or write for
@@ -554,8 +584,6 @@ impl FileMedia {
         }
         let ids = std::mem::replace(&mut staged.ids, Vec::with_capacity(MAX_RUN_PAGES));
         let kind = staged.kind;
-        let fd = types::Fd(self.file.as_raw_fd());
-        let offset = self.page_offset(staged.first);
         let entry = {
             let mut slots = self.slots.lock();
             let mut iovecs = Vec::with_capacity(ids.len());
@@ -579,12 +607,10 @@ impl FileMedia {
                 return;
             }
             let entry = if let [one] = iovecs[..] {
-                let (at, len) = (one.iov_base.cast::<u8>(), PAGE_SIZE as u32);
-                match kind {
-                    IoKind::Read => opcode::Read::new(fd, at, len).offset(offset).build(),
-                    _ => opcode::Write::new(fd, at, len).offset(offset).build(),
-                }
+                self.page_entry(kind, one.iov_base.cast(), staged.first)
             } else {
+                let fd = types::Fd(self.file.as_raw_fd());
+                let offset = self.page_offset(staged.first);
                 let iovecs = IoVecs(iovecs.into_boxed_slice());
                 let (at, n) = (iovecs.0.as_ptr(), iovecs.0.len() as u32);
                 let e = match kind {
@@ -602,14 +628,16 @@ impl FileMedia {
             };
             entry.user_data(u64::from(ids[0]))
         };
-        // SAFETY: the caller holds sq_lock, so no other SubmissionQueue exists while this one
-        // lives. The entry points into PageBufs owned by the run's slots (and, for several
+        // The pages were counted in flight when they were staged.
+        let queued = Queued {
+            kind,
+            ppa: staged.first,
+            last: staged.first + ids.len() as u64 - 1,
+        };
+        // SAFETY: the entry points into PageBufs owned by the run's slots (and, for several
         // pages, into the vectors kept in the first page's slot), which stay there, alive and
         // unmoved (heap allocations), until the entry's completion is reaped.
-        let mut sq = unsafe { self.ring.submission_shared() };
-        // SAFETY: as above.
-        if unsafe { sq.push(&entry) }.is_err() {
-            drop(sq);
+        if !unsafe { self.push_entry(staged, &entry, queued) } {
             if let Some(slot) = self
                 .slots
                 .lock()
@@ -619,16 +647,7 @@ impl FileMedia {
                 slot.run = None;
             }
             self.refuse(&ids, "io_uring submission queue full");
-            return;
         }
-        // Counted before the tail sync publishes it, as in `start_flush` (the pages were
-        // counted in flight when they were staged).
-        self.unsubmitted.lock().push_back(Queued {
-            kind,
-            ppa: staged.first,
-            last: staged.first + ids.len() as u64 - 1,
-        });
-        sq.sync();
     }
 
     /// Starts a read or a program (its buffer already scrambled): the page joins the staged
@@ -652,7 +671,7 @@ impl FileMedia {
             staged.first = ppa;
         }
         staged.ids.push(id);
-        // Counted under sq_lock, before any poller can hand the page over (see `start_flush`).
+        // Counted under sq_lock, before any poller can hand the page over (see `push_entry`).
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -667,27 +686,20 @@ impl FileMedia {
             .user_data(u64::from(id));
         let mut staged = self.sq_lock.lock();
         self.push_staged(&mut staged);
-        // SAFETY: sq_lock guarantees no other SubmissionQueue exists while this one lives; a
-        // flush points into no memory.
-        let mut sq = unsafe { self.ring.submission_shared() };
-        // SAFETY: as above.
-        if unsafe { sq.push(&entry) }.is_err() {
-            drop(sq);
+        let queued = Queued {
+            kind: IoKind::Flush,
+            ppa: 0,
+            last: 0,
+        };
+        // Counted before it is published (see `push_entry`).
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: a flush points into no memory.
+        if !unsafe { self.push_entry(&mut staged, &entry, queued) } {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.take_slot(id);
             let e = io::Error::other("io_uring submission queue full");
             return Err((DeviceError::io("io_uring submit", e), None));
         }
-        // Count the entry, still under sq_lock, before the tail sync publishes it: a poller
-        // enters the ring without sq_lock and may submit the entry and reap its completion as
-        // soon as it is published, so counting afterwards could let `in_flight` underflow
-        // (and a poller sleep for a completion that never comes) or `unsubmitted` lag behind.
-        self.unsubmitted.lock().push_back(Queued {
-            kind: IoKind::Flush,
-            ppa: 0,
-            last: 0,
-        });
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        sq.sync();
         Ok(())
     }
 
