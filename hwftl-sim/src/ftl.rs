@@ -869,6 +869,11 @@ impl AppendDevice for Ftl {
     }
 
     fn execute_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Completion, Rejected>> {
+        // Nothing to run rings no doorbell: a ring would hand the device every page other
+        // users queued and hold back on purpose (a caller whose reads DRAM served, say).
+        if cmds.is_empty() {
+            return Vec::new();
+        }
         let n = cmds.len();
         let mut results: Vec<Option<std::result::Result<Completion, Rejected>>> =
             (0..n).map(|_| None).collect();

@@ -301,3 +301,135 @@ fn packed_pages_are_cut_and_raw_pages_kept_whole() {
         assert_eq!(db.get_cached(b"single").as_deref(), Some(&single[..]));
     }
 }
+
+/// A device that counts the calls the engine makes into it, and passes them on.
+struct CallCounting {
+    inner: Arc<Ftl>,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl CallCounting {
+    fn count(&self) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn calls(&self) -> u64 {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl AppendDevice for CallCounting {
+    fn geometry(&self) -> hwftl_sim::Geometry {
+        self.inner.geometry()
+    }
+    fn submit(&self, cmd: hwftl_sim::Command) -> Result<hwftl_sim::Tag, hwftl_sim::Rejected> {
+        self.count();
+        self.inner.submit(cmd)
+    }
+    fn submit_many(
+        &self,
+        cmds: Vec<hwftl_sim::Command>,
+    ) -> Vec<Result<hwftl_sim::Tag, hwftl_sim::Rejected>> {
+        self.count();
+        self.inner.submit_many(cmds)
+    }
+    fn queue_many(
+        &self,
+        cmds: Vec<hwftl_sim::Command>,
+    ) -> Vec<Result<hwftl_sim::Tag, hwftl_sim::Rejected>> {
+        self.count();
+        self.inner.queue_many(cmds)
+    }
+    fn doorbell(&self) {
+        self.count();
+        self.inner.doorbell();
+    }
+    fn submit_and_reap(
+        &self,
+        cmds: Vec<hwftl_sim::Command>,
+        out: &mut Vec<hwftl_sim::Completion>,
+        max: usize,
+        wait: hwftl_sim::Wait,
+    ) -> (
+        Vec<Result<hwftl_sim::Tag, hwftl_sim::Rejected>>,
+        hwftl_sim::Result<usize>,
+    ) {
+        self.inner.submit_and_reap(cmds, out, max, wait)
+    }
+    fn reap(
+        &self,
+        out: &mut Vec<hwftl_sim::Completion>,
+        max: usize,
+        wait: hwftl_sim::Wait,
+    ) -> hwftl_sim::Result<usize> {
+        self.inner.reap(out, max, wait)
+    }
+    fn execute(
+        &self,
+        cmd: hwftl_sim::Command,
+    ) -> Result<hwftl_sim::Completion, hwftl_sim::Rejected> {
+        self.count();
+        self.inner.execute(cmd)
+    }
+    fn execute_many(
+        &self,
+        cmds: Vec<hwftl_sim::Command>,
+    ) -> Vec<Result<hwftl_sim::Completion, hwftl_sim::Rejected>> {
+        self.count();
+        self.inner.execute_many(cmds)
+    }
+    fn segment_info(
+        &self,
+        segment: hwftl_sim::SegmentId,
+    ) -> hwftl_sim::Result<hwftl_sim::SegmentInfo> {
+        self.inner.segment_info(segment)
+    }
+    fn stats(&self) -> hwftl_sim::DeviceStats {
+        self.inner.stats()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn free_tags(&self) -> Option<usize> {
+        self.inner.free_tags()
+    }
+}
+
+/// A read that DRAM answers whole makes no call into the device at all: not even an empty
+/// one, which would ring the doorbell and hand over pages that writers (the network thread's
+/// groups, plp) hold back on purpose to submit together.
+#[test]
+fn reads_that_dram_answers_make_no_device_call() {
+    let dev = Arc::new(CallCounting {
+        inner: device(),
+        calls: Default::default(),
+    });
+    let db = Engine::open(dev.clone() as Arc<dyn AppendDevice>, cached(4 * MIB)).unwrap();
+    for i in 0..50u32 {
+        db.put(format!("k{i}").as_bytes(), &vec![i as u8; 300])
+            .unwrap();
+    }
+    db.put(b"big", &vec![7u8; 20_000]).unwrap();
+    let before = dev.calls();
+    for i in 0..50u32 {
+        let k = format!("k{i}");
+        assert_eq!(
+            db.get_written(k.as_bytes()).unwrap(),
+            Some(vec![i as u8; 300])
+        );
+    }
+    let keys: Vec<&[u8]> = vec![b"k1", b"big", b"k2", b"missing"];
+    let got = db.multi_get(&keys).unwrap();
+    assert_eq!(got[1].as_deref(), Some(&vec![7u8; 20_000][..]));
+    assert!(got[3].is_none());
+    assert_eq!(
+        dev.calls(),
+        before,
+        "reads served from the value cache called into the device"
+    );
+    // A read the cache cannot serve still goes to the device (the counter sees calls).
+    drop(db);
+    let db = Engine::open(dev.clone() as Arc<dyn AppendDevice>, cached(0)).unwrap();
+    let before = dev.calls();
+    assert!(db.get_written(b"k3").unwrap().is_some());
+    assert!(dev.calls() > before);
+}

@@ -254,7 +254,12 @@ impl ReadPlan {
     /// concurrently with other callers (no engine lock held).
     pub(super) fn fetch(&mut self, dev: &dyn AppendDevice) -> Vec<Result<Bytes>> {
         let cached = self.cached_pages();
-        let cmds = self
+        // All in DRAM: no call into the device at all (not even an empty one, which would
+        // cost a doorbell that hands over pages other writers held back on purpose).
+        if cached.iter().all(Option::is_some) {
+            return cached.into_iter().flatten().map(Ok).collect();
+        }
+        let cmds: Vec<Command> = self
             .lbas
             .iter()
             .zip(&cached)
