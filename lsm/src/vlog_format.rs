@@ -464,7 +464,7 @@ pub struct Record {
 }
 
 /// Builds a packed page in memory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PageBuilder {
     buf: Vec<u8>,
 }

@@ -190,6 +190,16 @@ fn a_page_failing_after_its_acknowledgement_stops_writes() {
         },
     );
     assert_eq!(db.get(b"doomed").unwrap().as_deref(), Some(&value(2)[..]));
+    // Its page may still be the shared open page: the maintenance thread seals it within
+    // `OPEN_PAGE_LINGER`, and then the device holds it.
+    within(Duration::from_secs(10), "the page reaching the device", {
+        let dev = dev.clone();
+        move || {
+            while dev.held() == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
     dev.release(true);
     // The failure is found when the batch is retired (by the next writer, or a sync).
     let err = within(Duration::from_secs(10), "sync after a failed page", {

@@ -190,6 +190,11 @@ impl Core {
     /// Waits once for the pipeline to move (a batch applied, settled or landed), the write
     /// lock released meanwhile. The caller looks again on return.
     pub(super) fn wait_for_batches(&self, g: &mut MutexGuard<'_, Inner>) {
+        // A shared open page holds its members in the pipeline until it is written
+        // (`open_page`, invariant 2).
+        if g.seal_open_page() {
+            g.poller.doorbell();
+        }
         let Some(landing) = g.side.landing.clone() else {
             self.applied.wait(g);
             return;

@@ -29,6 +29,25 @@ pub(super) struct BatchPages {
     raws: Vec<(Lba, PageBuf)>,
     raw_after: u32,
     batch: u64,
+    /// Laid out into the shared open page (see `open_page`): must not open another.
+    joined: bool,
+}
+
+impl BatchPages {
+    /// Raw pages that follow the open packed page.
+    pub(super) fn raw_after(&self) -> u32 {
+        self.raw_after
+    }
+
+    /// Whether a packed page is open.
+    pub(super) fn has_open(&self) -> bool {
+        self.open_at.is_some()
+    }
+
+    /// Bytes free in the open packed page.
+    pub(super) fn open_free(&self) -> usize {
+        self.open.free()
+    }
 }
 
 /// A laid-out batch.
@@ -47,6 +66,9 @@ pub(super) struct LaidOut<'a> {
     /// address: the memtable keeps a copy of each ([`MemTable::hold`]) before it takes the
     /// versions, and a flush puts it into the keytable entry.
     pub(super) held: Vec<(ValuePtr, &'a [u8])>,
+    /// Whether its last packed page is the shared open page (opened or joined), which is
+    /// not among `pages` (see `open_page`).
+    pub(super) sharing: Sharing,
 }
 
 impl Inner {
@@ -151,6 +173,10 @@ impl Inner {
 
     /// Opens a packed page with room for `raw` raw pages after it.
     pub(super) fn open_page(&mut self, b: &mut BatchPages, raw: u32, reserve: usize) -> Result<()> {
+        if b.joined {
+            // `fits_open_page` admitted it whole: nothing was sealed or claimed.
+            return Err(corrupt("a batch joining the open page outgrew it"));
+        }
         self.seal_open(b, false)?;
         self.ensure_room(1 + raw, reserve)?;
         let h = self.head.as_mut().ok_or(EngineError::Closed)?;
@@ -477,11 +503,22 @@ impl Inner {
         packed + raw + crossings + other + 1
     }
 
+    /// Lays out a batch (see the module docs). With `share` (an early client batch, see
+    /// `open_page`), a batch whose records all fit the open page joins it, and a batch that
+    /// ends in a packed page with room left leaves that page open; without it, or when the
+    /// batch does not fit, the open page is sealed and queued first, so it keeps its place
+    /// before every page laid out after it.
     pub(super) fn build_batch<'a>(
         &mut self,
         ops: &[WriteOp<'a>],
         reserve: usize,
+        share: bool,
     ) -> Result<LaidOut<'a>> {
+        let join = share && self.fits_open_page(ops);
+        if !join {
+            // Queued now, ahead of this batch's pages (the caller rings the doorbell).
+            self.seal_open_page();
+        }
         // Values spanning segments take theirs whole: all must be free before any is laid
         // out (a batch failing halfway costs a manifest write and a flush before the next
         // batch; see `forget_layout`).
@@ -499,15 +536,31 @@ impl Inner {
             }),
             first_new: self.next_log_seg,
         };
-        let batch = self.next_batch;
-        self.next_batch += 1;
-        let mut b = BatchPages {
-            pages: Vec::new(),
-            open: PageBuilder::new(),
-            open_at: None,
-            raws: Vec::new(),
-            raw_after: 0,
-            batch,
+        let mut b = match self.open_page.as_ref().filter(|_| join) {
+            // Its records go after those already in the open page, in that page's device
+            // batch; the page itself changes only once the layout succeeded.
+            Some(open) => BatchPages {
+                pages: Vec::new(),
+                open: open.builder.clone(),
+                open_at: Some((open.log_seg, open.page)),
+                raws: Vec::new(),
+                raw_after: 0,
+                batch: open.batch,
+                joined: true,
+            },
+            None => {
+                let batch = self.next_batch;
+                self.next_batch += 1;
+                BatchPages {
+                    pages: Vec::new(),
+                    open: PageBuilder::new(),
+                    open_at: None,
+                    raws: Vec::new(),
+                    raw_after: 0,
+                    batch,
+                    joined: false,
+                }
+            }
         };
         let mut updates: Vec<(&'a [u8], u64, Slot)> = Vec::with_capacity(ops.len());
         // Indexes of the updates that retime a value written before this batch.
@@ -728,13 +781,34 @@ impl Inner {
                     }
                 }
             }
-            self.seal_open(&mut b, true)
+            Ok(())
         })();
-        if let Err(e) = result {
-            self.abandon_head();
-            self.forget_layout(claimed_from);
-            return Err(e);
-        }
+        // The last packed page: kept open for the batches after it, or sealed as the batch's
+        // last.
+        let result = result.and_then(|()| {
+            if b.joined {
+                if let (Some(open), Some(_)) = (self.open_page.as_mut(), b.open_at) {
+                    open.builder = std::mem::take(&mut b.open);
+                }
+                Ok(Sharing::Joined)
+            } else if share && Self::may_leave_open(&b) {
+                let at = b.open_at.take().ok_or(EngineError::Closed)?;
+                self.keep_open(std::mem::take(&mut b.open), at, b.batch);
+                Ok(Sharing::Opened)
+            } else {
+                self.seal_open(&mut b, true).map(|()| Sharing::None)
+            }
+        });
+        let sharing = match result {
+            Ok(s) => s,
+            // A joiner changed nothing of the page or the head (it works on a copy).
+            Err(e) if b.joined => return Err(e),
+            Err(e) => {
+                self.abandon_head();
+                self.forget_layout(claimed_from);
+                return Err(e);
+            }
+        };
         // Every update but a retime's points at a value this batch wrote (a put followed by
         // a retime in the batch was folded into one update with the put's value).
         let fresh = updates
@@ -749,6 +823,7 @@ impl Inner {
             fresh,
             retimes: !retimes.is_empty(),
             held,
+            sharing,
         })
     }
 

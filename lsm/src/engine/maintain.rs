@@ -111,6 +111,10 @@ pub(super) struct MaintenanceShared {
     /// Maintenance tasks that failed, and the last failure.
     pub(super) failures: u64,
     pub(super) last_failure: Option<Arc<EngineError>>,
+    /// The thread sleeps for [`IDLE_POLL`]: a batch that opens a shared page wakes it, so
+    /// that the page is sealed within
+    /// [`OPEN_PAGE_LINGER`](super::open_page::OPEN_PAGE_LINGER) whatever else happens.
+    pub(super) napping: bool,
 }
 
 /// A unit of maintenance.
@@ -255,7 +259,25 @@ impl Core {
                         g.maint.running = true;
                         break t;
                     }
-                    self.work.wait_for(&mut g, IDLE_POLL);
+                    // The shared open page: sealed once it lingered long enough or a
+                    // member's doorbell could not take the lock to seal it.
+                    let now = std::time::Instant::now();
+                    let asked = self.seal_wanted.swap(false, Ordering::AcqRel);
+                    if g.open_page_deadline().is_some_and(|d| asked || d <= now)
+                        && g.seal_open_page()
+                    {
+                        g.poller.doorbell();
+                    }
+                    match g.open_page_deadline() {
+                        Some(d) => {
+                            self.work.wait_until(&mut g, d);
+                        }
+                        None => {
+                            g.maint.napping = true;
+                            self.work.wait_for(&mut g, IDLE_POLL);
+                            g.maint.napping = false;
+                        }
+                    }
                 }
             };
             let r = {

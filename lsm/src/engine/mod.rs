@@ -23,6 +23,7 @@ mod landing;
 mod layout;
 mod levels;
 mod maintain;
+mod open_page;
 mod read;
 mod recovery;
 mod sample;
@@ -40,6 +41,7 @@ use gc::{GcCursor, GcMove, GcReadAhead};
 use landing::Landing;
 use layout::Head;
 use maintain::{Frozen, MaintenanceShared};
+use open_page::{OpenPage, Sharing};
 use version::{ReadFaults, ReadSide, SegMap, Version};
 use write::InFlight;
 
@@ -256,6 +258,12 @@ pub struct EngineStats {
     pub landing_pages: u64,
     /// Page lookups of reads those copies answered (the page was not on the device yet).
     pub landing_hits: u64,
+    /// With [`EngineConfig::ack_from_dram`]: packed pages a client batch left open for the
+    /// small batches after it to share.
+    pub shared_pages_opened: u64,
+    /// Client batches that wrote all their records into a page another batch had left open,
+    /// instead of a page of their own.
+    pub shared_page_joins: u64,
 }
 
 /// One keytable level: its shape now, and what flushes and compactions did to it since open
@@ -356,6 +364,34 @@ pub(super) struct Core {
     /// Batches waiting for a write-lock holder to write them with its own (group commit,
     /// `write/group.rs`).
     joiners: write::Joiners,
+    /// A member's doorbell found the write lock taken and left the shared open page to the
+    /// maintenance thread to seal (see `open_page`).
+    seal_wanted: AtomicBool,
+}
+
+impl Core {
+    /// Seals the shared open page now if the write lock is free, else asks the maintenance
+    /// thread to (it looks at once). Never waits: a member's doorbell calls this on the
+    /// drive's network thread.
+    fn seal_open_page_soon(&self) {
+        match self.inner.try_lock() {
+            Some(mut g) => {
+                g.seal_open_page();
+            }
+            None => {
+                self.seal_wanted.store(true, Ordering::Release);
+                self.work.notify_one();
+            }
+        }
+    }
+
+    /// After a batch was started: wakes the maintenance thread from its long sleep if the
+    /// batch opened a shared page, so the page's linger bound holds.
+    fn watch_open_page(&self, g: &mut Inner) {
+        if std::mem::take(&mut g.open_page_news) && g.maint.napping {
+            self.work.notify_one();
+        }
+    }
 }
 
 struct Inner {
@@ -380,6 +416,10 @@ struct Inner {
     /// Raw value pages known to hold only garbage: garbage collection does not read them.
     dead_raw: dead_pages::DeadRawPages,
     head: Option<Head>,
+    /// The head's packed page shared by early client batches, until sealed (see `open_page`).
+    open_page: Option<OpenPage>,
+    /// A batch opened the shared page since [`Core::watch_open_page`] last looked.
+    open_page_news: bool,
     kt_segments: Vec<u32>,
     /// Of `kt_segments`, those claimed for a run being written and not yet installed (a
     /// compaction's output comes out of the room `keytable_headroom` keeps, so the user
@@ -549,6 +589,8 @@ impl Engine {
             tail_dead: BTreeMap::new(),
             dead_raw: dead_pages::DeadRawPages::default(),
             head: None,
+            open_page: None,
+            open_page_news: false,
             kt_segments: snap.kt_segments.clone(),
             kt_pending_segments: 0,
             free: BTreeSet::new(),
@@ -609,6 +651,7 @@ impl Engine {
             work: Condvar::new(),
             maint: Mutex::new(()),
             joiners: write::Joiners::default(),
+            seal_wanted: AtomicBool::new(false),
         });
         let read_only = cfg.read_only_recovery;
         let maintainer = if read_only {

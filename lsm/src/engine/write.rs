@@ -253,6 +253,7 @@ impl Engine {
                 Admission::Pipeline => {
                     waits.finish(&mut g);
                     let started = g.start_pending(ops, shape.bound);
+                    self.core.watch_open_page(&mut g);
                     let poller = g.poller.clone();
                     drop(g);
                     poller.doorbell();
@@ -630,7 +631,9 @@ impl Inner {
             (false, false) => 0,
         };
         self.in_gc = gc;
-        let built = self.build_batch(ops, reserve);
+        // Only a client batch acknowledged from DRAM shares the open page (see `open_page`).
+        let share = !gc && self.side.landing.is_some();
+        let built = self.build_batch(ops, reserve, share);
         self.in_gc = false;
         let LaidOut {
             pages,
@@ -638,11 +641,12 @@ impl Inner {
             fresh,
             retimes,
             held,
+            sharing,
         } = built?;
         // Acknowledged from DRAM: its pages' copies wait in the landing buffer, where reads
         // find them until they are on the device (see `landing`).
         let landing = self.side.landing.clone().filter(|_| !gc);
-        let (cache_fill, landing_addrs) = match &landing {
+        let (cache_fill, mut landing_addrs) = match &landing {
             Some(l) => {
                 let copies = self.page_copies(&pages);
                 l.hold(&copies);
@@ -662,12 +666,28 @@ impl Inner {
         } else {
             bound
         };
-        let n = pages.len();
+        let bound = if sharing == Sharing::Joined {
+            // No page of its own, and no device batch: it adds no page to the pipeline.
+            1
+        } else {
+            bound
+        };
+        // Its pages, and the shared open page it has records in (which its completion then
+        // waits for too: `open_page`, invariant 2).
+        let n = pages.len() + usize::from(sharing != Sharing::None);
         // Every batch's last page wakes those who wait for the pipeline in that mode.
         let group = match &self.side.landing {
             Some(l) => GroupDone::with_hook(n, l.hook()),
             None => GroupDone::new(n),
         };
+        if sharing != Sharing::None {
+            // The page as it now stands replaces its copy in the landing buffer before any
+            // of this batch's versions can enter the memtable (invariant 3).
+            if let (Some(l), Some((addr, copy))) = (&landing, self.join_open_page(&group)) {
+                l.hold(&[(addr, copy)]);
+                landing_addrs.push(addr);
+            }
+        }
         // All pages with one doorbell; from the first refusal on (a full queue: the later
         // pages are then refused too, being past the write pointer) one at a time.
         let lbas: Vec<Lba> = pages.iter().map(|(lba, _)| *lba).collect();
@@ -734,6 +754,10 @@ impl Inner {
         // Early only when every page was taken: a refused page fails the batch as always
         // (its writer learns it; nothing is applied).
         let early = landing.is_some() && refused.is_none() && n > 0;
+        if refused.is_some() && sharing == Sharing::Opened {
+            // The page it opened holds only its own records: it fails with them.
+            self.discard_open_page();
+        }
         if landing.is_some() && !early {
             // Never applied: its copies go now (`retire_landed` only sees early batches).
             if let Some(l) = &landing {
@@ -1028,7 +1052,7 @@ impl Inner {
             fresh,
             held,
             ..
-        } = self.build_batch(ops, reserve)?;
+        } = self.build_batch(ops, reserve, false)?;
         let cache_fill = if self.in_gc {
             Vec::new()
         } else {

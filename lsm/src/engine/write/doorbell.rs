@@ -1,7 +1,7 @@
 //! The doorbell a batch acknowledged from DRAM leaves to its caller ([`Doorbell`]), so the
 //! drive can answer before the submission's system call.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The doorbell a batch acknowledged from DRAM ([`EngineConfig::ack_from_dram`]) leaves to
 /// its caller: its pages are queued on the device but not yet handed to the kernel.
@@ -16,14 +16,22 @@ use std::sync::Arc;
 /// pipeline before ringing: the pages it holds back would complete only that late.
 ///
 /// [`EngineConfig::ack_from_dram`]: crate::EngineConfig::ack_from_dram
+///
+/// Ringing also seals the shared open page its batch may have records in (see the engine's
+/// `open_page` module), without waiting for the write lock: if the lock is taken, the
+/// maintenance thread seals it at once instead.
 #[must_use = "dropping a doorbell rings it at once"]
 pub struct Doorbell {
     poller: Arc<crate::io::Poller>,
+    core: Weak<crate::engine::Core>,
 }
 
 impl Doorbell {
-    pub(in crate::engine) fn new(poller: Arc<crate::io::Poller>) -> Doorbell {
-        Doorbell { poller }
+    pub(in crate::engine) fn new(
+        poller: Arc<crate::io::Poller>,
+        core: Weak<crate::engine::Core>,
+    ) -> Doorbell {
+        Doorbell { poller, core }
     }
 
     /// Hands the queued pages to the device and wakes the poller to collect them.
@@ -34,6 +42,9 @@ impl Doorbell {
 
 impl Drop for Doorbell {
     fn drop(&mut self) {
+        if let Some(core) = self.core.upgrade() {
+            core.seal_open_page_soon();
+        }
         self.poller.doorbell();
     }
 }

@@ -27,7 +27,7 @@ impl Engine {
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
         let ops = &*WriteOp::expand(ops);
-        match Self::admit(self.core.inner.lock(), ops, None)? {
+        match Self::admit(&self.core, self.core.inner.lock(), ops, None)? {
             Ok(started) => Ok(Some(started)),
             Err(g) if !g.pipeline.is_empty() => Ok(None),
             Err(g) => {
@@ -60,7 +60,7 @@ impl Engine {
         if g.side.landing.is_none() || g.pipeline.values().any(|b| !b.early) {
             return Ok(None);
         }
-        Ok(Self::admit(g, ops, TAGS_SPARE_FOR_NOW)?.ok())
+        Ok(Self::admit(&self.core, g, ops, TAGS_SPARE_FOR_NOW)?.ok())
     }
 
     /// Admits a batch under `g`: started down the pipeline, or (`Err`) the lock back when
@@ -71,6 +71,7 @@ impl Engine {
     /// # Errors
     /// The engine cannot take writes, the batch is malformed, or admission refuses it.
     fn admit<'a>(
+        core: &Arc<Core>,
         mut g: MutexGuard<'a, Inner>,
         ops: &[WriteOp<'_>],
         spare_tags: Option<usize>,
@@ -88,7 +89,7 @@ impl Engine {
         let mut waits = Waits::new(&g);
         match g.admission(&shape, &mut waits) {
             Admission::Refuse(e) => Err(e),
-            Admission::Pipeline => Self::start_pipelined(g, ops, shape.bound).map(Ok),
+            Admission::Pipeline => Self::start_pipelined(core, g, ops, shape.bound).map(Ok),
             _ => Ok(Err(g)),
         }
     }
@@ -96,11 +97,13 @@ impl Engine {
     /// Lays out and submits a batch the pipeline admitted; an early batch leaves its
     /// doorbell to the caller.
     fn start_pipelined(
+        core: &Arc<Core>,
         mut g: MutexGuard<'_, Inner>,
         ops: &[WriteOp<'_>],
         bound: u64,
     ) -> Result<PendingWrite> {
         let started = g.start_pending(ops, bound);
+        core.watch_open_page(&mut g);
         let poller = g.poller.clone();
         drop(g);
         let mut started = match started {
@@ -112,7 +115,8 @@ impl Engine {
         };
         if matches!(started.state, PendingState::OnDevice { early: true, .. }) {
             // Acknowledged once applied: the caller may answer before it rings.
-            started.doorbell = Some(Doorbell::new(poller));
+            // Its ring also seals the shared open page its records may be in.
+            started.doorbell = Some(Doorbell::new(poller, Arc::downgrade(core)));
         } else {
             poller.doorbell();
         }
