@@ -198,6 +198,15 @@ pub struct OverwriteRun {
     pub final_wa: f64,
     /// Where the write figures come from.
     pub wa_source: String,
+    /// Write amplification of the same run as the block device below the file system saw
+    /// it (bytes written to the device over user bytes, journal and metadata included, after
+    /// the background work settled): one meter for every system
+    /// ([`crate::procfs::BlockDevMeter`]). `None` in runs made before it was measured.
+    #[serde(default)]
+    pub block_wa: Option<f64>,
+    /// Which device that was, or why there is no such figure.
+    #[serde(default)]
+    pub block_meter: Option<String>,
     /// Garbage-collected segments (LightStore).
     pub gc_segments: Option<u64>,
     /// Why the run has no figures.
@@ -421,9 +430,19 @@ impl Overwrite {
             overwrites: OVERWRITE_TIMES * capacity / VALUE_SIZE as u64,
             ..OverwriteRun::default()
         };
+        std::fs::create_dir_all(&self.dir)?;
+        let meter = match crate::procfs::BlockDevMeter::for_dir(&self.dir) {
+            Ok(m) => {
+                run.block_meter = Some(m.describe());
+                Some(m)
+            }
+            Err(e) => {
+                run.block_meter = Some(format!("none: {e:#}"));
+                None
+            }
+        };
         match self.system.as_str() {
             sys @ ("lightstore-local" | "lightstore-local/plp") => {
-                std::fs::create_dir_all(&self.dir)?;
                 let dev = Arc::new(Ftl::format(
                     &Backend::File(self.dir.join("overwrite.img")),
                     DeviceConfig::new(g),
@@ -444,14 +463,14 @@ impl Overwrite {
                     engine_counts_writes: true,
                 };
                 run.wa_source = "EngineStats: device_bytes_written / user_bytes_written".into();
-                sustained(&kv, &mut run, &|| {
+                sustained(&kv, &mut run, meter.as_ref(), &|| {
                     let s = engine.stats();
                     Ok((s.device_bytes_written, Some(s.user_bytes_written)))
                 })?;
                 run.gc_segments = Some(engine.stats().gc_segments);
                 engine.close()?;
             }
-            "rocksdb-blobdb/no-wal" => self.blobdb(&mut run)?,
+            "rocksdb-blobdb/no-wal" => self.blobdb(&mut run, meter.as_ref())?,
             other => bail!("no sustained-overwrite system `{other}`"),
         }
         std::fs::write(&self.json, serde_json::to_string(&run)?)
@@ -459,7 +478,11 @@ impl Overwrite {
     }
 
     #[cfg(feature = "peers")]
-    fn blobdb(&self, run: &mut OverwriteRun) -> anyhow::Result<()> {
+    fn blobdb(
+        &self,
+        run: &mut OverwriteRun,
+        meter: Option<&crate::procfs::BlockDevMeter>,
+    ) -> anyhow::Result<()> {
         use crate::peers::{Rocks, RocksLayout};
         let data = run.keys * (16 + VALUE_SIZE as u64);
         let cache = self.cache_bytes.unwrap_or((data / 16).max(1 << 20)) as usize;
@@ -467,11 +490,15 @@ impl Overwrite {
         run.wa_source = "/proc/self/io write_bytes - cancelled_write_bytes of the process \
                          (RocksDB in-process) / user bytes (16-byte keys + values)"
             .into();
-        sustained(&db, run, &|| Ok((db.written_bytes()?, None)))
+        sustained(&db, run, meter, &|| Ok((db.written_bytes()?, None)))
     }
 
     #[cfg(not(feature = "peers"))]
-    fn blobdb(&self, _run: &mut OverwriteRun) -> anyhow::Result<()> {
+    fn blobdb(
+        &self,
+        _run: &mut OverwriteRun,
+        _meter: Option<&crate::procfs::BlockDevMeter>,
+    ) -> anyhow::Result<()> {
         bail!("{} needs the `peers` feature", self.system)
     }
 }
@@ -484,6 +511,7 @@ type Counters<'a> = dyn Fn() -> anyhow::Result<(u64, Option<u64>)> + 'a;
 fn sustained(
     kv: &dyn KvUnderTest,
     run: &mut OverwriteRun,
+    meter: Option<&crate::procfs::BlockDevMeter>,
     counters: &Counters<'_>,
 ) -> anyhow::Result<()> {
     let value: Vec<u8> = (0..VALUE_SIZE)
@@ -499,6 +527,9 @@ fn sustained(
     let m = workloads::run(kv, Workload::SSet, run.keys, run.keys, &value, shape)?;
     run.load_ops_per_sec = m.ops_per_sec;
     let (d0, u0) = counters()?;
+    let block0 = meter
+        .map(crate::procfs::BlockDevMeter::written_bytes)
+        .transpose()?;
     let (mut dp, mut up) = (d0, u0.unwrap_or(0));
     let mut mine = 0u64;
     let user = |u: Option<u64>, mine: u64| u.map_or(mine, |u| u);
@@ -534,7 +565,11 @@ fn sustained(
     kv.settle()?;
     let (d, u) = counters()?;
     let u = user(u, mine);
-    run.final_wa = d.saturating_sub(d0) as f64 / u.saturating_sub(u0.unwrap_or(0)).max(1) as f64;
+    let user_bytes = u.saturating_sub(u0.unwrap_or(0)).max(1) as f64;
+    run.final_wa = d.saturating_sub(d0) as f64 / user_bytes;
+    if let (Some(m), Some(b0)) = (meter, block0) {
+        run.block_wa = Some(m.written_bytes()?.saturating_sub(b0) as f64 / user_bytes);
+    }
     run.ops_per_sec = run.overwrites as f64 / secs.max(1e-9);
     Ok(())
 }
