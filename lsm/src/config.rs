@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_KEY: usize = (64 << 10) + 64;
 /// Default maximum value length (bytes), further bounded by one segment (see
 /// [`EngineConfig::max_value`]).
 pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+/// Default [`EngineConfig::open_page_linger`]: 2 ms, about the network thread's doorbell bound.
+pub const DEFAULT_OPEN_PAGE_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Default [`EngineConfig::entry_value_max`]: values up to this many bytes are held in
 /// their keytable entries (as BlobDB's `min_blob_size`).
 pub const DEFAULT_ENTRY_VALUE_MAX: usize = 64;
@@ -91,6 +94,13 @@ pub struct EngineConfig {
     /// `flush_writes` then applies only to batches written synchronously (large or
     /// spanning ones, which are acknowledged when durable). Default `false`.
     pub ack_from_dram: bool,
+    /// With [`EngineConfig::ack_from_dram`]: longest the maintenance thread leaves a shared
+    /// open page unsealed while it is idle (small batches add their records to the page the
+    /// batch before them left open, see the engine's `open_page`; a member's doorbell, a
+    /// batch that does not fit, and any wait for the pipeline seal it sooner). A longer
+    /// linger lets more batches share a page and widens what a process crash loses. Default
+    /// [`DEFAULT_OPEN_PAGE_LINGER`].
+    pub open_page_linger: std::time::Duration,
     /// Percent of the device's value space clients cannot fill (0..=90): puts are refused
     /// with `CapacityFull` once live values would pass the rest, the *user capacity*.
     /// Uniform random overwrites at 80% of the user capacity then run with write
@@ -145,6 +155,7 @@ impl Default for EngineConfig {
             bloom_fp_rate: 0.01,
             flush_writes: true,
             ack_from_dram: false,
+            open_page_linger: DEFAULT_OPEN_PAGE_LINGER,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
             compaction_moves_values: false,

@@ -188,3 +188,83 @@ fn a_power_cut_with_a_page_open_loses_a_suffix_of_unsynced_batches_only() {
         assert_fsck_clean(&backend, cfg, config(0));
     }
 }
+
+/// The engine on a device that can refuse a write; open pages linger until something seals
+/// them (not the maintenance thread's clock), so the test decides which page is refused.
+fn on_cut_device(backend: &Backend, cfg: DeviceConfig) -> (Arc<common::CutDevice>, Engine) {
+    let ftl = Arc::new(Ftl::open(backend, cfg).unwrap());
+    let dev = Arc::new(common::CutDevice::new(ftl, Box::new(|_| false)));
+    let ecfg = EngineConfig {
+        open_page_linger: std::time::Duration::from_secs(3600),
+        ..config(0)
+    };
+    let db = Engine::open(dev.clone() as Arc<dyn AppendDevice>, ecfg).unwrap();
+    (dev, db)
+}
+
+/// A batch whose first page is refused at submission fails, and the page it would have left
+/// open is dropped with it: the garbage counts stay exact (the offline check recounts them).
+#[test]
+fn a_refused_opener_drops_its_open_page_and_the_counts_stay_exact() {
+    let (backend, cfg) = formatted_ram();
+    let (dev, db) = on_cut_device(&backend, cfg);
+    db.put(b"before", &value(1, 100)).unwrap();
+    db.sync().unwrap();
+    // ~13 KiB of small records: one sealed page and one left open.
+    let many: Vec<(Vec<u8>, Vec<u8>)> = (0..100).map(|i| (key(i), value(i, 100))).collect();
+    let ops: Vec<WriteOp<'_>> = many.iter().map(|(a, b)| WriteOp::Put(a, b)).collect();
+    dev.refuse_next_write();
+    let err = db.write(&ops).unwrap_err();
+    assert!(matches!(err, lsm::EngineError::WriteNotApplied(_)), "{err}");
+    assert_eq!(db.get(&key(5)).unwrap(), None);
+    // Writes go on (past the hole) and share pages again.
+    for k in 200..260 {
+        db.put(&key(k), &value(k, 100)).unwrap();
+    }
+    db.close().unwrap();
+    drop(dev);
+    assert_fsck_clean(&backend, cfg, config(0));
+    let (_ftl, db) = open(&backend, cfg, config(0));
+    assert_eq!(db.get(b"before").unwrap(), Some(value(1, 100)));
+    assert_eq!(db.get(&key(5)).unwrap(), None);
+    for k in 200..260 {
+        assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 100)), "key {k}");
+    }
+}
+
+/// The device refuses the shared page when it is sealed: the batch that sealed it is not
+/// applied, the members already acknowledged are lost, so writes stop
+/// (`AcknowledgedWriteLost`), and a restart recovers the log up to the hole, whole.
+#[test]
+fn a_refused_shared_page_fails_its_members_and_stops_writes() {
+    let (backend, cfg) = formatted_ram();
+    let (dev, db) = on_cut_device(&backend, cfg);
+    db.put(b"before", &value(1, 100)).unwrap();
+    db.sync().unwrap();
+    db.put(&key(1), &value(1, 100)).unwrap();
+    db.put(&key(2), &value(2, 100)).unwrap();
+    assert!(db.stats().shared_page_joins >= 1, "{:?}", db.stats());
+    // A raw value does not fit the open page: sealing it comes first, and is refused.
+    dev.refuse_next_write();
+    let err = db.put(&key(3), &value(3, 20_000)).unwrap_err();
+    assert!(matches!(err, lsm::EngineError::WriteNotApplied(_)), "{err}");
+    let err = db.sync().unwrap_err();
+    assert!(
+        matches!(err, lsm::EngineError::AcknowledgedWriteLost { .. }),
+        "{err}"
+    );
+    let err = db.put(&key(4), &value(4, 100)).unwrap_err();
+    assert!(
+        matches!(err, lsm::EngineError::AcknowledgedWriteLost { .. }),
+        "{err}"
+    );
+    drop(db);
+    drop(dev);
+    let (_ftl, db) = open(&backend, cfg, config(0));
+    assert_eq!(db.get(b"before").unwrap(), Some(value(1, 100)));
+    for k in 1..=4 {
+        assert_eq!(db.get(&key(k)).unwrap(), None, "key {k}");
+    }
+    db.close().unwrap();
+    assert_fsck_clean(&backend, cfg, config(0));
+}

@@ -192,7 +192,7 @@ impl Core {
     pub(super) fn wait_for_batches(&self, g: &mut MutexGuard<'_, Inner>) {
         // A shared open page holds its members in the pipeline until it is written
         // (`open_page`, invariant 2).
-        if g.seal_open_page() {
+        if g.seal_open_page().unwrap_or(false) {
             g.poller.doorbell();
         }
         let Some(landing) = g.side.landing.clone() else {

@@ -516,8 +516,11 @@ impl Inner {
     ) -> Result<LaidOut<'a>> {
         let join = share && self.fits_open_page(ops);
         if !join {
-            // Queued now, ahead of this batch's pages (the caller rings the doorbell).
-            self.seal_open_page();
+            // Queued now, ahead of this batch's pages (the caller rings the doorbell). A page
+            // the device refused leaves a hole at the head: nothing may be laid out behind
+            // it (its members are failed, the head abandoned); this batch is not applied.
+            self.seal_open_page()
+                .map_err(EngineError::WriteNotApplied)?;
         }
         // Values spanning segments take theirs whole: all must be free before any is laid
         // out (a batch failing halfway costs a manifest write and a flush before the next

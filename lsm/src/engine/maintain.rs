@@ -113,7 +113,10 @@ pub(super) struct MaintenanceShared {
     pub(super) last_failure: Option<Arc<EngineError>>,
     /// The thread sleeps for [`IDLE_POLL`]: a batch that opens a shared page wakes it, so
     /// that the page is sealed within
-    /// [`OPEN_PAGE_LINGER`](super::open_page::OPEN_PAGE_LINGER) whatever else happens.
+    /// [`EngineConfig::open_page_linger`] while the thread is idle
+    /// (a task it runs seals the page first; a page opened during the task waits for its
+    /// end, a member's doorbell, the next batch that does not join it, or a wait for the
+    /// pipeline).
     pub(super) napping: bool,
 }
 
@@ -255,18 +258,21 @@ impl Core {
                     if g.maint.shutdown || g.closed {
                         return;
                     }
-                    if let Some(t) = g.due_task() {
-                        g.maint.running = true;
-                        break t;
-                    }
                     // The shared open page: sealed once it lingered long enough or a
-                    // member's doorbell could not take the lock to seal it.
+                    // member's doorbell could not seal it, and before a task (which may run
+                    // long without looking here).
                     let now = std::time::Instant::now();
                     let asked = self.seal_wanted.swap(false, Ordering::AcqRel);
-                    if g.open_page_deadline().is_some_and(|d| asked || d <= now)
-                        && g.seal_open_page()
+                    let task = g.due_task();
+                    if g.open_page_deadline()
+                        .is_some_and(|d| asked || d <= now || task.is_some())
+                        && g.seal_open_page().unwrap_or(false)
                     {
                         g.poller.doorbell();
+                    }
+                    if let Some(t) = task {
+                        g.maint.running = true;
+                        break t;
                     }
                     match g.open_page_deadline() {
                         Some(d) => {

@@ -374,15 +374,23 @@ impl Core {
     /// thread to (it looks at once). Never waits: a member's doorbell calls this on the
     /// drive's network thread.
     fn seal_open_page_soon(&self) {
-        match self.inner.try_lock() {
-            Some(mut g) => {
-                g.seal_open_page();
+        if let Some(mut g) = self.inner.try_lock() {
+            // Sealed here only when the page surely gets a device tag: a page refused for
+            // want of one is retried under the lock, which this caller must not wait for.
+            if g.open_page.is_none() {
+                return;
             }
-            None => {
-                self.seal_wanted.store(true, Ordering::Release);
-                self.work.notify_one();
+            if g.poller
+                .free_tags()
+                .is_none_or(|f| f > open_page::SEAL_NOW_SPARE_TAGS)
+            {
+                // A refused page fails its members (see `seal_open_page`).
+                let _ = g.seal_open_page();
+                return;
             }
         }
+        self.seal_wanted.store(true, Ordering::Release);
+        self.work.notify_one();
     }
 
     /// After a batch was started: wakes the maintenance thread from its long sleep if the

@@ -2,7 +2,7 @@
 //! open by a client batch so that the small batches after it add their records to it instead
 //! of writing a page each, and sealed (queued for the device) when a batch cannot join, when
 //! anyone waits for the pipeline, when a member's doorbell rings, or after
-//! [`OPEN_PAGE_LINGER`].
+//! [`EngineConfig::open_page_linger`].
 //!
 //! **Why.** A batch acknowledged from DRAM is as durable as its page copies in the landing
 //! buffer until its pages land (see `landing`). Without sharing, every group of small writes
@@ -41,17 +41,20 @@
 //!
 //! [`EngineConfig::ack_from_dram`]: crate::EngineConfig::ack_from_dram
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::*;
 use crate::io::OnDone;
 
-/// Longest a page stays open: the maintenance thread seals it then if nothing else did.
-pub(super) const OPEN_PAGE_LINGER: Duration = Duration::from_millis(2);
-
 /// A batch leaves its last page open only with at least this many bytes free in it (a page
 /// nearly full is sealed at once: few records could join it).
 const OPEN_PAGE_MIN_FREE: usize = 512;
+
+/// A member's doorbell seals the page itself only while the device has more free command
+/// tags than this (the asynchronous client reads that may take tags meanwhile, as for a
+/// batch started on the network thread); else it leaves the page to `lsm-maint`, since a
+/// page refused for want of a tag is retried under the write lock.
+pub(super) const SEAL_NOW_SPARE_TAGS: usize = 64;
 
 /// The head's open packed page (see the module docs).
 pub(super) struct OpenPage {
@@ -61,8 +64,8 @@ pub(super) struct OpenPage {
     pub(super) page: u32,
     /// The device batch it belongs to: its opener's.
     pub(super) batch: u64,
-    /// The completions of the batches with records in it.
-    members: Vec<Arc<GroupDone>>,
+    /// The completions of the batches with records in it, and their tickets.
+    members: Vec<(u64, Arc<GroupDone>)>,
     /// When it was opened.
     since: Instant,
 }
@@ -133,21 +136,31 @@ impl Inner {
 
     /// Registers a batch laid out into the open page as one of its members, and returns the
     /// page's address and a copy of it as it now stands (for the landing buffer).
-    pub(super) fn join_open_page(&mut self, group: &Arc<GroupDone>) -> Option<(PageAddr, Bytes)> {
+    pub(super) fn join_open_page(
+        &mut self,
+        group: &Arc<GroupDone>,
+        ticket: u64,
+    ) -> Option<(PageAddr, Bytes)> {
         let open = self.open_page.as_mut()?;
         if !open.members.is_empty() {
             self.stats.shared_page_joins += 1;
         }
-        open.members.push(group.clone());
+        open.members.push((ticket, group.clone()));
         Some((open.addr(), Bytes::copy_from_slice(open.builder.bytes())))
     }
 
     /// Drops the open page a batch opened but could not submit (a page of it refused): its
     /// only member is that batch, which fails, and the page stays unwritten (the hole the
-    /// failure handles). The batch's completion counts the page as done.
+    /// failure handles). The page counts as written and its unused room as garbage, as a
+    /// refused sealed page does (the failure counts the batch's values dead). The batch's
+    /// completion counts the page as done.
     pub(super) fn discard_open_page(&mut self) {
         if let Some(open) = self.open_page.take() {
-            for m in open.members {
+            if let Some(m) = self.log_segs.get_mut(&open.log_seg) {
+                m.written += PAGE_SIZE as u64;
+            }
+            self.count_tail_dead(open.log_seg, unused_bytes(open.builder.bytes().len()));
+            for (_, m) in open.members {
                 m.finish_one(Ok(()));
             }
         }
@@ -155,18 +168,25 @@ impl Inner {
 
     /// When the open page is due to be sealed, if one is open.
     pub(super) fn open_page_deadline(&self) -> Option<Instant> {
-        self.open_page.as_ref().map(|o| o.since + OPEN_PAGE_LINGER)
+        self.open_page
+            .as_ref()
+            .map(|o| o.since + self.cfg.open_page_linger)
     }
 
     /// Seals the open page, if any, and queues it for the device (the caller rings the
     /// doorbell): its header names its opener's batch as that batch's last page, its unused
     /// room is garbage, its final copy replaces the partial one in the landing buffer (and
-    /// enters the value cache), and its completion finishes every member's. A page the device
-    /// refuses (after waiting, as a batch's page would) fails every member. Returns whether a
-    /// page was queued.
-    pub(super) fn seal_open_page(&mut self) -> bool {
+    /// enters the value cache once queued), and its completion finishes every member's.
+    /// Returns whether a page was queued.
+    ///
+    /// # Errors
+    /// The device refused the page (after waiting, as for a batch's page): every member
+    /// fails. Those not yet claimed are never applied (their writers learn it); those
+    /// already acknowledged are lost, which stops writes when they retire
+    /// (`AcknowledgedWriteLost`). The head is abandoned: nothing may follow the hole.
+    pub(super) fn seal_open_page(&mut self) -> std::result::Result<bool, DeviceError> {
         let Some(open) = self.open_page.take() else {
-            return false;
+            return Ok(false);
         };
         let addr = open.addr();
         let sealed = open
@@ -180,10 +200,9 @@ impl Inner {
         if let Some(l) = &self.side.landing {
             l.hold(&[(addr, Bytes::copy_from_slice(&sealed))]);
         }
-        if let Some(cache) = &self.side.cache {
-            cache.insert(addr, crate::cache::copy_packed_for_cache(&sealed));
-        }
-        let members = Arc::new(open.members);
+        let tickets: Vec<u64> = open.members.iter().map(|(t, _)| *t).collect();
+        let members: Arc<Vec<Arc<GroupDone>>> =
+            Arc::new(open.members.into_iter().map(|(_, m)| m).collect());
         let fan_out = |members: &Arc<Vec<Arc<GroupDone>>>| -> OnDone {
             let members = members.clone();
             Box::new(move |r: std::result::Result<Completion, DeviceError>| {
@@ -193,28 +212,28 @@ impl Inner {
                 }
             })
         };
-        let Ok(segment) = self.segment_of(open.log_seg) else {
+        let segment = match self.segment_of(open.log_seg) {
+            Ok(s) => s,
             // (Cannot happen: the head's segment is in the map while it is the head.)
-            for m in members.iter() {
-                m.finish_one(Err(DeviceError::PoweredOff));
-            }
-            return false;
+            Err(_) => return Err(self.fail_open_page(&members, &tickets, DeviceError::PoweredOff)),
         };
         let lba = self.g.lba(SegmentId(segment), open.page);
         let mut buf = PageBuf::from_slice(&sealed);
         let since = Instant::now();
         loop {
             let cmd = Command::Write { lba, buf };
-            let r = match self
+            let queued = self
                 .poller
                 .queue_many(vec![cmd], vec![fan_out(&members)])
-                .pop()
-            {
-                Some(r) => r,
-                None => return true,
-            };
-            let Err(r) = r else {
-                return true;
+                .pop();
+            let r = match queued {
+                Some(Err(r)) => r,
+                _ => {
+                    if let Some(cache) = &self.side.cache {
+                        cache.insert(addr, crate::cache::copy_packed_for_cache(&sealed));
+                    }
+                    return Ok(true);
+                }
             };
             match r.buf {
                 Some(b)
@@ -228,12 +247,34 @@ impl Inner {
                 }
                 _ => {
                     tracing::error!(error = %r.error, "the device refused a shared page");
-                    for m in members.iter() {
-                        m.finish_one(Err(r.error.clone()));
-                    }
-                    return false;
+                    return Err(self.fail_open_page(&members, &tickets, r.error));
                 }
             }
         }
+    }
+
+    /// A sealed shared page that never reaches the device: its members not yet claimed fail
+    /// as a batch with a refused page does (claimed in ticket order, poisoning those after
+    /// them); every member's completion gets the error (an acknowledged one then stops
+    /// writes when it retires); the head is abandoned, so nothing is laid out behind the
+    /// hole. Returns the error.
+    fn fail_open_page(
+        &mut self,
+        members: &[Arc<GroupDone>],
+        tickets: &[u64],
+        error: DeviceError,
+    ) -> DeviceError {
+        for &t in tickets {
+            if t > self.claimed_upto {
+                if let Some(b) = self.pipeline.get_mut(&t) {
+                    b.fail_page(error.clone());
+                }
+            }
+        }
+        for m in members {
+            m.finish_one(Err(error.clone()));
+        }
+        self.abandon_head_after_failure();
+        error
     }
 }

@@ -12,7 +12,9 @@ use super::write::PIPELINE_PAGES;
 pub(super) const READ_ATTEMPTS: u32 = 10;
 
 /// Most batches that can be on the device at once: the write pipeline holds at most
-/// [`PIPELINE_PAGES`] pages and a batch takes at least two of them; a synchronous batch
+/// [`PIPELINE_PAGES`] pages and a batch takes at least two of them (a client batch that
+/// joined the shared open page counts one, but takes no batch number: its records are in its
+/// opener's device batch); a synchronous batch
 /// (a large client batch, garbage collection's moves) runs alone. One more for a batch
 /// number a failed layout used without writing.
 pub(super) const MAX_IN_FLIGHT_BATCHES: u64 = PIPELINE_PAGES / 2 + 1;

@@ -45,8 +45,10 @@ pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
 /// still holds: GC batches are submitted only with the pipeline empty (their liveness is
 /// judged on everything applied), each counts `GC_PIPELINE_SHARE` pages when it is that
 /// large or its bound (two or more) when smaller, and client batches join them only while
-/// the pipeline's count stays within `PIPELINE_PAGES`, two or more pages each; so no more
-/// than `PIPELINE_PAGES / 2` batches of either kind are ever in flight.
+/// the pipeline's count stays within `PIPELINE_PAGES`, two or more pages each (a batch that
+/// joined the shared open page counts one, but it is no device batch: it takes no batch
+/// number, see `open_page`); so no more than `PIPELINE_PAGES / 2` batches of either kind are
+/// ever in flight.
 pub(super) const GC_PIPELINE_SHARE: u64 = PIPELINE_PAGES / 2;
 
 /// Who a pipelined batch is for.
@@ -148,6 +150,14 @@ impl InFlight {
     /// Its updates, while not yet claimed for insertion (empty after).
     pub(super) fn updates(&self) -> &[(Box<[u8]>, u64, Slot)] {
         &self.updates
+    }
+
+    /// Fails it with a page that never reached the device, unless its outcome was already
+    /// claimed (see `open_page`).
+    pub(super) fn fail_page(&mut self, error: DeviceError) {
+        if self.insertion.is_none() {
+            self.io = Some(Err(BatchFailure::Page(error)));
+        }
     }
 
     /// Whether a thread is inserting its updates into the memtable right now.
@@ -683,7 +693,8 @@ impl Inner {
         if sharing != Sharing::None {
             // The page as it now stands replaces its copy in the landing buffer before any
             // of this batch's versions can enter the memtable (invariant 3).
-            if let (Some(l), Some((addr, copy))) = (&landing, self.join_open_page(&group)) {
+            let ticket = self.next_ticket;
+            if let (Some(l), Some((addr, copy))) = (&landing, self.join_open_page(&group, ticket)) {
                 l.hold(&[(addr, copy)]);
                 landing_addrs.push(addr);
             }
@@ -748,7 +759,8 @@ impl Inner {
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.pages_since_checkpoint += n as u64;
+        // Its own pages; the shared page counts once, when it is sealed (`seal_open_page`).
+        self.pages_since_checkpoint += lbas.len() as u64;
         self.pipeline_pages += bound;
         let max_seq = updates.iter().map(|(_, seq, _)| *seq).max().unwrap_or(0);
         // Early only when every page was taken: a refused page fails the batch as always
