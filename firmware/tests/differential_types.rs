@@ -344,6 +344,15 @@ fn watch_sees_only_the_destination_change() -> Vec<String> {
 fn hash_commands_answer_as_redis_server_does() {
     let lines = script(&[
         "HSET h f1 10 f2 x f3 1.5 <empty> empty",
+        // Overwrites only (the header is not read or rewritten), a new field beside an old
+        // one, and a field named twice in one command.
+        "HSET h f2 y",
+        "HLEN h",
+        "HSET h f2 x f8 eight f8 again",
+        "HLEN h",
+        "HGET h f8",
+        "HDEL h f8",
+        "HLEN h",
         "HINCRBY h f1 5",
         "HINCRBY h f1 -20",
         "HINCRBY h new 7",
