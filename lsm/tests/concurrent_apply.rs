@@ -40,15 +40,31 @@ fn value(writer: u64, batch: u32, k: u32) -> Vec<u8> {
 
 #[test]
 fn racing_inserts_of_shared_keys_count_garbage_once() {
-    let g = common::small_geometry();
-    let backend = Backend::Ram(RamStore::new());
-    drop(Ftl::format(&backend, DeviceConfig::new(g)).unwrap());
-    let cfg = EngineConfig {
+    race(EngineConfig {
         // Several memtables per run: flushes (which store the garbage counts) happen while
         // the writers race.
         memtable_bytes: 96 << 10,
         ..EngineConfig::default()
-    };
+    });
+}
+
+/// The same race acknowledged from DRAM: the writers' small batches share open packed
+/// pages (deletes, retimes and puts with deadlines among them), and the garbage counts
+/// still come out exact.
+#[test]
+fn racing_inserts_acknowledged_from_dram_sharing_pages_count_garbage_once() {
+    race(EngineConfig {
+        memtable_bytes: 96 << 10,
+        ack_from_dram: true,
+        flush_writes: false,
+        ..EngineConfig::default()
+    });
+}
+
+fn race(cfg: EngineConfig) {
+    let g = common::small_geometry();
+    let backend = Backend::Ram(RamStore::new());
+    drop(Ftl::format(&backend, DeviceConfig::new(g)).unwrap());
     let dev: Arc<dyn AppendDevice> = Arc::new(Ftl::open(&backend, DeviceConfig::new(g)).unwrap());
     let db = Arc::new(Engine::open(dev, cfg.clone()).unwrap());
     // Per key, the (sequence of acknowledgement, value) of the newest acknowledged write.
@@ -107,6 +123,9 @@ fn racing_inserts_of_shared_keys_count_garbage_once() {
         s.flushes > 2,
         "the memtable was flushed while writers ran: {s:?}"
     );
+    if cfg.ack_from_dram {
+        assert!(s.shared_page_joins > 0, "no batch shared a page: {s:?}");
+    }
     let acked = acked.lock().unwrap();
     for k in 0..KEYS {
         let got = db.get(&key(k)).unwrap().unwrap_or_default();
