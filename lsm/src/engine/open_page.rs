@@ -218,37 +218,32 @@ impl Inner {
             Err(_) => return Err(self.fail_open_page(&members, &tickets, DeviceError::PoweredOff)),
         };
         let lba = self.g.lba(SegmentId(segment), open.page);
-        let mut buf = PageBuf::from_slice(&sealed);
-        let since = Instant::now();
-        loop {
-            let cmd = Command::Write { lba, buf };
-            let queued = self
-                .poller
-                .queue_many(vec![cmd], vec![fan_out(&members)])
-                .pop();
-            let r = match queued {
-                Some(Err(r)) => r,
-                _ => {
-                    if let Some(cache) = &self.side.cache {
-                        cache.insert(addr, crate::cache::copy_packed_for_cache(&sealed));
-                    }
-                    return Ok(true);
+        let cmd = Command::Write {
+            lba,
+            buf: PageBuf::from_slice(&sealed),
+        };
+        let queued = match self
+            .poller
+            .queue_many(vec![cmd], vec![fan_out(&members)])
+            .pop()
+        {
+            Some(Err(r)) => match r.buf {
+                // As a batch's refused page: again while the queue is full.
+                Some(buf) => self.submit_refused_page(lba, buf, || fan_out(&members)),
+                None => Err(r.error),
+            },
+            _ => Ok(()),
+        };
+        match queued {
+            Ok(()) => {
+                if let Some(cache) = &self.side.cache {
+                    cache.insert(addr, crate::cache::copy_packed_for_cache(&sealed));
                 }
-            };
-            match r.buf {
-                Some(b)
-                    if matches!(r.error, DeviceError::QueueFull { .. })
-                        && since.elapsed() < super::write::QUEUE_FULL_PATIENCE =>
-                {
-                    buf = b;
-                    // Reads hold the tags: let them finish.
-                    self.poller.doorbell();
-                    std::thread::yield_now();
-                }
-                _ => {
-                    tracing::error!(error = %r.error, "the device refused a shared page");
-                    return Err(self.fail_open_page(&members, &tickets, r.error));
-                }
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the device refused a shared page");
+                Err(self.fail_open_page(&members, &tickets, e))
             }
         }
     }
@@ -264,12 +259,9 @@ impl Inner {
         tickets: &[u64],
         error: DeviceError,
     ) -> DeviceError {
-        for &t in tickets {
-            if t > self.claimed_upto {
-                if let Some(b) = self.pipeline.get_mut(&t) {
-                    b.fail_page(error.clone());
-                }
-            }
+        let claimed = self.claimed_upto;
+        for &t in tickets.iter().filter(|&&t| t > claimed) {
+            self.record_io(t, Err(super::write::BatchFailure::Page(error.clone())));
         }
         for m in members {
             m.finish_one(Err(error.clone()));

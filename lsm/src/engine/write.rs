@@ -154,14 +154,6 @@ impl InFlight {
         &self.updates
     }
 
-    /// Fails it with a page that never reached the device, unless its outcome was already
-    /// claimed (see `open_page`).
-    pub(super) fn fail_page(&mut self, error: DeviceError) {
-        if self.insertion.is_none() {
-            self.io = Some(Err(BatchFailure::Page(error)));
-        }
-    }
-
     /// Whether a thread is inserting its updates into the memtable right now.
     pub(super) fn inserting(&self) -> bool {
         self.insertion
@@ -551,37 +543,14 @@ impl Inner {
                 group.finish_one(Ok(()));
                 continue;
             }
-            let Some(mut buf) = r.buf else {
+            let Some(buf) = r.buf else {
                 refused = Some(r.error);
                 group.finish_one(Ok(()));
                 continue;
             };
-            let since = std::time::Instant::now();
-            loop {
-                match self
-                    .poller
-                    .submit(Command::Write { lba: lbas[i], buf }, group.callback())
-                {
-                    Ok(()) => break,
-                    // Reads hold the tags: let them finish.
-                    Err(r)
-                        if matches!(r.error, DeviceError::QueueFull { .. })
-                            && since.elapsed() < QUEUE_FULL_PATIENCE =>
-                    {
-                        let Some(b) = r.buf else {
-                            refused = Some(r.error);
-                            group.finish_one(Ok(()));
-                            break;
-                        };
-                        buf = b;
-                        std::thread::yield_now();
-                    }
-                    Err(r) => {
-                        refused = Some(r.error);
-                        group.finish_one(Ok(()));
-                        break;
-                    }
-                }
+            if let Err(e) = self.submit_refused_page(lbas[i], buf, || group.callback()) {
+                refused = Some(e);
+                group.finish_one(Ok(()));
             }
         }
         let ticket = self.next_ticket;
@@ -635,6 +604,34 @@ impl Inner {
             },
         );
         Ok((ticket, group))
+    }
+
+    /// Hands a page the device refused when it was queued (its buffer back) to the device
+    /// again, one submission at a time: once whatever the refusal was (a page after a refused
+    /// one is refused as past the write pointer, and goes once the one before it went), then
+    /// again while the device's queue is full (reads hold the tags: they are let finish), for
+    /// at most [`QUEUE_FULL_PATIENCE`]. `on_done` makes the page's completion callback for
+    /// each try (a refused try drops its own). `Err`: why the page was refused for good.
+    pub(super) fn submit_refused_page(
+        &self,
+        lba: Lba,
+        mut buf: PageBuf,
+        on_done: impl Fn() -> crate::io::OnDone,
+    ) -> std::result::Result<(), DeviceError> {
+        let since = std::time::Instant::now();
+        loop {
+            match self.poller.submit(Command::Write { lba, buf }, on_done()) {
+                Ok(()) => return Ok(()),
+                Err(r)
+                    if matches!(r.error, DeviceError::QueueFull { .. })
+                        && since.elapsed() < QUEUE_FULL_PATIENCE =>
+                {
+                    buf = r.buf.ok_or(r.error)?;
+                    std::thread::yield_now();
+                }
+                Err(r) => return Err(r.error),
+            }
+        }
     }
 
     /// Records how a pipelined batch's pages (and its flush, if any) went, making it ready to
