@@ -460,7 +460,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              gc_steps_refused:{}\r\nread_retries:{}\r\nrecovery_read_retries:{}\r\ngc_read_retries:{}\r\n\
              recovery_damage:{}\r\nread_checksum_failures:{}\r\nread_unreadable_pages:{}\r\n\
              last_fsck:{}\r\nlast_fsck_time:{}\r\nlast_fsck_problems:{}\r\ncompaction_debt_bytes:{}\r\n\
-             landing_pages:{}\r\nlanding_hits:{}\r\nshared_pages_opened:{}\r\nshared_page_joins:{}\r\n",
+             landing_pages:{}\r\nlanding_hits:{}\r\nshared_pages_opened:{}\r\nshared_page_joins:{}\r\n\
+             gc_batches_beside_clients:{}\r\ngc_waits_for_clients:{}\r\n",
             e.user_bytes_written,
             e.device_bytes_written,
             e.user_capacity_bytes,
@@ -510,6 +511,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.landing_hits,
             e.shared_pages_opened,
             e.shared_page_joins,
+            e.gc_batches_beside_clients,
+            e.gc_waits_for_clients,
         );
         // One line per keytable level, in the spirit of RocksDB's compaction stats.
         for (l, ls) in e.levels.iter().enumerate() {

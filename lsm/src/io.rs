@@ -262,9 +262,12 @@ impl Poller {
         }
     }
 
-    /// Submits `cmds` (one doorbell) and returns at once; [`InFlight::wait`] collects their
-    /// completions in order. A command refused at submission comes back as its `Err`.
-    pub(crate) fn start_all(&self, cmds: Vec<Command>) -> InFlight {
+    /// Queues `cmds` and returns at once; [`InFlight::wait`] collects their completions in
+    /// order (a command refused at submission comes back as its `Err`). The commands stay in
+    /// the device's submission queue until a [`Poller::doorbell`] (anyone's): garbage collection queues its read-ahead under the
+    /// engine lock and rings once it has released it, so the system call (which, on the file
+    /// backend, pins every buffer and builds every bio) does not hold up writers.
+    pub(crate) fn queue_all(&self, cmds: Vec<Command>) -> InFlight {
         let n = cmds.len();
         let (tx, rx) = mpsc::channel();
         let callbacks: Vec<OnDone> = (0..n)
@@ -275,7 +278,7 @@ impl Poller {
             .collect();
         let mut out: Vec<Option<Result<Completion, DeviceError>>> = (0..n).map(|_| None).collect();
         let mut pending = 0;
-        for (i, r) in self.submit_many(cmds, callbacks).into_iter().enumerate() {
+        for (i, r) in self.queue_many(cmds, callbacks).into_iter().enumerate() {
             match r {
                 Ok(()) => pending += 1,
                 Err(rej) => out[i] = Some(Err(rej.error)),
@@ -363,7 +366,7 @@ impl Poller {
     }
 }
 
-/// Commands started by [`Poller::start_all`] whose completions are still to be collected.
+/// Commands queued by [`Poller::queue_all`] whose completions are still to be collected.
 pub(crate) struct InFlight {
     rx: mpsc::Receiver<(usize, Result<Completion, DeviceError>)>,
     out: Vec<Option<Result<Completion, DeviceError>>>,

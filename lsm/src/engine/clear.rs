@@ -42,10 +42,9 @@ impl Inner {
     fn clear(&mut self) -> Result<()> {
         // Garbage collection's step state goes (a read ahead still on the device is waited
         // for: nothing may read a segment about to be trimmed).
-        if let Some(ahead) = self.gc_read_ahead.take() {
-            drop(ahead.reads.wait());
-        }
+        self.drop_read_ahead();
         self.gc_cursor = None;
+        self.gc_carry = None;
         self.gc_pending.clear();
         self.gc_pending_bytes = 0;
         self.gc_refused.clear();

@@ -5,6 +5,14 @@ use super::recovery::READ_ATTEMPTS;
 use super::write::{BatchFailure, BatchKind};
 use super::*;
 
+mod moves;
+mod read_ahead;
+#[cfg(test)]
+mod tests;
+
+pub(super) use moves::{GcWait, GcWrites};
+pub(super) use read_ahead::{GcCarry, GcReadAhead};
+
 /// The error of a garbage-collection step that found a victim page it cannot use.
 fn gc_refused(log_seg: u32, segment: u32, page: u32, reason: impl Into<String>) -> EngineError {
     EngineError::GcRefused {
@@ -71,70 +79,15 @@ pub(super) struct GcMove {
     from: ValuePtr,
 }
 
-/// Pages of a victim whose reads are on the device while garbage collection writes the
-/// moves of the window before them.
-pub(super) struct GcReadAhead {
-    pub(super) log_seg: u32,
-    pub(super) pages: std::ops::Range<u32>,
-    /// The pages of `pages` read, in order: the others are raw pages of dead values
-    /// ([`DeadRawPages`](super::dead_pages::DeadRawPages)).
-    pub(super) read: Vec<u32>,
-    pub(super) reads: crate::io::InFlight,
-}
-
-/// The moves of a garbage-collection step on their way to the device: pipelined batches
-/// (submitted with the write lock held and the pipeline empty, then on the device while the
-/// lock is free) and the value bytes they move.
-#[derive(Default)]
-pub(super) struct GcWrites {
-    /// Tickets of the pipelined batches and their page completions, in ticket order.
-    pub(super) batches: Vec<(u64, Arc<GroupDone>)>,
-    /// Value bytes moved by all of them.
-    pub(super) bytes: u64,
-}
-
-/// The device flush that makes garbage collection's moves durable before they are applied,
-/// when client batches are acknowledged only once durable: a client batch laid out after a
-/// move batch is applied (and acknowledged) only after it, and a move batch whose pages
-/// were still in the device's write cache at a power cut would leave a hole that stops
-/// recovery's replay before the client's batch. Shared with clients' flushes through the
-/// [`FlushGate`].
-pub(super) struct GcFlush {
-    pub(super) gate: Arc<FlushGate>,
-    pub(super) dev: Arc<dyn AppendDevice>,
-}
-
-impl GcWrites {
-    /// Waits for every page of every batch and, with `flush`, for a device flush after
-    /// them: one result per batch, in order.
-    pub(super) fn wait(
-        &self,
-        flush: Option<&GcFlush>,
-    ) -> Vec<std::result::Result<(), BatchFailure>> {
-        let mut out: Vec<std::result::Result<(), BatchFailure>> = self
-            .batches
-            .iter()
-            .map(|(_, done)| done.wait().map_err(BatchFailure::Page))
-            .collect();
-        if let Some(f) = flush {
-            if !out.is_empty() && out.iter().all(std::result::Result::is_ok) {
-                if let Err(e) = f.gate.flush(|| device_flush(f.dev.as_ref())) {
-                    // The first batch fails with it, and every batch after it with that one
-                    // (`claim_ready`).
-                    out[0] = Err(BatchFailure::Flush(e));
-                }
-            }
-        }
-        out
-    }
-}
-
 /// A garbage-collection step whose moves were submitted but are not yet applied:
 /// [`Inner::gc_step`] returns it, and [`Inner::gc_step_done`] finishes it once the moves'
 /// pages are back.
 pub(super) struct GcStarted {
     /// The moves in flight (none when the step wrote nothing).
     pub(super) writes: GcWrites,
+    /// The step's moves are pending, not yet laid out: the caller waits for this and hands
+    /// the step to [`Inner::gc_resubmit`].
+    pub(super) blocked: Option<GcWait>,
     /// What the step did, once its moves are applied.
     step: GcStep,
     /// The victim, when this step reached its end: it leaves the log only after its last
@@ -146,6 +99,7 @@ impl GcStarted {
     fn no_writes(step: GcStep) -> GcStarted {
         GcStarted {
             writes: GcWrites::default(),
+            blocked: None,
             step,
             finished: None,
         }
@@ -206,6 +160,40 @@ impl Inner {
             Err(e) if self.gc_step_failed(&e) => Ok(GcStarted::no_writes(GcStep::Progress)),
             Err(e) => Err(e),
         }
+    }
+
+    /// Lays out the moves of a step that [`Inner::gc_step`] left blocked, once the caller
+    /// waited for what `started.blocked` said; may block again (on return,
+    /// `started.blocked` says). A failure resets the step as [`Inner::gc_step`]'s do: the
+    /// victim starts again from its first page, and the step then finishes nothing.
+    ///
+    /// # Errors
+    /// As [`Inner::gc_step`].
+    pub(super) fn gc_resubmit(&mut self, started: &mut GcStarted) -> Result<()> {
+        match self.submit_gc_moves(&mut started.writes) {
+            Ok(blocked) => {
+                started.blocked = blocked;
+                Ok(())
+            }
+            Err(e) => {
+                let refused = self.gc_step_failed(&e);
+                // Whatever was submitted before the failure was applied (`submit_gc_moves`).
+                started.writes.batches.clear();
+                started.finished = None;
+                started.step = GcStep::Progress;
+                if refused {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Whether the next step starts a victim: it may flush the memtable to make segments
+    /// candidates, which wants the pipeline drained.
+    pub(super) fn gc_starts_victim(&self) -> bool {
+        self.gc_cursor.is_none()
     }
 
     /// Finishes a step from [`Inner::gc_step`] once its moves' pages are back (`pages`: one
@@ -297,9 +285,8 @@ impl Inner {
         self.gc_cursor = None;
         self.gc_pending.clear();
         self.gc_pending_bytes = 0;
-        if let Some(ahead) = self.gc_read_ahead.take() {
-            ahead.reads.wait();
-        }
+        self.gc_carry = None;
+        self.drop_read_ahead();
         refused
     }
 
@@ -353,7 +340,10 @@ impl Inner {
             .min(end);
         // Pages never written (claimed by a batch that failed, see `forget_layout`) hold
         // nothing live; a page that cannot be read fails the step (`read_log_pages`).
-        let mut pages = self.window_pages(log_seg, seg, first, last)?;
+        let mut pages = self.window_pages(log_seg, seg, first, &mut last, end)?;
+        // The next window's reads go down now, to come back while this one is judged and its
+        // moves are written (a step that stops short of `last` carries the rest over).
+        self.read_ahead(log_seg, last, end);
         let mut page = first;
         let mut in_sync = cursor.in_sync;
         while page < last {
@@ -505,14 +495,32 @@ impl Inner {
                 });
             }
             page = group_end;
+            if self.gc_pending_bytes >= GC_BATCH_BYTES && self.side.landing.is_some() {
+                // A batch's worth judged: it is written now, and the rest of the window is
+                // carried over, so one step's moves never need more than a batch or two of
+                // the pipeline (laid out beside the clients' batches, not after a drain).
+                // Where every step drains the pipeline first (not acknowledged from DRAM),
+                // fewer, larger steps drain less often.
+                break;
+            }
         }
-        self.read_ahead(log_seg, page, end);
+        if page < last {
+            // The pages this step stopped short of, read already: the next step starts with
+            // them, and the window read ahead follows them.
+            let from = (page - first) as usize;
+            self.gc_carry = Some(GcCarry {
+                log_seg,
+                first: page,
+                pages: pages.drain(from.min(pages.len())..).collect(),
+            });
+        }
         // Moves are written in large batches (a batch's indirect records share one packed
         // page), so they may wait for later steps; they are judged live again when written.
-        let writes = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
-            self.submit_gc_moves()?
+        let mut writes = GcWrites::default();
+        let blocked = if page >= end || self.gc_pending_bytes >= GC_BATCH_BYTES {
+            self.submit_gc_moves(&mut writes)?
         } else {
-            GcWrites::default()
+            None
         };
         self.stats.gc_steps += 1;
         let cursor = GcCursor {
@@ -525,6 +533,7 @@ impl Inner {
             self.gc_cursor = Some(cursor);
             return Ok(GcStarted {
                 writes,
+                blocked,
                 step: GcStep::Progress,
                 finished: None,
             });
@@ -533,6 +542,7 @@ impl Inner {
         self.gc_cursor = None;
         Ok(GcStarted {
             writes,
+            blocked,
             step: GcStep::Reclaimed,
             finished: Some(cursor),
         })
@@ -630,288 +640,5 @@ impl Inner {
             value: value.to_vec(),
             from: ptr,
         }))
-    }
-
-    /// Starts reading the window after `page` of victim `log_seg` (which ends at `end`), or,
-    /// when the victim is done, the first window of the next victim the policy picks: the
-    /// reads overlap the moves written now and the pause between steps.
-    pub(super) fn read_ahead(&mut self, log_seg: u32, page: u32, end: u32) {
-        let (victim, from) = if page < end {
-            (log_seg, page)
-        } else {
-            let candidates: Vec<GcCandidate> = self
-                .gc_candidates()
-                .into_iter()
-                .filter(|c| c.log_seg != log_seg)
-                .collect();
-            match self.cfg.gc_policy.pick(&candidates) {
-                Some(next) => (next, 0),
-                None => return,
-            }
-        };
-        let Some(meta) = self.log_segs.get(&victim) else {
-            return;
-        };
-        let seg = SegmentId(meta.segment);
-        let end = meta.sealed_end.unwrap_or(0);
-        // A read refused for want of a tag (client reads may hold up to
-        // `ASYNC_READ_WINDOW` of them) is read again when the step needs it.
-        let ahead = self.cfg.gc_window_pages.clamp(1, GC_READ_AHEAD_PAGES);
-        let pages = from..from.saturating_add(ahead).min(end);
-        if pages.is_empty() {
-            return;
-        }
-        // Raw pages of values already counted dead are not read (about two fifths of a
-        // victim's value pages at 80% full).
-        let read: Vec<u32> = pages
-            .clone()
-            .filter(|&p| !self.dead_raw.is_dead(victim, p))
-            .collect();
-        let cmds = read
-            .iter()
-            .map(|&p| Command::Read {
-                lba: self.g.lba(seg, p),
-                buf: PageBuf::for_read(),
-            })
-            .collect();
-        self.gc_read_ahead = Some(GcReadAhead {
-            log_seg: victim,
-            pages,
-            read,
-            reads: self.poller.start_all(cmds),
-        });
-    }
-
-    /// The pages read ahead, when they are the first of `pages` of `log_seg`: one entry per
-    /// page of the read-ahead's range, `None` for a read that did not come back as reads do
-    /// (refused for want of a tag, say, or failed: the caller reads it again the usual way),
-    /// `Some(None)` for a page never written or not read (a dead value's raw page); the
-    /// caller reads the rest of `pages`. A read ahead of other pages is waited for and
-    /// dropped: nothing may still read a segment garbage collection is done with.
-    pub(super) fn take_read_ahead(
-        &mut self,
-        log_seg: u32,
-        pages: std::ops::Range<u32>,
-    ) -> Option<Vec<Option<Option<PageBuf>>>> {
-        let ahead = self.gc_read_ahead.take()?;
-        let wanted = ahead.log_seg == log_seg
-            && ahead.pages.start == pages.start
-            && ahead.pages.end <= pages.end;
-        let results = ahead.reads.wait();
-        if !wanted {
-            return None;
-        }
-        let mut got: Vec<Option<Option<PageBuf>>> =
-            ahead.pages.clone().map(|_| Some(None)).collect();
-        for (page, r) in ahead.read.iter().zip(results) {
-            got[(page - ahead.pages.start) as usize] = match r.and_then(Completion::into_buf) {
-                Ok(buf) => Some(buf),
-                Err(DeviceError::Unwritten { .. }) => Some(None),
-                Err(_) => None,
-            };
-        }
-        self.stats.gc_pages_skipped += (ahead.pages.len() - ahead.read.len()) as u64;
-        Some(got)
-    }
-
-    /// Pages `first..last` of victim `log_seg` (device segment `seg`): what was read ahead,
-    /// with the pages whose read-ahead did not come back read again, and the rest read now.
-    fn window_pages(
-        &mut self,
-        log_seg: u32,
-        seg: SegmentId,
-        first: u32,
-        last: u32,
-    ) -> Result<Vec<Option<PageBuf>>> {
-        let Some(ahead) = self.take_read_ahead(log_seg, first..last) else {
-            return self.read_log_pages(log_seg, seg, first..last);
-        };
-        let mut pages = Vec::with_capacity((last - first) as usize);
-        for (page, got) in (first..).zip(ahead) {
-            match got {
-                Some(buf) => pages.push(buf),
-                None => pages.extend(self.read_log_pages(log_seg, seg, page..page + 1)?),
-            }
-        }
-        let rest = first + pages.len() as u32..last;
-        if !rest.is_empty() {
-            pages.extend(self.read_log_pages(log_seg, seg, rest)?);
-        }
-        Ok(pages)
-    }
-
-    /// Reads pages `range` of value-log segment `log_seg` (device segment `seg`), all in
-    /// flight at once; a page never written is `None` (claimed by a batch that failed before
-    /// writing it, see `forget_layout`). A page whose read fails is read again on its own,
-    /// up to [`READ_ATTEMPTS`] reads, so a transient error costs nothing.
-    ///
-    /// # Errors
-    /// `GcRefused` for a page that fails every read: it may hold live values, so the
-    /// victim must not be reclaimed. Device errors (out of tags, powered off, ...).
-    pub(super) fn read_log_pages(
-        &self,
-        log_seg: u32,
-        seg: SegmentId,
-        range: std::ops::Range<u32>,
-    ) -> Result<Vec<Option<PageBuf>>> {
-        let first = range.start;
-        let lbas: Vec<Lba> = range.map(|p| self.g.lba(seg, p)).collect();
-        let cmds = crate::io::page_reads(&lbas);
-        let results = self.poller.run(cmds, IO_WINDOW);
-        let mut pages = Vec::with_capacity(results.len());
-        for (i, (r, lba)) in results.into_iter().zip(lbas).enumerate() {
-            let read =
-                |r: std::result::Result<Completion, DeviceError>| r.and_then(Completion::into_buf);
-            let mut result = read(r);
-            let mut attempts = 1;
-            while matches!(result, Err(DeviceError::ReadFailed { .. })) && attempts < READ_ATTEMPTS
-            {
-                attempts += 1;
-                self.side
-                    .read_faults
-                    .gc_read_retries
-                    .fetch_add(1, Ordering::Relaxed);
-                let again = crate::io::execute_patiently(
-                    self.dev.as_ref(),
-                    Command::Read {
-                        lba,
-                        buf: PageBuf::for_read(),
-                    },
-                );
-                result = read(again.map_err(|r| r.error));
-            }
-            let page = match result {
-                Ok(buf) => buf,
-                Err(DeviceError::Unwritten { .. }) => None,
-                Err(e @ DeviceError::ReadFailed { .. }) => {
-                    return Err(gc_refused(
-                        log_seg,
-                        seg.0,
-                        first + i as u32,
-                        format!("{e} ({attempts} attempts)"),
-                    ))
-                }
-                Err(e) => return Err(EngineError::Device(e)),
-            };
-            pages.push(page);
-        }
-        Ok(pages)
-    }
-
-    /// Submits the pending moves whose values are still live (a client may have overwritten
-    /// or deleted a key since its value was read: that move is dropped), a group commit per
-    /// ~[`GC_BATCH_BYTES`], down the write pipeline ([`BatchKind::GcMoves`]); a batch that
-    /// cannot be pipelined (a value spanning segments) is written synchronously here, as
-    /// before. Called with the pipeline empty, so every earlier write is applied and the
-    /// liveness judgement is exact.
-    pub(super) fn submit_gc_moves(&mut self) -> Result<GcWrites> {
-        debug_assert!(
-            self.pipeline.is_empty(),
-            "moves judged with batches in flight"
-        );
-        let pending = std::mem::take(&mut self.gc_pending);
-        self.gc_pending_bytes = 0;
-        // A live value keeps the deadline its key has now (a put and a retime, as
-        // `WriteOp::expand` writes a put with a deadline).
-        let live: Vec<(Vec<u8>, Vec<u8>, Deadline)> = pending
-            .into_iter()
-            .filter_map(|m| match self.lookup(&m.key) {
-                Some(Slot::Value(p, d)) if p == m.from => Some((m.key, m.value, d)),
-                _ => None,
-            })
-            .collect();
-        let mut writes = GcWrites::default();
-        let mut start = 0;
-        while start < live.len() {
-            let mut end = start;
-            let mut batch_bytes = 0;
-            while end < live.len() && (end == start || batch_bytes < GC_BATCH_BYTES) {
-                batch_bytes += live[end].0.len() + live[end].1.len() + RECORD_HEADER;
-                end += 1;
-            }
-            let ops: Vec<WriteOp<'_>> = live[start..end]
-                .iter()
-                .flat_map(|(k, v, d)| {
-                    std::iter::once(WriteOp::Put(k, v))
-                        .chain(d.is_some().then_some(WriteOp::Retime(k, *d)))
-                })
-                .collect();
-            let spans = live[start..end]
-                .iter()
-                .any(|(k, v, _)| self.put_spans(k.len(), v.len()));
-            let submitted = if spans {
-                // Alone and synchronously: nothing of this step may be in flight before it.
-                self.wait_gc_batches(&mut writes).and_then(|()| {
-                    self.in_gc = true;
-                    let r = self.write(&ops);
-                    self.in_gc = false;
-                    r
-                })
-            } else {
-                let bound = self.page_bound(&ops);
-                let started = self.start_batch(&ops, bound, BatchKind::GcMoves);
-                // A GC batch is rare and large: its doorbell is rung under the lock.
-                self.poller.doorbell();
-                started.map(|batch| writes.batches.push(batch))
-            };
-            if let Err(e) = submitted {
-                // Nothing of a failed step stays in flight: the batches already submitted
-                // are waited for and applied (they moved live values; they are correct).
-                self.wait_gc_batches(&mut writes)?;
-                return Err(e);
-            }
-            writes.bytes += live[start..end]
-                .iter()
-                .map(|(_, v, _)| v.len() as u64)
-                .sum::<u64>();
-            start = end;
-        }
-        Ok(writes)
-    }
-
-    /// The flush move batches need before they are applied (see [`GcFlush`]), if any.
-    pub(super) fn gc_flush(&self) -> Option<GcFlush> {
-        self.cfg.flush_writes.then(|| GcFlush {
-            gate: self.flush_gate.clone(),
-            dev: self.dev.clone(),
-        })
-    }
-
-    /// Waits (the write lock held) for move batches already submitted and applies them, so a
-    /// synchronous write can follow with the pipeline empty.
-    fn wait_gc_batches(&mut self, writes: &mut GcWrites) -> Result<()> {
-        if writes.batches.is_empty() {
-            return Ok(());
-        }
-        let flush = self.gc_flush();
-        let pages = writes.wait(flush.as_ref());
-        let batches = std::mem::take(&mut writes.batches);
-        self.apply_gc_batches(&batches, pages)
-    }
-
-    /// Records the page outcome of each move batch (`pages`, in the same order), applies
-    /// every batch ready in ticket order, and takes the move batches' outcomes: the first
-    /// failure, if any.
-    fn apply_gc_batches(
-        &mut self,
-        batches: &[(u64, Arc<GroupDone>)],
-        pages: Vec<std::result::Result<(), BatchFailure>>,
-    ) -> Result<()> {
-        for ((ticket, _), io) in batches.iter().zip(pages) {
-            self.record_io(*ticket, io);
-        }
-        self.apply_ready();
-        let mut failure = None;
-        for (ticket, _) in batches {
-            let outcome = self.outcomes.remove(ticket).unwrap_or_else(|| {
-                Err(EngineError::OutcomeUnknown {
-                    reason: "a garbage-collection batch was not applied".into(),
-                })
-            });
-            if let Err(e) = outcome {
-                failure.get_or_insert(e);
-            }
-        }
-        failure.map_or(Ok(()), Err)
     }
 }

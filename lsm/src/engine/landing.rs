@@ -1,14 +1,16 @@
-//! The landing buffer of [`EngineConfig::ack_from_dram`]: the value-log pages of client
-//! batches that were acknowledged before their pages reached the device, kept in DRAM until
-//! they land, and the bookkeeping that retires such a batch once they have.
+//! The landing buffer of [`EngineConfig::ack_from_dram`]: the value-log pages of batches
+//! (clients' and garbage collection's moves) that were acknowledged, or applied, before
+//! their pages reached the device, kept in DRAM until they land, and the bookkeeping that
+//! retires such a batch once they have.
 //!
 //! **What changes in that mode, and what does not.** A pipelined client batch is laid out
 //! and submitted as always, in ticket order under the write lock ([`Inner::start_batch`]),
 //! and stays in `pipeline` until its pages complete, so every argument that rests on "the
 //! pipeline is empty" still holds: a memtable is rotated out (and so flushed, and the replay
 //! checkpoint moved) only with every page it points into on the device; garbage collection
-//! judges liveness, and trims victims, only with the pipeline drained (`quiesce`); recovery's
-//! bound on batches in flight is unchanged (the same page budget). What changes is only when
+//! trims victims only with the pipeline drained (`quiesce`); recovery's bound on batches in
+//! flight is unchanged (the same page budget). Garbage collection's moves are judged with
+//! batches in flight in this mode, under a rule of their own (`gc::moves`). What changes is only when
 //! the batch is *claimed*: its outcome is decided at submission (`io` is set then, unless a
 //! page was refused), so its writer inserts it and is answered at once ([`Inner::claim_ready`]
 //! and [`Inner::settle_applied`] as for any batch), and the batch is *retired* from the
@@ -23,8 +25,10 @@
 //! then holds the page. Reads check the buffer before the value cache and the device
 //! (`ReadPlan`, `Engine::get_cached`).
 //!
-//! **Bounds.** The buffer holds at most the pipeline's pages ([`super::write::PIPELINE_PAGES`],
-//! 768 KiB): a batch counts against that budget until it is retired.
+//! **Bounds.** A batch counts against the pipeline's page budget
+//! ([`super::write::PIPELINE_PAGES`], 768 KiB) until it is retired; a batch of moves counts at
+//! most [`super::write::GC_PIPELINE_SHARE`] pages of it and holds up to about 61
+//! (`GC_BATCH_BYTES`), so the buffer holds about 1 MiB at most.
 //!
 //! **Failure.** A page that fails after its batch was acknowledged cannot be un-applied:
 //! [`Inner::retire_landed`] records it (only for a batch that was applied and answered: a
@@ -192,9 +196,10 @@ impl Core {
     pub(super) fn wait_for_batches(&self, g: &mut MutexGuard<'_, Inner>) {
         // A shared open page holds its members in the pipeline until it is written
         // (`open_page`, invariant 2).
-        if g.seal_open_page().unwrap_or(false) {
-            g.poller.doorbell();
-        }
+        // Whatever is queued goes down first (pages queued under the lock wait for a
+        // doorbell: garbage collection's moves, a sealed page), or the wait could outlast it.
+        drop(g.seal_open_page());
+        g.poller.doorbell();
         let Some(landing) = g.side.landing.clone() else {
             self.applied.wait(g);
             return;

@@ -54,7 +54,8 @@
 use std::time::Duration;
 
 use super::compaction::Pick;
-use super::gc::GcStep;
+use super::gc::{GcStep, GcWait};
+use super::write::PIPELINE_PAGES;
 use super::*;
 
 /// Garbage collection starts this share of the device's segments (1/128, rounded down)
@@ -410,17 +411,44 @@ impl Core {
         g.install_compaction(&c, written, dead.len() as u64, expired)
     }
 
-    /// One garbage-collection step. Under the write lock with the pipeline drained: read
-    /// the victim's window (mostly read ahead in the previous step), judge liveness, lay out
-    /// and submit the moves. Then, with the write lock free, wait for the moves' pages while
-    /// client batches are laid out behind them and readers go on; then, under the lock again,
-    /// apply them (and the clients' batches ready behind them) in ticket order. Releases what
-    /// was reclaimed (with the pipeline drained again) when enough has gathered or
+    /// One garbage-collection step. Under the write lock: read the victim's window (mostly
+    /// read ahead in the previous step), judge liveness, lay out and queue the moves.
+    ///
+    /// - Acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), with no drain of the
+    ///   pipeline: the moves are judged on what is applied and laid out only when no batch in
+    ///   flight writes a moved key (`Inner::submit_gc_moves`); they are applied under the same
+    ///   hold of the lock, and their pages land while the next step runs.
+    /// - Otherwise with the pipeline drained, as the moves' own pages must be waited for
+    ///   (and flushed, in durable mode) before they are applied: then, with the write lock
+    ///   free, wait for them while client batches are laid out behind them and readers go
+    ///   on; then, under the lock again, apply them (and the clients' batches ready behind
+    ///   them) in ticket order.
+    ///
+    /// A step that starts a victim drains the pipeline first (it may flush the memtable).
+    /// The queued reads and pages go down with one doorbell once the lock is free. Releases
+    /// what was reclaimed (with the pipeline drained again) when enough has gathered or
     /// collection is no longer due.
     fn gc_step(&self) -> Result<()> {
         let mut g = self.inner.lock();
-        self.quiesce(&mut g);
-        let started = match g.gc_step() {
+        let poller = g.poller.clone();
+        self.land_read_ahead(&mut g);
+        if g.side.landing.is_none() || g.gc_starts_victim() {
+            self.quiesce(&mut g);
+        }
+        let mut started = g.gc_step();
+        while let Ok(s) = &mut started {
+            let Some(wait) = s.blocked.take() else {
+                break;
+            };
+            match wait {
+                GcWait::Quiet | GcWait::Clients => self.quiesce(&mut g),
+                GcWait::Room(pages) => self.wait_for_room(&mut g, pages),
+            }
+            if let Err(e) = g.gc_resubmit(s) {
+                started = Err(e);
+            }
+        }
+        let started = match started {
             Ok(s) => s,
             Err(e) => {
                 // The failed step's state is reset (nothing of it is in flight); free what
@@ -428,14 +456,21 @@ impl Core {
                 if let Err(r) = g.release_reclaimed() {
                     tracing::warn!(error = %r, "releasing reclaimed segments failed");
                 }
+                drop(g);
+                poller.doorbell();
                 return Err(e);
             }
         };
-        let step = if started.writes.batches.is_empty() {
-            g.gc_step_done(started, Vec::new())
+        let step = if started.writes.batches.is_empty() || started.writes.early {
+            // Nothing to wait for: no moves, or moves claimable at once.
+            let r = g.gc_step_done(started, Vec::new());
+            // Clients whose batches were applied with the moves.
+            self.applied.notify_all();
+            r
         } else {
             let flush = g.gc_flush();
             drop(g);
+            poller.doorbell();
             let pages = started.writes.wait(flush.as_ref());
             g = self.inner.lock();
             let r = g.gc_step_done(started, pages);
@@ -451,13 +486,27 @@ impl Core {
             Ok((_, release)) => (!g.gc_due(), *release),
             Err(_) => (true, false),
         };
-        if done || release {
+        let r = if done || release {
             self.quiesce(&mut g);
             let released = g.release_reclaimed();
             step.and(released).map(|_| ())
         } else {
             step.map(|_| ())
+        };
+        drop(g);
+        // The moves and the next window's read-ahead were queued under the lock.
+        poller.doorbell();
+        r
+    }
+
+    /// Waits until the pipeline has room for `pages` more pages (or is empty); while waiting,
+    /// no new batch enters it (writers see `quiescers` and wait).
+    fn wait_for_room(&self, g: &mut MutexGuard<'_, Inner>, pages: u64) {
+        g.quiescers += 1;
+        while !g.pipeline.is_empty() && g.pipeline_pages + pages > PIPELINE_PAGES {
+            self.wait_for_batches(g);
         }
+        g.quiescers -= 1;
     }
 }
 

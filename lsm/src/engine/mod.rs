@@ -37,7 +37,7 @@ pub use fsck::{Finding, FindingKind, FsckReport};
 pub use read::{KeyFilter, RangeRead};
 pub use write::{Doorbell, PendingWrite};
 
-use gc::{GcCursor, GcMove, GcReadAhead};
+use gc::{GcCarry, GcCursor, GcMove, GcReadAhead};
 use landing::Landing;
 use layout::Head;
 use maintain::{Frozen, MaintenanceShared};
@@ -200,6 +200,12 @@ pub struct EngineStats {
     pub gc_segments: u64,
     /// Garbage-collection steps (windows of a segment handled with the lock held).
     pub gc_steps: u64,
+    /// Garbage collection's move batches laid out while client batches were in flight (with
+    /// [`EngineConfig::ack_from_dram`]: no drain of the pipeline first).
+    pub gc_batches_beside_clients: u64,
+    /// Times garbage collection's moves waited for the pipeline to drain because a client
+    /// batch in flight, not yet applied, wrote one of the moved keys.
+    pub gc_waits_for_clients: u64,
     /// Value bytes garbage collection moved.
     pub gc_bytes_moved: u64,
     /// Victim pages garbage collection did not read: raw pages of values already counted
@@ -462,6 +468,8 @@ struct Inner {
     gc_reclaimed: Vec<LogSegMeta>,
     /// The victim's next window, read while the current window's moves are written.
     gc_read_ahead: Option<GcReadAhead>,
+    /// Victim pages the last step read and did not judge, for the next.
+    gc_carry: Option<GcCarry>,
     closed: bool,
     /// Opened with [`EngineConfig::read_only_recovery`]: nothing is written.
     read_only: bool,
@@ -619,6 +627,7 @@ impl Engine {
             gc_pending_bytes: 0,
             gc_reclaimed: Vec::new(),
             gc_read_ahead: None,
+            gc_carry: None,
             closed: false,
             read_only: cfg.read_only_recovery,
             ack_lost: None,
@@ -768,9 +777,7 @@ impl Engine {
         let mut inner = self.core.inner.lock();
         self.core.quiesce(&mut inner);
         inner.check_open()?;
-        if let Some(ahead) = inner.gc_read_ahead.take() {
-            ahead.reads.wait();
-        }
+        inner.drop_read_ahead();
         let flushed = if inner.read_only {
             Ok(())
         } else if let Err(e) = inner.check_not_lost() {

@@ -44,13 +44,14 @@ pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
 /// Pipeline pages a batch of garbage collection's moves counts at most, whatever its size:
 /// clients keep the rest of [`PIPELINE_PAGES`] while it is on the device. Recovery's bound on
 /// batches in flight ([`super::recovery::MAX_IN_FLIGHT_BATCHES`], `PIPELINE_PAGES / 2 + 1`)
-/// still holds: GC batches are submitted only with the pipeline empty (their liveness is
-/// judged on everything applied), each counts `GC_PIPELINE_SHARE` pages when it is that
-/// large or its bound (two or more) when smaller, and client batches join them only while
-/// the pipeline's count stays within `PIPELINE_PAGES`, two or more pages each (a batch that
-/// joined the shared open page counts one, but it is no device batch: it takes no batch
-/// number, see `open_page`); so no more than `PIPELINE_PAGES / 2` batches of either kind are
-/// ever in flight.
+/// holds because every device batch counts two pages or more (a move batch its bound, two
+/// or more, or `GC_PIPELINE_SHARE` when that is smaller; a batch that joined the shared open
+/// page counts one, but it is no device batch: it takes no batch number, see `open_page`)
+/// and batches enter only while the pipeline's count stays within `PIPELINE_PAGES` (clients
+/// by admission, move batches beside them by [`super::gc::GcWait::Room`]), so then at most
+/// `PIPELINE_PAGES / 2` are in flight. The one exception, move batches submitted with the
+/// pipeline empty, may take the count past it; no batch enters then until it is back within,
+/// and a submission holds a few batches (`GC_BATCH_BYTES` each).
 pub(super) const GC_PIPELINE_SHARE: u64 = PIPELINE_PAGES / 2;
 
 /// Who a pipelined batch is for.
@@ -152,6 +153,12 @@ impl InFlight {
     /// Its updates, while not yet claimed for insertion (empty after).
     pub(super) fn updates(&self) -> &[(Box<[u8]>, u64, Slot)] {
         &self.updates
+    }
+
+    /// Whether it was claimed, or can be claimed as soon as the batches before it are: its
+    /// outcome is decided (acknowledged from DRAM, refused, or its pages reported).
+    pub(super) fn decided(&self) -> bool {
+        self.io.is_some() || self.insertion.is_some()
     }
 
     /// Whether a thread is inserting its updates into the memtable right now.
@@ -440,9 +447,9 @@ impl Inner {
     /// pages report to.
     ///
     /// A [`BatchKind::GcMoves`] batch is laid out as garbage collection's synchronous moves
-    /// were (the GC reserve, no value-cache fill, no user bytes) and counts at most half the
-    /// pipeline's pages, so clients keep the other half while it is on the device (see
-    /// [`GC_PIPELINE_SHARE`]).
+    /// were (the GC reserve, no value-cache fill, no user bytes; acknowledged from DRAM as a
+    /// client's batch is, in that mode) and counts at most half the pipeline's pages, so
+    /// clients keep the other half while it is on the device (see [`GC_PIPELINE_SHARE`]).
     pub(super) fn start_batch(
         &mut self,
         ops: &[WriteOp<'_>],
@@ -473,14 +480,16 @@ impl Inner {
             sharing,
         } = built?;
         // Acknowledged from DRAM: its pages' copies wait in the landing buffer, where reads
-        // find them until they are on the device (see `landing`).
-        let landing = self.side.landing.clone().filter(|_| !gc);
+        // find them until they are on the device (see `landing`). Garbage collection's moves
+        // too: they are applied at once, and the victim is released only once they landed.
+        let landing = self.side.landing.clone();
         let (cache_fill, mut landing_addrs) = match &landing {
             Some(l) => {
                 let copies = self.page_copies(&pages);
                 l.hold(&copies);
                 let addrs = copies.iter().map(|(a, _)| *a).collect();
-                let fill = if self.side.cache.is_some() {
+                // Moves do not fill the value cache (they are not what clients just wrote).
+                let fill = if self.side.cache.is_some() && !gc {
                     copies
                 } else {
                     Vec::new()
