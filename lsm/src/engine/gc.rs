@@ -34,7 +34,10 @@ pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 /// share one packed page of indirect records, and the batch's pages (61), the next window's
 /// read-ahead ([`GC_READ_AHEAD_PAGES`], 128) and clients' asynchronous reads
 /// ([`crate::ASYNC_READ_WINDOW`], 64) fit the device's 256 tags together, so the batch's
-/// submission does not wait for tags with the write lock held.
+/// submission does not wait for tags with the write lock held. In plp mode a batch laid out
+/// beside client batches may meet up to 48 client pages more: a page refused for want of a
+/// tag is then offered again under the lock (`Inner::submit_refused_page`) until reads free
+/// one; the sustained-overwrite runs of decision 0032 were measured with that.
 pub(super) const GC_BATCH_BYTES: usize = 480 << 10;
 
 /// Most victim pages read ahead while a step's moves are written: the whole next window at
@@ -142,16 +145,17 @@ impl Inner {
             .collect()
     }
 
-    /// One step of reclaiming a value-log segment, called with the write lock held and the
-    /// pipeline empty: picks a victim when none is in progress, then reads the next window of
-    /// its pages (`gc_window_pages`, more when a raw value runs past the window), judges
-    /// which values in it are still live and submits their moves to the head as pipelined
-    /// batches. The caller then frees the write lock while the moves are on the device (client
-    /// batches are laid out after them, so a client's overwrite is newer than a move in the log,
-    /// in sequence numbers and in replay order) and hands their outcome to
-    /// [`Inner::gc_step_done`], which applies them and, at the victim's end, takes the victim
-    /// out of the log. Liveness is judged with nothing in flight, so no write can slip in
-    /// between the judgement and the layout.
+    /// One step of reclaiming a value-log segment, called with the write lock held (and the
+    /// pipeline empty, except in plp mode for a step that does not start a victim): picks a
+    /// victim when none is in progress, then takes the next window of its pages
+    /// (`gc_window_pages`, more when a raw value runs past the window), queues the reads of
+    /// the window after it, judges which values are still live and submits their moves to the
+    /// head as pipelined batches ([`Inner::submit_gc_moves`], which says when moves may be
+    /// laid out beside batches in flight, and may leave them pending: `GcStarted::blocked`).
+    /// Client batches are laid out after the moves, so a client's overwrite is newer than a
+    /// move in the log, in sequence numbers and in replay order. The caller hands the moves'
+    /// outcome to [`Inner::gc_step_done`], which applies them and, at the victim's end, takes
+    /// the victim out of the log.
     pub(super) fn gc_step(&mut self) -> Result<GcStarted> {
         match self.gc_step_inner() {
             Ok(started) => Ok(started),
@@ -540,6 +544,15 @@ impl Inner {
         }
         // The victim leaves the log once these last moves are applied (`gc_step_done`).
         self.gc_cursor = None;
+        if self
+            .gc_read_ahead
+            .as_ref()
+            .is_some_and(|a| a.log_seg == log_seg)
+        {
+            // Read ahead before a value longer than the window took the step to the
+            // victim's end: nothing may still read a segment that is about to be trimmed.
+            self.drop_read_ahead();
+        }
         Ok(GcStarted {
             writes,
             blocked,

@@ -8,9 +8,11 @@
 //! and stays in `pipeline` until its pages complete, so every argument that rests on "the
 //! pipeline is empty" still holds: a memtable is rotated out (and so flushed, and the replay
 //! checkpoint moved) only with every page it points into on the device; garbage collection
-//! trims victims only with the pipeline drained (`quiesce`); recovery's bound on batches in
-//! flight is unchanged (the same page budget). Garbage collection's moves are judged with
-//! batches in flight in this mode, under a rule of their own (`gc::moves`). What changes is only when
+//! trims victims only with the pipeline drained (`quiesce`), so only once their moves have
+//! landed; recovery's bound on batches in flight is unchanged (the same page budget).
+//! Garbage collection's moves are judged with batches in flight in this mode, under a rule
+//! of their own (`gc::moves`), and applied at once; a move's page failing after that is an
+//! acknowledged write lost (below), where in durable mode it only restarts its victim. What changes is only when
 //! the batch is *claimed*: its outcome is decided at submission (`io` is set then, unless a
 //! page was refused), so its writer inserts it and is answered at once ([`Inner::claim_ready`]
 //! and [`Inner::settle_applied`] as for any batch), and the batch is *retired* from the
@@ -27,8 +29,9 @@
 //!
 //! **Bounds.** A batch counts against the pipeline's page budget
 //! ([`super::write::PIPELINE_PAGES`], 768 KiB) until it is retired; a batch of moves counts at
-//! most [`super::write::GC_PIPELINE_SHARE`] pages of it and holds up to about 61
-//! (`GC_BATCH_BYTES`), so the buffer holds about 1 MiB at most.
+//! most [`super::write::GC_PIPELINE_SHARE`] pages of it and holds about 61 (`GC_BATCH_BYTES`),
+//! more when it moves a raw value longer than that, so the buffer holds about 1 MiB, more
+//! while such a value's move lands.
 //!
 //! **Failure.** A page that fails after its batch was acknowledged cannot be un-applied:
 //! [`Inner::retire_landed`] records it (only for a batch that was applied and answered: a

@@ -11,10 +11,10 @@
 //! |---|---|---|
 //! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
 //! | compaction | take the input runs; claim pages; install, write the manifest, release segments | merge the runs; write the pages |
-//! | GC step | with no batch in flight: read the victim's window (read ahead in the step before), judge liveness, lay out and submit the moves; then apply them in ticket order; release reclaimed segments (drained again) | the moves' pages (and, durable mode, a flush) on the device while client batches are laid out behind them; between steps |
+//! | GC step | take the victim's window, queue the next window's reads, judge liveness, lay out and queue the moves (durable mode: with no batch in flight, applied later in ticket order; plp mode: beside client batches, applied at once, `gc::moves`); release reclaimed segments (drained) | wait for the window's reads; ring the doorbell; durable mode: the moves' pages and a flush on the device while client batches are laid out behind them; between steps |
 //!
-//! **Why a GC step's moves may be on the device with the write lock free.** They are
-//! judged live and laid out with the pipeline empty, so every batch before them is applied
+//! **Why a GC step's moves may be on the device with the write lock free (durable mode).**
+//! They are judged live and laid out with the pipeline empty, so every batch before them is applied
 //! and a key still pointing into the victim is live. A client batch admitted while they are
 //! in flight is laid out after them: later in the log and in sequence numbers, applied after
 //! them (ticket order) and replayed after them, so its overwrite wins in memory and after a
@@ -25,7 +25,9 @@
 //! device's write cache at a power cut would be a hole that stops replay before it. A move
 //! batch that fails fails the batches behind it (as any failed batch) and restarts the
 //! victim from its first page. While moves are in flight they count at most
-//! `GC_PIPELINE_SHARE` (half) of the pipeline's pages.
+//! `GC_PIPELINE_SHARE` (half) of the pipeline's pages. In plp mode the moves are judged and
+//! laid out beside client batches in flight, under the rule in `gc::moves`, and applied
+//! under the same hold of the lock.
 //!
 //! **Why the lock-free parts are safe.** The frozen memtable is immutable once rotated out
 //! (writers insert only into the active one), and the levels change only by flush and
@@ -451,8 +453,11 @@ impl Core {
         let started = match started {
             Ok(s) => s,
             Err(e) => {
-                // The failed step's state is reset (nothing of it is in flight); free what
-                // was already reclaimed. The step's error is the one reported.
+                // The failed step's state is reset (none of its moves is in flight); free
+                // what was already reclaimed, with the pipeline drained as every release is
+                // (client batches may be in flight: a plp step does not drain first, and the
+                // release may flush to close a hole). The step's error is the one reported.
+                self.quiesce(&mut g);
                 if let Err(r) = g.release_reclaimed() {
                     tracing::warn!(error = %r, "releasing reclaimed segments failed");
                 }

@@ -24,9 +24,10 @@
 //!    *members*) counts the page in its [`GroupDone`], which the page's completion finishes
 //!    for all of them; a member therefore stays in the pipeline until the page has landed,
 //!    so the pipeline is never empty while a page is open, and every wait for the pipeline
-//!    seals it first ([`Core::wait_for_batches`]). Rotation, garbage collection, `sync`,
-//!    `close` and the synchronous write path, which all run with the pipeline drained, never
-//!    see an open page.
+//!    seals it first ([`Core::wait_for_batches`]). Rotation, `sync`, `close` and the
+//!    synchronous write path, which all run with the pipeline drained, never see an open
+//!    page. Garbage collection's moves, laid out beside client batches in plp mode, seal it
+//!    first as any layout that does not join it does (invariant 1).
 //! 3. *Readers find every record.* The page's copy in the landing buffer is replaced, under
 //!    the write lock, each time a batch joins, before that batch's versions can enter the
 //!    memtable; copies only grow, so a reader holding an older copy was never shown a version

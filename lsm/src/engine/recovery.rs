@@ -14,9 +14,11 @@ pub(super) const READ_ATTEMPTS: u32 = 10;
 /// Most batches that can be on the device at once: the write pipeline holds at most
 /// [`PIPELINE_PAGES`] pages and a batch takes at least two of them (a client batch that
 /// joined the shared open page counts one, but takes no batch number: its records are in its
-/// opener's device batch); a synchronous batch
-/// (a large client batch, garbage collection's moves) runs alone. One more for a batch
-/// number a failed layout used without writing.
+/// opener's device batch; garbage collection's move batches count their bound or
+/// `GC_PIPELINE_SHARE`, two or more, and enter only within the budget or with the pipeline
+/// empty: see `GC_PIPELINE_SHARE`); a synchronous batch (a large client batch, a move of a
+/// value spanning segments) runs alone. One more for a batch number a failed layout used
+/// without writing.
 pub(super) const MAX_IN_FLIGHT_BATCHES: u64 = PIPELINE_PAGES / 2 + 1;
 
 /// A value-log tail page as recovery read it.
@@ -816,8 +818,8 @@ impl Inner {
     /// order; a synchronous batch is alone on the device). So every batch before the first
     /// unacknowledged one is whole on the device, and what a cut can tear lies in the
     /// batches in flight at the cut, all numbered after it: at most [`MAX_IN_FLIGHT_BATCHES`]
-    /// (the pipeline holds [`PIPELINE_PAGES`] pages, at least two per batch; garbage
-    /// collection and the synchronous path run with the pipeline empty).
+    /// (the pipeline holds [`PIPELINE_PAGES`] pages, at least two per batch; the synchronous
+    /// path runs with the pipeline empty).
     ///
     /// - A page that was never written below the write pointer (a program lost in the cut)
     ///   is torn when no batch numbered more than [`MAX_IN_FLIGHT_BATCHES`] after its own

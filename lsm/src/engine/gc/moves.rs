@@ -19,8 +19,10 @@
 //! In case 2 every batch before the moves is claimable, so they are applied under the same
 //! hold of the lock, in ticket order, right behind those batches. Their pages land later,
 //! from the landing buffer, as a client's do; a victim is released (trimmed) only once the
-//! pipeline has drained. A move's page failing after it was applied is an acknowledged
-//! write lost, as a client's would be: writes stop (see `landing`).
+//! pipeline has drained (on every path, the error path of `Core::gc_step` too). A move's
+//! page failing after it was applied is an acknowledged write lost, as a client's would be:
+//! writes stop (see `landing`); in durable mode a failed move batch only restarts its
+//! victim. While another thread drains the pipeline (`quiescers`), moves wait for it.
 
 use std::collections::HashSet;
 
@@ -42,8 +44,9 @@ pub(in crate::engine) enum GcWait {
 }
 
 /// The moves of a garbage-collection step on their way to the device: pipelined batches
-/// (submitted with the write lock held and the pipeline empty, then on the device while the
-/// lock is free) and the value bytes they move.
+/// (submitted with the write lock held; in durable mode with the pipeline empty, then on the
+/// device while the lock is free; in plp mode applied at once, see the module docs) and the
+/// value bytes they move.
 #[derive(Default)]
 pub(in crate::engine) struct GcWrites {
     /// Tickets of the pipelined batches and their page completions, in ticket order.
@@ -114,7 +117,8 @@ impl Inner {
     ) -> Result<Option<GcWait>> {
         let in_flight = !self.pipeline.is_empty();
         if in_flight {
-            if !self.moves_may_pass() {
+            // Someone drains the pipeline (`sync`, a rotation): moves would lengthen it.
+            if self.quiescers > 0 || !self.moves_may_pass() {
                 return Ok(Some(GcWait::Quiet));
             }
             // A claimed batch is being inserted by its writer (with no lock): once it is in

@@ -82,6 +82,11 @@ impl Inner {
     /// tried: the step then waited less for reads and more for room and tags, and overwrites
     /// ran no faster.)
     pub(in crate::engine) fn read_ahead(&mut self, log_seg: u32, page: u32, end: u32) {
+        if self.gc_read_ahead.is_some() {
+            // The next victim's first window, read ahead by a step before this one that
+            // reached the victim's end too (a step may stop short of it and carry the rest).
+            return;
+        }
         let (victim, from) = if page < end {
             (log_seg, page)
         } else {
@@ -184,7 +189,13 @@ impl Inner {
             _ => Vec::new(),
         };
         let at = first + pages.len() as u32;
-        if let Some((ahead_end, ahead)) = self.take_read_ahead(log_seg, at) {
+        // Carried over to the victim's end: what is read ahead is the next victim's.
+        let ahead = if at < end {
+            self.take_read_ahead(log_seg, at)
+        } else {
+            None
+        };
+        if let Some((ahead_end, ahead)) = ahead {
             *last = (*last).max(ahead_end).min(end);
             for (page, got) in (at..*last).zip(ahead) {
                 match got {

@@ -41,8 +41,9 @@ impl Engine {
     /// As [`Engine::try_submit_write`], but never waits, neither here nor in
     /// [`Engine::finish_write`] afterwards: `Ok(None)` unless the engine lock is free, the
     /// batch is acknowledged from DRAM ([`EngineConfig::ack_from_dram`]), can be laid out
-    /// and submitted now, and has no batch ahead of it that its finish would wait for
-    /// (garbage collection's moves, which are applied only once their pages land), and the
+    /// and submitted now, and has no batch ahead of it that its finish would wait for (a
+    /// batch not acknowledged from DRAM: in durable mode, garbage collection's moves, which
+    /// are applied only once their pages land), and the
     /// device has free command tags for its pages and `TAGS_SPARE_FOR_NOW` (64) more (a page
     /// refused for want of a tag would be retried here, under the engine lock). Finishing a
     /// batch started here takes the engine lock and its memtable inserts, no device wait. For
