@@ -123,6 +123,10 @@ enum Bench {
         /// Requests per run with 50 connections (default 20000 quick, 200000 full).
         #[arg(long)]
         requests: Option<u64>,
+        /// Passes over every system, interleaved; each row is the median pass's, with the
+        /// range (single runs on a shared host vary up to 3x).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
     /// The drive's restart time per GiB of data, after `kill -9` (the unflushed tail is
     /// replayed) and after a clean stop, at two data sizes (8 KiB values, plp, file backend).
@@ -377,13 +381,18 @@ fn main() -> anyhow::Result<()> {
             small_values::print(&rows);
             write_json(&rows, json)?;
         }
-        Bench::Net { run, requests } => {
+        Bench::Net {
+            run,
+            requests,
+            repeat,
+        } => {
             let json = run.json;
             let bench = net::NetBench {
                 quick: run.quick,
                 scratch: run.scratch,
                 lightstore: run.lightstore,
                 requests,
+                repeat,
             };
             emit(&bench.run()?, json)?;
         }

@@ -169,6 +169,9 @@ pub struct NetBench {
     pub lightstore: Option<PathBuf>,
     /// Requests per run at pipeline 1 with 50 connections (other settings scale from it).
     pub requests: Option<u64>,
+    /// Passes over every system (each starts the servers afresh and loads them again): each
+    /// row is then the pass with the median ops/s, with the range over the passes.
+    pub repeat: usize,
 }
 
 impl NetBench {
@@ -235,13 +238,31 @@ impl NetBench {
         }
     }
 
-    /// Runs every system and workload; a system that cannot start gives missing rows.
+    /// Runs every system and workload, `repeat` passes with the systems interleaved (every
+    /// system once per pass); a system that cannot start gives missing rows. Each row is the
+    /// pass with the median ops/s ([`median_rows`]); ratios to redis-server are of those.
     ///
     /// # Errors
     /// When the scratch directory cannot be used.
     pub fn run(&self) -> anyhow::Result<Vec<Row>> {
         std::fs::create_dir_all(&self.scratch)
             .with_context(|| format!("creating {}", self.scratch.display()))?;
+        let repeat = self.repeat.max(1);
+        let mut passes = Vec::with_capacity(repeat);
+        for pass in 0..repeat {
+            if repeat > 1 {
+                eprintln!("pass {} of {repeat}", pass + 1);
+            }
+            passes.push(self.pass()?);
+        }
+        let mut rows = median_rows(&passes);
+        add_redis_ratios(&mut rows);
+        let _ = std::fs::remove_dir_all(self.scratch.join("net"));
+        Ok(rows)
+    }
+
+    /// One pass over every system and workload.
+    fn pass(&self) -> anyhow::Result<Vec<Row>> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -308,10 +329,49 @@ impl NetBench {
             }
             drop(server);
         }
-        add_redis_ratios(&mut rows);
-        let _ = std::fs::remove_dir_all(self.scratch.join("net"));
         Ok(rows)
     }
+}
+
+/// The passes' rows as one set: for each (system, command, value size, connections,
+/// pipeline), the pass with the median ops/s (the lower middle one for an even count) stands
+/// for it, with its own latencies and CPU, so every figure on a row comes from one run; with
+/// more than one pass the row notes how many measured it and the smallest and largest ops/s.
+/// A case a pass could not measure is judged on the passes that did.
+fn median_rows(passes: &[Vec<Row>]) -> Vec<Row> {
+    let same = |a: &Row, b: &Row| {
+        a.system == b.system
+            && a.workload == b.workload
+            && a.value_size == b.value_size
+            && a.connections == b.connections
+            && a.pipeline == b.pipeline
+    };
+    let Some(first) = passes.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|row| {
+            let mut measured: Vec<&Row> = passes
+                .iter()
+                .filter_map(|p| p.iter().find(|r| same(r, row)))
+                .filter(|r| r.missing.is_none())
+                .collect();
+            measured.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+            let Some(median) = measured.get(measured.len().saturating_sub(1) / 2) else {
+                return row.clone();
+            };
+            let mut r = (*median).clone();
+            if passes.len() > 1 {
+                r.repetitions = Some(measured.len() as u32);
+                r.ops_range = measured
+                    .first()
+                    .zip(measured.last())
+                    .map(|(lo, hi)| (lo.ops_per_sec, hi.ops_per_sec));
+            }
+            r
+        })
+        .collect()
 }
 
 /// The `lightstore` binary: `given`, or the one next to this executable.
@@ -600,6 +660,41 @@ fn add_redis_ratios(rows: &mut [Row]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn a_row(system: &str, ops: f64) -> Row {
+        let mut r = Row::measured(system, "SET", 50, ops, 0.0, ops, 0.0);
+        r.value_size = Some(100);
+        r.connections = Some(50);
+        r.pipeline = Some(1);
+        r
+    }
+
+    /// Each case's row is the median pass's (its own latency), with the range; a pass that
+    /// could not measure a case leaves it to the others; one pass adds no range.
+    #[test]
+    fn repeated_passes_keep_the_median_run_of_each_case() {
+        let mut missing = Row::missing("redis", "SET", 50, "down".into());
+        missing.value_size = Some(100);
+        missing.connections = Some(50);
+        missing.pipeline = Some(1);
+        let passes = vec![
+            vec![a_row("lightstore/file-plp", 300.0), a_row("redis", 500.0)],
+            vec![a_row("lightstore/file-plp", 100.0), missing],
+            vec![a_row("lightstore/file-plp", 200.0), a_row("redis", 400.0)],
+        ];
+        let rows = median_rows(&passes);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].ops_per_sec, 200.0);
+        assert_eq!(rows[0].p50_us, 200.0, "every figure from the median run");
+        assert_eq!(rows[0].repetitions, Some(3));
+        assert_eq!(rows[0].ops_range, Some((100.0, 300.0)));
+        assert_eq!(rows[1].ops_per_sec, 400.0, "lower middle of two");
+        assert_eq!(rows[1].repetitions, Some(2));
+        assert_eq!(rows[1].ops_range, Some((400.0, 500.0)));
+        let one = median_rows(&passes[..1]);
+        assert_eq!(one[0].ops_per_sec, 300.0);
+        assert_eq!((one[0].repetitions, one[0].ops_range), (None, None));
+    }
 
     #[test]
     fn parses_redis_benchmark_csv() {

@@ -316,7 +316,13 @@ fn bench_all(args: &[String]) -> anyhow::Result<()> {
         sections::cluster_section(&out, &harness, quick)?;
     }
     if !skip_net {
-        sections::net_section(&out, &harness, quick)?;
+        let repeat = args
+            .iter()
+            .position(|a| a == "--repeat")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        sections::net_section(&out, &harness, quick, repeat)?;
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ fn harness_section(
     harness: &std::path::Path,
     bench: &str,
     quick: bool,
+    extra: &[String],
     table: fn(&str, bool) -> anyhow::Result<String>,
 ) -> anyhow::Result<()> {
     let json = out.join(format!("{bench}.json"));
@@ -29,6 +30,7 @@ fn harness_section(
     if quick {
         args.push("--quick".into());
     }
+    args.extend_from_slice(extra);
     run_harness(harness, bench, &args)?;
     let rows =
         std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
@@ -43,7 +45,7 @@ pub(crate) fn cluster_section(
     harness: &std::path::Path,
     quick: bool,
 ) -> anyhow::Result<()> {
-    harness_section(out, harness, "cluster", quick, cluster_table)
+    harness_section(out, harness, "cluster", quick, &[], cluster_table)
 }
 
 /// The report's cluster-scaling section from `lightstore-bench cluster`'s JSON rows.
@@ -86,12 +88,15 @@ fn cluster_table(json: &str, quick: bool) -> anyhow::Result<String> {
 /// The report's redis-benchmark section: `lightstore-bench net` (redis-benchmark SET, GET,
 /// MSET and MGET against the drive, sync and plp, and against redis-server in memory and with
 /// AOF everysec, on one host), appended to `out/report.md`; its rows are kept as `net.json`.
+/// `repeat` passes (`bench all --repeat`), each row the median pass's.
 pub(crate) fn net_section(
     out: &std::path::Path,
     harness: &std::path::Path,
     quick: bool,
+    repeat: usize,
 ) -> anyhow::Result<()> {
-    harness_section(out, harness, "net", quick, net_table)
+    let extra = ["--repeat".to_string(), repeat.max(1).to_string()];
+    harness_section(out, harness, "net", quick, &extra, net_table)
 }
 
 /// The systems of `lightstore-bench net`, in the table's column order.
@@ -139,12 +144,24 @@ pub(crate) fn net_table(json: &str, quick: bool) -> anyhow::Result<String> {
         })
     };
     let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |x| format!("{x:.d$}"));
+    let passes = rows
+        .iter()
+        .filter_map(|r| num(r, "repetitions"))
+        .fold(1.0_f64, f64::max) as u64;
+    let repeated = if passes > 1 {
+        format!(
+            " {passes} passes, the systems interleaved in each; every figure is the pass with \
+             the median ops/s (ranges over the passes: `ops_range` in `net.json`)."
+        )
+    } else {
+        " One pass: single runs on a shared host vary by up to 3x.".to_string()
+    };
     let mut section = format!(
         "\n## redis-benchmark: the drive against redis-server (`lightstore-bench net{}`)\n\n\
          redis-benchmark (the `redis-benchmark` binary) against the drive (`sync`: acknowledged \
          once durable; `plp`: from DRAM) and redis-server (in memory; AOF everysec), one after \
          the other on this host. Ratios are the drive's ops/s over in-memory redis-server's; \
-         CPU is the server process's CPU seconds per million operations.\n\n\
+         CPU is the server process's CPU seconds per million operations.{repeated}\n\n\
          | command | value B | conns | pipeline | drive sync ops/s | drive plp ops/s | redis ops/s | redis AOF ops/s | sync / redis | plp / redis | CPU s/M plp | CPU s/M redis |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         if quick { " --quick" } else { "" }
