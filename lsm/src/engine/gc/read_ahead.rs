@@ -118,13 +118,8 @@ impl Inner {
             .clone()
             .filter(|&p| !self.dead_raw.is_dead(victim, p))
             .collect();
-        let cmds = read
-            .iter()
-            .map(|&p| Command::Read {
-                lba: self.g.lba(seg, p),
-                buf: PageBuf::for_read(),
-            })
-            .collect();
+        let lbas: Vec<Lba> = read.iter().map(|&p| self.g.lba(seg, p)).collect();
+        let cmds = crate::io::page_reads(&lbas);
         self.gc_read_ahead = Some(GcReadAhead {
             log_seg: victim,
             pages,
