@@ -150,29 +150,36 @@ impl Inner {
             batches.push(start..end);
             start = end;
         }
-        let ops_of = |r: &std::ops::Range<usize>| -> Vec<WriteOp<'_>> {
-            live[r.clone()]
-                .iter()
-                .flat_map(|(m, d)| {
-                    std::iter::once(WriteOp::Put(&m.key, &m.value))
-                        .chain(d.is_some().then_some(WriteOp::Retime(&m.key, *d)))
-                })
-                .collect()
-        };
+        // Each batch's ops and page bound, once.
+        let laid: Vec<(Vec<WriteOp<'_>>, u64)> = batches
+            .iter()
+            .map(|r| {
+                let ops: Vec<WriteOp<'_>> = live[r.clone()]
+                    .iter()
+                    .flat_map(|(m, d)| {
+                        std::iter::once(WriteOp::Put(&m.key, &m.value))
+                            .chain(d.is_some().then_some(WriteOp::Retime(&m.key, *d)))
+                    })
+                    .collect();
+                let bound = self.page_bound(&ops);
+                (ops, bound)
+            })
+            .collect();
         if in_flight && !live.is_empty() {
-            let wait = self.moves_wait(&live, &batches, &ops_of);
+            let bounds: Vec<u64> = laid.iter().map(|(_, b)| *b).collect();
+            let wait = self.moves_wait(&live, &bounds);
             if wait.is_some() {
                 if wait == Some(GcWait::Clients) {
                     self.stats.gc_waits_for_clients += 1;
                 }
                 // Nothing laid out: the moves wait, and are judged again, for the next call.
+                drop(laid);
                 self.gc_pending = live.into_iter().map(|(m, _)| m).collect();
                 self.gc_pending_bytes = pending_bytes;
                 return Ok(wait);
             }
         }
-        for range in &batches {
-            let ops = ops_of(range);
+        for (range, (ops, bound)) in batches.iter().zip(&laid) {
             let spans = live[range.clone()]
                 .iter()
                 .any(|(m, _)| self.put_spans(m.key.len(), m.value.len()));
@@ -180,15 +187,14 @@ impl Inner {
                 // Alone and synchronously: nothing of this step may be in flight before it.
                 self.wait_gc_batches(writes).and_then(|()| {
                     self.in_gc = true;
-                    let r = self.write(&ops);
+                    let r = self.write(ops);
                     self.in_gc = false;
                     r
                 })
             } else {
                 // Queued only: the maintenance thread rings the doorbell once it has
                 // released the write lock (`Core::gc_step`).
-                let bound = self.page_bound(&ops);
-                self.start_batch(&ops, bound, BatchKind::GcMoves)
+                self.start_batch(ops, *bound, BatchKind::GcMoves)
                     .map(|batch| writes.batches.push(batch))
             };
             if let Err(e) = submitted {
@@ -220,8 +226,8 @@ impl Inner {
     }
 
     /// With client batches in flight (every one of them claimable or inserted, see
-    /// [`Inner::moves_may_pass`]): what the moves `live`, split into `batches`, must wait for
-    /// before they may be laid out, if anything.
+    /// [`Inner::moves_may_pass`]): what the moves `live`, split into batches of page bounds
+    /// `bounds`, must wait for before they may be laid out, if anything.
     ///
     /// - A batch not yet claimed that writes one of the moved keys (a put, a delete or a
     ///   retime): the move's judgement does not see it; wait for the pipeline to drain and
@@ -230,12 +236,7 @@ impl Inner {
     /// - Room: the moves count their pipeline pages as always ([`GC_PIPELINE_SHARE`] at
     ///   most per batch), and the pipeline's total stays within [`PIPELINE_PAGES`] (which
     ///   bounds the batches recovery may find in flight).
-    fn moves_wait<'a>(
-        &self,
-        live: &'a [(GcMove, Deadline)],
-        batches: &[std::ops::Range<usize>],
-        ops_of: &dyn Fn(&std::ops::Range<usize>) -> Vec<WriteOp<'a>>,
-    ) -> Option<GcWait> {
+    fn moves_wait(&self, live: &[(GcMove, Deadline)], bounds: &[u64]) -> Option<GcWait> {
         if live
             .iter()
             .any(|(m, _)| self.put_spans(m.key.len(), m.value.len()))
@@ -252,10 +253,7 @@ impl Inner {
         if touched {
             return Some(GcWait::Clients);
         }
-        let need: u64 = batches
-            .iter()
-            .map(|r| self.page_bound(&ops_of(r)).min(GC_PIPELINE_SHARE))
-            .sum();
+        let need: u64 = bounds.iter().map(|b| (*b).min(GC_PIPELINE_SHARE)).sum();
         if need > PIPELINE_PAGES {
             return Some(GcWait::Quiet);
         }
