@@ -1,8 +1,8 @@
 //! Garbage collection with client batches in flight, acknowledged from DRAM
 //! (`EngineConfig::ack_from_dram`): its moves are judged on what is applied and laid out
 //! without draining the pipeline, unless a batch in flight writes a moved key, when they
-//! wait for the drain and are judged again (`Inner::submit_gc_moves`). The test fills half
-//! the device and overwrites random keys from several writers on a device whose commands
+//! wait for the drain and are judged again (`Inner::submit_gc_moves`). The test fills
+//! about half the user capacity and overwrites random keys from several writers on a device whose commands
 //! take real time, so that moves keep meeting batches in flight (and now and then a batch
 //! that writes the very key being moved), and checks against each writer's record of what
 //! it had acknowledged:
@@ -30,11 +30,14 @@ use lsm::{Engine, EngineConfig, WriteOp};
 use common::{assert_fsck_clean, stamped_value};
 
 const WRITERS: u32 = 4;
-/// Keys per writer: about 23 MB of values in all, two fifths of the device's 52 MB user
-/// capacity, so victims hold live values of keys that writers overwrite again. At 1,500 (34
-/// MB of values) a run under a loaded CI machine had writes refused with `CapacityFull`: the
-/// engine's live-bytes estimate, which learns of some garbage only later, reached the user
-/// capacity first (see the session note of 2026-11-29).
+/// Keys per writer. What a value occupies in the log is page-rounded: 500 and 3,000 bytes
+/// pack into shared pages, 8,192 takes one raw 8 KiB page and 11,000 two (16 KiB), 7 KB per
+/// key on average, so 4,000 keys hold about 28 MB live, half of the device's 52 MB user
+/// capacity, and victims hold live values of keys that writers overwrite again. A writer's
+/// keys all share one residue mod 4, so the size a key holds depends on its version and a
+/// writer that runs ahead shifts the mix: at 1,500 keys per writer a run on a loaded machine
+/// reached 52.6 MB live (8.8 KB per key, most at 11,000 bytes) and writes were refused with
+/// `CapacityFull`, correctly (the engine's count matched the keytables' pointers exactly).
 const KEYS_PER_WRITER: u32 = 1000;
 /// Overwrite batches each writer issues (three keys each): about twice the device's user
 /// capacity in all, with the initial fill.
