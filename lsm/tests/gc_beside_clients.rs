@@ -2,8 +2,8 @@
 //! (`EngineConfig::ack_from_dram`): its moves are judged on what is applied and laid out
 //! without draining the pipeline, unless a batch in flight writes a moved key, when they
 //! wait for the drain and are judged again (`Inner::submit_gc_moves`). The test fills
-//! about half the user capacity and overwrites random keys from several writers on a device whose commands
-//! take real time, so that moves keep meeting batches in flight (and now and then a batch
+//! about half the user capacity and overwrites random keys from several writers on a
+//! device whose commands take real time, so that moves keep meeting batches in flight (and now and then a batch
 //! that writes the very key being moved), and checks against each writer's record of what
 //! it had acknowledged:
 //! - every key reads back its last acknowledged value (an older copy moved over a newer
