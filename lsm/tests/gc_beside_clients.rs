@@ -3,9 +3,9 @@
 //! without draining the pipeline, unless a batch in flight writes a moved key, when they
 //! wait for the drain and are judged again (`Inner::submit_gc_moves`). The test fills
 //! about half the user capacity and overwrites random keys from several writers on a
-//! device whose commands take real time, so that moves keep meeting batches in flight (and now and then a batch
-//! that writes the very key being moved), and checks against each writer's record of what
-//! it had acknowledged:
+//! device whose commands take real time, so that moves keep meeting batches in flight (and
+//! now and then a batch that writes the very key being moved), and checks against each
+//! writer's record of what it had acknowledged:
 //! - every key reads back its last acknowledged value (an older copy moved over a newer
 //!   write would show up here), before and after a `sync` and a power cut;
 //! - deleted keys stay deleted;
