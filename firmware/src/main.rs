@@ -32,11 +32,6 @@ mod rdb;
 mod store;
 mod tls;
 
-/// The drive's allocator: mimalloc (per-thread free lists; the request path allocates and frees
-/// small buffers at a high rate, where glibc's malloc spent 13% of a pipelined SET's CPU).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
