@@ -451,7 +451,9 @@ impl MemTable {
             }),
             inserting: parking_lot::RwLock::new(()),
             merging: parking_lot::Mutex::new(()),
-            newest: NewestIndex::with_capacity((bytes / INDEX_SIZING_BYTES_PER_KEY).min(INDEX_INITIAL_KEYS)),
+            newest: NewestIndex::with_capacity(
+                (bytes / INDEX_SIZING_BYTES_PER_KEY).min(INDEX_INITIAL_KEYS),
+            ),
             bytes: AtomicUsize::new(0),
             keys: AtomicUsize::new(0),
             versions: AtomicUsize::new(0),
