@@ -84,7 +84,8 @@ const INDEX_SIZING_BYTES_PER_KEY: usize = 2 * ENTRY_OVERHEAD + INDEX_OVERHEAD + 
 /// time) as keys arrive. Sized for the whole budget (150K keys at 32 MiB), the table spread a
 /// hot set of 20K keys over 14 MB, and every probe missed the caches and the TLB: a pipelined
 /// GET of a hot key spent 17% of its CPU in the probe (`perf`, `redis-benchmark -t get -r
-/// 20000 -c 50 -P 16`); sized to what it holds, GET's user CPU per op fell ~18%, SET's ~8%.
+/// 20000 -c 50 -P 16`); sized to what it holds, GET's user CPU per op fell from 0.86-1.12 to
+/// 0.76-0.85 us and SET's from 2.11-2.29 to 1.91-2.12 (`benches/results/cpu-per-op-2026-11-29`).
 const INDEX_INITIAL_KEYS: usize = 1 << 12;
 
 /// Rough DRAM cost of one [`NewestIndex`] entry beyond its key copy (hash slot, sequence
