@@ -620,19 +620,47 @@ impl PageBuilder {
         last_in_batch: bool,
         raw_after: u32,
     ) -> Vec<u8> {
-        let mut p = self.buf.clone();
-        let used = p.len() as u16;
-        p.resize(PAGE_SIZE, 0);
-        p[4..6].copy_from_slice(&MAGIC.to_le_bytes());
-        p[6..8].copy_from_slice(&used.to_le_bytes());
-        p[8..12].copy_from_slice(&log_seg.to_le_bytes());
-        p[12..16].copy_from_slice(&page.to_le_bytes());
-        p[16..24].copy_from_slice(&batch.to_le_bytes());
-        p[24] = if last_in_batch { FLAG_LAST_IN_BATCH } else { 0 };
-        p[28..32].copy_from_slice(&raw_after.to_le_bytes());
-        let crc = crc32c::crc32c(&p[4..]);
-        p[0..4].copy_from_slice(&crc.to_le_bytes());
+        let mut p = vec![0; PAGE_SIZE];
+        self.seal_into(&mut p, log_seg, page, batch, last_in_batch, raw_after);
         p
+    }
+
+    /// As [`PageBuilder::seal`], into `out` (whatever it held is overwritten: records, zero
+    /// padding, header), so the engine seals straight into the device's page buffer
+    /// without an allocation and a copy of its own.
+    ///
+    /// # Panics
+    /// When `out` is not [`PAGE_SIZE`] bytes long (a caller's bug: the engine passes whole
+    /// page buffers).
+    pub fn seal_into(
+        &self,
+        out: &mut [u8],
+        log_seg: u32,
+        page: u32,
+        batch: u64,
+        last_in_batch: bool,
+        raw_after: u32,
+    ) {
+        assert_eq!(out.len(), PAGE_SIZE, "a page buffer is {PAGE_SIZE} bytes");
+        let used = self.buf.len();
+        out[..used].copy_from_slice(&self.buf);
+        out[used..].fill(0);
+        out[4..6].copy_from_slice(&MAGIC.to_le_bytes());
+        out[6..8].copy_from_slice(&(used as u16).to_le_bytes());
+        out[8..12].copy_from_slice(&log_seg.to_le_bytes());
+        out[12..16].copy_from_slice(&page.to_le_bytes());
+        out[16..24].copy_from_slice(&batch.to_le_bytes());
+        out[24] = if last_in_batch { FLAG_LAST_IN_BATCH } else { 0 };
+        out[25..28].fill(0);
+        out[28..32].copy_from_slice(&raw_after.to_le_bytes());
+        let crc = crc32c::crc32c(&out[4..]);
+        out[0..4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Empties the page for reuse, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.buf.resize(PAGE_HEADER, 0);
     }
 }
 

@@ -158,15 +158,18 @@ impl Inner {
         let Some((log_seg, page)) = b.open_at.take() else {
             return Ok(());
         };
-        let sealed = b.open.seal(log_seg, page, b.batch, last, b.raw_after);
+        // Sealed straight into the device's buffer (`seal_into` writes every byte of it).
+        let mut sealed = PageBuf::for_read();
+        b.open
+            .seal_into(&mut sealed, log_seg, page, b.batch, last, b.raw_after);
         if let Some(m) = self.log_segs.get_mut(&log_seg) {
             m.written += PAGE_SIZE as u64;
         }
         self.count_tail_dead(log_seg, unused_bytes(b.open.bytes().len()));
         let lba = self.g.lba(SegmentId(self.segment_of(log_seg)?), page);
-        b.pages.push((lba, PageBuf::from_slice(&sealed)));
+        b.pages.push((lba, sealed));
         b.pages.append(&mut b.raws);
-        b.open = PageBuilder::new();
+        b.open.clear();
         b.raw_after = 0;
         Ok(())
     }

@@ -190,9 +190,10 @@ impl Inner {
             return Ok(false);
         };
         let addr = open.addr();
-        let sealed = open
-            .builder
-            .seal(open.log_seg, open.page, open.batch, true, 0);
+        // Sealed straight into the device's buffer (`seal_into` writes every byte of it).
+        let mut sealed = PageBuf::for_read();
+        open.builder
+            .seal_into(&mut sealed, open.log_seg, open.page, open.batch, true, 0);
         if let Some(m) = self.log_segs.get_mut(&open.log_seg) {
             m.written += PAGE_SIZE as u64;
         }
@@ -219,10 +220,12 @@ impl Inner {
             Err(_) => return Err(self.fail_open_page(&members, &tickets, DeviceError::PoweredOff)),
         };
         let lba = self.g.lba(SegmentId(segment), open.page);
-        let cmd = Command::Write {
-            lba,
-            buf: PageBuf::from_slice(&sealed),
-        };
+        let cache_copy = self
+            .side
+            .cache
+            .as_ref()
+            .map(|_| crate::cache::copy_packed_for_cache(&sealed));
+        let cmd = Command::Write { lba, buf: sealed };
         let queued = match self
             .poller
             .queue_many(vec![cmd], vec![fan_out(&members)])
@@ -237,8 +240,8 @@ impl Inner {
         };
         match queued {
             Ok(()) => {
-                if let Some(cache) = &self.side.cache {
-                    cache.insert(addr, crate::cache::copy_packed_for_cache(&sealed));
+                if let (Some(cache), Some(copy)) = (&self.side.cache, cache_copy) {
+                    cache.insert(addr, copy);
                 }
                 Ok(true)
             }
