@@ -49,6 +49,9 @@ const FULL_MAX_KEYS: u64 = 1_000_000;
 /// device.
 const CACHE_FRACTION: u64 = 16;
 
+/// The drive's value cache (its default, `--value-cache-size 64MiB`), bytes.
+const DRIVE_VALUE_CACHE: u64 = 64 << 20;
+
 /// Set by SIGINT / SIGTERM: stop the child and the servers, clean up, exit.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -77,8 +80,9 @@ fn interrupted() -> anyhow::Result<()> {
 enum Access {
     /// An engine in the child's process.
     InProcess,
-    /// The drive over RESP.
-    Drive,
+    /// The drive over RESP; `plp`: `--durability plp` (acknowledged once in its DRAM and
+    /// write buffer, pages landing after), else the durable mode (`sync`).
+    Drive { plp: bool },
     /// `redis-server` over RESP.
     Redis { aof: bool },
 }
@@ -93,69 +97,90 @@ pub struct System {
     peer: bool,
     /// Where its reads are served from.
     pub reads_from: &'static str,
+    /// When a write workload's timed section ends (issue 18: "every system's timed section
+    /// ends when its data is durable and its background work has settled, or each row says
+    /// it does not").
+    pub timed_until: &'static str,
 }
 
 /// Every system, LightStore first.
-pub const SYSTEMS: [System; 10] = [
+pub const SYSTEMS: [System; 11] = [
     System {
         name: "lightstore-local",
         access: Access::InProcess,
         peer: false,
         reads_from: "device (io_uring O_DIRECT) behind a value cache of 1/16 of the data (the peers' block cache); keytables in DRAM",
+        timed_until: "its maintenance settled (no flush, compaction or GC due, the thread idle); values durable at acknowledgement",
     },
     System {
         name: PLP,
         access: Access::InProcess,
         peer: false,
         reads_from: "as lightstore-local; writes acknowledged once in the memtable, before their pages land, without a device flush (power-protected DRAM and write cache, the paper's card)",
+        timed_until: "its maintenance settled (as lightstore-local); pages acknowledged from DRAM may still be landing (at most the write pipeline's bound)",
     },
     System {
         name: "lightstore-net",
-        access: Access::Drive,
+        access: Access::Drive { plp: false },
         peer: false,
         reads_from: "device (io_uring O_DIRECT) behind the drive's 64 MiB value cache; keytables in DRAM",
+        timed_until: "the last reply: the drive's background maintenance is not waited for (RESP has no command for it)",
+    },
+    System {
+        name: NET_PLP,
+        access: Access::Drive { plp: true },
+        peer: false,
+        reads_from: "as lightstore-net; writes acknowledged once in the drive's DRAM and write buffer, before their pages land (`--durability plp`: power-protected DRAM, the paper's card), the match of in-memory redis-server",
+        timed_until: "the last reply: the drive's pages may still be landing and its maintenance is not waited for",
     },
     System {
         name: "rocksdb-leveled/wal-sync",
         access: Access::InProcess,
         peer: true,
         reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
     },
     System {
         name: "rocksdb-leveled/no-wal",
         access: Access::InProcess,
         peer: true,
         reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
     },
     System {
         name: "rocksdb-blobdb/wal-sync",
         access: Access::InProcess,
         peer: true,
         reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
     },
     System {
         name: "rocksdb-blobdb/no-wal",
         access: Access::InProcess,
         peer: true,
         reads_from: "device (direct I/O) behind a block cache of 1/16 of the data",
+        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
     },
     System {
         name: "fjall-kvsep",
         access: Access::InProcess,
         peer: true,
         reads_from: "OS page cache (no direct I/O in fjall; its files are dropped from the cache before each read workload)",
+        timed_until: "a memtable flush; compactions that follow are not waited for (fjall has no wait for them)",
     },
     System {
         name: "redis",
         access: Access::Redis { aof: false },
         peer: false,
         reads_from: "DRAM (in-memory server, no persistence)",
+        timed_until: "the last reply (nothing persisted)",
     },
     System {
         name: "redis-aof-everysec",
         access: Access::Redis { aof: true },
         peer: false,
         reads_from: "DRAM (in-memory server; AOF fsync'd every second)",
+        timed_until: "the last reply; the AOF is fsync'd up to a second later",
     },
 ];
 
@@ -174,6 +199,11 @@ pub const DEVICE: &str = "device/file";
 /// as the peers without a WAL acknowledge at their memtable insert. `lightstore-local` is the durable mode (a device flush before each
 /// acknowledgement), the match of the peers with a synced WAL.
 pub const PLP: &str = "lightstore-local/plp";
+
+/// The drive over RESP in plp mode (`--durability plp`): the match of in-memory
+/// redis-server, which the RESP targets are judged against. `lightstore-net` is the durable
+/// mode (a device flush before each acknowledgement).
+pub const NET_PLP: &str = "lightstore-net/plp";
 
 fn system(name: &str) -> anyhow::Result<System> {
     SYSTEMS
@@ -200,6 +230,10 @@ pub struct Cdf {
 struct ChildOutput {
     rows: Vec<Row>,
     cdfs: Vec<Cdf>,
+    /// LightStore-Local's keytable DRAM once its memtable is flushed (the engine's
+    /// `keytable_dram_bytes`): the DRAM the peers of the same pass get on top of their cache.
+    #[serde(default)]
+    keytable_dram_bytes: Option<u64>,
 }
 
 /// Settings of `bench all`.
@@ -253,6 +287,11 @@ pub struct Results {
     pub extras: Option<Extras>,
     /// The commit the run measured (see [`commit_id`]).
     pub commit: String,
+    /// The harness's command line, as run.
+    pub command: String,
+    /// The machine: cores, RAM, CPU model, kernel, and the block device under the scratch
+    /// directory (see [`machine`]).
+    pub machine: String,
     /// Passes over the systems (each row's repetitions, where every pass measured it).
     pub repeat: usize,
 }
@@ -280,6 +319,33 @@ pub fn commit_id() -> String {
         }
         None => "unknown".into(),
     }
+}
+
+/// The machine a run measured: cores, RAM, CPU model, kernel release, and the block device
+/// under `scratch` (where every system's files lived).
+pub fn machine(scratch: &Path) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let ram = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or_else(|| "? GiB".into(), |kb| format!("{:.0} GiB", kb / 1048576.0));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "unknown".into(), |k| k.trim().to_string());
+    let disk = crate::procfs::BlockDevMeter::for_dir(scratch)
+        .map_or_else(|e| format!("no block device ({e:#})"), |m| m.describe());
+    format!("{cores} cores, {ram} RAM, {cpu}, Linux {kernel}, scratch on {disk}")
 }
 
 /// Removes the scratch directory of the run when dropped.
@@ -438,6 +504,10 @@ impl AllBench {
             .enumerate()
             .flat_map(|(i, _)| VALUE_SIZES.iter().map(move |&vs| (i, vs, Vec::new(), None)))
             .collect();
+        // LightStore's keytable DRAM per value size, from the pass's LightStore-Local run:
+        // the peers after it get as much again for their block cache (issue 18).
+        let mut keytable_dram: std::collections::HashMap<usize, u64> =
+            std::collections::HashMap::new();
         for pass in 0..repeat {
             for (i, vs, outs, failed) in &mut passes {
                 let s = &systems[*i];
@@ -448,10 +518,18 @@ impl AllBench {
                 }
                 bar.set_message(label.clone());
                 let t0 = Instant::now();
-                let out = self.run_system(s, *vs, &run_dir, &log, &bar, None);
+                let extra = if s.peer {
+                    keytable_dram.get(vs).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                let out = self.run_system(s, *vs, &run_dir, &log, &bar, None, extra);
                 interrupted()?;
                 match out {
                     Ok(o) => {
+                        if let Some(kt) = o.keytable_dram_bytes {
+                            keytable_dram.insert(*vs, kt);
+                        }
                         let summary = ops_summary(&o.rows);
                         say(format!(
                             "{label}: {} ({:.1} s)",
@@ -490,6 +568,11 @@ impl AllBench {
         for r in &mut rows {
             if let Ok(s) = system(&r.system) {
                 r.reads_from = Some(s.reads_from.to_string());
+                if Workload::from_name(&r.workload).is_some_and(|w| {
+                    matches!(w, Workload::SSet | Workload::RSet | Workload::RMixed)
+                }) {
+                    r.timed_until = Some(s.timed_until.to_string());
+                }
             }
         }
         add_ratios(&mut rows, &ceiling);
@@ -507,6 +590,8 @@ impl AllBench {
             drive_capacity: self.drive_capacity(),
             extras,
             commit: commit_id(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            machine: machine(&self.scratch),
             repeat,
         })
     }
@@ -577,7 +662,7 @@ impl AllBench {
         for (feature, name) in runs {
             interrupted()?;
             bar.set_message(format!("{name} (LightStore-Net, 8K)"));
-            let out = self.run_system(&net, extras::VALUE_SIZE, run_dir, log, bar, feature);
+            let out = self.run_system(&net, extras::VALUE_SIZE, run_dir, log, bar, feature, 0);
             interrupted()?;
             match out {
                 Ok(o) => {
@@ -741,7 +826,10 @@ impl AllBench {
             .into())
     }
 
-    /// One system at one value size: its server (if any) and a `run-one` child.
+    /// One system at one value size: its server (if any) and a `run-one` child. `ablate`:
+    /// the drive's `--ablate` feature; `cache_extra`: bytes added to the peers' cache
+    /// (LightStore's keytable DRAM, measured in the same pass).
+    #[allow(clippy::too_many_arguments)]
     fn run_system(
         &self,
         s: &System,
@@ -750,6 +838,7 @@ impl AllBench {
         log: &Path,
         bar: &ProgressBar,
         ablate: Option<&str>,
+        cache_extra: u64,
     ) -> anyhow::Result<ChildOutput> {
         if s.peer && !cfg!(feature = "peers") {
             bail!(
@@ -763,8 +852,11 @@ impl AllBench {
         let server_log = || self.server_log(run_dir);
         let server: Option<Server> = match s.access {
             Access::InProcess => None,
-            Access::Drive => {
-                let extra: Vec<&str> = ablate.map(|a| vec!["--ablate", a]).unwrap_or_default();
+            Access::Drive { plp } => {
+                let mut extra: Vec<&str> = ablate.map(|a| vec!["--ablate", a]).unwrap_or_default();
+                if plp {
+                    extra.extend(["--durability", "plp"]);
+                }
                 let log_len = std::fs::metadata(run_dir.join("server.log")).map_or(0, |m| m.len());
                 match net::start_drive(
                     &net::lightstore_bin(self.lightstore.as_deref())?,
@@ -803,7 +895,10 @@ impl AllBench {
             .args(["--system", s.name])
             .args(["--value-size", &value_size.to_string()])
             .args(["--keys", &self.keys(value_size).to_string()])
-            .args(["--cache-bytes", &self.cache_bytes(value_size).to_string()])
+            .args([
+                "--cache-bytes",
+                &(self.cache_bytes(value_size) + cache_extra).to_string(),
+            ])
             .args(["--data-mib", &self.data_mib().to_string()])
             .arg("--dir")
             .arg(&dir)
@@ -828,8 +923,9 @@ impl AllBench {
         Ok(out)
     }
 
-    /// The peers' cache for values of `value_size`: a sixteenth of the keys and values loaded,
-    /// at least 1 MiB.
+    /// The cache for values of `value_size`: a sixteenth of the keys and values loaded, at
+    /// least 1 MiB (LightStore-Local's value cache; the peers get LightStore's keytable DRAM
+    /// on top, measured in the same pass).
     fn cache_bytes(&self, value_size: usize) -> u64 {
         let data = self.keys(value_size) * (16 + value_size as u64);
         (data / CACHE_FRACTION).max(1 << 20)
@@ -926,6 +1022,11 @@ impl RunOne {
     /// When the system cannot be opened or fails.
     pub fn run(&self) -> anyhow::Result<()> {
         let s = system(&self.system)?;
+        // Every system's write amplification from the same meter: the block device below
+        // the scratch file system (its data lives under `dir`, a server's too).
+        if let Err(e) = workloads::use_disk_meter(&self.dir) {
+            eprintln!("no block-device meter: {e:#}");
+        }
         let out = match s.access {
             Access::InProcess if s.name == "lightstore-local" || s.name == PLP => {
                 let bench = LocalBench {
@@ -951,12 +1052,16 @@ impl RunOne {
                     engine: &engine,
                     engine_counts_writes: false,
                 };
-                let out = self.workloads(&kv, Shape::in_process(self.value_size))?;
+                let mut out = self.workloads(&kv, Shape::in_process(self.value_size))?;
+                // Every key in keytables (the memtable written out), untimed: the DRAM the
+                // peers get on top of their cache.
+                engine.flush()?;
+                out.keytable_dram_bytes = Some(engine.stats().keytable_dram_bytes);
                 engine.close()?;
                 out
             }
             Access::InProcess => self.peer(&s)?,
-            Access::Drive | Access::Redis { .. } => {
+            Access::Drive { .. } | Access::Redis { .. } => {
                 let kv = crate::resp::RespServer {
                     addr: self.addr.context("--addr is needed for a server")?,
                     pid: self.pid.context("--pid is needed for a server")?,
@@ -999,6 +1104,7 @@ impl RunOne {
     }
 
     fn workloads(&self, kv: &dyn KvUnderTest, shape: Shape) -> anyhow::Result<ChildOutput> {
+        let access = system(&self.system)?.access;
         let value: Vec<u8> = (0..self.value_size)
             .map(|i| {
                 (i as u64)
@@ -1012,12 +1118,14 @@ impl RunOne {
             // The drive counts the value bytes it copies (INFO `value_bytes_copied`).
             let copied = || {
                 self.addr
-                    .filter(|_| self.system == "lightstore-net")
+                    .filter(|_| matches!(access, Access::Drive { .. }))
                     .and_then(|a| crate::resp::info_field(a, "stats", "value_bytes_copied").ok())
             };
             // And the compactions it runs (the metadata-compaction ablation's cost).
             let compactions = || {
-                let a = self.addr.filter(|_| self.system == "lightstore-net")?;
+                let a = self
+                    .addr
+                    .filter(|_| matches!(access, Access::Drive { .. }))?;
                 let n = crate::resp::info_field(a, "lsm", "compactions").ok()?;
                 let kept =
                     crate::resp::info_field(a, "lsm", "compactions_without_room_to_move").ok()?;
@@ -1045,6 +1153,12 @@ impl RunOne {
             r.max_us = Some(m.max_us);
             r.value_size = Some(self.value_size as u32);
             r.write_amp = m.write_amp;
+            r.write_amp_disk = m.write_amp_disk;
+            r.cache_bytes = match access {
+                Access::InProcess => Some(self.cache_bytes),
+                Access::Drive { .. } => Some(DRIVE_VALUE_CACHE),
+                Access::Redis { .. } => None,
+            };
             r.cpu_s_per_mop = m.cpu_s_per_mop;
             r.rss_mb = m.rss_mb;
             r.connections = Some(shape.clients);

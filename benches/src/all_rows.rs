@@ -122,6 +122,9 @@ pub(super) fn add_ratios(rows: &mut [Row], c: &Ceiling) {
             // Durable against durable, acknowledged-without-flush against the same.
             Ok(Access::InProcess) if r.system.ends_with("/no-wal") => PLP,
             Ok(Access::InProcess) => "lightstore-local",
+            // In-memory Redis acknowledges from DRAM: against the drive in plp mode; the
+            // AOF server and the drive's own modes against the durable drive.
+            Ok(Access::Redis { aof: false }) => super::NET_PLP,
             Ok(_) => "lightstore-net",
             Err(_) => continue,
         };

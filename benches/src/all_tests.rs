@@ -27,7 +27,11 @@ fn repeated_passes_become_their_median_rows() {
             value_size: 8192,
             points: vec![[get, 1.0]],
         }];
-        ChildOutput { rows, cdfs }
+        ChildOutput {
+            rows,
+            cdfs,
+            keytable_dram_bytes: None,
+        }
     };
     let (rows, cdfs) = median_rows(vec![
         pass(300.0, Some(10.0)),
@@ -72,11 +76,16 @@ fn ratios_compare_like_access_paths() {
         row("redis", 20_000.0),
         row(PLP, 20_000.0),
         row("rocksdb-leveled/no-wal", 10_000.0),
+        row(super::NET_PLP, 10_000.0),
+        row("redis-aof-everysec", 10_000.0),
     ];
     add_ratios(&mut rows, &c);
     assert_eq!(rows[0].ratio_to_device, Some(0.5));
     assert_eq!(rows[2].ratio_to_lightstore, Some(0.5));
-    assert_eq!(rows[3].ratio_to_lightstore, Some(4.0));
+    // In-memory Redis against the drive in plp mode (both acknowledge from DRAM), Redis
+    // with its AOF against the durable drive.
+    assert_eq!(rows[3].ratio_to_lightstore, Some(2.0));
+    assert_eq!(rows[7].ratio_to_lightstore, Some(2.0));
     // Peers without a WAL are compared with LightStore without a flush per write.
     assert_eq!(rows[5].ratio_to_lightstore, Some(0.5));
     assert!(device_rows(&c)

@@ -11,11 +11,20 @@
 //! least `MIN_BLOB_SIZE` into 256 MiB blob files with blob GC on, and its LSM levels are
 //! scaled down because SSTs hold only keys and blob references. Every engine gets two
 //! background threads (this host has two cores).
+//!
+//! **Reads at LightStore's queue depth.** LightStore reads a batch's keys with all of them
+//! in flight at once; this RocksDB (7.8, through `rocksdb` 0.20: no `async_io` for
+//! `MultiGet`) and fjall read one key at a time per thread. So each peer reads through a
+//! [`ReadPool`] of [`QD`] threads: a batch's keys are read in parallel, and the four client
+//! threads' batches together keep up to [`QD`] reads in flight, as LightStore's do.
 
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+
+use crate::workloads::QD;
 
 use crate::kv::{Key, KvSession, KvUnderTest};
 
@@ -24,6 +33,97 @@ use crate::kv::{Key, KvSession, KvUnderTest};
 pub const MIN_BLOB_SIZE: u64 = 1024;
 /// How long `settle` waits at most for RocksDB's compactions.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// One read of a batch: whether the key was found.
+type ReadJob = Box<dyn FnOnce() -> anyhow::Result<bool> + Send>;
+
+/// Threads that run a batch's point reads in parallel (see the module docs).
+pub struct ReadPool {
+    jobs: Option<mpsc::Sender<(ReadJob, mpsc::Sender<anyhow::Result<bool>>)>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ReadPool {
+    /// `threads` readers.
+    fn new(threads: usize) -> ReadPool {
+        let (tx, rx) = mpsc::channel::<(ReadJob, mpsc::Sender<anyhow::Result<bool>>)>();
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..threads)
+            .map(|_| {
+                let rx = rx.clone();
+                std::thread::spawn(move || loop {
+                    let next = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((job, reply)) = next else { return };
+                    let _ = reply.send(job());
+                })
+            })
+            .collect();
+        ReadPool {
+            jobs: Some(tx),
+            workers,
+        }
+    }
+
+    /// Runs every read at once on the pool; fails if one fails or finds nothing.
+    fn read_all(&self, reads: Vec<ReadJob>) -> anyhow::Result<()> {
+        let jobs = self.jobs.as_ref().context("the read pool is shut down")?;
+        let (tx, rx) = mpsc::channel();
+        let n = reads.len();
+        for r in reads {
+            jobs.send((r, tx.clone()))
+                .map_err(|_| anyhow::anyhow!("the read pool stopped"))?;
+        }
+        for _ in 0..n {
+            let found = rx.recv().context("a reader thread died")??;
+            anyhow::ensure!(found, "a loaded key is missing");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReadPool {
+    fn drop(&mut self) {
+        // Closing the queue ends every worker's loop.
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Fails unless the options RocksDB wrote for the default column family (its newest
+/// `OPTIONS-*` file in `dir`) are the ones asked for: no compression, and blob files for
+/// BlobDB. A peer configured other than its row says would make the comparison a lie.
+fn check_applied_options(dir: &Path, layout: RocksLayout) -> anyhow::Result<()> {
+    let newest = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("OPTIONS-"))
+        })
+        .max()
+        .with_context(|| format!("RocksDB wrote no OPTIONS file in {}", dir.display()))?;
+    let text = std::fs::read_to_string(&newest)?;
+    let has = |line: &str| text.lines().any(|l| l.trim() == line);
+    anyhow::ensure!(
+        has("compression=kNoCompression"),
+        "RocksDB's default column family compresses ({}): the options did not apply",
+        newest.display()
+    );
+    if layout == RocksLayout::Blob {
+        anyhow::ensure!(
+            has("enable_blob_files=true"),
+            "RocksDB's default column family has no blob files ({})",
+            newest.display()
+        );
+    }
+    Ok(())
+}
 
 /// Which RocksDB layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +136,9 @@ pub enum RocksLayout {
 
 /// RocksDB in-process.
 pub struct Rocks {
-    db: rocksdb::DB,
+    db: Arc<rocksdb::DB>,
     wal: bool,
+    pool: ReadPool,
 }
 
 impl Rocks {
@@ -79,14 +180,23 @@ impl Rocks {
             o.set_target_file_size_base(8 << 20);
             o.set_max_bytes_for_level_base(32 << 20);
         }
-        let db = rocksdb::DB::open_cf(&o, dir, [rocksdb::DEFAULT_COLUMN_FAMILY_NAME])
+        // `DB::open` gives the default column family these options. (`open_cf` with the
+        // family's name gave it `Options::default()`: Snappy compression, no blob files, the
+        // default table options, so the two layouts were the same engine, compressing; found
+        // from the database's OPTIONS file in the 2026-11-29 review.)
+        let db = rocksdb::DB::open(&o, dir)
             .with_context(|| format!("opening RocksDB in {}", dir.display()))?;
-        Ok(Rocks { db, wal })
+        check_applied_options(dir, layout)?;
+        Ok(Rocks {
+            db: Arc::new(db),
+            wal,
+            pool: ReadPool::new(QD as usize),
+        })
     }
 }
 
 struct RocksSession<'a> {
-    db: &'a rocksdb::DB,
+    rocks: &'a Rocks,
     wo: rocksdb::WriteOptions,
 }
 
@@ -96,18 +206,19 @@ impl KvSession for RocksSession<'_> {
         for k in keys {
             batch.put(k, value);
         }
-        Ok(self.db.write_opt(batch, &self.wo)?)
+        Ok(self.rocks.db.write_opt(batch, &self.wo)?)
     }
 
+    /// The batch's keys read in parallel on the pool (see the module docs).
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()> {
-        let cf = self
-            .db
-            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .context("no default column family")?;
-        for r in self.db.batched_multi_get_cf(cf, keys, false) {
-            anyhow::ensure!(r?.is_some(), "a loaded key is missing");
-        }
-        Ok(())
+        let reads = keys
+            .iter()
+            .map(|&k| {
+                let db = self.rocks.db.clone();
+                Box::new(move || Ok(db.get_pinned(k)?.is_some())) as ReadJob
+            })
+            .collect();
+        self.rocks.pool.read_all(reads)
     }
 }
 
@@ -119,7 +230,7 @@ impl KvUnderTest for Rocks {
         } else {
             wo.disable_wal(true);
         }
-        Ok(Box::new(RocksSession { db: &self.db, wo }))
+        Ok(Box::new(RocksSession { rocks: self, wo }))
     }
 
     /// Flushes the memtable and waits for the flushes and compactions that follow.
@@ -144,6 +255,7 @@ pub struct Fjall {
     keyspace: fjall::Keyspace,
     partition: fjall::PartitionHandle,
     dir: PathBuf,
+    pool: ReadPool,
 }
 
 impl Fjall {
@@ -163,12 +275,15 @@ impl Fjall {
         let partition = keyspace.open_partition(
             "bench",
             fjall::PartitionCreateOptions::default()
-                .with_kv_separation(fjall::KvSeparationOptions::default()),
+                .with_kv_separation(fjall::KvSeparationOptions::default())
+                // No compression, as every other system here (its default is LZ4).
+                .compression(fjall::CompressionType::None),
         )?;
         Ok(Fjall {
             keyspace,
             partition,
             dir: dir.to_path_buf(),
+            pool: ReadPool::new(QD as usize),
         })
     }
 }
@@ -188,14 +303,16 @@ impl KvSession for FjallSession<'_> {
         Ok(batch.commit()?)
     }
 
+    /// The batch's keys read in parallel on the pool (see the module docs).
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()> {
-        for k in keys {
-            anyhow::ensure!(
-                self.0.partition.get(k)?.is_some(),
-                "a loaded key is missing"
-            );
-        }
-        Ok(())
+        let reads = keys
+            .iter()
+            .map(|&k| {
+                let partition = self.0.partition.clone();
+                Box::new(move || Ok(partition.get(k)?.is_some())) as ReadJob
+            })
+            .collect();
+        self.0.pool.read_all(reads)
     }
 }
 
@@ -204,7 +321,8 @@ impl KvUnderTest for Fjall {
         Ok(Box::new(FjallSession(self)))
     }
 
-    /// Writes the memtable out (its flush waits for that).
+    /// Writes the memtable out (its flush waits for that); the compactions that may follow
+    /// are not waited for (fjall offers no wait for them), as each fjall row says.
     fn settle(&self) -> anyhow::Result<()> {
         Ok(self.partition.rotate_memtable_and_wait()?)
     }

@@ -89,6 +89,20 @@ pub struct Row {
     /// The host's cores, which every server and the load generator share (`cluster`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_cores: Option<u32>,
+    /// Bytes that reached the block device below the file system (after `syncfs`, from
+    /// `/sys/dev/block/*/stat`) over user bytes: the same meter for every system (`bench
+    /// all`; see [`crate::procfs::BlockDevMeter`]). `write_amp` is the serving process's own
+    /// `/proc/<pid>/io` count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_amp_disk: Option<f64>,
+    /// DRAM the system was given to cache data, bytes: the peers' block (and blob) cache,
+    /// LightStore's value cache (`bench all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bytes: Option<u64>,
+    /// When the timed section of a write workload ends for this system: after its
+    /// background work settled, or at the last acknowledgement (`bench all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timed_until: Option<String>,
 }
 
 impl Row {
@@ -217,7 +231,7 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
 
 /// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
 /// apply, e.g. write amplification of a read workload).
-pub const ALL_KEYS: [&str; 23] = [
+pub const ALL_KEYS: [&str; 26] = [
     "system",
     "workload",
     "value_size",
@@ -228,6 +242,9 @@ pub const ALL_KEYS: [&str; 23] = [
     "p999_us",
     "max_us",
     "write_amp",
+    "write_amp_disk",
+    "cache_bytes",
+    "timed_until",
     "cpu_s_per_mop",
     "rss_mb",
     "ratio_to_device",

@@ -209,6 +209,9 @@ pub struct Measured {
     /// Bytes written to storage over user bytes (keys + values), counting the background
     /// work the writes left (waited for after the timed part); `None` for read workloads.
     pub write_amp: Option<f64>,
+    /// Bytes that reached the block device below the file system over user bytes, from the
+    /// meter [`use_disk_meter`] set up (`None` without one, and for read workloads).
+    pub write_amp_disk: Option<f64>,
     /// CPU seconds of the serving process per million operations (the timed part and, for
     /// writes, the background work waited for after it).
     pub cpu_s_per_mop: Option<f64>,
@@ -305,6 +308,7 @@ where
     let next = AtomicU64::new(0);
     let put_keys = AtomicU64::new(0);
     let written0 = kv.written_bytes().ok();
+    let disk0 = disk_written_bytes();
     let cpu0 = kv.cpu_seconds().ok();
     let start = Instant::now();
     let per_client: Vec<anyhow::Result<Histogram<u64>>> = std::thread::scope(|scope| {
@@ -352,11 +356,16 @@ where
         lat.add(l?)?;
     }
     let written1 = kv.written_bytes().ok();
+    let disk1 = disk_written_bytes();
     let cpu1 = kv.cpu_seconds().ok();
     let pct = |q: f64| lat.value_at_quantile(q) as f64 / 1e3;
     let done = batches * batch_len;
     let user = put_keys * (std::mem::size_of::<Key>() + value_len) as u64;
     let write_amp = match (written0, written1) {
+        (Some(a), Some(b)) if user > 0 => Some(b.saturating_sub(a) as f64 / user as f64),
+        _ => None,
+    };
+    let write_amp_disk = match (disk0, disk1) {
         (Some(a), Some(b)) if user > 0 => Some(b.saturating_sub(a) as f64 / user as f64),
         _ => None,
     };
@@ -373,10 +382,33 @@ where
         p999_us: pct(0.999),
         max_us: lat.max() as f64 / 1e3,
         write_amp,
+        write_amp_disk,
         cpu_s_per_mop,
         rss_mb: kv.rss_mb(),
         cdf: cdf(&lat),
     })
+}
+
+/// The block-device meter of this process's runs (see [`use_disk_meter`]).
+static DISK_METER: std::sync::OnceLock<crate::procfs::BlockDevMeter> = std::sync::OnceLock::new();
+
+/// Meters every later run's writes on the block device below the file system holding `dir`
+/// (the data of the system under test), so every system's write amplification comes from
+/// the same meter (issue 18). Returns the device described, or why there is no meter (the
+/// runs then report the process meter only).
+///
+/// # Errors
+/// When `dir` has no block device behind it (tmpfs, overlay).
+pub fn use_disk_meter(dir: &std::path::Path) -> anyhow::Result<String> {
+    let meter = crate::procfs::BlockDevMeter::for_dir(dir)?;
+    let what = meter.describe();
+    let _ = DISK_METER.set(meter);
+    Ok(what)
+}
+
+/// Bytes written to the metered block device so far (after `syncfs`), if metered.
+fn disk_written_bytes() -> Option<u64> {
+    DISK_METER.get().and_then(|m| m.written_bytes().ok())
 }
 
 /// Significant decimal digits of the latency histograms (0.1% resolution).

@@ -60,7 +60,8 @@ fn cluster_table(json: &str, quick: bool) -> anyhow::Result<String> {
          1, 2 and 4 drives as one Redis Cluster on this host, SET and GET of 100-byte values \
          through redis-benchmark's cluster mode (50 connections, pipeline 16). Every drive and \
          the client share the host's cores, so this measures the cost of the cluster layer, \
-         not the scaling of drives with a CPU each.\n\n\
+         not the scaling of drives with a CPU each. One pass (no repetitions: no spread is \
+         claimed).\n\n\
          | system | workload | ops/s | x one drive | drive CPU s per M ops | p50 us | p99 us |\n\
          |---|---|---:|---:|---:|---:|---:|\n",
         if quick { " --quick" } else { "" }
