@@ -144,6 +144,24 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
     let path = out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
     written.push(path);
+    // What the run was: commit, command, machine (issue 18: "the git commit, the machine
+    // and the exact command in the results").
+    let path = out.join("run.json");
+    let run = serde_json::json!({
+        "commit": res.commit,
+        "command": res.command,
+        "machine": res.machine,
+        "quick": res.quick,
+        "repeat": res.repeat,
+        "data_mib": res.data_mib,
+        "keys": res.keys,
+        "seconds": res.seconds,
+        "peers_built": res.peers_built,
+        "drive_capacity": res.drive_capacity,
+        "backend": "io_uring O_DIRECT files on the scratch file system (LightStore's device, the ceilings); the peers' own files (direct I/O for RocksDB)",
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&run)?)?;
+    written.push(path);
     let path = out.join("ceilings.json");
     let ceilings = serde_json::json!({
         "load_generator": {
@@ -189,6 +207,28 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
         )?;
         plot_files.push(path);
     }
+    // One chart per workload at 8 KiB: every system's bar, the targets as lines.
+    for w in Workload::ALL {
+        let bars: Vec<(String, usize, f64)> = all
+            .iter()
+            .filter_map(|s| Some((s.to_string(), color(s), ops(&res.rows, s, w, 8192)?)))
+            .filter(|b| b.2 > 0.0)
+            .collect();
+        let path = out.join(format!("workload-{}-8K.svg", w.name()));
+        plots::workload_bars(
+            &path,
+            &format!(
+                "{}, 8 KiB values: ops/s, and the targets (DESIGN.md section 8)",
+                w.name()
+            ),
+            &bars,
+            &target_lines(res, w),
+        )?;
+        if bars.is_empty() {
+            continue;
+        }
+        plot_files.push(path);
+    }
     for w in Workload::ALL {
         let series: Vec<(String, usize, Vec<[f64; 2]>)> = res
             .cdfs
@@ -220,6 +260,59 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
     written.extend(plot_files);
     written.extend(pngs.unwrap_or_default());
     Ok(written)
+}
+
+/// The targets of workload `w` (8 KiB) as absolute ops/s, each labelled with the bar that
+/// must reach it: the lines of its chart (the same goals as [`targets`]).
+fn target_lines(res: &Results, w: Workload) -> Vec<(String, f64)> {
+    let (rows, vs) = (&res.rows, 8192);
+    let peer = |s: &str| ops(rows, s, w, vs);
+    let dev = res.ceiling.ops(w, vs);
+    let mut lines: Vec<(String, Option<f64>)> = Vec::new();
+    match w {
+        Workload::SSet | Workload::SGet | Workload::RGet => {
+            lines.push(("plp >= 0.9x device".into(), Some(0.9 * dev)));
+        }
+        Workload::RSet => {
+            lines.push(("plp >= 0.8x device".into(), Some(0.8 * dev)));
+            lines.push((
+                "plp >= 1x RocksDB leveled (no WAL)".into(),
+                peer("rocksdb-leveled/no-wal"),
+            ));
+        }
+        Workload::RMixed | Workload::ZGet => {}
+    }
+    let leveled_goal = match w {
+        Workload::SSet | Workload::SGet => Some(1.0),
+        Workload::RSet => Some(3.0),
+        Workload::RGet => Some(1.5),
+        Workload::RMixed => Some(2.0),
+        Workload::ZGet => None,
+    };
+    if let Some(g) = leveled_goal {
+        lines.push((
+            format!("durable >= {g}x RocksDB leveled (WAL sync)"),
+            peer("rocksdb-leveled/wal-sync").map(|x| g * x),
+        ));
+        lines.push((
+            "durable >= 1x BlobDB (WAL sync)".into(),
+            peer("rocksdb-blobdb/wal-sync"),
+        ));
+    }
+    let redis = peer("redis");
+    match w {
+        Workload::RGet => lines.push((
+            "Net plp >= min(Redis, 0.9x device)".into(),
+            redis.map(|r| r.min(0.9 * res.ceiling.read_ops)),
+        )),
+        Workload::ZGet => lines.push(("Net plp >= 1x Redis".into(), redis)),
+        Workload::RSet => lines.push(("Net plp >= 0.8x Redis".into(), redis.map(|r| 0.8 * r))),
+        _ => {}
+    }
+    lines
+        .into_iter()
+        .filter_map(|(l, v)| Some((l, v.filter(|v| *v > 0.0)?)))
+        .collect()
 }
 
 /// A DESIGN.md section 8 target and how this run fares against it.

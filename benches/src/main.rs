@@ -153,7 +153,7 @@ enum Bench {
     /// RocksDB (leveled, BlobDB; WAL sync and off), fjall, Redis (in-memory, AOF everysec);
     /// writes report.md, results.json and SVG plots (with PNG copies) under --out.
     All {
-        /// Small data sets (about two minutes).
+        /// Small data sets (16 MiB per value size: about two minutes with the extras).
         #[arg(long)]
         quick: bool,
         /// Output directory.
@@ -162,7 +162,7 @@ enum Bench {
         /// Scratch directory (a subdirectory of it is made and removed).
         #[arg(long, default_value = "target/bench/scratch")]
         scratch: PathBuf,
-        /// Data set per value size, MiB (default 32 quick, 1024 full).
+        /// Data set per value size, MiB (default 16 quick, 1024 full).
         #[arg(long)]
         data_mib: Option<u64>,
         /// The lightstore binary (default: next to this one).

@@ -12,19 +12,19 @@
 //! scaled down because SSTs hold only keys and blob references. Every engine gets two
 //! background threads (this host has two cores).
 //!
-//! **Reads at LightStore's queue depth.** LightStore reads a batch's keys with all of them
-//! in flight at once; this RocksDB (7.8, through `rocksdb` 0.20: no `async_io` for
-//! `MultiGet`) and fjall read one key at a time per thread. So each peer reads through a
-//! [`ReadPool`] of [`QD`] threads: a batch's keys are read in parallel, and the four client
-//! threads' batches together keep up to [`QD`] reads in flight, as LightStore's do.
+//! **Read queue depth: not matched (stated on every row).** LightStore reads a batch's keys
+//! with all of them in flight at once. This RocksDB (7.8, through `rocksdb` 0.20) has no
+//! `async_io` for `MultiGet`, so a batch's `MultiGet` reads its blocks one after another, and
+//! fjall reads one key after another: 4 device reads in flight (one per client thread)
+//! where LightStore has up to 32. A pool of 32 reader threads per peer was tried on
+//! 2026-11-29: RocksDB without a WAL, 8 KiB values, R-GET 23.4-23.5K/s against MultiGet's
+//! 20.1-20.7K/s, but at 100 B S-GET 59K/s against 136K/s, R-GET 28K against 30K, and 40-75%
+//! more CPU per read (the thread hand-offs on two cores), so it is not used.
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-
-use crate::workloads::QD;
 
 use crate::kv::{Key, KvSession, KvUnderTest};
 
@@ -33,66 +33,6 @@ use crate::kv::{Key, KvSession, KvUnderTest};
 pub const MIN_BLOB_SIZE: u64 = 1024;
 /// How long `settle` waits at most for RocksDB's compactions.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
-
-/// One read of a batch: whether the key was found.
-type ReadJob = Box<dyn FnOnce() -> anyhow::Result<bool> + Send>;
-
-/// Threads that run a batch's point reads in parallel (see the module docs).
-pub struct ReadPool {
-    jobs: Option<mpsc::Sender<(ReadJob, mpsc::Sender<anyhow::Result<bool>>)>>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl ReadPool {
-    /// `threads` readers.
-    fn new(threads: usize) -> ReadPool {
-        let (tx, rx) = mpsc::channel::<(ReadJob, mpsc::Sender<anyhow::Result<bool>>)>();
-        let rx = Arc::new(Mutex::new(rx));
-        let workers = (0..threads)
-            .map(|_| {
-                let rx = rx.clone();
-                std::thread::spawn(move || loop {
-                    let next = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok((job, reply)) = next else { return };
-                    let _ = reply.send(job());
-                })
-            })
-            .collect();
-        ReadPool {
-            jobs: Some(tx),
-            workers,
-        }
-    }
-
-    /// Runs every read at once on the pool; fails if one fails or finds nothing.
-    fn read_all(&self, reads: Vec<ReadJob>) -> anyhow::Result<()> {
-        let jobs = self.jobs.as_ref().context("the read pool is shut down")?;
-        let (tx, rx) = mpsc::channel();
-        let n = reads.len();
-        for r in reads {
-            jobs.send((r, tx.clone()))
-                .map_err(|_| anyhow::anyhow!("the read pool stopped"))?;
-        }
-        for _ in 0..n {
-            let found = rx.recv().context("a reader thread died")??;
-            anyhow::ensure!(found, "a loaded key is missing");
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ReadPool {
-    fn drop(&mut self) {
-        // Closing the queue ends every worker's loop.
-        self.jobs = None;
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
-    }
-}
 
 /// Fails unless the options RocksDB wrote for the default column family (its newest
 /// `OPTIONS-*` file in `dir`) are the ones asked for: no compression, and blob files for
@@ -136,9 +76,8 @@ pub enum RocksLayout {
 
 /// RocksDB in-process.
 pub struct Rocks {
-    db: Arc<rocksdb::DB>,
+    db: rocksdb::DB,
     wal: bool,
-    pool: ReadPool,
 }
 
 impl Rocks {
@@ -187,11 +126,7 @@ impl Rocks {
         let db = rocksdb::DB::open(&o, dir)
             .with_context(|| format!("opening RocksDB in {}", dir.display()))?;
         check_applied_options(dir, layout)?;
-        Ok(Rocks {
-            db: Arc::new(db),
-            wal,
-            pool: ReadPool::new(QD as usize),
-        })
+        Ok(Rocks { db, wal })
     }
 }
 
@@ -209,16 +144,12 @@ impl KvSession for RocksSession<'_> {
         Ok(self.rocks.db.write_opt(batch, &self.wo)?)
     }
 
-    /// The batch's keys read in parallel on the pool (see the module docs).
+    /// One `MultiGet` of the batch's keys (see the module docs on queue depth).
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()> {
-        let reads = keys
-            .iter()
-            .map(|&k| {
-                let db = self.rocks.db.clone();
-                Box::new(move || Ok(db.get_pinned(k)?.is_some())) as ReadJob
-            })
-            .collect();
-        self.rocks.pool.read_all(reads)
+        for r in self.rocks.db.multi_get(keys) {
+            anyhow::ensure!(r?.is_some(), "a loaded key is missing");
+        }
+        Ok(())
     }
 }
 
@@ -255,7 +186,6 @@ pub struct Fjall {
     keyspace: fjall::Keyspace,
     partition: fjall::PartitionHandle,
     dir: PathBuf,
-    pool: ReadPool,
 }
 
 impl Fjall {
@@ -283,7 +213,6 @@ impl Fjall {
             keyspace,
             partition,
             dir: dir.to_path_buf(),
-            pool: ReadPool::new(QD as usize),
         })
     }
 }
@@ -303,16 +232,15 @@ impl KvSession for FjallSession<'_> {
         Ok(batch.commit()?)
     }
 
-    /// The batch's keys read in parallel on the pool (see the module docs).
+    /// The batch's keys one after another (see the module docs on queue depth).
     fn get(&mut self, keys: &[Key]) -> anyhow::Result<()> {
-        let reads = keys
-            .iter()
-            .map(|&k| {
-                let partition = self.0.partition.clone();
-                Box::new(move || Ok(partition.get(k)?.is_some())) as ReadJob
-            })
-            .collect();
-        self.0.pool.read_all(reads)
+        for k in keys {
+            anyhow::ensure!(
+                self.0.partition.get(k)?.is_some(),
+                "a loaded key is missing"
+            );
+        }
+        Ok(())
     }
 }
 

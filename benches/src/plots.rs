@@ -1,5 +1,6 @@
 //! Plots of `bench all`: SVG drawn with `plotters` (throughput per workload per system as
-//! grouped bars on a linear axis, latency CDFs, the extras' bars and lines), and a PNG copy
+//! grouped bars on a linear axis, one bar chart per 8 KiB workload with its targets as
+//! lines, latency CDFs, the extras' bars and lines), and a PNG copy
 //! of each rendered from the SVG by `rsvg-convert` ([`png_copies`]).
 
 use std::path::Path;
@@ -73,6 +74,86 @@ pub fn grouped_bars(
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
     finish(&mut chart, &root, SeriesLabelPosition::UpperLeft)
+}
+
+/// One workload's bar chart: a bar per system `(name, colour index, ops/s)`, linear y from
+/// 0, and each target as a dashed horizontal line `(label, ops/s)`: the height the bar its
+/// label names must reach.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn workload_bars(
+    path: &Path,
+    title: &str,
+    bars: &[(String, usize, f64)],
+    targets: &[(String, f64)],
+) -> anyhow::Result<()> {
+    let hi = bars
+        .iter()
+        .map(|b| b.2)
+        .chain(targets.iter().map(|t| t.1))
+        .fold(0.0, f64::max);
+    if bars.is_empty() || hi <= 0.0 {
+        return Ok(());
+    }
+    // Room above the tallest bar or line for the legend.
+    let hi = hi * 1.6;
+    let root = SVGBackend::new(path, (1280, 640)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let n = bars.len() as f64;
+    let names: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(60)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..hi)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len())
+        .x_label_formatter(&|x| group_label(&names, *x))
+        .x_label_style(("sans-serif", 10))
+        .y_desc("ops/s")
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (i, (name, c, v)) in bars.iter().enumerate() {
+        let color = Palette99::pick(*c).to_rgba();
+        let x0 = i as f64 - 0.4;
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x0, 0.0), (x0 + 0.8, *v)],
+                color.filled(),
+            )))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    for (k, (label, y)) in targets.iter().enumerate() {
+        // Dark, saturated colours, apart from the bars' lighter palette.
+        const LINES: [RGBColor; 5] = [
+            RGBColor(0, 0, 0),
+            RGBColor(200, 0, 0),
+            RGBColor(0, 0, 190),
+            RGBColor(0, 120, 0),
+            RGBColor(140, 0, 140),
+        ];
+        let color = LINES[k % LINES.len()];
+        let dashes = (0..(n * 20.0) as usize).map(move |d| {
+            let x = -0.5 + d as f64 / 20.0;
+            PathElement::new(vec![(x, *y), (x + 0.03, *y)], color.stroke_width(2))
+        });
+        chart
+            .draw_series(dashes)
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
+            });
+    }
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 /// Latency CDFs, one line per series `(name, colour index, [µs, fraction] points)`,
@@ -395,4 +476,37 @@ fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .map_err(|e| anyhow!("{e:?}"))?;
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workload's chart holds a bar per system and a line per target, each named in the
+    /// legend, on a y axis tall enough for the highest target.
+    #[test]
+    fn a_workload_chart_draws_every_bar_and_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.svg");
+        let bars = vec![
+            ("lightstore-local/plp".to_string(), 1, 20_000.0),
+            ("rocksdb-leveled/no-wal".to_string(), 2, 10_000.0),
+        ];
+        let targets = vec![("plp >= 0.8x device".to_string(), 150_000.0)];
+        workload_bars(&path, "R-SET", &bars, &targets).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for name in [
+            "lightstore-local/plp",
+            "rocksdb-leveled/no-wal",
+            "plp &gt;= 0.8x device",
+        ] {
+            assert!(svg.contains(name), "{name} missing from the chart");
+        }
+        // The axis reaches past the target line (labels of 150000 and above).
+        assert!(svg.contains("150000") || svg.contains("200000"));
+        // Nothing to draw: no file.
+        let empty = dir.path().join("e.svg");
+        workload_bars(&empty, "none", &[], &targets).unwrap();
+        assert!(!empty.exists());
+    }
 }
