@@ -14,9 +14,9 @@
 //!
 //! **Read queue depth: not matched (stated on every row).** LightStore reads a batch's keys
 //! with all of them in flight at once. This RocksDB (7.8, through `rocksdb` 0.20) has no
-//! `async_io` for `MultiGet`, so a batch's `MultiGet` reads its blocks one after another, and
-//! fjall reads one key after another: 4 device reads in flight (one per client thread)
-//! where LightStore has up to 32. A pool of 32 reader threads per peer was tried on
+//! `async_io` for `MultiGet` (it may still read one file's blocks in parallel through
+//! `MultiRead`), and fjall reads one key after another (4 reads in flight, one per client
+//! thread), where LightStore has up to 32. A pool of 32 reader threads per peer was tried on
 //! 2026-11-29: RocksDB without a WAL, 8 KiB values, R-GET 23.4-23.5K/s against MultiGet's
 //! 20.1-20.7K/s, but at 100 B S-GET 59K/s against 136K/s, R-GET 28K against 30K, and 40-75%
 //! more CPU per read (the thread hand-offs on two cores), so it is not used.
