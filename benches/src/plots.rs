@@ -141,12 +141,13 @@ pub fn workload_bars(
             RGBColor(140, 0, 140),
         ];
         let color = LINES[k % LINES.len()];
-        let dashes = (0..(n * 20.0) as usize).map(move |d| {
-            let x = -0.5 + d as f64 / 20.0;
-            PathElement::new(vec![(x, *y), (x + 0.03, *y)], color.stroke_width(2))
-        });
         chart
-            .draw_series(dashes)
+            .draw_series(DashedLineSeries::new(
+                [(-0.5, *y), (n - 0.5, *y)],
+                8,
+                6,
+                color.stroke_width(2),
+            ))
             .map_err(|e| anyhow!("{e:?}"))?
             .label(label.as_str())
             .legend(move |(x, y)| {

@@ -394,16 +394,14 @@ static DISK_METER: std::sync::OnceLock<crate::procfs::BlockDevMeter> = std::sync
 
 /// Meters every later run's writes on the block device below the file system holding `dir`
 /// (the data of the system under test), so every system's write amplification comes from
-/// the same meter (issue 18). Returns the device described, or why there is no meter (the
-/// runs then report the process meter only).
+/// the same meter (issue 18). Without one the runs report the process meter only.
 ///
 /// # Errors
 /// When `dir` has no block device behind it (tmpfs, overlay).
-pub fn use_disk_meter(dir: &std::path::Path) -> anyhow::Result<String> {
+pub fn use_disk_meter(dir: &std::path::Path) -> anyhow::Result<()> {
     let meter = crate::procfs::BlockDevMeter::for_dir(dir)?;
-    let what = meter.describe();
     let _ = DISK_METER.set(meter);
-    Ok(what)
+    Ok(())
 }
 
 /// Bytes written to the metered block device so far (after `syncfs`), if metered.
