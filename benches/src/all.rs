@@ -22,7 +22,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::extras::{self, Extras, OverwriteRun};
-use crate::kv::KvUnderTest;
+use crate::kv::{KvUnderTest, Settled};
 use crate::local::{self, LocalBench};
 use crate::net::{self, Server};
 use crate::report::Row;
@@ -30,7 +30,7 @@ use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 
 #[path = "all_rows.rs"]
 mod rows;
-use rows::{add_ratios, device_rows, median_rows, missing_rows};
+use rows::{add_ratios, describe_systems, device_rows, median_rows, missing_rows};
 
 /// Value sizes measured, largest first.
 pub const VALUE_SIZES: [usize; 3] = [8192, 1024, 100];
@@ -565,16 +565,7 @@ impl AllBench {
             None
         };
         bar.finish_with_message("done");
-        for r in &mut rows {
-            if let Ok(s) = system(&r.system) {
-                r.reads_from = Some(s.reads_from.to_string());
-                if Workload::from_name(&r.workload).is_some_and(|w| {
-                    matches!(w, Workload::SSet | Workload::RSet | Workload::RMixed)
-                }) {
-                    r.timed_until = Some(s.timed_until.to_string());
-                }
-            }
-        }
+        describe_systems(&mut rows);
         add_ratios(&mut rows, &ceiling);
         Ok(Results {
             rows,
@@ -1161,6 +1152,9 @@ impl RunOne {
             };
             r.cpu_s_per_mop = m.cpu_s_per_mop;
             r.rss_mb = m.rss_mb;
+            if m.settled == Settled::LimitHit {
+                r.timed_until = Some(Settled::LIMIT_HIT_NOTE.to_string());
+            }
             r.connections = Some(shape.clients);
             r.pipeline = Some(batch as u32);
             r.mean_us = Some(m.mean_us);

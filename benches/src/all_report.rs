@@ -698,6 +698,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             let mut line = format!("| {s} |");
             let mut from = String::new();
             let mut until = String::new();
+            let mut limit_hit = Vec::new();
             for w in Workload::ALL {
                 let r = rows.iter().find(|r| {
                     r.system == s && r.workload == w.name() && r.value_size == Some(vs as u32)
@@ -711,9 +712,23 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
                     from = f;
                 }
                 if let Some(t) = r.and_then(|r| r.timed_until.clone()) {
-                    until = t;
+                    match t.strip_suffix(crate::kv::Settled::LIMIT_HIT_NOTE) {
+                        Some(system_note) => {
+                            until = system_note.trim_end_matches("; ").to_string();
+                            limit_hit.push(w.name());
+                        }
+                        None => until = t,
+                    }
                 }
                 let _ = write!(line, " {cell} |");
+            }
+            if !limit_hit.is_empty() {
+                let _ = write!(
+                    until,
+                    " — **the wait hit its limit on {}**: compactions were still running \
+                     when the clock stopped",
+                    limit_hit.join(", ")
+                );
             }
             let _ = writeln!(m, "{line} {from} | {until} |");
         }

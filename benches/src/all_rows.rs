@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// Says on each row where its system reads from and, for the write workloads, when its
+/// timed section ends (the system's text, then the run's own note if its settle stopped at
+/// the limit: [`Settled::LIMIT_HIT_NOTE`](crate::kv::Settled::LIMIT_HIT_NOTE)).
+pub(super) fn describe_systems(rows: &mut [Row]) {
+    for r in rows {
+        let Ok(s) = system(&r.system) else { continue };
+        r.reads_from = Some(s.reads_from.to_string());
+        if Workload::from_name(&r.workload)
+            .is_some_and(|w| matches!(w, Workload::SSet | Workload::RSet | Workload::RMixed))
+        {
+            r.timed_until = Some(match r.timed_until.take() {
+                Some(note) => format!("{}; {note}", s.timed_until),
+                None => s.timed_until.to_string(),
+            });
+        }
+    }
+}
+
 /// The device rows: the raw figures, and per workload and value size the operations per
 /// second the device alone allows (`Ceiling::ops`).
 pub(super) fn device_rows(c: &Ceiling) -> Vec<Row> {

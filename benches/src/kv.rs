@@ -70,16 +70,35 @@ pub trait KvUnderTest: Sync {
         crate::procfs::rss_mb(self.pid()).ok()
     }
     /// Waits until the writes so far are on storage and the background work they caused
-    /// (memtable flushes, compactions) is done, so their bytes count.
+    /// (memtable flushes, compactions) is done, so their bytes count; says whether the wait
+    /// ran to the end or stopped at its limit.
     ///
     /// # Errors
     /// When the system fails.
-    fn settle(&self) -> anyhow::Result<()> {
-        Ok(())
+    fn settle(&self) -> anyhow::Result<Settled> {
+        Ok(Settled::Done)
     }
     /// Called before a read workload: a system that reads through the OS page cache drops its
     /// files from it here, so the workload starts from the device.
     fn before_reads(&self) {}
+}
+
+/// How a system's [`KvUnderTest::settle`] ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Settled {
+    /// Its background work finished, or it has none the harness can wait for.
+    #[default]
+    Done,
+    /// The wait stopped at its limit with background work still running: the row's figures
+    /// leave that work out.
+    LimitHit,
+}
+
+impl Settled {
+    /// What a row's `timed_until` says after the system's own text when the wait stopped at
+    /// its limit on that run.
+    pub const LIMIT_HIT_NOTE: &'static str = "on this run the wait hit its limit with \
+         compactions still running: their work is not in the figures";
 }
 
 /// LightStore in-process: sessions are the engine itself (it is shared by reference).
@@ -113,8 +132,9 @@ impl KvUnderTest for LocalEngine<'_> {
         Ok(Box::new(EngineSession(self.engine)))
     }
 
-    fn settle(&self) -> anyhow::Result<()> {
-        Ok(self.engine.settle()?)
+    fn settle(&self) -> anyhow::Result<Settled> {
+        self.engine.settle()?;
+        Ok(Settled::Done)
     }
 
     fn written_bytes(&self) -> anyhow::Result<u64> {

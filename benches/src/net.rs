@@ -521,7 +521,6 @@ async fn fill(addr: SocketAddr, keyspace: u64, value_size: u32) -> anyhow::Resul
     Ok(())
 }
 
-/// Parses `redis-benchmark --csv` output: the last line's rps, p50 and p99 (ms).
 /// `redis-benchmark` against `server` with `args` after its address: its standard output.
 ///
 /// # Errors
@@ -569,6 +568,10 @@ pub(crate) fn info_u64(server: &Server, section: &str, name: &str) -> anyhow::Re
         .with_context(|| format!("INFO {section} has no {name}"))
 }
 
+/// Parses `redis-benchmark --csv` output: the last line's rps, p50 and p99 (ms).
+///
+/// # Errors
+/// When there is no result line or a figure is not a number.
 pub(crate) fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
     let line = out
         .lines()
@@ -593,6 +596,75 @@ pub(crate) fn parse_csv(out: &str) -> anyhow::Result<(f64, f64, f64)> {
     Ok((num(n - 7)?, num(n - 4)?, num(n - 2)?))
 }
 
+/// What one `redis-benchmark` test reports without `--csv`, latencies in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct BenchReport {
+    pub(crate) rps: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    /// The smallest latency bound of its histogram output (the percentile and the cumulative
+    /// distributions) with at least 99.9% of requests at or below it: HdrHistogram buckets,
+    /// so an upper bound within a bucket of the exact p99.9.
+    pub(crate) p999_ms: f64,
+    pub(crate) max_ms: f64,
+}
+
+/// Parses `redis-benchmark`'s full report of one test: the `Summary:` block (throughput,
+/// then `avg min p50 p95 p99 max` in ms) and the `<pct>% <= <ms> milliseconds (cumulative
+/// count <n>)` lines for p99.9.
+///
+/// # Errors
+/// When the summary or the histogram lines are missing.
+pub(crate) fn parse_report(out: &str) -> anyhow::Result<BenchReport> {
+    let rps: f64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("throughput summary:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("redis-benchmark printed no throughput summary")?;
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.contains("latency summary (msec):"));
+    let figures: Vec<f64> = lines
+        .nth(2)
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [_avg, _min, p50_ms, _p95, p99_ms, max_ms] = figures[..] else {
+        bail!("redis-benchmark printed no latency summary");
+    };
+    // (bound ms, requests at or below it) from both histogram listings.
+    let bounds: Vec<(f64, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("% <= ")?;
+            let (ms, rest) = rest.split_once(" milliseconds (cumulative count ")?;
+            Some((ms.parse().ok()?, rest.strip_suffix(')')?.parse().ok()?))
+        })
+        .collect();
+    let total = bounds.iter().map(|&(_, n)| n).max().unwrap_or(0);
+    if total == 0 {
+        bail!("redis-benchmark printed no latency histogram");
+    }
+    let want = (total as f64 * 0.999).ceil() as u64;
+    let p999_ms = bounds
+        .iter()
+        .filter(|&&(_, n)| n >= want)
+        .map(|&(ms, _)| ms)
+        .fold(f64::INFINITY, f64::min)
+        .min(max_ms);
+    Ok(BenchReport {
+        rps,
+        p50_ms,
+        p99_ms,
+        p999_ms,
+        max_ms,
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_one(
     server: &Server,
@@ -611,12 +683,14 @@ fn run_one(
         keyspace.to_string(),
         value_size.to_string(),
     );
-    let mut args = vec!["-c", &c, "-P", &p, "-n", &n, "-r", &r, "-d", &d, "--csv"];
+    // The full report (not `--csv`): its histogram gives p99.9.
+    let mut args = vec!["-c", &c, "-P", &p, "-n", &n, "-r", &r, "-d", &d];
     let workload = w.args();
     args.extend(workload.iter().map(String::as_str));
     let stdout = redis_benchmark(server, &args)?;
     let cpu = cpu_seconds(server.pid())? - cpu0;
-    let (rps, p50_ms, p99_ms) = parse_csv(&stdout)?;
+    let report = parse_report(&stdout)?;
+    let (rps, p50_ms, p99_ms) = (report.rps, report.p50_ms, report.p99_ms);
     let bytes_per_op = f64::from(value_size) * f64::from(w.keys_per_op());
     let mut row = Row::measured(
         system,
@@ -630,6 +704,8 @@ fn run_one(
     row.value_size = Some(value_size);
     row.connections = Some(connections);
     row.pipeline = Some(pipeline);
+    row.p999_us = Some(report.p999_ms * 1000.0);
+    row.max_us = Some(report.max_ms * 1000.0);
     row.cpu_s_per_mop = Some(cpu / (requests as f64 / 1e6));
     row.rss_mb = rss_mb(server.pid()).ok();
     Ok(row)
@@ -704,5 +780,35 @@ mod tests {
         assert!((p50 - 0.095).abs() < 1e-9);
         assert!((p99 - 0.3).abs() < 1e-9);
         assert!(parse_csv("garbage").is_err());
+    }
+
+    /// redis-benchmark 7.0's report of one test (progress line and all), shortened.
+    #[test]
+    fn parses_redis_benchmark_full_report() {
+        let out = "SET: rps=0.0 (overall: -nan) avg_msec=-nan (overall: -nan)\r====== SET ======\n\
+            \x20 3000 requests completed in 0.15 seconds\n\n\
+            Latency by percentile distribution:\n\
+            0.000% <= 0.031 milliseconds (cumulative count 1)\n\
+            50.000% <= 0.143 milliseconds (cumulative count 1609)\n\
+            99.805% <= 0.791 milliseconds (cumulative count 2995)\n\
+            99.902% <= 1.079 milliseconds (cumulative count 2998)\n\
+            100.000% <= 2.087 milliseconds (cumulative count 3000)\n\n\
+            Cumulative distribution of latencies:\n\
+            99.867% <= 0.903 milliseconds (cumulative count 2996)\n\
+            99.900% <= 1.007 milliseconds (cumulative count 2997)\n\
+            100.000% <= 2.103 milliseconds (cumulative count 3000)\n\n\
+            Summary:\n\
+            \x20 throughput summary: 19736.84 requests per second\n\
+            \x20 latency summary (msec):\n\
+            \x20         avg       min       p50       p95       p99       max\n\
+            \x20       0.147     0.024     0.143     0.255     0.343     2.087\n";
+        let r = parse_report(out).expect("a report");
+        assert!((r.rps - 19_736.84).abs() < 1e-6);
+        assert!((r.p50_ms - 0.143).abs() < 1e-9);
+        assert!((r.p99_ms - 0.343).abs() < 1e-9);
+        // 2,997 of 3,000 requests: the cumulative listing's 1.007 ms beats 1.079.
+        assert!((r.p999_ms - 1.007).abs() < 1e-9, "{r:?}");
+        assert!((r.max_ms - 2.087).abs() < 1e-9);
+        assert!(parse_report("garbage").is_err());
     }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::kv::{Key, KvSession, KvUnderTest};
+use crate::kv::{Key, KvSession, KvUnderTest, Settled};
 
 /// Values this long or longer go to BlobDB's blob files (the guide's threshold for mixed
 /// value sizes; every value of the 1 KiB and 8 KiB runs is separated, 100 B values are not).
@@ -164,20 +164,23 @@ impl KvUnderTest for Rocks {
         Ok(Box::new(RocksSession { rocks: self, wo }))
     }
 
-    /// Flushes the memtable and waits for the flushes and compactions that follow.
-    fn settle(&self) -> anyhow::Result<()> {
+    /// Flushes the memtable and waits for the flushes and compactions that follow, at most
+    /// [`SETTLE_LIMIT`].
+    fn settle(&self) -> anyhow::Result<Settled> {
         self.db.flush()?;
         let deadline = Instant::now() + SETTLE_LIMIT;
         let busy = |p: &str| self.db.property_int_value(p).ok().flatten().unwrap_or(0) > 0;
-        while Instant::now() < deadline
-            && (busy("rocksdb.num-running-compactions")
-                || busy("rocksdb.num-running-flushes")
-                || busy("rocksdb.compaction-pending")
-                || busy("rocksdb.mem-table-flush-pending"))
+        while busy("rocksdb.num-running-compactions")
+            || busy("rocksdb.num-running-flushes")
+            || busy("rocksdb.compaction-pending")
+            || busy("rocksdb.mem-table-flush-pending")
         {
+            if Instant::now() >= deadline {
+                return Ok(Settled::LimitHit);
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
+        Ok(Settled::Done)
     }
 }
 
@@ -251,8 +254,9 @@ impl KvUnderTest for Fjall {
 
     /// Writes the memtable out (its flush waits for that); the compactions that may follow
     /// are not waited for (fjall offers no wait for them), as each fjall row says.
-    fn settle(&self) -> anyhow::Result<()> {
-        Ok(self.partition.rotate_memtable_and_wait()?)
+    fn settle(&self) -> anyhow::Result<Settled> {
+        self.partition.rotate_memtable_and_wait()?;
+        Ok(Settled::Done)
     }
 
     /// fjall has no direct I/O: its files are dropped from the page cache before each read

@@ -13,7 +13,7 @@ use hwftl_sim::PAGE_SIZE;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::kv::{key, Key, KvSession, KvUnderTest};
+use crate::kv::{key, Key, KvSession, KvUnderTest, Settled};
 
 /// Client threads (or connections) issuing batches concurrently.
 pub const CLIENTS: u32 = 4;
@@ -219,6 +219,8 @@ pub struct Measured {
     pub rss_mb: Option<f64>,
     /// Latency CDF: `[µs, fraction of operations at or below]`, at most `CDF_POINTS` points.
     pub cdf: Vec<[f64; 2]>,
+    /// Whether the wait for the writes' background work ran to its end.
+    pub settled: Settled,
 }
 
 /// Runs workload `w` on a system loaded with keys `0..keys` (S-SET loads them): `ops`
@@ -347,9 +349,11 @@ where
     let put_keys = put_keys.load(Ordering::Relaxed);
     // The clock stops once the writes' background work (flushes, compactions) has settled:
     // every system pays for the work its writes caused, in the same timed section.
-    if put_keys > 0 {
-        kv.settle()?;
-    }
+    let settled = if put_keys > 0 {
+        kv.settle()?
+    } else {
+        Settled::Done
+    };
     let secs = start.elapsed().as_secs_f64();
     let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
     for l in per_client {
@@ -386,6 +390,7 @@ where
         cpu_s_per_mop,
         rss_mb: kv.rss_mb(),
         cdf: cdf(&lat),
+        settled,
     })
 }
 

@@ -167,6 +167,34 @@ pub(crate) fn net_table(json: &str, quick: bool) -> anyhow::Result<String> {
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         if quick { " --quick" } else { "" }
     );
+    let mut tails = String::from(
+        "\nThe same passes' per-request latency (redis-benchmark's HdrHistogram: p99 exact, \
+         p99.9 the smallest bound it prints with at least 99.9% of requests at or below it) \
+         and the server's resident memory after the test, drive plp against in-memory \
+         redis-server.\n\n\
+         | command | value B | conns | pipeline | drive p99 us | drive p99.9 us | drive max us \
+         | redis p99 us | redis p99.9 us | redis max us | drive RSS MB | redis RSS MB |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for case in &cases {
+        let fig = |s: &str, k: &str| find(case, s).and_then(|r| num(r, k));
+        let (plp, redis) = (NET_SYSTEMS[1], NET_SYSTEMS[2]);
+        tails.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            case.0,
+            case.1,
+            case.2,
+            case.3,
+            f(fig(plp, "p99_us"), 0),
+            f(fig(plp, "p999_us"), 0),
+            f(fig(plp, "max_us"), 0),
+            f(fig(redis, "p99_us"), 0),
+            f(fig(redis, "p999_us"), 0),
+            f(fig(redis, "max_us"), 0),
+            f(fig(plp, "rss_mb"), 0),
+            f(fig(redis, "rss_mb"), 0),
+        ));
+    }
     for case in &cases {
         let ops = |s: &str| find(case, s).and_then(|r| num(r, "ops_per_sec"));
         let cpu = |s: &str| find(case, s).and_then(|r| num(r, "cpu_s_per_mop"));
@@ -190,6 +218,7 @@ pub(crate) fn net_table(json: &str, quick: bool) -> anyhow::Result<String> {
             f(cpu(NET_SYSTEMS[2]), 1),
         ));
     }
+    section.push_str(&tails);
     Ok(section)
 }
 
@@ -238,14 +267,15 @@ mod tests {
         assert!(table.contains("| SET | 8192 | 1 | 1 | 2481 |"), "{table}");
         assert_eq!(
             table.lines().filter(|l| l.starts_with("| SET |")).count(),
-            8
+            16
         );
+        // Two tables of 32 cases: throughput, then tails and memory.
         assert_eq!(
             table
                 .lines()
                 .filter(|l| l.starts_with("| ") && !l.starts_with("| command"))
                 .count(),
-            32
+            64
         );
         assert!(net_table("{}", false).is_err());
     }

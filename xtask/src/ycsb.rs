@@ -26,8 +26,9 @@ use anyhow::{bail, Context};
 mod ceiling;
 mod hosts;
 mod report;
+mod server_cost;
 
-use report::{comparison, print_table, Summary, WorkloadResult};
+use report::{comparison, drive_table, print_table, Summary, WorkloadResult};
 
 /// YCSB's core workloads.
 const WORKLOADS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
@@ -37,6 +38,9 @@ const BINDING_CLASS: &str = "site.ycsb.db.lightstore.LightStoreClient";
 const REDIS_BINDING_CLASS: &str = "site.ycsb.db.lightstore.RedisHashClient";
 /// Logical capacity of each scratch drive (the YCSB data is tens of MB).
 const DRIVE_CAPACITY: &str = "1GiB";
+/// The latency percentiles YCSB reports per operation (`<p>thPercentileLatency(us)`;
+/// `99.9PercentileLatency(us)` for the fractional one).
+const HDR_PERCENTILES: &str = "hdrhistogram.percentiles=50,99,99.9";
 /// Hash slots in a Redis Cluster.
 const SLOTS: usize = 16384;
 /// How long a drive may take to print its ready line.
@@ -526,6 +530,11 @@ impl Drives {
     fn cluster(&self) -> bool {
         self.addrs().len() > 1
     }
+
+    /// The processes this command started (none for servers already running).
+    fn pids(&self) -> Vec<u32> {
+        self.drives.iter().map(|d| d.child.id()).collect()
+    }
 }
 
 /// Starts a drive and waits for "lightstore ready on ADDR" on its stdout.
@@ -747,6 +756,8 @@ fn ycsb_phase(
         .args(["-p", &format!("operationcount={}", spec.operations)])
         // Values derived from key and field, checked on every read ([VERIFY] lines).
         .args(["-p", "dataintegrity=true"])
+        // Per-operation percentiles from YCSB's HdrHistogram (default 95,99).
+        .args(["-p", HDR_PERCENTILES])
         .args(["-threads", &spec.threads.to_string()])
         // Progress every 10 s on stderr.
         .arg("-s")
@@ -828,9 +839,20 @@ fn run_workload(
         load: Summary::default(),
         run: Summary::default(),
         problems: Vec::new(),
+        server_cpu_s_per_mop: None,
+        server_peak_rss_mb: None,
     };
+    let pids = drives.pids();
     for phase in [Phase::Load, Phase::Run] {
+        let cpu_before = server_cost::cpu_seconds(&pids);
         let summary = ycsb_phase(root, binding, &drives, spec, phase, &out_dir)?;
+        if phase == Phase::Run {
+            let operations = summary.get("OVERALL", "Operations").unwrap_or(0.0);
+            result.server_cpu_s_per_mop = cpu_before
+                .zip(server_cost::cpu_seconds(&pids))
+                .and_then(|(a, b)| server_cost::per_million(b - a, operations));
+            result.server_peak_rss_mb = server_cost::peak_rss_mb(&pids);
+        }
         println!("-- {}", phase.name());
         for l in summary.printable() {
             println!("[{}], {}, {}", l.section, l.metric, l.value);
@@ -892,6 +914,26 @@ fn commit_id(root: &Path) -> String {
         Some(id) => id,
         None => "unknown".into(),
     }
+}
+
+/// Writes `<dir>/ycsb-<tag>.md`: a title, the header and the table.
+fn write_table(
+    dir: &Path,
+    args: &YcsbArgs,
+    binding: BindingKind,
+    header: &str,
+    table: &str,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tag = args
+        .tag
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", binding_name(binding), args.durability));
+    let file = dir.join(format!("ycsb-{tag}.md"));
+    std::fs::write(&file, format!("# YCSB: {tag}\n\n{header}\n\n{table}"))
+        .with_context(|| format!("writing {}", file.display()))?;
+    println!("written to {}", file.display());
+    Ok(())
 }
 
 /// `cargo xtask ycsb`.
@@ -999,18 +1041,31 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
         );
         println!("\n== {header}\n{table}");
         if let Some(dir) = &args.out {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let tag = args
-                .tag
-                .clone()
-                .unwrap_or_else(|| format!("{}-{}", binding_name(binding), args.durability));
-            let file = dir.join(format!("ycsb-{tag}.md"));
-            std::fs::write(&file, format!("# YCSB: {tag}\n\n{header}\n\n{table}"))
-                .with_context(|| format!("writing {}", file.display()))?;
-            println!("written to {}", file.display());
+            write_table(dir, args, binding, &header, &table)?;
         }
-    } else if results.len() > 1 {
-        print_table(&results, args.drives);
+    } else {
+        if results.len() > 1 {
+            print_table(&results, args.drives);
+        }
+        if let Some(dir) = &args.out {
+            let header = format!(
+                "YCSB through the {} binding against {} (durability {}, value cache {}), {} \
+                 threads, {} records, {} operations per workload (E: {}); commit {}.",
+                binding_name(binding),
+                match args.drives {
+                    1 => "one drive".to_string(),
+                    n => format!("{n} drives in cluster mode"),
+                },
+                args.durability,
+                args.value_cache_size.as_deref().unwrap_or("default 64MiB"),
+                args.threads,
+                args.records,
+                args.operations.unwrap_or(default_operations('a')),
+                args.operations.unwrap_or(default_operations('e')),
+                commit_id(&root),
+            );
+            write_table(dir, args, binding, &header, &drive_table(&results))?;
+        }
     }
     let problems: Vec<&String> = results.iter().flat_map(|r| &r.problems).collect();
     if !problems.is_empty() {

@@ -97,6 +97,8 @@ mod tests {
             load: Summary::default(),
             run: Summary::parse(&format!("[OVERALL], Throughput(ops/sec), {ops}\n")),
             problems: Vec::new(),
+            server_cpu_s_per_mop: None,
+            server_peak_rss_mb: None,
         }
     }
 

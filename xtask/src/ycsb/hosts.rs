@@ -189,6 +189,8 @@ pub(super) fn run(args: &YcsbArgs) -> anyhow::Result<()> {
             },
             run,
             problems: Vec::new(),
+            server_cpu_s_per_mop: None,
+            server_peak_rss_mb: None,
         };
         for f in result.run.failures() {
             result.problems.push(format!("workload {w} run: {f}"));

@@ -86,6 +86,11 @@ pub(super) struct WorkloadResult {
     pub(super) run: Summary,
     /// Operations that failed or returned wrong data, or went missing (empty: all good).
     pub(super) problems: Vec<String>,
+    /// The servers' CPU seconds (user + system) per million operations of the run phase
+    /// (`None` for servers this command did not start).
+    pub(super) server_cpu_s_per_mop: Option<f64>,
+    /// The servers' peak resident memory (`VmHWM`, MB) over load and run.
+    pub(super) server_peak_rss_mb: Option<f64>,
 }
 
 pub(super) fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
@@ -127,10 +132,73 @@ pub(super) fn p99(s: &Summary, op: &str) -> Option<f64> {
     s.get(op, "99thPercentileLatency(us)")
 }
 
+/// The 99.9th-percentile latency (us) of an operation in a run (YCSB names a fractional
+/// percentile without a suffix).
+fn p999(s: &Summary, op: &str) -> Option<f64> {
+    s.get(op, "99.9PercentileLatency(us)")
+}
+
+/// A run's reads: READ, or SCAN for workload E.
+fn read_op(s: &Summary) -> &'static str {
+    if s.get("READ", "Operations").is_some() {
+        "READ"
+    } else {
+        "SCAN"
+    }
+}
+
+/// A run's writes: UPDATE, or INSERT for workloads D and E.
+fn write_op(s: &Summary) -> &'static str {
+    if s.get("UPDATE", "Operations").is_some() {
+        "UPDATE"
+    } else {
+        "INSERT"
+    }
+}
+
+/// Runs against the drives alone (`--against drive`), as a Markdown table: throughput,
+/// per-operation p99 and p99.9 of reads and writes, and what the servers cost.
+pub(super) fn drive_table(results: &[WorkloadResult]) -> String {
+    let mut out = String::from(
+        "| workload | load ops/s | run ops/s | p99 read us | p99.9 read us | p99 write us \
+         | p99.9 write us | server CPU s/M ops | server peak RSS MB |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        let (rd, wr) = (read_op(&r.run), write_op(&r.run));
+        out.push_str(&format!(
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.workload.to_ascii_uppercase(),
+            if r.problems.is_empty() {
+                ""
+            } else {
+                " (errors)"
+            },
+            fmt_opt(r.load.throughput(), 0),
+            fmt_opt(r.run.throughput(), 0),
+            fmt_opt(p99(&r.run, rd), 0),
+            fmt_opt(p999(&r.run, rd), 0),
+            fmt_opt(p99(&r.run, wr), 0),
+            fmt_opt(p999(&r.run, wr), 0),
+            fmt_opt(r.server_cpu_s_per_mop, 1),
+            fmt_opt(r.server_peak_rss_mb, 0),
+        ));
+    }
+    out
+}
+
 /// The drive against redis-server, workload by workload (`--against both`), as a Markdown
 /// table.
 pub(super) fn comparison(workloads: &[Vec<(WorkloadResult, WorkloadResult)>]) -> String {
     let mut out = String::new();
+    let mut tails = String::from(
+        "\nThe same median runs' tails and costs: per-operation p99.9 (YCSB's HdrHistogram), \
+         server CPU seconds per million operations of the run phase, and the server's peak \
+         resident memory (`VmHWM`) over load and run.\n\n\
+         | workload | drive p99.9 read us | redis p99.9 read us | drive p99.9 write us \
+         | redis p99.9 write us | drive CPU s/M | redis CPU s/M | drive peak RSS MB \
+         | redis peak RSS MB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     out.push_str(
         "| workload | drive ops/s | redis ops/s | ratio | ratio range | drive p99 read us | redis p99 read us \
          | drive p99 write us | redis p99 write us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -167,8 +235,22 @@ pub(super) fn comparison(workloads: &[Vec<(WorkloadResult, WorkloadResult)>]) ->
             .iter()
             .any(|(d, r)| !d.problems.is_empty() || !r.problems.is_empty());
         // Reads: READ (or SCAN for E); writes: UPDATE (or INSERT for D and E).
-        let rd = |s: &Summary| p99(s, "READ").or_else(|| p99(s, "SCAN"));
-        let wr = |s: &Summary| p99(s, "UPDATE").or_else(|| p99(s, "INSERT"));
+        let rd = |s: &Summary| p99(s, read_op(s));
+        let wr = |s: &Summary| p99(s, write_op(s));
+        let rd9 = |s: &Summary| p999(s, read_op(s));
+        let wr9 = |s: &Summary| p999(s, write_op(s));
+        tails.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            d.workload.to_ascii_uppercase(),
+            fmt_opt(rd9(&d.run), 0),
+            fmt_opt(rd9(&r.run), 0),
+            fmt_opt(wr9(&d.run), 0),
+            fmt_opt(wr9(&r.run), 0),
+            fmt_opt(d.server_cpu_s_per_mop, 1),
+            fmt_opt(r.server_cpu_s_per_mop, 1),
+            fmt_opt(d.server_peak_rss_mb, 0),
+            fmt_opt(r.server_peak_rss_mb, 0),
+        ));
         out.push_str(&format!(
             "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             d.workload.to_ascii_uppercase(),
@@ -183,6 +265,7 @@ pub(super) fn comparison(workloads: &[Vec<(WorkloadResult, WorkloadResult)>]) ->
             fmt_opt(wr(&r.run), 0),
         ));
     }
+    out.push_str(&tails);
     out
 }
 
@@ -195,10 +278,14 @@ mod tests {
             workload: 'a',
             load: Summary::default(),
             run: Summary::parse(&format!(
-                "[OVERALL], Throughput(ops/sec), {ops}\n[READ], 99thPercentileLatency(us), {}\n",
-                ops as u64 / 10
+                "[OVERALL], Throughput(ops/sec), {ops}\n[READ], Operations, 100\n\
+                 [READ], 99thPercentileLatency(us), {}\n[READ], 99.9PercentileLatency(us), {}\n",
+                ops as u64 / 10,
+                ops as u64 / 5
             )),
             problems: Vec::new(),
+            server_cpu_s_per_mop: None,
+            server_peak_rss_mb: None,
         }
     }
 
@@ -210,13 +297,32 @@ mod tests {
             (result(700.0), result(1000.0)),
         ];
         let table = comparison(&[runs]);
-        let row = table.lines().last().unwrap();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| A ")).collect();
+        assert_eq!(rows.len(), 2, "{table}");
         assert!(
-            row.starts_with("| A | 700 | 1000 | 0.70 | 0.50-0.90 | 70 | 100 |"),
-            "{row}"
+            rows[0].starts_with("| A | 700 | 1000 | 0.70 | 0.50-0.90 | 70 | 100 |"),
+            "{table}"
+        );
+        // The tails of the same (median) pair; no server cost was measured here.
+        assert!(
+            rows[1].starts_with("| A | 140 | 200 | - | - | - |"),
+            "{table}"
         );
         // One run: no range.
         let one = comparison(&[vec![(result(800.0), result(1000.0))]]);
-        assert!(one.lines().last().unwrap().contains("| 0.80 | - |"));
+        assert!(one.contains("| 0.80 | - |"), "{one}");
+    }
+
+    #[test]
+    fn drive_only_runs_make_a_table_with_tails_and_costs() {
+        let mut r = result(900.0);
+        r.server_cpu_s_per_mop = Some(12.34);
+        r.server_peak_rss_mb = Some(81.0);
+        let table = drive_table(&[r]);
+        let row = table.lines().last().unwrap_or_default();
+        assert_eq!(
+            row, "| A | - | 900 | 90 | 180 | - | - | 12.3 | 81 |",
+            "{table}"
+        );
     }
 }

@@ -132,6 +132,19 @@ fn ycsb_end_to_end() {
                 let n = r.run.get(op, "Operations").unwrap_or(0.0);
                 check(n > 0.0, format!("no {op} ran"));
             }
+            // The tails and costs the report's tables carry.
+            check(
+                r.run.get(expect[0], "99.9PercentileLatency(us)").is_some(),
+                format!("no p99.9 of {}", expect[0]),
+            );
+            check(
+                r.server_cpu_s_per_mop.is_some(),
+                "no server CPU per operation".into(),
+            );
+            check(
+                r.server_peak_rss_mb.is_some_and(|mb| mb > 1.0),
+                format!("server peak RSS {:?} MB", r.server_peak_rss_mb),
+            );
             results.push(r);
         }
         print_table(&results, drives);
