@@ -598,12 +598,15 @@ impl AllBench {
         }
     }
 
-    /// The sustained overwrite's device, MiB.
-    fn overwrite_device_mib(&self) -> u64 {
+    /// The sustained overwrite's device (MiB) and its overwrites (times the device).
+    fn overwrite_shape(&self) -> (u64, u64) {
         if self.quick {
-            extras::QUICK_OVERWRITE_DEVICE_MIB
+            (
+                extras::QUICK_OVERWRITE_DEVICE_MIB,
+                extras::QUICK_OVERWRITE_TIMES,
+            )
         } else {
-            extras::FULL_OVERWRITE_DEVICE_MIB
+            (extras::FULL_OVERWRITE_DEVICE_MIB, extras::OVERWRITE_TIMES)
         }
     }
 
@@ -618,7 +621,7 @@ impl AllBench {
     ) -> anyhow::Result<Extras> {
         let t0 = Instant::now();
         let mut x = Extras {
-            overwrite_device_mib: self.overwrite_device_mib(),
+            overwrite_device_mib: self.overwrite_shape().0,
             ..Extras::default()
         };
         interrupted()?;
@@ -683,8 +686,9 @@ impl AllBench {
         for sys in extras::OVERWRITE_SYSTEMS {
             interrupted()?;
             bar.set_message(format!(
-                "sustained overwrite: {sys} ({} MiB device, 3x overwritten)",
-                x.overwrite_device_mib
+                "sustained overwrite: {sys} ({} MiB device, {}x overwritten)",
+                x.overwrite_device_mib,
+                self.overwrite_shape().1
             ));
             let t = Instant::now();
             let run = self.run_overwrite(sys, run_dir, log, bar);
@@ -797,7 +801,8 @@ impl AllBench {
         cmd.arg("run-overwrite")
             .env("RUST_LIB_BACKTRACE", "0")
             .args(["--system", sys])
-            .args(["--device-mib", &self.overwrite_device_mib().to_string()])
+            .args(["--device-mib", &self.overwrite_shape().0.to_string()])
+            .args(["--times", &self.overwrite_shape().1.to_string()])
             .args(["--fill-percent", &extras::FILL_PERCENT.to_string()])
             .arg("--dir")
             .arg(&dir)

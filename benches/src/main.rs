@@ -206,6 +206,9 @@ enum Bench {
         device_mib: u64,
         #[arg(long)]
         fill_percent: u64,
+        /// Overwrites: this many times the device's capacity.
+        #[arg(long, default_value_t = extras::OVERWRITE_TIMES)]
+        times: u64,
         /// The system's cache, MiB (default: see `extras::Overwrite::cache_bytes`).
         #[arg(long)]
         cache_mib: Option<u64>,
@@ -425,6 +428,7 @@ fn main() -> anyhow::Result<()> {
             system,
             device_mib,
             fill_percent,
+            times,
             cache_mib,
             dir,
             json,
@@ -433,6 +437,7 @@ fn main() -> anyhow::Result<()> {
                 system,
                 device_mib,
                 fill_percent,
+                times,
                 cache_bytes: cache_mib.map(|m| m << 20),
                 dir,
                 json,
