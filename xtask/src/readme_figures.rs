@@ -132,6 +132,49 @@ mod tests {
             ratio("lightstore-cluster/4", "GET"),
         ));
 
+        // The latest full report's verdicts at 8 KiB (its median rows).
+        let full = "benches/results/full-2026-11-29-eaf164d";
+        let f = json(&format!("{full}/results.json"));
+        let at = |system: &str, workload: &str, size: u64| {
+            f.as_array()
+                .and_then(|a| {
+                    a.iter().find(|r| {
+                        r.get("system").and_then(Value::as_str) == Some(system)
+                            && r.get("workload").and_then(Value::as_str) == Some(workload)
+                            && r.get("value_size").and_then(Value::as_u64) == Some(size)
+                    })
+                })
+                .unwrap_or_else(|| panic!("no row {system} {workload} {size} in {full}"))
+        };
+        let plp = "lightstore-local/plp";
+        let device = |w: &str| num(at(plp, w, 8192), "ratio_to_device");
+        let over = |a: (&str, &str, u64), b: (&str, &str, u64)| {
+            num(at(a.0, a.1, a.2), "ops_per_sec") / num(at(b.0, b.1, b.2), "ops_per_sec")
+        };
+        let no_wal = |size| {
+            over(
+                (plp, "R-SET", size),
+                ("rocksdb-leveled/no-wal", "R-SET", size),
+            )
+        };
+        wanted.push(format!(
+            "`{full}`, 8 KiB: plp S-SET {:.2}x the device, plp R-SET {:.2}x at WA {:.2}, S-GET \
+             {:.2}x, R-GET {:.2}x; durable R-SET {:.2}x RocksDB with a synced WAL; plp R-SET \
+             {:.2}x, {:.2}x and {:.2}x RocksDB without a WAL at 8 KiB, 1 KiB and 100 B",
+            device("S-SET"),
+            device("R-SET"),
+            num(at(plp, "R-SET", 8192), "write_amp"),
+            device("S-GET"),
+            device("R-GET"),
+            over(
+                ("lightstore-local", "R-SET", 8192),
+                ("rocksdb-leveled/wal-sync", "R-SET", 8192)
+            ),
+            no_wal(8192),
+            no_wal(1024),
+            no_wal(100),
+        ));
+
         let missing: Vec<&String> = wanted
             .iter()
             .filter(|w| !readme.contains(w.as_str()))

@@ -847,7 +847,8 @@ fn run_workload(
         let cpu_before = server_cost::cpu_seconds(&pids);
         let summary = ycsb_phase(root, binding, &drives, spec, phase, &out_dir)?;
         if phase == Phase::Run {
-            let operations = summary.get("OVERALL", "Operations").unwrap_or(0.0);
+            // YCSB's [OVERALL] has no count: the operations that returned OK.
+            let operations = summary.operations_ok() as f64;
             result.server_cpu_s_per_mop = cpu_before
                 .zip(server_cost::cpu_seconds(&pids))
                 .and_then(|(a, b)| server_cost::per_million(b - a, operations));
