@@ -917,6 +917,26 @@ fn commit_id(root: &Path) -> String {
     }
 }
 
+/// The drives' settings as a report header says them.
+fn drive_settings(args: &YcsbArgs) -> String {
+    format!(
+        "durability {}, value cache {}",
+        args.durability,
+        args.value_cache_size.as_deref().unwrap_or("default 64MiB")
+    )
+}
+
+/// The client's load as a report header says it.
+fn load_settings(args: &YcsbArgs) -> String {
+    format!(
+        "{} threads, {} records, {} operations per workload (E: {})",
+        args.threads,
+        args.records,
+        args.operations.unwrap_or(default_operations('a')),
+        args.operations.unwrap_or(default_operations('e')),
+    )
+}
+
 /// Writes `<dir>/ycsb-<tag>.md`: a title, the header and the table.
 fn write_table(
     dir: &Path,
@@ -1026,18 +1046,12 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
             Err(e) => table.push_str(&format!("\nDevice ceiling not measured: {e:#}.\n")),
         }
         let header = format!(
-            "YCSB through the {} binding: the drive (durability {}, value cache {}) against \
-             in-memory redis-server (no RDB, no AOF), same client, {} threads, {} records, \
-             {} operations per workload (E: {}), {} run(s) of each side per workload, in \
+            "YCSB through the {} binding: the drive ({}) against in-memory redis-server (no \
+             RDB, no AOF), same client, {}, {repeat} run(s) of each side per workload, in \
              turn; commit {}.",
             binding_name(binding),
-            args.durability,
-            args.value_cache_size.as_deref().unwrap_or("default 64MiB"),
-            args.threads,
-            args.records,
-            args.operations.unwrap_or(default_operations('a')),
-            args.operations.unwrap_or(default_operations('e')),
-            repeat,
+            drive_settings(args),
+            load_settings(args),
             commit_id(&root),
         );
         println!("\n== {header}\n{table}");
@@ -1050,19 +1064,14 @@ pub fn run(args: &YcsbArgs) -> anyhow::Result<()> {
         }
         if let Some(dir) = &args.out {
             let header = format!(
-                "YCSB through the {} binding against {} (durability {}, value cache {}), {} \
-                 threads, {} records, {} operations per workload (E: {}); commit {}.",
+                "YCSB through the {} binding against {} ({}), {}; commit {}.",
                 binding_name(binding),
                 match args.drives {
                     1 => "one drive".to_string(),
                     n => format!("{n} drives in cluster mode"),
                 },
-                args.durability,
-                args.value_cache_size.as_deref().unwrap_or("default 64MiB"),
-                args.threads,
-                args.records,
-                args.operations.unwrap_or(default_operations('a')),
-                args.operations.unwrap_or(default_operations('e')),
+                drive_settings(args),
+                load_settings(args),
                 commit_id(&root),
             );
             write_table(dir, args, binding, &header, &drive_table(&results))?;
