@@ -51,6 +51,9 @@ const CACHE_FRACTION: u64 = 16;
 
 /// The drive's value cache (its default, `--value-cache-size 64MiB`), bytes.
 const DRIVE_VALUE_CACHE: u64 = 64 << 20;
+/// When every RocksDB row's write clock stops.
+const ROCKSDB_TIMED_UNTIL: &str =
+    "a memtable flush and the compactions it triggers (waited for at most 120 s)";
 /// Where every RocksDB row reads from.
 const ROCKSDB_READS_FROM: &str = "device (direct I/O) behind a block cache of 1/16 of the data plus LightStore's keytable DRAM, index and filter blocks held beside it (as LightStore's keytables and blooms); one MultiGet per batch (no async_io in this RocksDB 7.8; it may still read one file's blocks in parallel through MultiRead): fewer reads in flight than LightStore's 32";
 
@@ -140,28 +143,28 @@ pub const SYSTEMS: [System; 11] = [
         access: Access::InProcess,
         peer: true,
         reads_from: ROCKSDB_READS_FROM,
-        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
+        timed_until: ROCKSDB_TIMED_UNTIL,
     },
     System {
         name: "rocksdb-leveled/no-wal",
         access: Access::InProcess,
         peer: true,
         reads_from: ROCKSDB_READS_FROM,
-        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
+        timed_until: ROCKSDB_TIMED_UNTIL,
     },
     System {
         name: "rocksdb-blobdb/wal-sync",
         access: Access::InProcess,
         peer: true,
         reads_from: ROCKSDB_READS_FROM,
-        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
+        timed_until: ROCKSDB_TIMED_UNTIL,
     },
     System {
         name: "rocksdb-blobdb/no-wal",
         access: Access::InProcess,
         peer: true,
         reads_from: ROCKSDB_READS_FROM,
-        timed_until: "a memtable flush and the compactions it triggers (waited for at most 120 s)",
+        timed_until: ROCKSDB_TIMED_UNTIL,
     },
     System {
         name: "fjall-kvsep",

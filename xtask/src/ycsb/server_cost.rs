@@ -8,10 +8,15 @@ const USER_HZ: f64 = 100.0;
 /// CPU seconds (user + system) the processes have used so far, in 10 ms ticks; `None` when
 /// there is no process or one of them cannot be read (servers this command did not start).
 pub(super) fn cpu_seconds(pids: &[u32]) -> Option<f64> {
+    sum_over(pids, one_cpu_seconds)
+}
+
+/// `one` summed over `pids`; `None` without a process or when one cannot be read.
+fn sum_over(pids: &[u32], one: fn(u32) -> Option<f64>) -> Option<f64> {
     if pids.is_empty() {
         return None;
     }
-    pids.iter().map(|&pid| one_cpu_seconds(pid)).sum()
+    pids.iter().map(|&pid| one(pid)).sum()
 }
 
 fn one_cpu_seconds(pid: u32) -> Option<f64> {
@@ -27,10 +32,7 @@ fn one_cpu_seconds(pid: u32) -> Option<f64> {
 /// The processes' peak resident memory (`VmHWM`) in MB, summed; `None` as for
 /// [`cpu_seconds`].
 pub(super) fn peak_rss_mb(pids: &[u32]) -> Option<f64> {
-    if pids.is_empty() {
-        return None;
-    }
-    pids.iter().map(|&pid| one_peak_rss_mb(pid)).sum()
+    sum_over(pids, one_peak_rss_mb)
 }
 
 fn one_peak_rss_mb(pid: u32) -> Option<f64> {
