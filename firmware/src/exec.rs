@@ -576,6 +576,7 @@ fn apply_noting_keys(
     cmd: &Command,
     proto: Protocol,
 ) -> Reply {
+    group.hint_type(ks::hinted_type(cmd.name()));
     // A key whose deadline passed is deleted before a command writes it (docs/ARCHITECTURE.md,
     // *Expiry*); that deletion is recorded apart from the command's own change.
     if let Err(e) = purge_noting(group, group_keys, &cmd.keys()) {

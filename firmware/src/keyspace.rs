@@ -144,6 +144,27 @@ impl TopKeys {
     }
 }
 
+/// The type a command (by its lowercase name) works on, when its name says so: the hash
+/// commands (`h...`), the sorted-set commands (`z...`), the set and list writes. A hint for
+/// the order of type lookups only (`Store::type_entry_hinted`): a wrong or missing answer
+/// costs a few lookups more, never a wrong type. Strings need no hint: theirs is the first
+/// record probed anyway.
+pub fn hinted_type(command: &str) -> Option<u8> {
+    match command.as_bytes().first()? {
+        b'h' => Some(HASH),
+        b'z' => Some(ZSET),
+        _ => match command {
+            "sadd" | "srem" | "spop" | "smove" | "sinterstore" | "sunionstore" | "sdiffstore" => {
+                Some(SET)
+            }
+            "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "lset" | "linsert"
+            | "lrem" | "ltrim" | "lmove" | "rpoplpush" | "blpop" | "brpop" | "blmove"
+            | "brpoplpush" | "lmpop" | "blmpop" => Some(LIST),
+            _ => None,
+        },
+    }
+}
+
 /// `tag` followed by `key`: the record of a top-level key.
 pub fn top(tag: u8, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + key.len());

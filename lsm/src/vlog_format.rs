@@ -464,9 +464,20 @@ pub struct Record {
 }
 
 /// Builds a packed page in memory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PageBuilder {
     buf: Vec<u8>,
+}
+
+impl Clone for PageBuilder {
+    /// A copy with a whole page's capacity, as [`PageBuilder::new`] gives: a derived clone
+    /// would hold only the bytes so far, so the copy's next record would reallocate (the
+    /// write path clones the shared open page for every group that joins it).
+    fn clone(&self) -> Self {
+        let mut buf = Vec::with_capacity(PAGE_SIZE.max(self.buf.len()));
+        buf.extend_from_slice(&self.buf);
+        PageBuilder { buf }
+    }
 }
 
 impl Default for PageBuilder {
@@ -834,6 +845,25 @@ pub fn parse_records(p: &[u8], info: &PageInfo) -> Result<Vec<Record>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A clone is the same page so far, and takes records up to a whole page without
+    /// growing its buffer (the write path clones the open page for each group joining it).
+    #[test]
+    fn a_cloned_page_keeps_its_bytes_and_a_whole_page_of_room() {
+        let mut b = PageBuilder::new();
+        b.add(RecordKind::Put, 1, b"k", 3, b"abc").expect("fits");
+        let mut c = b.clone();
+        assert_eq!((c.bytes(), c.free()), (b.bytes(), b.free()));
+        let room = c.buf.capacity();
+        assert!(room >= PAGE_SIZE, "{room}");
+        while c.add(RecordKind::Put, 2, b"key", 100, &[7; 100]).is_some() {}
+        assert_eq!(c.buf.capacity(), room, "no reallocation up to a full page");
+        assert_eq!(
+            b.bytes().len(),
+            PAGE_HEADER + RECORD_HEADER + 1 + 3,
+            "the original unchanged"
+        );
+    }
 
     /// A put's deadline rides after its payload, flagged in the kind byte; the records after
     /// it parse as before, and a flag on a record that is not a put is refused.
