@@ -302,7 +302,7 @@ impl Store {
             let keys: [&[u8]; ks::TOP_LEVEL.len()] = std::array::from_fn(|j| all[order[j]]);
             match self.db.first_written(&keys)? {
                 None => return Ok(None),
-                Some((j, d)) if !d.is_some_and(|d| d.get() < now_ms()) => {
+                Some((j, d)) if d.is_none_or(|d| d.get() >= now_ms()) => {
                     return Ok(Some(entry(order[j], d)));
                 }
                 // Expired: judged below in the usual order.
