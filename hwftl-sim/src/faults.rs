@@ -36,6 +36,8 @@ pub struct FaultInjector {
     reads: Mutex<Vec<FaultTarget>>,
     programs: Mutex<Vec<FaultTarget>>,
     erases: Mutex<Vec<FaultTarget>>,
+    /// Every write of the tables first sleeps this long (a slow device flush).
+    table_write_pause: Mutex<Option<std::time::Duration>>,
 }
 
 fn take(
@@ -76,6 +78,19 @@ impl FaultInjector {
     pub fn fail_next_erase(&self, target: FaultTarget) {
         self.erases.lock().push(target);
         self.armed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes every later write of the device's tables sleep `pause` first, as on a disk
+    /// whose cache flush is slow (`None`: no pause). Shows which locks a table write holds.
+    pub fn pause_table_writes(&self, pause: Option<std::time::Duration>) {
+        *self.table_write_pause.lock() = pause;
+    }
+
+    pub(crate) fn table_write_pause(&self) {
+        let pause = *self.table_write_pause.lock();
+        if let Some(d) = pause {
+            std::thread::sleep(d);
+        }
     }
 
     pub(crate) fn take_read(&self, lba: Lba, segment: SegmentId) -> bool {

@@ -168,6 +168,12 @@ struct State {
     unflushed: HashMap<Ppa, u64>,
     /// Programs delivered so far (numbers the entries of `unflushed`).
     programs_delivered: u64,
+    /// The segment [`Ftl::open_ahead`] is opening while it writes the tables outside this
+    /// lock: no command is staged to it until they are durable.
+    opening: Option<u32>,
+    /// A table change made while `opening` was set, not yet written: the opener writes the
+    /// tables again before it lets go ([`Ftl::persist`] defers to it).
+    tables_dirty: bool,
 }
 
 /// The append-only FTL over a media backend.
@@ -178,6 +184,9 @@ pub struct Ftl {
     state: Mutex<State>,
     /// Held by the thread polling the media.
     poll_lock: Mutex<()>,
+    /// Held while the tables are written outside `state` ([`Ftl::open_ahead`]): one such
+    /// write at a time. Taken before `state`, never while holding it.
+    tables_lock: Mutex<()>,
     /// Signalled when commands finish on the media.
     finished: Condvar,
     faults: FaultInjector,
@@ -213,6 +222,7 @@ fn reject(error: DeviceError, buf: Option<PageBuf>) -> Rejected {
 }
 
 mod open;
+mod open_ahead;
 mod submit;
 
 impl Ftl {
@@ -263,13 +273,24 @@ impl Ftl {
     /// Writes the tables as the next generation into that generation's slot. The in-memory
     /// generation advances only once the write succeeded: after a failed (possibly torn) write
     /// the next attempt goes to the same slot, so the other slot keeps the last good copy.
+    ///
+    /// While [`Ftl::open_ahead`] writes the tables outside `state`, this only marks them
+    /// dirty: the opener writes them again, with this change, before it lets go, and so
+    /// before any command is staged to its segment. (Two writers of the tables at once
+    /// could otherwise land an older generation last in the same slot.)
     fn persist(&self, st: &mut State) -> Result<()> {
+        if st.opening.is_some() {
+            st.tables_dirty = true;
+            return Ok(());
+        }
         let next = st.tables.generation + 1;
         let bytes = st.tables.encode_as(next);
+        self.faults.table_write_pause();
         self.media
             .write_meta(slot_offset(&self.geometry, next), &bytes)?;
         st.tables.generation = next;
         st.counters.table_writes += 1;
+        st.tables_dirty = false;
         Ok(())
     }
 
@@ -292,6 +313,9 @@ impl Ftl {
     /// real cut), but they have all finished when this returns: nothing lands afterwards, on
     /// top of what a reopened device recovers.
     pub fn power_cut(&self) {
+        // A table write in progress outside `state` (`open_ahead`) finishes first: nothing
+        // lands after the cut.
+        let _tables = self.tables_lock.lock();
         {
             let mut st = self.state.lock();
             st.powered = false;
@@ -386,34 +410,18 @@ impl Ftl {
     /// Maps a free segment's blocks (least-worn free block on every chip) and persists it.
     /// On any failure (no spare block, or the tables could not be persisted) every change is
     /// undone, so the tables in memory stay those on the media.
+    /// Writes normally go through [`Ftl::open_ahead`] instead, which writes the tables
+    /// without holding `state`; this is the fallback for a segment freed again in between.
     fn open_segment(&self, st: &mut State, seg: SegmentId) -> Result<()> {
-        let g = self.geometry;
         let s = seg.0 as usize;
         let before = (st.tables.seg_state[s], st.tables.seg_wp[s], st.wp[s]);
-        let mut taken = Vec::with_capacity(g.chips() as usize);
-        let mut result = Ok(());
-        for chip in 0..g.chips() {
-            let Some(block) = st.tables.least_worn_free(chip) else {
-                result = Err(DeviceError::NoSpareBlocks { chip, segment: seg });
-                break;
-            };
-            let i = st.tables.block_index(chip, block);
-            st.tables.block_state[i] = BlockState::Used;
-            st.tables.set_mapped(seg, chip, block);
-            taken.push((chip, block));
-        }
-        if result.is_ok() {
-            st.tables.seg_state[s] = SegmentState::Open;
-            st.tables.seg_wp[s] = 0;
-            st.wp[s] = 0;
-            result = self.persist(st);
-        }
+        let taken = self.map_blocks(st, seg)?;
+        st.tables.seg_state[s] = SegmentState::Open;
+        st.tables.seg_wp[s] = 0;
+        st.wp[s] = 0;
+        let result = self.persist(st);
         if result.is_err() {
-            for (c, b) in taken {
-                let i = st.tables.block_index(c, b);
-                st.tables.block_state[i] = BlockState::Free;
-                st.tables.set_mapped(seg, c, UNMAPPED);
-            }
+            self.unmap_blocks(st, seg, &taken);
             (st.tables.seg_state[s], st.tables.seg_wp[s], st.wp[s]) = before;
         }
         result

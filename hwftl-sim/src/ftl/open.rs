@@ -251,6 +251,8 @@ impl Ftl {
             powered: true,
             unflushed: HashMap::new(),
             programs_delivered: 0,
+            opening: None,
+            tables_dirty: false,
             tables,
         };
         Ok(Ftl {
@@ -259,6 +261,7 @@ impl Ftl {
             media,
             state: Mutex::new(state),
             poll_lock: Mutex::new(()),
+            tables_lock: Mutex::new(()),
             finished: Condvar::new(),
             faults: FaultInjector::default(),
             epoch: Instant::now(),

@@ -22,12 +22,33 @@ impl Ftl {
         now: Instant,
     ) -> std::result::Result<Tag, Rejected> {
         let g = self.geometry;
-        let mut st = self.state.lock();
         let buf_of = |c: Command| match c {
             Command::Read { buf, .. }
             | Command::Write { buf, .. }
             | Command::Append { buf, .. } => Some(buf),
             Command::Trim { .. } | Command::Flush => None,
+        };
+        // A write to a free segment opens it first, with the tables written outside `state`
+        // (`ftl::open_ahead`, where the argument is).
+        let target = self.segment_written_by(&cmd);
+        let mut st = loop {
+            if let Some(seg) = target {
+                if let Err(e) = self.open_ahead(seg) {
+                    return Err(reject(e, buf_of(cmd)));
+                }
+            }
+            let st = self.state.lock();
+            match target {
+                // Freed again since, while another open holds the tables out: once more
+                // (without an open in progress, `prepare_write` opens it under `state`).
+                Some(seg)
+                    if st.opening.is_some()
+                        && st.tables.seg_state.get(seg.0 as usize) == Some(&SegmentState::Free) =>
+                {
+                    drop(st);
+                }
+                _ => break st,
+            }
         };
         let tag = match self.alloc_tag(&mut st) {
             Ok(t) => t,

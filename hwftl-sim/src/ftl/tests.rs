@@ -386,3 +386,115 @@ fn segment_turns_full_when_a_read_outlasts_its_last_write() {
         SegmentState::Full
     );
 }
+
+/// Waits (up to 10 s) until `dev` is writing the tables of a segment it opens
+/// (`open_ahead`'s step 2).
+fn wait_for_opening(dev: &Ftl) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while dev.state.lock().opening.is_none() {
+        assert!(std::time::Instant::now() < until, "no open began");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A slow write of the tables while a segment opens (a disk whose flush takes long) holds
+/// up no other command: a read of another segment completes meanwhile; the opening append
+/// completes only after the tables are written.
+#[test]
+fn a_segment_open_writes_its_tables_without_stopping_other_commands() {
+    use std::time::{Duration, Instant};
+    let (hooks, _store, dev) = hooked();
+    let dev = Arc::new(dev);
+    let g = dev.geometry();
+    dev.execute(append(0)).unwrap();
+    let tables_before = hooks.meta_offsets.lock().len();
+    let pause = Duration::from_millis(500);
+    dev.faults().pause_table_writes(Some(pause));
+    let opener = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            dev.execute(append(1)).unwrap();
+            t.elapsed()
+        })
+    };
+    wait_for_opening(&dev);
+    let t = Instant::now();
+    let read = dev.execute(Command::Read {
+        lba: g.lba(SegmentId(0), 0),
+        buf: PageBuf::zeroed(),
+    });
+    let read_took = t.elapsed();
+    let opening_still = dev.state.lock().opening.is_some();
+    assert!(
+        read.is_ok() && opening_still,
+        "the read ended after the open"
+    );
+    assert!(read_took < pause / 2, "the read waited {read_took:?}");
+    assert!(opener.join().unwrap() >= pause);
+    assert_eq!(hooks.meta_offsets.lock().len(), tables_before + 1);
+}
+
+/// A table change made while an open's tables are out (a TRIM) is deferred to the opener,
+/// which writes it before it returns: both reach the media, in one more generation.
+#[test]
+fn a_table_change_during_an_open_is_written_before_the_open_returns() {
+    use std::time::Duration;
+    let (hooks, store, dev) = hooked();
+    let dev = Arc::new(dev);
+    dev.execute(append(0)).unwrap();
+    let tables_before = hooks.meta_offsets.lock().len();
+    dev.faults()
+        .pause_table_writes(Some(Duration::from_millis(200)));
+    let opener = {
+        let dev = dev.clone();
+        std::thread::spawn(move || dev.execute(append(1)).map(|_| ()))
+    };
+    wait_for_opening(&dev);
+    dev.execute(Command::Trim {
+        segment: SegmentId(0),
+    })
+    .unwrap();
+    assert!(
+        dev.state.lock().tables_dirty,
+        "the trim's write was deferred"
+    );
+    assert!(opener.join().unwrap().is_ok());
+    {
+        let st = dev.state.lock();
+        assert!(!st.tables_dirty && st.opening.is_none());
+    }
+    assert_eq!(hooks.meta_offsets.lock().len(), tables_before + 2);
+    dev.faults().pause_table_writes(None);
+    dev.power_cut();
+    drop(dev);
+    let dev = Ftl::open(&Backend::Ram(store), cfg()).unwrap();
+    assert_eq!(
+        dev.segment_info(SegmentId(0)).unwrap().state,
+        SegmentState::Free
+    );
+    assert_eq!(
+        dev.segment_info(SegmentId(1)).unwrap().state,
+        SegmentState::Open
+    );
+}
+
+/// A failed write of an open's tables undoes the open: the append fails, the segment is
+/// free again, and the next open succeeds.
+#[test]
+fn a_failed_table_write_undoes_the_open() {
+    let (hooks, _store, dev) = hooked();
+    hooks.fail_meta.store(true, Ordering::SeqCst);
+    assert!(dev.execute(append(2)).is_err());
+    assert_eq!(
+        dev.segment_info(SegmentId(2)).unwrap().state,
+        SegmentState::Free
+    );
+    assert!(dev.state.lock().opening.is_none());
+    hooks.fail_meta.store(false, Ordering::SeqCst);
+    dev.execute(append(2)).unwrap();
+    assert_eq!(
+        dev.segment_info(SegmentId(2)).unwrap().state,
+        SegmentState::Open
+    );
+}

@@ -225,6 +225,11 @@ pub struct EngineStats {
     pub user_capacity_bytes: u64,
     /// Device cache flushes issued by the engine (batches waiting at once share one).
     pub device_flushes: u64,
+    /// plp: flushes queued every [`write::flush_pacing::FLUSH_PACE_PAGES`] pages written, so
+    /// the device's write cache never holds much (not counted in `device_flushes`).
+    pub paced_flushes: u64,
+    /// Of `paced_flushes`, those the device failed.
+    pub paced_flush_errors: u64,
     /// Client batches written together with another caller's batch, as one batch (group
     /// commit across callers of [`Engine::write`]).
     pub joined_batches: u64,
@@ -458,6 +463,8 @@ struct Inner {
     kt_index: HashMap<u64, Vec<(u32, Vec<u8>)>>,
     /// Shares device flushes among batches that wait for one at the same time.
     flush_gate: Arc<FlushGate>,
+    /// plp: the device flushes paced by the pages written (`write::flush_pacing`).
+    flush_pacer: write::flush_pacing::FlushPacer,
     /// Live values read by garbage collection and not yet rewritten.
     gc_pending: Vec<GcMove>,
     /// Their bytes as records.
@@ -623,6 +630,7 @@ impl Engine {
             gc_cursor: None,
             kt_index: HashMap::new(),
             flush_gate: Arc::new(FlushGate::default()),
+            flush_pacer: write::flush_pacing::FlushPacer::default(),
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
             gc_reclaimed: Vec::new(),
@@ -904,6 +912,7 @@ impl Inner {
         s.live_bytes = self.live_bytes();
         s.user_capacity_bytes = self.user_capacity();
         s.device_flushes = self.flush_gate.issued();
+        (s.paced_flushes, s.paced_flush_errors) = self.flush_pacer.counts();
         if let Some(l) = &self.side.landing {
             s.landing_pages = l.held_pages();
             s.landing_hits = l.hits();

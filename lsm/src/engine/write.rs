@@ -17,6 +17,7 @@ use super::*;
 mod admission;
 mod apply;
 mod doorbell;
+pub(super) mod flush_pacing;
 mod group;
 mod submit;
 
@@ -561,6 +562,10 @@ impl Inner {
                 refused = Some(e);
                 group.finish_one(Ok(()));
             }
+        }
+        if landing.is_some() {
+            // plp: queued behind these pages, rung with their doorbell (`flush_pacing`).
+            self.flush_pacer.after_pages(lbas.len(), &self.poller);
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;

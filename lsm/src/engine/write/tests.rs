@@ -198,3 +198,37 @@ fn try_submit_write_now_declines_without_free_tags_for_its_pages() {
         .expect("256 free tags take a one-page batch now");
     roomy.finish_write(pending).unwrap();
 }
+
+/// plp: a device flush goes down behind every [`flush_pacing::FLUSH_PACE_PAGES`] pages
+/// written (a few more while one is still on the device), none fails, and the data reads
+/// back; with flushed acknowledgements none is paced (each batch flushes anyway).
+#[test]
+fn plp_writes_pace_device_flushes() {
+    let pages = 8 * flush_pacing::FLUSH_PACE_PAGES;
+    for plp in [true, false] {
+        let db = ram_engine(EngineConfig {
+            ack_from_dram: plp,
+            flush_writes: !plp,
+            ..EngineConfig::default()
+        });
+        let value = vec![5u8; 8000];
+        for i in 0..pages {
+            let key = format!("k{i:05}");
+            db.write(&[WriteOp::Put(key.as_bytes(), &value)]).unwrap();
+        }
+        db.sync().unwrap();
+        let s = db.stats();
+        if plp {
+            let most = (pages / flush_pacing::FLUSH_PACE_PAGES) as u64;
+            assert!(
+                (1..=most).contains(&s.paced_flushes),
+                "{} paced flushes for {pages} pages",
+                s.paced_flushes
+            );
+        } else {
+            assert_eq!(s.paced_flushes, 0);
+        }
+        assert_eq!(s.paced_flush_errors, 0);
+        assert_eq!(db.get(b"k00000").unwrap().as_deref(), Some(&value[..]));
+    }
+}
