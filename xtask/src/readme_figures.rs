@@ -116,6 +116,26 @@ mod tests {
             num(at("kill -9"), "live_mib") / 1024.0,
         ));
 
+        // Writer scaling: four writers over one, R-SET 8 KiB.
+        let scale = |file: &str, system: &str| {
+            let l = json(&format!("benches/results/local-2026-11-30/{file}"));
+            let ops = |w: &str| {
+                num(
+                    row(&l, &[("system", system), ("workload", w)]),
+                    "ops_per_sec",
+                )
+            };
+            ops("R-SET-8K") / ops("R-SET-1writer-8K")
+        };
+        wanted.push(format!(
+            "Writer scaling in `benches/results/local-2026-11-30`: durable {:.2}x (paper-card)\n\
+             and {:.2}x (file) four writers over one (target 1.5x: met); plp {:.2}x and {:.2}x",
+            scale("durable.json", "lightstore-local/paper-card"),
+            scale("durable.json", "lightstore-local/file"),
+            scale("plp.json", "lightstore-local-plp/paper-card"),
+            scale("plp.json", "lightstore-local-plp/file"),
+        ));
+
         // Cluster scaling.
         let c = json("benches/results/cluster-2026-11-28/cluster-quick.json");
         let ratio = |sys: &str, w: &str| {
