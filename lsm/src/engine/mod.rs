@@ -225,7 +225,7 @@ pub struct EngineStats {
     pub user_capacity_bytes: u64,
     /// Device cache flushes issued by the engine (batches waiting at once share one).
     pub device_flushes: u64,
-    /// plp: flushes queued every [`write::flush_pacing::FLUSH_PACE_PAGES`] pages written, so
+    /// plp: flushes queued every 128 pages (1 MiB) written (`write::flush_pacing`), so
     /// the device's write cache never holds much (not counted in `device_flushes`).
     pub paced_flushes: u64,
     /// Of `paced_flushes`, those the device failed.
