@@ -39,13 +39,21 @@
 use super::*;
 
 impl Ftl {
-    /// The segment a write or append goes to, if `cmd` is one (and the device is writable).
+    /// The segment a write or append goes to, if `cmd` is one that could open it: an append,
+    /// or a write to a segment's first page (a free segment's write pointer; a write anywhere
+    /// else is refused by the submission, and opens nothing, as before). `None` on a
+    /// read-only device.
     pub(super) fn segment_written_by(&self, cmd: &Command) -> Option<SegmentId> {
         if self.read_only {
             return None;
         }
         match cmd {
-            Command::Write { lba, .. } => self.geometry.locate(*lba).ok().map(|(seg, _)| seg),
+            Command::Write { lba, .. } => self
+                .geometry
+                .locate(*lba)
+                .ok()
+                .filter(|&(_, off)| off == 0)
+                .map(|(seg, _)| seg),
             Command::Append { segment, .. } => Some(*segment),
             Command::Read { .. } | Command::Trim { .. } | Command::Flush => None,
         }

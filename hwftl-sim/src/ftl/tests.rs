@@ -498,3 +498,31 @@ fn a_failed_table_write_undoes_the_open() {
         SegmentState::Open
     );
 }
+
+/// A write off a free segment's write pointer is refused and opens nothing: the segment
+/// stays free and no table is written, as before writes opened segments ahead.
+#[test]
+fn a_write_off_the_write_pointer_opens_nothing() {
+    let (hooks, _store, dev) = hooked();
+    let g = dev.geometry();
+    let tables_before = hooks.meta_offsets.lock().len();
+    let r = dev.execute(Command::Write {
+        lba: g.lba(SegmentId(3), 1),
+        buf: PageBuf::zeroed(),
+    });
+    assert!(
+        matches!(
+            r,
+            Err(Rejected {
+                error: DeviceError::NotAtWritePointer { .. },
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        dev.segment_info(SegmentId(3)).unwrap().state,
+        SegmentState::Free
+    );
+    assert_eq!(hooks.meta_offsets.lock().len(), tables_before);
+}
