@@ -411,7 +411,8 @@ impl Ftl {
     /// On any failure (no spare block, or the tables could not be persisted) every change is
     /// undone, so the tables in memory stay those on the media.
     /// Writes normally go through [`Ftl::open_ahead`] instead, which writes the tables
-    /// without holding `state`; this is the fallback for a segment freed again in between.
+    /// without holding `state`: `submit_inner` reaches this only on a powered-off device, which
+    /// refuses the write before it.
     fn open_segment(&self, st: &mut State, seg: SegmentId) -> Result<()> {
         let s = seg.0 as usize;
         let before = (st.tables.seg_state[s], st.tables.seg_wp[s], st.wp[s]);

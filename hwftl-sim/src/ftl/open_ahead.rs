@@ -17,11 +17,11 @@
 //!
 //! The argument that nothing is lost or reordered:
 //! - **No command reaches the segment before its tables are durable.** Only a write can
-//!   reach a segment that was free. Every write passes through `open_ahead` first, and
-//!   `open_ahead` takes `tables_lock`, held by the opener through step 3, whenever the
-//!   segment is free or `opening`. So a write to the segment waits for the opener. A write
-//!   whose check came just before the segment was freed again finds it free in its
-//!   submission and runs `open_ahead` again ([`Ftl::submit_inner`]'s loop).
+//!   reach a segment that was free. A write's submission checks, under the same `state`
+//!   lock it then stages the write in, that its segment is neither free nor `opening`;
+//!   otherwise it lets go and runs `open_ahead`, which takes `tables_lock` (held by the
+//!   opener through step 3), and checks again ([`Ftl::submit_inner`]'s loop). So a write to
+//!   the segment waits for the opener, and one to a segment freed again opens it again.
 //! - **One writer of the tables at a time.** [`Ftl::persist`] (trim, block retirement, a
 //!   segment turning read-only) runs under `state`. While `opening` is set it only marks the
 //!   tables dirty, and the opener writes them in step 3. So no two writes of the tables

@@ -29,23 +29,22 @@ impl Ftl {
             Command::Trim { .. } | Command::Flush => None,
         };
         // A write to a free segment opens it first, with the tables written outside `state`
-        // (`ftl::open_ahead`, where the argument is).
+        // (`ftl::open_ahead`, where the argument is). The check rides on the submission's
+        // own lock: a write to an open segment takes `state` once, as before.
         let target = self.segment_written_by(&cmd);
         let mut st = loop {
-            if let Some(seg) = target {
-                if let Err(e) = self.open_ahead(seg) {
-                    return Err(reject(e, buf_of(cmd)));
-                }
-            }
             let st = self.state.lock();
             match target {
-                // Freed again since, while another open holds the tables out: once more
-                // (without an open in progress, `prepare_write` opens it under `state`).
                 Some(seg)
-                    if st.opening.is_some()
-                        && st.tables.seg_state.get(seg.0 as usize) == Some(&SegmentState::Free) =>
+                    if st.powered
+                        && (st.opening == Some(seg.0)
+                            || st.tables.seg_state.get(seg.0 as usize)
+                                == Some(&SegmentState::Free)) =>
                 {
                     drop(st);
+                    if let Err(e) = self.open_ahead(seg) {
+                        return Err(reject(e, buf_of(cmd)));
+                    }
                 }
                 _ => break st,
             }
