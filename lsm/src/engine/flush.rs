@@ -7,6 +7,7 @@
 use super::levels;
 use super::maintain::Frozen;
 use super::*;
+use crate::keytable::KeyHash;
 
 /// A keytable run and where its pages go, planned under the write lock and written
 /// without it.
@@ -30,7 +31,8 @@ pub(super) fn build_flush_run(
     let mut dead: Vec<Invalidated> = Vec::new();
     let mut c = mem.cursor();
     while let Some((k, s)) = c.current() {
-        let below = levels::runs_for_key(levels, k).find_map(|r| r.get_held(k));
+        let h = KeyHash::of(k);
+        let below = levels::runs_for_key(levels, k).find_map(|r| r.get_held_hashed(k, h));
         // A small value's copy: the memtable's, or, for a retime of a value flushed before
         // (the version points at the same value), the one its entry below holds.
         let held = c.held().or_else(|| match &below {

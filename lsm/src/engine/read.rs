@@ -6,6 +6,7 @@ use super::version::ReadView;
 use super::*;
 use crate::epoch::ReadPin;
 use crate::expiry::LazyClock;
+use crate::keytable::KeyHash;
 use crate::read::{Lookup, OnLookup, Probes};
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
@@ -1062,7 +1063,8 @@ impl Inner {
         if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.latest(key)) {
             return Some(s);
         }
-        levels::runs_for_key(&self.levels, key).find_map(|run| run.get(key))
+        let h = KeyHash::of(key);
+        levels::runs_for_key(&self.levels, key).find_map(|run| run.get_hashed(key, h))
     }
 
     /// Reads values under the write lock (recovery and garbage collection).

@@ -40,7 +40,7 @@ use crate::epoch::{ReadEpochs, ReadPin};
 use crate::error::{EngineError, Result};
 use crate::expiry::LazyClock;
 use crate::io::Poller;
-use crate::keytable::{KeyTable, Slot};
+use crate::keytable::{KeyHash, KeyTable, Slot};
 use crate::memtable::MemTable;
 use crate::merge::{run_source, LevelCursor, Merge, Source};
 use crate::read::ReadWindow;
@@ -229,7 +229,9 @@ impl ReadSide {
                 .find_map(|run| self.lookup_on_device(view, run, key))
                 .map(|s| (s, None));
         }
-        runs.find_map(|run| run.get_held(key))
+        // Hashed once for every run's filter on the key's path.
+        let h = KeyHash::of(key);
+        runs.find_map(|run| run.get_held_hashed(key, h))
     }
 
     /// The newest entry of `key` in `view`, expired or not.
@@ -243,7 +245,8 @@ impl ReadSide {
         if self.uncached_keytables {
             return runs.find_map(|run| self.lookup_on_device(view, run, key));
         }
-        runs.find_map(|run| run.get(key))
+        let h = KeyHash::of(key);
+        runs.find_map(|run| run.get_hashed(key, h))
     }
 }
 
