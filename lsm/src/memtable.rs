@@ -410,6 +410,9 @@ pub struct MemTable {
     /// How many values are held (`DashMap::is_empty` and `len` lock every shard: a lookup
     /// asks this first).
     held_count: AtomicUsize,
+    /// The longest value held: a lookup of a longer one asks nothing (a table holding 8-byte
+    /// collection counts beside 100-byte hash fields probed the map for every field read).
+    held_max_len: AtomicUsize,
     /// Bytes of the held values.
     held_bytes: AtomicUsize,
     /// Log bytes of values below the table (in the frozen table or the runs) that versions
@@ -463,6 +466,7 @@ impl MemTable {
             earliest_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             held: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             held_count: AtomicUsize::new(0),
+            held_max_len: AtomicUsize::new(0),
             held_bytes: AtomicUsize::new(0),
             moved_from_below: std::sync::atomic::AtomicU64::new(0),
         }
@@ -495,6 +499,9 @@ impl MemTable {
     /// there is inserted.
     pub fn hold(&self, ptr: ValuePtr, value: Bytes) {
         let len = value.len();
+        // Before the version is inserted, as the copy is: a reader that may see the version
+        // sees this bound too (and one that reads it stale just reads the page).
+        self.held_max_len.fetch_max(len, AtomicOrdering::Release);
         if self.held.insert(ptr, value).is_none() {
             // After the insert: a reader that sees the count also finds the copy (and one
             // that reads 0 just reads the page).
@@ -508,8 +515,8 @@ impl MemTable {
     /// The copy of the value at `ptr`, if the table holds one.
     pub fn held(&self, ptr: &ValuePtr) -> Option<Bytes> {
         // No probe for a value no table holds (the reads and flushes of large values).
-        if ptr.len as usize > crate::keytable::MAX_HELD_VALUE
-            || self.held_count.load(AtomicOrdering::Acquire) == 0
+        if self.held_count.load(AtomicOrdering::Acquire) == 0
+            || ptr.len as usize > self.held_max_len.load(AtomicOrdering::Acquire)
         {
             return None;
         }
