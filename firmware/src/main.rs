@@ -4,10 +4,11 @@
 //! | thread | does |
 //! |---|---|
 //! | `lightstore` (main) | start-up; then waits for the others (on SIGPWR in plp mode it flushes the device first); closes the engine on the way out |
-//! | `ls-net` | network receive and reply: accept, read, frame, connection commands, write replies |
+//! | `ls-net` | network receive and reply: accept, read, frame, connection commands, write replies; hot reads from DRAM, and in plp mode each loop turn's writes while `ls-writer` is idle |
 //! | `ls-engine` | reads (GET, MGET, HGET, SCAN, ...), batched into parallel device reads |
-//! | `ls-writer` | writes, group-committed; flush, compaction and GC run inside its writes |
-//! | `lsm-poller` | the device poller: completions of the engine's writes |
+//! | `ls-writer` | every write `ls-net` does not run itself (all of them in sync mode; in plp mode those of a turn while the writer is busy), and EXEC, group-committed; the expiry sweep; blocked pops |
+//! | `lsm-poller` | the engine's device poller: completions of its reads and writes |
+//! | `lsm-maint` | the engine's maintenance: memtable flushes, compactions, garbage collection |
 //! | `ls-clustermap` | cluster mode only: writes pushed cluster maps (fsync) off `ls-net` |
 //!
 //! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
