@@ -14,14 +14,8 @@
 //! They are joined by `crossbeam` queues (net -> engine, net -> writer, both -> net with a
 //! `mio` waker). A panic on any thread ends the process (`crash`). See docs/ARCHITECTURE.md.
 
-/// The allocator: mimalloc. The network thread allocates and frees per request (frames,
-/// replies, write groups) and other threads free some of it; glibc's allocator spent ~10% of
-/// `ls-net`'s time in `_int_malloc`, `malloc_consolidate` and `_int_free` on YCSB-shaped hash
-/// writes (benches/results/cpu-per-op-2026-11-30b).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod acl;
+mod allocator;
 mod blocking;
 mod cluster;
 mod collections;
@@ -389,6 +383,7 @@ fn init_logging(format: config::LogFormat) {
 }
 
 fn main() -> anyhow::Result<()> {
+    allocator::tune();
     let mut args = Args::parse();
     if let Some(config::Command::Fsck(f)) = args.command.take() {
         init_logging(config::LogFormat::Text);
