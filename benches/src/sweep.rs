@@ -13,11 +13,12 @@
 //!
 //! Each point is one `run-overwrite` child (as in `bench all`): S-SET loads the keys, then
 //! random overwrites of three times the device capacity, in slices; ops/s over the run and
-//! write amplification after its background work. Both systems get the budget as cache DRAM
-//! (LightStore's value cache, BlobDB's block cache), beside their default memtables. LightStore's
-//! device is sized so its user capacity at the fill level holds the data; BlobDB writes the
-//! same keys to a file system with room to spare (its space amplification is not bounded by
-//! a device here).
+//! write amplification after its background work, from each system's own counters (`WA`)
+//! and from the block device below the file system (`WA disk`, the same meter for both).
+//! Both systems get the budget as cache DRAM (LightStore's value cache, BlobDB's block
+//! cache), beside their default memtables. LightStore's device is sized so its user
+//! capacity at the fill level holds the data; BlobDB writes the same keys to a file system
+//! with room to spare (its space amplification is not bounded by a device here).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -193,7 +194,7 @@ fn device_for(data: u64, fill: u64) -> anyhow::Result<u64> {
 /// Prints the runs as a table.
 pub fn print(runs: &[SweepRun]) {
     println!(
-        "{:<24} {:>9} {:>9} {:>6} {:>10} {:>12} {:>13} {:>7} {:>6}",
+        "{:<24} {:>9} {:>9} {:>6} {:>10} {:>12} {:>13} {:>7} {:>8} {:>6}",
         "system",
         "data/DRAM",
         "data MiB",
@@ -202,6 +203,7 @@ pub fn print(runs: &[SweepRun]) {
         "load ops/s",
         "overwrite/s",
         "WA",
+        "WA disk",
         "GC seg"
     );
     for r in runs {
@@ -211,7 +213,7 @@ pub fn print(runs: &[SweepRun]) {
                 r.run.system, r.data_over_dram, r.data_mib, r.fill_percent, r.device_mib
             ),
             None => println!(
-                "{:<24} {:>9.2} {:>9.0} {:>6} {:>10} {:>12.0} {:>13.0} {:>7.2} {:>6}",
+                "{:<24} {:>9.2} {:>9.0} {:>6} {:>10} {:>12.0} {:>13.0} {:>7.2} {:>8} {:>6}",
                 r.run.system,
                 r.data_over_dram,
                 r.data_mib,
@@ -220,6 +222,9 @@ pub fn print(runs: &[SweepRun]) {
                 r.run.load_ops_per_sec,
                 r.run.ops_per_sec,
                 r.run.final_wa,
+                r.run
+                    .block_wa
+                    .map_or_else(|| "-".to_string(), |w| format!("{w:.2}")),
                 r.run
                     .gc_segments
                     .map_or_else(|| "-".to_string(), |g| g.to_string())

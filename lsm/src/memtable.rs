@@ -34,9 +34,14 @@
 //!   the layers it loaded alive (an `Arc`) while it reads them;
 //! - a reader reading at sequence number `s` ([`MemTable::get`], [`MemCursor`]) ignores
 //!   every version newer than `s`. Since `s` is published only after every batch numbered
-//!   up to it is in, a reader sees a batch all or nothing, and two reads with the same `s`
-//!   see the same memtable state, whatever else is being inserted, frozen or merged
-//!   meanwhile. Versions of one key may sit in several layers (a freeze between two of its
+//!   up to it is in, a reader sees a batch all or nothing, and two reads of one memtable
+//!   with the same `s` see the same state, whatever else is being inserted, frozen or
+//!   merged meanwhile. (Across a memtable rotation two reads with the same `s` may still
+//!   differ: the engine's reader loads its `Version` before `s`, so one that loaded the
+//!   version before the rotation does not see batches settled into the new memtable even
+//!   when `s` covers them. What it sees is still a prefix of whole batches, the state at
+//!   an earlier instant; loading `s` first instead would let a later run show versions
+//!   newer than `s`.) Versions of one key may sit in several layers (a freeze between two of its
 //!   inserts), and, since batches insert in any order, an older layer may hold a newer
 //!   version: readers compare sequence numbers across layers, never layer ages;
 //! - garbage accounting stays exact whatever order inserts run in: the [`NewestIndex`]
@@ -490,6 +495,13 @@ impl MemTable {
     /// Forgets the moves noted so far: their old copies' segment left the log, and with it
     /// the live count (garbage collection's victim, taken out once its last move was
     /// applied), so there is nothing left to subtract for them.
+    ///
+    /// `Relaxed` is enough because the notes and this reset never race: moves are noted by
+    /// the inserts of garbage collection's move batches, and the reset runs under the write
+    /// lock once the victim's last move batch was applied (its inserts done and settled), with
+    /// the next victim's moves not yet laid out; the figure is only an admission estimate
+    /// between those points. A change that lets move batches of two victims overlap must
+    /// revisit this.
     pub fn forget_moved_from_below(&self) {
         self.moved_from_below.store(0, AtomicOrdering::Relaxed);
     }
@@ -750,6 +762,14 @@ impl MemTable {
     }
 
     /// True when empty.
+    ///
+    /// The count is `Relaxed`, and the engine's flush trusts an "empty" here to move the
+    /// replay checkpoint without writing the memtable out (a wrong "empty" would lose
+    /// acknowledged writes at a crash). It cannot be wrong there: an inserter counts its
+    /// version before its batch's `Insertion::done` (a `Release` store), the write lock's
+    /// holder reads `done` with `Acquire` before it settles the batch, and a flush runs with
+    /// the pipeline drained (every batch settled) under that lock; so every counted version
+    /// happens-before the flush's read. Anywhere else the answer is a statistic.
     pub fn is_empty(&self) -> bool {
         self.versions.load(AtomicOrdering::Relaxed) == 0
     }

@@ -8,10 +8,13 @@
 //! account for (the old log and keytable segments, whether or not this call trimmed them).
 //!
 //! **Why readers are safe.** The empty version (a fresh memtable, no level) is published
-//! before anything is trimmed; a read that loaded the old version pinned its epoch first, and
-//! the trims wait for every such pin ([`crate::epoch`]), as garbage collection's do. Log
+//! first; a read that loaded the old version pinned its epoch before it did, and resolves its
+//! pointers through the segment map it loads after. So the old segment map stays published,
+//! and nothing is trimmed, until every such pin is released ([`crate::epoch`]); then the
+//! empty map is published and the segments trimmed, as garbage collection's release waits
+//! before it trims. Log
 //! segment numbers are never reused, so a value-cache page of an old segment can never be
-//! taken for a new one (the cache is emptied anyway, to give its DRAM back).
+//! taken for a new one; the cache is emptied after the wait, to give its DRAM back.
 
 use super::*;
 
@@ -72,8 +75,11 @@ impl Inner {
         self.needs_checkpoint = false;
         self.checkpoint = (self.next_log_seg, 0);
         self.pages_since_checkpoint = 0;
+        // The empty version first: a read that loads it resolves no pointer. The segment
+        // map stays the old one until the wait below, because a read that loaded the old
+        // version may still resolve its pointers through it (garbage collection's release
+        // waits for the readers the same way before it trims and unmaps).
         self.publish_version();
-        self.publish_segs();
         if let Err(e) = self.persist() {
             // Reads already see the empty store, but the device may still hold the old
             // manifest: what the next open finds is not known.
@@ -81,11 +87,14 @@ impl Inner {
                 reason: format!("the manifest write that empties the store failed: {e}"),
             });
         }
+        // Reads that loaded the old version finish before its segments leave the map and
+        // are trimmed, and before the cache is emptied (so none of them puts an old page
+        // back into it).
+        self.side.epochs.synchronize();
+        self.publish_segs();
         if let Some(cache) = &self.side.cache {
             cache.clear();
         }
-        // Reads that loaded the old version finish before its segments go.
-        self.side.epochs.synchronize();
         for segment in log.into_iter().chain(keytables) {
             self.trim_to_free(segment)?;
         }

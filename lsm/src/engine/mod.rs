@@ -339,14 +339,20 @@ pub struct WriteStalls {
 /// the `version` and `maintain` modules):
 /// - **reads** go through `ReadSide` and take no lock: a pinned epoch, a `Version` and the
 ///   visible sequence number, all published with atomics (see the `version` module);
-/// - **writes** lay out batches at the head and apply them in ticket order under `Inner`'s
-///   mutex (the write lock), held for the layout and the apply, never for device I/O of
-///   maintenance;
+/// - **writes** lay out batches at the head under `Inner`'s mutex (the write lock), and
+///   claim and settle them in ticket order under it; their memtable inserts run with it
+///   free (`write::apply`);
 /// - **maintenance** (memtable flush, compaction, garbage collection) runs on the engine's
 ///   `lsm-maint` thread, serialised by the maintenance lock (`Core::maint`, always taken
-///   before the write lock). It takes the write lock only to read what it works on and to
-///   install its result; building and writing keytables happen with it free. Writers never
-///   run maintenance: they wait for it (a write stall, counted) when a watermark is reached.
+///   before the write lock). In its usual tasks it takes the write lock only to read what it
+///   works on and to install its result; building and writing keytables happen with it
+///   free. Writers never run maintenance: they wait for it (a write stall, counted) when a
+///   watermark is reached. The exceptions, which hold the write lock across device I/O or
+///   a wait, are listed in `docs/ARCHITECTURE.md` (*Maintenance*): a trim's wait for the
+///   readers pinned before it (so no code may take the write lock while it holds a read
+///   pin), `Inner::flush` with the compactions it makes due (a writer at the user capacity,
+///   a hole to close, GC without a victim, `flush`/`close`/`compact_all`), and manifest
+///   writes.
 ///
 /// Every change a reader can see is published from under the write lock
 /// (`Inner::publish_version`, `Inner::publish_segs`, the visible sequence number after

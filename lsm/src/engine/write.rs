@@ -68,6 +68,14 @@ pub(super) enum BatchKind {
 pub(super) const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A batch started by [`Engine::try_submit_write`]; pass it to [`Engine::finish_write`].
+///
+/// Always finish it. A batch not acknowledged from DRAM (durable mode, or garbage
+/// collection's moves) records its outcome only in `finish_write`, and batches are claimed
+/// in ticket order, so dropping one unfinished leaves every later batch, and every
+/// `flush`, `sync` and `close` (which wait for the pipeline to drain), waiting for it. The
+/// drive cannot drop one: its only holder, the writer on `ls-net`, ends the process when it
+/// panics (crash-only, see the firmware). A batch acknowledged from DRAM was decided at
+/// submission and is claimed by whoever finishes next.
 #[must_use = "a started batch must be finished to learn whether it is durable"]
 pub struct PendingWrite {
     state: PendingState,
