@@ -453,7 +453,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
              entry_values:{}\r\nentry_value_bytes:{}\r\nmemtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
              compaction_invalidated:{}\r\nexpired_entries_dropped:{}\r\nexpiry_compactions:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\ngc_pages_skipped:{}\r\ngc_skipped_pages_reread:{}\r\nlog_segments:{}\r\n\
-             keytable_segments:{}\r\nreclaimed_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\npaced_flushes:{}\r\npaced_flush_errors:{}\r\n\
+             keytable_segments:{}\r\nreclaimed_segments:{}\r\nunlinked_segments:{}\r\nreleased_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\npaced_flushes:{}\r\npaced_flush_errors:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
              write_stalls_capacity:{}\r\nwrite_stalls_l0_runs:{}\r\nwrite_stalls_compaction_debt:{}\r\n\
              write_stall_micros:{}\r\nmaintenance_errors:{}\r\n\
@@ -486,6 +486,8 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.log_segments,
             e.keytable_segments,
             e.reclaimed_segments,
+            e.unlinked_segments,
+            e.released_segments,
             e.replayed_records,
             e.device_flushes,
             e.paced_flushes,

@@ -57,6 +57,9 @@ impl Inner {
             .values()
             .chain(self.gc_reclaimed.iter())
             .map(|m| m.segment)
+            // Released before and not yet trimmed (no trim runs: this caller holds the
+            // maintenance lock, see `trim`).
+            .chain(self.unlinked.iter().map(|u| u.segment))
             .collect();
         let keytables = std::mem::take(&mut self.kt_segments);
         self.log_segs.clear();
@@ -91,6 +94,7 @@ impl Inner {
         // are trimmed, and before the cache is emptied (so none of them puts an old page
         // back into it).
         self.side.epochs.synchronize();
+        self.unlinked.clear();
         self.publish_segs();
         if let Some(cache) = &self.side.cache {
             cache.clear();

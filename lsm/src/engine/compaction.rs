@@ -467,7 +467,8 @@ impl Inner {
         Ok(out.finish(self.cfg.bloom_fp_rate))
     }
 
-    /// Trims keytable segments no run uses any more (never the one being appended to).
+    /// Releases keytable segments no run uses any more (never the one being appended to):
+    /// a manifest without them, then onto the unlinked list for their trim (`trim`).
     pub(super) fn release_keytable_segments(&mut self) -> Result<()> {
         let pps = u64::from(self.g.pages_per_segment());
         let used: BTreeSet<u32> = self
@@ -490,14 +491,20 @@ impl Inner {
         if drop.is_empty() {
             return Ok(());
         }
-        self.kt_segments = keep;
-        self.persist()?;
-        // A read may still be reading a keytable page of an input run (the keytable-caching
-        // ablation reads them from the device): wait for reads that began before the swap.
-        self.side.epochs.synchronize();
-        for s in drop {
-            self.trim_to_free(s)?;
+        let all = std::mem::replace(&mut self.kt_segments, keep);
+        if let Err(e) = self.persist() {
+            // The manifest on the device may still list them: so must the next one.
+            self.kt_segments = all;
+            return Err(e);
         }
+        // A read may still be reading a keytable page of an input run (the keytable-caching
+        // ablation reads them from the device): their trim waits for the reads that began
+        // before the swap (`Core::trim_unlinked`, with the write lock free).
+        self.unlinked
+            .extend(drop.into_iter().map(|segment| Unlinked {
+                segment,
+                log_seg: None,
+            }));
         Ok(())
     }
 

@@ -561,14 +561,16 @@ impl Inner {
         })
     }
 
-    /// Frees the segments garbage collection reclaimed: one manifest write without their log
-    /// segments (the moves written before it become durable with it), then, once no read
-    /// still fetches from them, a trim each. Every loop that runs garbage collection ends
-    /// with it, so free space never waits for the next reclaim.
+    /// Releases the segments garbage collection reclaimed: one manifest write without their
+    /// log segments (the moves written before it become durable with it), then onto the
+    /// unlinked list, whose trim (`Core::trim_unlinked`, at the end of the maintenance task)
+    /// waits with the write lock free for the reads that may still fetch from them. Every
+    /// loop that runs garbage collection ends with it, so free space never waits for the
+    /// next reclaim.
     ///
     /// # Errors
-    /// Writing the manifest or trimming (a segment not trimmed stays out of the free list
-    /// until the next open, which trims what the manifest does not account for).
+    /// Closing a hole before it, or writing the manifest (the segments then stay reclaimed,
+    /// listed by the next manifest too).
     pub(super) fn release_reclaimed(&mut self) -> Result<()> {
         if self.gc_reclaimed.is_empty() {
             return Ok(());
@@ -584,11 +586,10 @@ impl Inner {
         }
         // A read that resolved a pointer into one of them may still be fetching from it; a
         // read that starts now finds the moved values instead (they are in the memtable).
-        self.side.epochs.synchronize();
-        for m in released {
-            self.trim_to_free(m.segment)?;
-        }
-        self.publish_segs();
+        self.unlinked.extend(released.into_iter().map(|m| Unlinked {
+            segment: m.segment,
+            log_seg: Some(m.log_seg),
+        }));
         Ok(())
     }
 

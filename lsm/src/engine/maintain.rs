@@ -10,8 +10,8 @@
 //! | task | under the write lock | with the write lock free |
 //! |---|---|---|
 //! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
-//! | compaction | take the input runs; claim pages; install, write the manifest, release segments | merge the runs; write the pages |
-//! | GC step | take the victim's window, queue the next window's reads, judge liveness, lay out and queue the moves (durable mode: with no batch in flight, applied later in ticket order; plp mode: beside client batches, applied at once, `gc::moves`); release reclaimed segments (drained) | wait for the window's reads; ring the doorbell; durable mode: the moves' pages and a flush on the device while client batches are laid out behind them; between steps |
+//! | compaction | take the input runs; claim pages; install, write the manifest, unlink the segments no run uses | merge the runs; write the pages; wait for readers and trim what was unlinked (`trim`) |
+//! | GC step | take the victim's window, queue the next window's reads, judge liveness, lay out and queue the moves (durable mode: with no batch in flight, applied later in ticket order; plp mode: beside client batches, applied at once, `gc::moves`); release reclaimed segments: a manifest without them, then unlinked (drained) | wait for the window's reads; ring the doorbell; durable mode: the moves' pages and a flush on the device while client batches are laid out behind them; between steps; wait for readers and trim what was unlinked (`trim`) |
 //!
 //! **Why a GC step's moves may be on the device with the write lock free (durable mode).**
 //! They are judged live and laid out with the pipeline empty, so every batch before them is applied
@@ -143,6 +143,9 @@ enum Task {
     /// emptied keytable segments). Without it they would wait for the next collection, and
     /// the manifest would list them as log segments until then.
     ReleaseReclaimed,
+    /// Trim segments released outside a maintenance task and not yet trimmed (every task
+    /// trims what it released itself; this is the net under any other releaser).
+    TrimUnlinked,
 }
 
 /// Least time after a compaction of every level for expired entries that dropped none
@@ -217,6 +220,9 @@ impl Inner {
         }
         if !self.gc_reclaimed.is_empty() && self.gc_cursor.is_none() {
             return Some(Task::ReleaseReclaimed);
+        }
+        if !self.unlinked.is_empty() {
+            return Some(Task::TrimUnlinked);
         }
         None
     }
@@ -313,8 +319,16 @@ impl Core {
         }
     }
 
-    /// Runs one task; the caller holds the maintenance lock.
+    /// Runs one task, then trims what it released (with the write lock free, see `trim`);
+    /// the caller holds the maintenance lock.
     fn run_task(&self, task: Task) -> Result<()> {
+        let r = self.run_task_body(task);
+        let trimmed = self.trim_unlinked();
+        r.and(trimmed)
+    }
+
+    /// The task itself.
+    fn run_task_body(&self, task: Task) -> Result<()> {
         match task {
             Task::FullFlush => {
                 let mut g = self.inner.lock();
@@ -354,6 +368,8 @@ impl Core {
                 self.quiesce(&mut g);
                 g.release_reclaimed()
             }
+            // `run_task` trims after every task.
+            Task::TrimUnlinked => Ok(()),
         }
     }
 

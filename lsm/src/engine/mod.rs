@@ -10,6 +10,7 @@
 //! | `compaction` | merging keytable runs (metadata only) and releasing keytable segments |
 //! | `gc` | value-log garbage collection: victims, moves, release of reclaimed segments |
 //! | `space` | free segments, garbage counts, user capacity |
+//! | `trim` | segments released from the manifest: the wait for their readers and their trim, with the write lock free |
 //! | `recovery` | the manifest snapshot, opening: runs, free list, replay of the tail |
 //! | `fsck` | the offline check: every checksum, pointer and garbage count of a store |
 
@@ -30,6 +31,7 @@ mod sample;
 mod space;
 #[cfg(test)]
 mod test_device;
+mod trim;
 mod version;
 mod write;
 
@@ -42,6 +44,7 @@ use landing::Landing;
 use layout::Head;
 use maintain::{Frozen, MaintenanceShared};
 use open_page::{OpenPage, Sharing};
+use trim::Unlinked;
 use version::{ReadFaults, ReadSide, SegMap, Version};
 use write::InFlight;
 
@@ -221,6 +224,12 @@ pub struct EngineStats {
     /// Value-log segments garbage collection reclaimed and has not yet released (trimmed
     /// and freed together, see `gc.rs`): neither free nor in the log.
     pub reclaimed_segments: u64,
+    /// Device segments released from the manifest (reclaimed value-log segments, keytable
+    /// segments no run uses) whose trim waits for the reads that began before their release
+    /// (see `trim.rs`): neither free nor owned.
+    pub unlinked_segments: u64,
+    /// Segments trimmed and freed after such a wait, since open.
+    pub released_segments: u64,
     /// Value bytes clients may keep live (the value space less over-provisioning).
     pub user_capacity_bytes: u64,
     /// Device cache flushes issued by the engine (batches waiting at once share one).
@@ -347,12 +356,13 @@ pub struct WriteStalls {
 ///   before the write lock). In its usual tasks it takes the write lock only to read what it
 ///   works on and to install its result; building and writing keytables happen with it
 ///   free. Writers never run maintenance: they wait for it (a write stall, counted) when a
-///   watermark is reached. The exceptions, which hold the write lock across device I/O or
-///   a wait, are listed in `docs/ARCHITECTURE.md` (*Maintenance*): a trim's wait for the
-///   readers pinned before it (so no code may take the write lock while it holds a read
-///   pin), `Inner::flush` with the compactions it makes due (a writer at the user capacity,
-///   a hole to close, GC without a victim, `flush`/`close`/`compact_all`), and manifest
-///   writes.
+///   watermark is reached. A released segment's wait for the readers pinned before its
+///   release, and its trim, run with the write lock free (the `trim` module). The
+///   exceptions, which hold the write lock across device I/O or a wait, are listed in
+///   `docs/ARCHITECTURE.md` (*Maintenance*): `clear`'s wait for readers (so no code may
+///   take the write lock while it holds a read pin), `Inner::flush` with the compactions it
+///   makes due (a writer at the user capacity, a hole to close, GC without a victim,
+///   `flush`/`close`/`compact_all`), and manifest writes.
 ///
 /// Every change a reader can see is published from under the write lock
 /// (`Inner::publish_version`, `Inner::publish_segs`, the visible sequence number after
@@ -479,6 +489,9 @@ struct Inner {
     /// written until `release_reclaimed` (which first closes any hole), so not yet trimmed
     /// or free. Their garbage counts are as the manifest gives them (no tail garbage).
     gc_reclaimed: Vec<LogSegMeta>,
+    /// Segments the manifest no longer lists and nothing published reaches, waiting for the
+    /// readers pinned before their release and for their trim (`trim`).
+    unlinked: Vec<Unlinked>,
     /// The victim's next window, read while the current window's moves are written.
     gc_read_ahead: Option<GcReadAhead>,
     /// Victim pages the last step read and did not judge, for the next.
@@ -640,6 +653,7 @@ impl Engine {
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
             gc_reclaimed: Vec::new(),
+            unlinked: Vec::new(),
             gc_read_ahead: None,
             gc_carry: None,
             closed: false,
@@ -716,7 +730,8 @@ impl Engine {
         inner.check_writable()?;
         let r = inner.flush();
         self.core.applied.notify_all();
-        r
+        drop(inner);
+        r.and(self.core.trim_unlinked())
     }
 
     /// Flushes, then merges every level into one bottom run.
@@ -730,7 +745,8 @@ impl Engine {
         inner.check_writable()?;
         let r = inner.flush().and_then(|()| inner.compact_all());
         self.core.applied.notify_all();
-        r
+        drop(inner);
+        r.and(self.core.trim_unlinked())
     }
 
     /// Waits until the maintenance thread has nothing due (no memtable to flush, no
@@ -980,6 +996,7 @@ impl Inner {
         s.log_segments = self.log_segs.len() as u64;
         s.keytable_segments = self.kt_segments.len() as u64;
         s.reclaimed_segments = self.gc_reclaimed.len() as u64;
+        s.unlinked_segments = self.unlinked.len() as u64;
         s
     }
 }

@@ -148,13 +148,7 @@ impl Inner {
     /// The trim's (the segment then stays off the free list until the next open, which trims
     /// whatever the manifest does not account for).
     pub(super) fn trim_to_free(&mut self, segment: u32) -> Result<()> {
-        crate::io::execute_patiently(
-            self.dev.as_ref(),
-            Command::Trim {
-                segment: SegmentId(segment),
-            },
-        )?
-        .result?;
+        trim::trim_segment(self.dev.as_ref(), segment)?;
         self.free.insert(segment);
         Ok(())
     }

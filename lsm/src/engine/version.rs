@@ -328,6 +328,12 @@ impl Inner {
             .values()
             .chain(self.gc_reclaimed.iter())
             .map(|m| (m.log_seg, m.segment))
+            // Released victims stay mapped until the readers pinned before are gone.
+            .chain(
+                self.unlinked
+                    .iter()
+                    .filter_map(|u| u.log_seg.map(|l| (l, u.segment))),
+            )
             .collect();
         self.side.segs.store(Arc::new(map));
     }
