@@ -69,19 +69,40 @@ pub(super) const QUEUE_FULL_PATIENCE: std::time::Duration = std::time::Duration:
 
 /// A batch started by [`Engine::try_submit_write`]; pass it to [`Engine::finish_write`].
 ///
-/// Always finish it. A batch not acknowledged from DRAM (durable mode, or garbage
-/// collection's moves) records its outcome only in `finish_write`, and batches are claimed
-/// in ticket order, so dropping one unfinished leaves every later batch, and every
-/// `flush`, `sync` and `close` (which wait for the pipeline to drain), waiting for it. The
-/// drive cannot drop one: its only holder, the writer on `ls-net`, ends the process when it
-/// panics (crash-only, see the firmware). A batch acknowledged from DRAM was decided at
-/// submission and is claimed by whoever finishes next.
+/// Finish it to learn its outcome. A batch not acknowledged from DRAM (durable mode)
+/// records its outcome only when it is finished, and batches are claimed in ticket order,
+/// so one left unfinished would hold every later batch, and every `flush`, `sync` and
+/// `close` (which wait for the pipeline to drain), back. Dropping one unfinished therefore
+/// finishes it in the drop (waiting for its pages and, in durable mode, a device flush) and
+/// discards the outcome; a drop during a panic's unwinding does not (the thread may hold
+/// the write lock), and leaves the pipeline waiting as described. A batch acknowledged from
+/// DRAM was decided at submission and is claimed by whoever finishes next.
 #[must_use = "a started batch must be finished to learn whether it is durable"]
 pub struct PendingWrite {
     state: PendingState,
     /// The doorbell its pages still wait for: only a batch acknowledged from DRAM leaves it
     /// unrung at submission ([`Engine::try_submit_write`]).
     doorbell: Option<Doorbell>,
+    /// The engine it was started on, to finish it if it is dropped unfinished.
+    core: std::sync::Weak<Core>,
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if matches!(self.state, PendingState::Done(_)) || std::thread::panicking() {
+            return;
+        }
+        if let Some(core) = self.core.upgrade() {
+            let pending = PendingWrite {
+                state: std::mem::replace(&mut self.state, PendingState::Done(Ok(()))),
+                doorbell: self.doorbell.take(),
+                core: std::sync::Weak::new(),
+            };
+            if let Err(e) = core.finish_write(pending) {
+                tracing::warn!(error = %e, "a batch dropped unfinished failed");
+            }
+        }
+    }
 }
 
 impl PendingWrite {
@@ -89,6 +110,7 @@ impl PendingWrite {
         PendingWrite {
             state: PendingState::Done(r),
             doorbell: None,
+            core: std::sync::Weak::new(),
         }
     }
 
@@ -272,7 +294,10 @@ impl Engine {
                 }
                 Admission::Pipeline => {
                     waits.finish(&mut g);
-                    let started = g.start_pending(ops, shape.bound);
+                    let started = g.start_pending(ops, shape.bound).map(|mut p| {
+                        p.core = Arc::downgrade(&self.core);
+                        p
+                    });
                     self.core.watch_open_page(&mut g);
                     let poller = g.poller.clone();
                     drop(g);
@@ -309,11 +334,19 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::write`]; a batch fails when one started before it failed.
-    pub fn finish_write(&self, mut pending: PendingWrite) -> Result<()> {
+    pub fn finish_write(&self, pending: PendingWrite) -> Result<()> {
+        self.core.finish_write(pending)
+    }
+}
+
+impl Core {
+    /// See [`Engine::finish_write`].
+    fn finish_write(&self, mut pending: PendingWrite) -> Result<()> {
         if let Some(bell) = pending.doorbell.take() {
             bell.ring();
         }
-        let (ticket, pages, dev, flush, early) = match pending.state {
+        let state = std::mem::replace(&mut pending.state, PendingState::Done(Ok(())));
+        let (ticket, pages, dev, flush, early) = match state {
             PendingState::Done(r) => return r,
             PendingState::OnDevice {
                 ticket,
@@ -325,7 +358,7 @@ impl Engine {
         };
         let mut g = if early {
             // Its outcome was decided at submission: apply it now (see `landing`).
-            self.core.inner.lock()
+            self.inner.lock()
         } else {
             // Wait outside the lock (woken once, by the last page): other batches are laid
             // out and submitted meanwhile.
@@ -337,7 +370,7 @@ impl Engine {
                     .flush(|| device_flush(dev.as_ref()))
                     .map_err(BatchFailure::Flush);
             }
-            let mut g = self.core.inner.lock();
+            let mut g = self.inner.lock();
             g.record_io(ticket, io);
             g
         };
@@ -351,21 +384,21 @@ impl Engine {
             for job in jobs {
                 job.run(&mem, side.cache.as_deref());
             }
-            g = self.core.inner.lock();
+            g = self.inner.lock();
         }
         g.settle_applied(false);
-        self.core.applied.notify_all();
+        self.applied.notify_all();
         while g.applied_upto < ticket {
-            self.core.applied.wait(&mut g);
+            self.applied.wait(&mut g);
         }
         if g.mem_full() || g.gc_due() {
-            self.core.work.notify_one();
+            self.work.notify_one();
         }
         g.outcomes.remove(&ticket).unwrap_or(Ok(()))
     }
 }
 
-impl Engine {
+impl Core {
     /// Before a durable batch's flush: waits (at most [`FLUSH_JOIN_WAIT`]) for the pages of
     /// the other batches already on the device, so the flush that follows covers them too.
     ///
@@ -389,7 +422,7 @@ impl Engine {
             return;
         }
         let others: Vec<Arc<GroupDone>> = {
-            let g = self.core.inner.lock();
+            let g = self.inner.lock();
             g.pipeline
                 .iter()
                 .filter(|(&t, b)| t != ticket && b.io.is_none())
@@ -448,6 +481,7 @@ impl Inner {
                 early,
             },
             doorbell: None,
+            core: std::sync::Weak::new(),
         })
     }
 

@@ -103,7 +103,10 @@ impl Engine {
         ops: &[WriteOp<'_>],
         bound: u64,
     ) -> Result<PendingWrite> {
-        let started = g.start_pending(ops, bound);
+        let started = g.start_pending(ops, bound).map(|mut p| {
+            p.core = Arc::downgrade(core);
+            p
+        });
         core.watch_open_page(&mut g);
         let poller = g.poller.clone();
         drop(g);

@@ -232,3 +232,39 @@ fn plp_writes_pace_device_flushes() {
         assert_eq!(db.get(b"k00000").unwrap().as_deref(), Some(&value[..]));
     }
 }
+
+/// A durable batch dropped unfinished is finished by its drop: the batches started after it
+/// are claimed, `flush` drains, and its value is there (before, every later batch waited
+/// for it for ever).
+#[test]
+fn a_batch_dropped_unfinished_does_not_wedge_the_pipeline() {
+    let db = Arc::new(ram_engine(EngineConfig::default()));
+    let first = db
+        .try_submit_write(&[WriteOp::Put(b"dropped", b"one")])
+        .unwrap()
+        .expect("an empty pipeline admits a batch");
+    assert!(matches!(first.state, PendingState::OnDevice { .. }));
+    let second = db
+        .try_submit_write(&[WriteOp::Put(b"finished", b"two")])
+        .unwrap()
+        .expect("a small batch pipelines behind another");
+    drop(first);
+    let finisher = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            db.finish_write(second)?;
+            db.flush()
+        })
+    };
+    let since = std::time::Instant::now();
+    while !finisher.is_finished() {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(20),
+            "a batch behind a dropped one never finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    finisher.join().unwrap().unwrap();
+    assert_eq!(db.get(b"dropped").unwrap(), Some(b"one".to_vec()));
+    assert_eq!(db.get(b"finished").unwrap(), Some(b"two".to_vec()));
+}
