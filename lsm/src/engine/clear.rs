@@ -9,12 +9,13 @@
 //!
 //! **Why readers are safe.** The empty version (a fresh memtable, no level) is published
 //! first; a read that loaded the old version pinned its epoch before it did, and resolves its
-//! pointers through the segment map it loads after. So the old segment map stays published,
-//! and nothing is trimmed, until every such pin is released ([`crate::epoch`]); then the
-//! empty map is published and the segments trimmed, as garbage collection's release waits
-//! before it trims. Log
-//! segment numbers are never reused, so a value-cache page of an old segment can never be
-//! taken for a new one; the cache is emptied after the wait, to give its DRAM back.
+//! pointers through the segment map it loads after. So the old segments go onto the unlinked
+//! list (`trim`), which keeps the old log segments in the published segment map, and
+//! nothing is trimmed until every such pin is released ([`crate::epoch`]); then the map
+//! drops them and they are trimmed, with the write lock free, as every release of a
+//! segment is. Log segment numbers are never reused, so a value-cache page of an old
+//! segment can never be taken for a new one; the cache is emptied after the wait, to give
+//! its DRAM back.
 
 use super::*;
 
@@ -35,7 +36,16 @@ impl Engine {
         inner.check_writable()?;
         let r = inner.clear();
         self.core.applied.notify_all();
-        r
+        drop(inner);
+        r?;
+        // With the write lock free: writers go on into the empty store while the old
+        // segments wait for the readers of the old version and are trimmed.
+        let trimmed = self.core.trim_unlinked();
+        // After that wait: no read of the old version can put an old page back.
+        if let Some(cache) = &self.side.cache {
+            cache.clear();
+        }
+        trimmed
     }
 }
 
@@ -51,15 +61,17 @@ impl Inner {
         self.gc_pending.clear();
         self.gc_pending_bytes = 0;
         self.gc_refused.clear();
-        // Everything the old state holds on the device.
-        let log: Vec<u32> = self
+        // Everything the old state holds on the device (what was released before and not
+        // yet trimmed stays on the unlinked list: no trim runs, this caller holds the
+        // maintenance lock, see `trim`).
+        let log: Vec<Unlinked> = self
             .log_segs
             .values()
             .chain(self.gc_reclaimed.iter())
-            .map(|m| m.segment)
-            // Released before and not yet trimmed (no trim runs: this caller holds the
-            // maintenance lock, see `trim`).
-            .chain(self.unlinked.iter().map(|u| u.segment))
+            .map(|m| Unlinked {
+                segment: m.segment,
+                log_seg: Some(m.log_seg),
+            })
             .collect();
         let keytables = std::mem::take(&mut self.kt_segments);
         self.log_segs.clear();
@@ -78,10 +90,11 @@ impl Inner {
         self.needs_checkpoint = false;
         self.checkpoint = (self.next_log_seg, 0);
         self.pages_since_checkpoint = 0;
-        // The empty version first: a read that loads it resolves no pointer. The segment
-        // map stays the old one until the wait below, because a read that loaded the old
-        // version may still resolve its pointers through it (garbage collection's release
-        // waits for the readers the same way before it trims and unmaps).
+        // The empty version first: a read that loads it resolves no pointer. The old
+        // segments go onto the unlinked list, which keeps the old log segments in the
+        // published segment map until the readers of the old version are gone (a read that
+        // loaded the old version may still resolve its pointers through it); `Engine::clear`
+        // then waits for them and trims with the write lock free (`trim`).
         self.publish_version();
         if let Err(e) = self.persist() {
             // Reads already see the empty store, but the device may still hold the old
@@ -90,18 +103,13 @@ impl Inner {
                 reason: format!("the manifest write that empties the store failed: {e}"),
             });
         }
-        // Reads that loaded the old version finish before its segments leave the map and
-        // are trimmed, and before the cache is emptied (so none of them puts an old page
-        // back into it).
-        self.side.epochs.synchronize();
-        self.unlinked.clear();
+        self.unlinked.extend(log);
+        self.unlinked
+            .extend(keytables.into_iter().map(|segment| Unlinked {
+                segment,
+                log_seg: None,
+            }));
         self.publish_segs();
-        if let Some(cache) = &self.side.cache {
-            cache.clear();
-        }
-        for segment in log.into_iter().chain(keytables) {
-            self.trim_to_free(segment)?;
-        }
         self.stats.clears += 1;
         Ok(())
     }

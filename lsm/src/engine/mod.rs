@@ -357,12 +357,11 @@ pub struct WriteStalls {
 ///   works on and to install its result; building and writing keytables happen with it
 ///   free. Writers never run maintenance: they wait for it (a write stall, counted) when a
 ///   watermark is reached. A released segment's wait for the readers pinned before its
-///   release, and its trim, run with the write lock free (the `trim` module). The
-///   exceptions, which hold the write lock across device I/O or a wait, are listed in
-///   `docs/ARCHITECTURE.md` (*Maintenance*): `clear`'s wait for readers (so no code may
-///   take the write lock while it holds a read pin), `Inner::flush` with the compactions it
-///   makes due (a writer at the user capacity, a hole to close, GC without a victim,
-///   `flush`/`close`/`compact_all`), and manifest writes.
+///   release, and its trim, run with the write lock free (the `trim` module; GC,
+///   compaction and `clear` alike). The exceptions, which hold the write lock across device
+///   I/O, are listed in `docs/ARCHITECTURE.md` (*Maintenance*): `Inner::flush` with the
+///   compactions it makes due (a writer at the user capacity, a hole to close, GC without a
+///   victim, `flush`/`close`/`compact_all`), and manifest writes.
 ///
 /// Every change a reader can see is published from under the write lock
 /// (`Inner::publish_version`, `Inner::publish_segs`, the visible sequence number after

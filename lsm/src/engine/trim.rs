@@ -1,8 +1,8 @@
 //! Giving device segments back once nothing can reach them: the *unlinked* list and its trim.
 //!
-//! Two maintenance paths retire whole device segments: garbage collection (a reclaimed
-//! victim's segment, `gc::release_reclaimed`) and compaction (keytable segments no run uses
-//! any more, `compaction::release_keytable_segments`). Each *unlinks* under the write lock:
+//! Three paths retire whole device segments: garbage collection (a reclaimed victim's
+//! segment, `gc::release_reclaimed`), compaction (keytable segments no run uses any more,
+//! `compaction::release_keytable_segments`) and `clear` (every segment of the old store). Each *unlinks* under the write lock:
 //! it writes a manifest that no longer lists the segments and moves them onto
 //! [`Inner::unlinked`]. From then on no published state leads into them: garbage
 //! collection's moves are in the memtable, a compaction's output replaced its inputs. But a
@@ -24,12 +24,12 @@
 //! - *Writers.* An unlinked segment is on neither the free list nor any owner's list
 //!   (`log_segs`, `gc_reclaimed`, `kt_segments`), so no layout, flush or compaction can
 //!   claim it until the trim has erased it and it is put on the free list.
-//! - *One trimmer.* Only the maintenance lock's holder unlinks (every caller of the two
-//!   release paths holds it: the `lsm-maint` thread's tasks, and `Engine::flush` and
-//!   `Engine::compact_all`) and trims, so the list does not change under a trim except by
+//! - *One trimmer.* Only the maintenance lock's holder unlinks (every caller of the three
+//!   paths holds it: the `lsm-maint` thread's tasks, `Engine::flush`, `Engine::compact_all`
+//!   and `Engine::clear`) and trims, so the list does not change under a trim except by
 //!   that holder's own later unlinks, which the trim leaves on the list (it removes only
-//!   what it trimmed). [`Engine::clear`], which holds both locks, trims the list with
-//!   everything else.
+//!   what it trimmed). [`Engine::clear`] unlinks every segment of the old store the same
+//!   way and trims them after it lets go of the write lock.
 //! - *Crashes.* The manifest on the device no longer lists an unlinked segment, so a crash
 //!   before its trim leaves a segment that the next open finds unaccounted for and trims
 //!   (`recovery::rebuild_free_list`). A trim that fails leaves its segment off the free list
