@@ -1122,21 +1122,9 @@ impl RunOne {
                     .filter(|_| matches!(access, Access::Drive { .. }))
                     .and_then(|a| crate::resp::info_field(a, "stats", "value_bytes_copied").ok())
             };
-            // And the compactions it runs (the metadata-compaction ablation's cost).
-            let compactions = || {
-                let a = self
-                    .addr
-                    .filter(|_| matches!(access, Access::Drive { .. }))?;
-                let n = crate::resp::info_field(a, "lsm", "compactions").ok()?;
-                let kept =
-                    crate::resp::info_field(a, "lsm", "compactions_without_room_to_move").ok()?;
-                Some((n, kept))
-            };
             let copied0 = copied();
-            let compactions0 = compactions();
             let m = workloads::run(kv, w, self.keys, self.keys, &value, shape)?;
             let copied1 = copied();
-            let compactions1 = compactions();
             let batch = match w {
                 Workload::SSet | Workload::RSet => shape.write_batch,
                 _ => shape.read_batch,
@@ -1172,9 +1160,12 @@ impl RunOne {
                 r.value_bytes_copied_per_op =
                     Some(b.saturating_sub(a) as f64 / self.keys.max(1) as f64);
             }
-            if let (Some(a), Some(b)) = (compactions0, compactions1) {
-                r.compactions = Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)));
+            // The drive's compactions (the metadata-compaction ablation's cost).
+            if let (Access::Drive { .. }, Some(c)) = (access, &m.engine_counters) {
+                let n = |k: &str| c.get(k).copied().unwrap_or(0);
+                r.compactions = Some((n("compactions"), n("compactions_without_room_to_move")));
             }
+            r.engine_counters = m.engine_counters;
             out.cdfs.push(Cdf {
                 system: self.system.clone(),
                 workload: w.name().to_string(),

@@ -374,6 +374,9 @@ impl KvUnderTest for NoSettle<'_> {
     fn rss_mb(&self) -> Option<f64> {
         self.0.rss_mb()
     }
+    fn engine_counters(&self) -> Option<crate::kv::EngineCounters> {
+        self.0.engine_counters()
+    }
 }
 
 /// The sustained run's sizes: LightStore's device geometry of `device_mib` (the one a

@@ -3,7 +3,9 @@
 //! memory, background work to wait for). In-process engines (LightStore, RocksDB, fjall) and
 //! RESP servers (the drive, Redis; `resp`) implement it, so the same workload code drives all.
 
-use lsm::{Engine, WriteOp};
+use std::collections::BTreeMap;
+
+use lsm::{Engine, EngineStats, WriteOp};
 
 /// Keys are 16 bytes: `user` and twelve decimal digits, so key order is number order.
 pub type Key = [u8; 16];
@@ -32,6 +34,55 @@ pub trait KvSession {
     fn noop(&mut self) -> anyhow::Result<()> {
         anyhow::bail!("this system has no no-op command")
     }
+}
+
+/// LightStore's own counters of the background work a run caused, by their INFO names
+/// (section `lsm`): what explains a row's throughput or tail (a flush, a compaction, a
+/// garbage-collection step, a write stall) beside its figures.
+pub const ENGINE_COUNTERS: &[&str] = &[
+    "flushes",
+    "compactions",
+    "compactions_without_room_to_move",
+    "gc_segments",
+    "gc_bytes_moved",
+    "device_flushes",
+    "paced_flushes",
+    "released_segments",
+    "write_stall_micros",
+    "maintenance_errors",
+];
+
+/// Values of [`ENGINE_COUNTERS`] (or their growth over a run), by name.
+pub type EngineCounters = BTreeMap<String, u64>;
+
+/// [`ENGINE_COUNTERS`] from an engine's stats (the names INFO gives them).
+pub fn engine_counters(s: &EngineStats) -> EngineCounters {
+    ENGINE_COUNTERS
+        .iter()
+        .map(|&name| {
+            let v = match name {
+                "flushes" => s.flushes,
+                "compactions" => s.compactions,
+                "compactions_without_room_to_move" => s.compactions_without_room_to_move,
+                "gc_segments" => s.gc_segments,
+                "gc_bytes_moved" => s.gc_bytes_moved,
+                "device_flushes" => s.device_flushes,
+                "paced_flushes" => s.paced_flushes,
+                "released_segments" => s.released_segments,
+                "write_stall_micros" => s.write_stalls.stalled_micros,
+                _ => s.maintenance_errors,
+            };
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+/// How much each counter grew from `before` to `after`.
+pub fn counters_delta(before: &EngineCounters, after: &EngineCounters) -> EngineCounters {
+    after
+        .iter()
+        .map(|(k, &v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .collect()
 }
 
 /// A system under test.
@@ -81,6 +132,11 @@ pub trait KvUnderTest: Sync {
     /// Called before a read workload: a system that reads through the OS page cache drops its
     /// files from it here, so the workload starts from the device.
     fn before_reads(&self) {}
+    /// LightStore's [`ENGINE_COUNTERS`] now: the engine's stats in-process, INFO's `lsm`
+    /// section for the drive; `None` for every other system.
+    fn engine_counters(&self) -> Option<EngineCounters> {
+        None
+    }
 }
 
 /// How a system's [`KvUnderTest::settle`] ended.
@@ -130,6 +186,10 @@ impl KvSession for EngineSession<'_> {
 impl KvUnderTest for LocalEngine<'_> {
     fn session(&self) -> anyhow::Result<Box<dyn KvSession + '_>> {
         Ok(Box::new(EngineSession(self.engine)))
+    }
+
+    fn engine_counters(&self) -> Option<EngineCounters> {
+        Some(engine_counters(&self.engine.stats()))
     }
 
     fn settle(&self) -> anyhow::Result<Settled> {

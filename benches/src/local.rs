@@ -330,6 +330,7 @@ fn engine_row(
     row.value_size = Some(value_size as u32);
     row.write_amp = m.write_amp;
     row.ratio_to_device = Some(m.ops_per_sec / ceiling_ops);
+    row.engine_counters.clone_from(&m.engine_counters);
     row
 }
 

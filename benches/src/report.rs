@@ -63,6 +63,11 @@ pub struct Row {
     /// Server resident memory after the run, in MB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_mb: Option<f64>,
+    /// LightStore's background work during the run, by INFO name
+    /// ([`crate::kv::ENGINE_COUNTERS`]: flushes, compactions, GC, device flushes, stall
+    /// time); absent for other systems.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_counters: Option<crate::kv::EngineCounters>,
     /// Ratio of ops/s to in-memory Redis with the same client settings, in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_redis: Option<f64>,

@@ -44,6 +44,15 @@ impl KvUnderTest for RespServer {
     fn pid(&self) -> u32 {
         self.pid
     }
+
+    fn engine_counters(&self) -> Option<crate::kv::EngineCounters> {
+        // redis-server has no `lsm` section: no counters.
+        let text = info_text(self.addr, "lsm").ok()?;
+        crate::kv::ENGINE_COUNTERS
+            .iter()
+            .map(|&name| Some((name.to_string(), parse_info_field(&text, name).ok()?)))
+            .collect()
+    }
 }
 
 impl KvSession for Connection {
@@ -92,6 +101,11 @@ impl KvSession for Connection {
 /// # Errors
 /// When the server cannot be reached or has no such field.
 pub fn info_field(addr: SocketAddr, section: &str, field: &str) -> anyhow::Result<u64> {
+    parse_info_field(&info_text(addr, section)?, field)
+}
+
+/// The text of `INFO section` from the server at `addr`.
+fn info_text(addr: SocketAddr, section: &str) -> anyhow::Result<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -99,11 +113,10 @@ pub fn info_field(addr: SocketAddr, section: &str, field: &str) -> anyhow::Resul
         let mut c = Client::connect(addr).await?;
         c.call(&[&b"INFO"[..], section.as_bytes()]).await
     })?;
-    let text = match reply {
-        Reply::Bulk(b) => String::from_utf8_lossy(&b).to_string(),
+    match reply {
+        Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).to_string()),
         other => bail!("unexpected reply to INFO: {other:?}"),
-    };
-    parse_info_field(&text, field)
+    }
 }
 
 fn parse_info_field(text: &str, field: &str) -> anyhow::Result<u64> {

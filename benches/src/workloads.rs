@@ -217,6 +217,9 @@ pub struct Measured {
     pub cpu_s_per_mop: Option<f64>,
     /// Resident memory of the serving process after the workload, MB.
     pub rss_mb: Option<f64>,
+    /// How much LightStore's [`crate::kv::ENGINE_COUNTERS`] grew over the workload (its
+    /// background work included); `None` for other systems.
+    pub engine_counters: Option<crate::kv::EngineCounters>,
     /// Latency CDF: `[µs, fraction of operations at or below]`, at most `CDF_POINTS` points.
     pub cdf: Vec<[f64; 2]>,
     /// Whether the wait for the writes' background work ran to its end.
@@ -312,6 +315,7 @@ where
     let written0 = kv.written_bytes().ok();
     let disk0 = disk_written_bytes();
     let cpu0 = kv.cpu_seconds().ok();
+    let counters0 = kv.engine_counters();
     let start = Instant::now();
     let per_client: Vec<anyhow::Result<Histogram<u64>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
@@ -355,6 +359,9 @@ where
         Settled::Done
     };
     let secs = start.elapsed().as_secs_f64();
+    let engine_counters = counters0
+        .zip(kv.engine_counters())
+        .map(|(a, b)| crate::kv::counters_delta(&a, &b));
     let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
     for l in per_client {
         lat.add(l?)?;
@@ -389,6 +396,7 @@ where
         write_amp_disk,
         cpu_s_per_mop,
         rss_mb: kv.rss_mb(),
+        engine_counters,
         cdf: cdf(&lat),
         settled,
     })
