@@ -212,6 +212,10 @@ pub struct OverwriteRun {
     pub block_meter: Option<String>,
     /// Garbage-collected segments (LightStore).
     pub gc_segments: Option<u64>,
+    /// How much LightStore's [`crate::kv::ENGINE_COUNTERS`] grew over the overwrites (GC,
+    /// compactions, write stalls); `None` for other systems and in older runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_counters: Option<crate::kv::EngineCounters>,
     /// Why the run has no figures.
     pub missing: Option<String>,
 }
@@ -542,6 +546,7 @@ fn sustained(
     let m = workloads::run(kv, Workload::SSet, run.keys, run.keys, &value, shape)?;
     run.load_ops_per_sec = m.ops_per_sec;
     let (d0, u0) = counters()?;
+    let engine0 = kv.engine_counters();
     let block0 = meter
         .map(crate::procfs::BlockDevMeter::written_bytes)
         .transpose()?;
@@ -582,6 +587,9 @@ fn sustained(
     let u = user(u, mine);
     let user_bytes = u.saturating_sub(u0.unwrap_or(0)).max(1) as f64;
     run.final_wa = d.saturating_sub(d0) as f64 / user_bytes;
+    run.engine_counters = engine0
+        .zip(kv.engine_counters())
+        .map(|(a, b)| crate::kv::counters_delta(&a, &b));
     if let (Some(m), Some(b0)) = (meter, block0) {
         run.block_wa = Some(m.written_bytes()?.saturating_sub(b0) as f64 / user_bytes);
     }

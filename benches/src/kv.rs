@@ -49,6 +49,11 @@ pub const ENGINE_COUNTERS: &[&str] = &[
     "paced_flushes",
     "released_segments",
     "write_stall_micros",
+    "write_stalls_memtable",
+    "write_stalls_free_segments",
+    "write_stalls_capacity",
+    "write_stalls_l0_runs",
+    "write_stalls_compaction_debt",
     "maintenance_errors",
 ];
 
@@ -70,6 +75,11 @@ pub fn engine_counters(s: &EngineStats) -> EngineCounters {
                 "paced_flushes" => s.paced_flushes,
                 "released_segments" => s.released_segments,
                 "write_stall_micros" => s.write_stalls.stalled_micros,
+                "write_stalls_memtable" => s.write_stalls.memtable,
+                "write_stalls_free_segments" => s.write_stalls.free_segments,
+                "write_stalls_capacity" => s.write_stalls.capacity,
+                "write_stalls_l0_runs" => s.write_stalls.l0_runs,
+                "write_stalls_compaction_debt" => s.write_stalls.compaction_debt,
                 _ => s.maintenance_errors,
             };
             (name.to_string(), v)
@@ -81,7 +91,12 @@ pub fn engine_counters(s: &EngineStats) -> EngineCounters {
 pub fn counters_delta(before: &EngineCounters, after: &EngineCounters) -> EngineCounters {
     after
         .iter()
-        .map(|(k, &v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .map(|(k, &v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
         .collect()
 }
 
