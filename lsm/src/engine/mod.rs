@@ -815,10 +815,18 @@ impl Engine {
         } else {
             inner.flush()
         };
+        // What that flush's compactions released is trimmed here, not left to the next open.
+        drop(inner);
+        let trimmed = if flushed.is_ok() {
+            self.core.trim_unlinked()
+        } else {
+            Ok(())
+        };
+        let mut inner = self.core.inner.lock();
         inner.closed = true;
         self.side.closed.store(true, Ordering::Release);
         self.core.applied.notify_all();
-        flushed
+        flushed.and(trimmed)
     }
 
     /// Asks the maintenance thread to stop after its current task and joins it.
