@@ -37,25 +37,35 @@ pub trait KvSession {
 }
 
 /// LightStore's own counters of the background work a run caused, by their INFO names
-/// (section `lsm`): what explains a row's throughput or tail (a flush, a compaction, a
-/// garbage-collection step, a write stall) beside its figures.
-pub const ENGINE_COUNTERS: &[&str] = &[
-    "flushes",
-    "compactions",
-    "compactions_without_room_to_move",
-    "gc_segments",
-    "gc_bytes_moved",
-    "device_flushes",
-    "paced_flushes",
-    "released_segments",
-    "write_stall_micros",
-    "write_stalls_memtable",
-    "write_stalls_free_segments",
-    "write_stalls_capacity",
-    "write_stalls_l0_runs",
-    "write_stalls_compaction_debt",
-    "maintenance_errors",
+/// (section `lsm`), each with where the engine's stats hold it: what explains a row's
+/// throughput or tail (a flush, a compaction, a garbage-collection step, a write stall)
+/// beside its figures.
+pub const ENGINE_COUNTERS: &[(&str, CounterOf)] = &[
+    ("flushes", |s| s.flushes),
+    ("compactions", |s| s.compactions),
+    ("compactions_without_room_to_move", |s| {
+        s.compactions_without_room_to_move
+    }),
+    ("gc_segments", |s| s.gc_segments),
+    ("gc_bytes_moved", |s| s.gc_bytes_moved),
+    ("device_flushes", |s| s.device_flushes),
+    ("paced_flushes", |s| s.paced_flushes),
+    ("released_segments", |s| s.released_segments),
+    ("write_stall_micros", |s| s.write_stalls.stalled_micros),
+    ("write_stalls_memtable", |s| s.write_stalls.memtable),
+    ("write_stalls_free_segments", |s| {
+        s.write_stalls.free_segments
+    }),
+    ("write_stalls_capacity", |s| s.write_stalls.capacity),
+    ("write_stalls_l0_runs", |s| s.write_stalls.l0_runs),
+    ("write_stalls_compaction_debt", |s| {
+        s.write_stalls.compaction_debt
+    }),
+    ("maintenance_errors", |s| s.maintenance_errors),
 ];
+
+/// Where an engine's stats hold one of [`ENGINE_COUNTERS`].
+pub type CounterOf = fn(&EngineStats) -> u64;
 
 /// Values of [`ENGINE_COUNTERS`] (or their growth over a run), by name.
 pub type EngineCounters = BTreeMap<String, u64>;
@@ -64,26 +74,7 @@ pub type EngineCounters = BTreeMap<String, u64>;
 pub fn engine_counters(s: &EngineStats) -> EngineCounters {
     ENGINE_COUNTERS
         .iter()
-        .map(|&name| {
-            let v = match name {
-                "flushes" => s.flushes,
-                "compactions" => s.compactions,
-                "compactions_without_room_to_move" => s.compactions_without_room_to_move,
-                "gc_segments" => s.gc_segments,
-                "gc_bytes_moved" => s.gc_bytes_moved,
-                "device_flushes" => s.device_flushes,
-                "paced_flushes" => s.paced_flushes,
-                "released_segments" => s.released_segments,
-                "write_stall_micros" => s.write_stalls.stalled_micros,
-                "write_stalls_memtable" => s.write_stalls.memtable,
-                "write_stalls_free_segments" => s.write_stalls.free_segments,
-                "write_stalls_capacity" => s.write_stalls.capacity,
-                "write_stalls_l0_runs" => s.write_stalls.l0_runs,
-                "write_stalls_compaction_debt" => s.write_stalls.compaction_debt,
-                _ => s.maintenance_errors,
-            };
-            (name.to_string(), v)
-        })
+        .map(|(name, of)| ((*name).to_string(), of(s)))
         .collect()
 }
 

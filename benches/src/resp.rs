@@ -50,7 +50,7 @@ impl KvUnderTest for RespServer {
         let text = info_text(self.addr, "lsm").ok()?;
         crate::kv::ENGINE_COUNTERS
             .iter()
-            .map(|&name| Some((name.to_string(), parse_info_field(&text, name).ok()?)))
+            .map(|&(name, _)| Some((name.to_string(), parse_info_field(&text, name).ok()?)))
             .collect()
     }
 }

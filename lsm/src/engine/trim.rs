@@ -2,9 +2,9 @@
 //!
 //! Three paths retire whole device segments: garbage collection (a reclaimed victim's
 //! segment, `gc::release_reclaimed`), compaction (keytable segments no run uses any more,
-//! `compaction::release_keytable_segments`) and `clear` (every segment of the old store). Each *unlinks* under the write lock:
-//! it writes a manifest that no longer lists the segments and moves them onto
-//! [`Inner::unlinked`]. From then on no published state leads into them: garbage
+//! `compaction::release_keytable_segments`) and `clear` (every segment of the old store).
+//! Each *unlinks* under the write lock: it writes a manifest that no longer lists the
+//! segments and moves them onto [`Inner::unlinked`]. From then on no published state leads into them: garbage
 //! collection's moves are in the memtable, a compaction's output replaced its inputs. But a
 //! reader pinned before that may still be fetching from one (it resolved a pointer, or a
 //! keytable page of the keytable-caching ablation, through the state it loaded).
@@ -25,8 +25,8 @@
 //!   (`log_segs`, `gc_reclaimed`, `kt_segments`), so no layout, flush or compaction can
 //!   claim it until the trim has erased it and it is put on the free list.
 //! - *One trimmer.* Only the maintenance lock's holder unlinks (every caller of the three
-//!   paths holds it: the `lsm-maint` thread's tasks, `Engine::flush`, `Engine::compact_all`
-//!   and `Engine::clear`) and trims, so the list does not change under a trim except by
+//!   paths holds it: the `lsm-maint` thread's tasks, `Engine::flush`, `Engine::compact_all`,
+//!   `Engine::clear` and `Engine::close`) and trims, so the list does not change under a trim except by
 //!   that holder's own later unlinks, which the trim leaves on the list (it removes only
 //!   what it trimmed). [`Engine::clear`] unlinks every segment of the old store the same
 //!   way and trims them after it lets go of the write lock.
