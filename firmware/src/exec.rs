@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 
 use foldhash::{HashMap, HashMapExt};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,14 +43,16 @@ use crate::blocking::{BlockHandle, BlockHandles, Blocked};
 use crate::info::{self, Metrics};
 use crate::keyspace::{self as ks, HASH, HASH_FIELD, LIST, SET, STRING, ZSET, ZSET_MEMBER};
 use crate::store::view::View as _;
-use crate::store::{self, now_ms, KeyFound, KeyRead, SetOptions, Store, StoreError, WriteGroup};
+use crate::store::{
+    self, now_ms, Here, KeyFound, KeyRead, SetOptions, Store, StoreError, WriteGroup,
+};
 
 /// Most jobs taken off a queue per batch.
 mod groups;
 mod inline_write;
 mod read;
 pub use inline_write::{try_write_batch_now, writes_inline, InlineWrite};
-pub use read::{engine_loop, try_read_now};
+pub use read::{engine_loop, read_here, ReadHere};
 use read::{read_in_group, read_one};
 
 use groups::{
@@ -128,12 +130,22 @@ pub struct Done {
 }
 
 /// Where replies go: a queue to the network thread and the waker of its poll loop.
+///
+/// A wake is a system call (an eventfd write), and completions arrive in bursts (a page
+/// read answers each GET of a pipeline from the poller thread, one callback each), so
+/// senders wake the network thread only when no wake is owed already: `woken` is set by the
+/// sender that wakes it and cleared by the network thread ([`ReplySink::rearm`]) before it
+/// drains the queue. A reply queued while the flag is set is drained by that coming drain:
+/// the sender's swap (release) precedes the network thread's clearing swap (acquire) in the
+/// flag's order, so the drain after it sees the reply.
 #[derive(Clone)]
 pub struct ReplySink {
     /// The queue.
     pub tx: Sender<Done>,
     /// Wakes the network thread.
     pub waker: Arc<mio::Waker>,
+    /// A wake is owed: the network thread has not drained since the last one.
+    pub woken: Arc<AtomicBool>,
     /// The zero-copy ablation (`--ablate zero-copy`): value payloads are copied into fresh
     /// buffers before they leave, and counted here.
     pub copy_values: Option<Arc<Metrics>>,
@@ -157,9 +169,18 @@ impl ReplySink {
             // The network thread gone means shutdown: nothing to answer.
             let _ = self.tx.send(d);
         }
+        if self.woken.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if let Err(e) = self.waker.wake() {
             tracing::warn!("waking the network thread failed: {e}");
         }
+    }
+
+    /// The network thread is about to drain the queue: the next reply queued wakes it
+    /// again. Call before every drain.
+    pub fn rearm(&self) {
+        self.woken.swap(false, Ordering::AcqRel);
     }
 }
 

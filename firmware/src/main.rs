@@ -502,6 +502,7 @@ fn main() -> anyhow::Result<()> {
     let sink = ReplySink {
         tx: reply_tx,
         waker,
+        woken: Arc::new(AtomicBool::new(false)),
         copy_values: ablate.copy_values.then(|| metrics.clone()),
     };
     let limits = Limits {

@@ -146,3 +146,69 @@ fn hot_reads_are_answered_inline_and_in_order() {
     assert!(e.unwrap_err().to_string().contains("WRONGTYPE"));
     assert_eq!(c.get::<_, Option<String>>("nope").unwrap(), None);
 }
+
+/// A pipeline of reads never sees the store go back in time: a read the network thread
+/// could answer at once waits for an earlier read of its connection that went to the engine
+/// thread (which takes its view only when it gets to it). Client b holds the engine thread
+/// on a slow device read (LRANGE reads its values in place); client a pipelines a GET that
+/// needs the device (to the engine thread, behind b's) and an HGET DRAM answers; client c
+/// then writes the hash and then the string. Once a's GET sees c's second write, its HGET,
+/// sent after the GET, must see c's first: answering the HGET at once, while the GET
+/// waited, gave the GET's new value beside the HGET's old one.
+#[test]
+fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let old_x = format!("old-{}", "x".repeat(100));
+    let new_x = format!("new-{}", "x".repeat(100));
+    {
+        let d = Drive::start(&data, &[]);
+        let mut c = d.conn();
+        let _: () = c.set("x", &old_x).unwrap();
+        let _: () = c.hset("h", "f", "1").unwrap();
+        let _: () = c
+            .rpush("list", format!("item-{}", "y".repeat(100)))
+            .unwrap();
+        assert!(d.shutdown());
+    }
+    // Restarted on slow reads: the value cache starts empty; `h`'s short value is held in
+    // its keytable entry, so DRAM answers its HGET.
+    let d = Drive::start(&data, &["--timing", SLOW_READS]);
+    let mut b = d.conn();
+    let mut c = d.conn();
+    let mut a = d.raw();
+    let hold = std::thread::spawn(move || {
+        let items: Vec<String> = b.lrange("list", 0, -1).unwrap();
+        items
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!hold.is_finished(), "the LRANGE did not wait on the device");
+    a.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nx\r\n*3\r\n$4\r\nHGET\r\n$1\r\nh\r\n$1\r\nf\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let _: () = c.hset("h", "f", "2").unwrap();
+    let _: () = c.set("x", &new_x).unwrap();
+    assert_eq!(hold.join().unwrap().len(), 1);
+    let mut got = Vec::new();
+    let want_end = b"\r\n$1\r\n";
+    while !(got.ends_with(b"\r\n") && got.windows(want_end.len()).any(|w| w == want_end)) {
+        let mut buf = [0u8; 512];
+        let n = a.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_string();
+    let (get, hget) = text
+        .split_once("\r\n$1\r\n")
+        .expect("two replies: a bulk string, then the one-byte field value");
+    assert!(
+        get.ends_with(&new_x),
+        "the GET, resolved after c's writes, sees the new value: {get:?}"
+    );
+    assert_eq!(
+        hget, "2\r\n",
+        "the HGET, sent after the GET, saw the hash before c's write, which came before the \
+         write the GET saw"
+    );
+}

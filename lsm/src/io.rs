@@ -24,6 +24,8 @@ pub(crate) type OnDone = Box<dyn FnOnce(Result<Completion, DeviceError>) + Send>
 const REAP_BATCH: usize = 64;
 /// How long the poller sleeps when nothing is in flight (a submission wakes it sooner).
 const IDLE_PARK: Duration = Duration::from_millis(20);
+/// Pause before deferred reads are offered again when nothing completed meanwhile.
+const DEFERRED_RETRY: Duration = Duration::from_micros(50);
 /// Back-off after the device's completion machinery failed (e.g. powered off).
 const ERROR_BACKOFF: Duration = Duration::from_millis(1);
 
@@ -31,9 +33,14 @@ const ERROR_BACKOFF: Duration = Duration::from_millis(1);
 /// reaped, and a command is registered under the same lock as its submission, so the
 /// callbacks of one tag complete in the order they were registered: a queue per tag keeps a
 /// reaped completion from reaching the callback of the next command that got the same tag.
+///
+/// `deferred` holds page reads the device refused for want of a free tag, from callers that
+/// must not wait (see [`Poller::defer_read`]): the poller offers them again, in order, each
+/// time it has reaped completions (which free tags).
 #[derive(Default)]
 struct Waiters {
     by_tag: HashMap<u32, VecDeque<OnDone>>,
+    deferred: VecDeque<(Lba, PageBuf, OnDone)>,
 }
 
 impl Waiters {
@@ -47,7 +54,34 @@ impl Waiters {
     }
 
     fn drain(&mut self) -> Vec<OnDone> {
-        self.by_tag.drain().flat_map(|(_, q)| q).collect()
+        let deferred = self.deferred.drain(..).map(|(_, _, f)| f);
+        let mut all: Vec<OnDone> = deferred.collect();
+        all.extend(self.by_tag.drain().flat_map(|(_, q)| q));
+        all
+    }
+
+    /// Offers the deferred reads to `dev` again, in order, until it refuses one for want
+    /// of a tag (that one and the rest stay deferred). Returns how many went to the device
+    /// and the callbacks of reads refused for another reason (to be failed with it).
+    fn resubmit_deferred(&mut self, dev: &dyn AppendDevice) -> (usize, Vec<(OnDone, DeviceError)>) {
+        let mut queued = 0;
+        let mut failed = Vec::new();
+        while let Some((lba, buf, f)) = self.deferred.pop_front() {
+            match dev.queue_many(vec![Command::Read { lba, buf }]).pop() {
+                Some(Ok(tag)) => {
+                    self.by_tag.entry(tag.0).or_default().push_back(f);
+                    queued += 1;
+                }
+                Some(Err(r)) if matches!(r.error, DeviceError::QueueFull { .. }) => {
+                    let buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                    self.deferred.push_front((lba, buf, f));
+                    break;
+                }
+                Some(Err(r)) => failed.push((f, r.error)),
+                None => failed.push((f, DeviceError::PoweredOff)),
+            }
+        }
+        (queued, failed)
     }
 }
 
@@ -249,6 +283,20 @@ impl Poller {
             .collect()
     }
 
+    /// A page read the device refused for want of a free command tag, from a caller that
+    /// must not wait: the poller submits it once completions have freed tags, and `on_done`
+    /// runs with its completion as for [`Poller::submit`] (or with the error that lost it).
+    pub(crate) fn defer_read(&self, lba: Lba, buf: PageBuf, on_done: OnDone) {
+        self.shared
+            .waiters
+            .lock()
+            .deferred
+            .push_back((lba, buf, on_done));
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+
     /// The device's free command tags, if it says ([`AppendDevice::free_tags`]).
     pub(crate) fn free_tags(&self) -> Option<usize> {
         self.shared.dev.free_tags()
@@ -419,7 +467,7 @@ fn poll_loop(s: &Shared) {
         reaped.clear();
         let result = s.dev.reap(&mut reaped, REAP_BATCH, Wait::Block);
         let mut ready: Vec<(OnDone, Result<Completion, DeviceError>)> = Vec::new();
-        let idle = {
+        let (idle, resubmitted, deferred) = {
             let mut w = s.waiters.lock();
             for c in reaped.drain(..) {
                 match w.take(c.tag.0) {
@@ -428,20 +476,32 @@ fn poll_loop(s: &Shared) {
                     None => tracing::warn!(tag = c.tag.0, "completion without a waiter dropped"),
                 }
             }
+            let mut resubmitted = 0;
             if result.is_err() {
                 // The device lost its commands (power cut): fail every waiter.
                 for f in w.drain() {
                     ready.push((f, Err(DeviceError::PoweredOff)));
                 }
+            } else if !w.deferred.is_empty() {
+                // Completions just freed tags (or a pause passed): deferred reads go now.
+                let (queued, failed) = w.resubmit_deferred(s.dev.as_ref());
+                resubmitted = queued;
+                ready.extend(failed.into_iter().map(|(f, e)| (f, Err(e))));
             }
-            matches!(result, Ok(0))
+            (matches!(result, Ok(0)), resubmitted, !w.deferred.is_empty())
         };
+        if resubmitted > 0 {
+            s.dev.doorbell();
+        }
         for (f, r) in ready {
             f(r);
         }
         if result.is_err() {
             std::thread::sleep(ERROR_BACKOFF);
-        } else if idle {
+        } else if idle && deferred {
+            // Tags are held by commands someone queued and has not rung for yet.
+            std::thread::sleep(DEFERRED_RETRY);
+        } else if idle && resubmitted == 0 {
             std::thread::park_timeout(IDLE_PARK);
         }
     }

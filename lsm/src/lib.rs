@@ -53,7 +53,8 @@ pub use config::{
 };
 pub use engine::{
     Doorbell, Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats,
-    PendingWrite, RangeBounds, RangeRead, WriteOp,
+    LookupNow, PendingLookup, PendingWrite, RangeBounds, RangeRead, ReadWindowFull, ReservedRead,
+    WriteOp,
 };
 pub use error::{EngineError, Result};
 pub use expiry::{Deadline, DropExpired, ExpiryPolicy};

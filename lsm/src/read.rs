@@ -75,6 +75,17 @@ impl ReadWindow {
         *pages += n;
     }
 
+    /// Takes room for `n` more pages if it is there now (as [`ReadWindow::acquire_pages`]
+    /// would without waiting); `false`: nothing was taken.
+    pub(crate) fn try_acquire_pages(&self, n: usize) -> bool {
+        let mut pages = self.pages.lock();
+        if *pages > 0 && *pages + n > ASYNC_READ_WINDOW {
+            return false;
+        }
+        *pages += n;
+        true
+    }
+
     /// One page read finished.
     pub(crate) fn release_page(&self) {
         let mut pages = self.pages.lock();
@@ -116,6 +127,23 @@ mod tests {
         assert!(!t.is_finished(), "a full window must block");
         w.release_page();
         assert!(t.join().is_ok());
+    }
+
+    #[test]
+    fn try_acquire_takes_room_only_when_it_is_there() {
+        let w = ReadWindow::default();
+        // An empty window takes any request, as `acquire_pages` does.
+        assert!(w.try_acquire_pages(ASYNC_READ_WINDOW + 3));
+        assert!(!w.try_acquire_pages(1));
+        for _ in 0..ASYNC_READ_WINDOW + 3 {
+            w.release_page();
+        }
+        assert!(w.try_acquire_pages(ASYNC_READ_WINDOW - 1));
+        assert!(w.try_acquire_pages(1));
+        assert!(
+            !w.try_acquire_pages(1),
+            "a full window refuses without waiting"
+        );
     }
 
     #[test]

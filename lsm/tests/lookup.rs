@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use hwftl_sim::{AppendDevice, Backend, DeviceConfig, Ftl, RamStore};
-use lsm::{Engine, EngineConfig, Lookup, Probes, RangeRead};
+use lsm::{Engine, EngineConfig, Lookup, LookupNow, Probes, RangeRead, ReadWindowFull};
 
 fn engine(cache: u64) -> Engine {
     let ftl = Ftl::format(
@@ -109,6 +109,162 @@ fn lookup_cached_declines_what_needs_the_device() {
         .unwrap()
         .expect("nothing to read");
     assert_eq!((l.values, l.present), (vec![None], vec![true]));
+}
+
+#[test]
+fn lookup_now_answers_from_dram_or_leaves_a_read_to_start() {
+    let db = engine(0);
+    let big = vec![b'v'; lsm::DEFAULT_ENTRY_VALUE_MAX + 1];
+    db.put(b"k", &big).unwrap();
+    db.put(b"small", b"v").unwrap();
+    // DRAM holds all it needs: answered here.
+    let LookupNow::Answered(l) = db
+        .lookup_now(&[b"small", b"nope"], Probes::Each(&[b"k"]), None)
+        .unwrap()
+    else {
+        panic!("a held value and a missing key need no page");
+    };
+    assert_eq!(
+        (l.values, l.present),
+        (
+            vec![Some(bytes::Bytes::from_static(b"v")), None],
+            vec![true]
+        )
+    );
+    // The big value's page must come from the device (no cache).
+    let LookupNow::Pending(p) = db
+        .lookup_now(&[b"k", b"small"], Probes::NONE, None)
+        .unwrap()
+    else {
+        panic!("an uncached page must be read");
+    };
+    assert_eq!(p.pages_to_read(), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let read = p
+        .reserve(Box::new(move |r| tx.send(r.unwrap()).unwrap()))
+        .unwrap();
+    db.submit_reads(vec![read]);
+    let l = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the read completes");
+    assert_eq!(l.values[0].as_deref(), Some(&big[..]));
+    assert_eq!(l.values[1].as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn a_full_read_window_refuses_to_queue_without_waiting() {
+    let db = engine(0);
+    let big = vec![b'w'; lsm::DEFAULT_ENTRY_VALUE_MAX + 1];
+    let keys: Vec<Vec<u8>> = (0..=lsm::ASYNC_READ_WINDOW)
+        .map(|i| format!("k{i:03}").into_bytes())
+        .collect();
+    for k in &keys {
+        db.put(k, &big).unwrap();
+    }
+    // Fill the window with reserved reads not yet submitted ...
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut reserved = Vec::new();
+    for k in &keys[..lsm::ASYNC_READ_WINDOW] {
+        let LookupNow::Pending(p) = db.lookup_now(&[k], Probes::NONE, None).unwrap() else {
+            panic!("no cache: the page must be read");
+        };
+        let tx = tx.clone();
+        reserved.push(
+            p.reserve(Box::new(move |r| tx.send(r.unwrap()).unwrap()))
+                .unwrap(),
+        );
+    }
+    // ... then one more is refused at once, its callback dropped uncalled.
+    let LookupNow::Pending(p) = db
+        .lookup_now(&[&keys[lsm::ASYNC_READ_WINDOW]], Probes::NONE, None)
+        .unwrap()
+    else {
+        panic!("no cache: the page must be read");
+    };
+    let started = std::time::Instant::now();
+    assert!(matches!(
+        p.reserve(Box::new(|_| panic!("not started"))),
+        Err(ReadWindowFull)
+    ));
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // The refused read goes the waiting way; the reserved ones complete once submitted.
+    db.submit_reads(reserved);
+    for _ in 0..lsm::ASYNC_READ_WINDOW {
+        let l = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(l.values[0].as_deref(), Some(&big[..]));
+    }
+    let last = wait(&db, &[&keys[lsm::ASYNC_READ_WINDOW]], Probes::NONE, None);
+    assert_eq!(last.values[0].as_deref(), Some(&big[..]));
+}
+
+#[test]
+fn reads_the_device_refuses_for_want_of_tags_are_retried_by_the_poller() {
+    // A device with 8 command tags: 24 queued page reads cannot all take one.
+    let mut cfg = DeviceConfig::new(common::small_geometry());
+    cfg.queue_depth = 8;
+    let ftl = Ftl::format(&Backend::Ram(RamStore::new()), cfg).unwrap();
+    let db = Engine::open(
+        Arc::new(ftl) as Arc<dyn AppendDevice>,
+        EngineConfig {
+            value_cache_bytes: 0,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let keys: Vec<Vec<u8>> = (0..24).map(|i| format!("k{i:02}").into_bytes()).collect();
+    for (i, k) in keys.iter().enumerate() {
+        db.put(k, &[i as u8; lsm::DEFAULT_ENTRY_VALUE_MAX + 1])
+            .unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut reserved = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let LookupNow::Pending(p) = db.lookup_now(&[k], Probes::NONE, None).unwrap() else {
+            panic!("no cache: the page must be read");
+        };
+        let tx = tx.clone();
+        reserved.push(
+            p.reserve(Box::new(move |r| tx.send((i, r)).unwrap()))
+                .unwrap(),
+        );
+    }
+    // One submission of 24 pages: 16 are refused for want of a tag and deferred.
+    db.submit_reads(reserved);
+    let mut seen = vec![false; keys.len()];
+    for _ in 0..keys.len() {
+        let (i, r) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("every queued read completes");
+        let l = r.expect("no read fails for want of a tag");
+        assert_eq!(
+            l.values[0].as_deref(),
+            Some(&vec![i as u8; lsm::DEFAULT_ENTRY_VALUE_MAX + 1][..])
+        );
+        seen[i] = true;
+    }
+    assert!(seen.iter().all(|&s| s));
+}
+
+#[test]
+fn a_reserved_read_dropped_unsubmitted_fails_and_gives_its_room_back() {
+    let db = engine(0);
+    let big = vec![b'd'; lsm::DEFAULT_ENTRY_VALUE_MAX + 1];
+    db.put(b"k", &big).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..3 * lsm::ASYNC_READ_WINDOW {
+        let LookupNow::Pending(p) = db.lookup_now(&[b"k"], Probes::NONE, None).unwrap() else {
+            panic!("no cache: the page must be read");
+        };
+        let tx = tx.clone();
+        // Room is taken and given back each time: the window never fills.
+        drop(
+            p.reserve(Box::new(move |r| tx.send(r.is_err()).unwrap()))
+                .unwrap(),
+        );
+    }
+    for _ in 0..3 * lsm::ASYNC_READ_WINDOW {
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap());
+    }
 }
 
 #[test]

@@ -335,19 +335,42 @@ fn key_read_plan(cmd: &Command) -> Option<KeyReadPlan<'_>> {
     })
 }
 
-/// Answers a reading command at once when DRAM holds all it needs (its keys' records in the
-/// keytables and memtables, its value pages in the value cache), and the short commands
-/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE): the network thread
-/// calls this for a connection with nothing in flight, so a hot read costs no hand-off to
-/// another thread, as in redis-server. MGET likewise when every value is cached. `None`: the
-/// command goes to the engine thread (a page must come from the device, or it is another
-/// command: SCAN, DBSIZE, INFO, LS.RANGE).
-pub fn try_read_now(
+/// What [`read_here`] did with a command.
+pub enum ReadHere {
+    /// Answered from DRAM (or refused: an error reply).
+    Answered(Reply),
+    /// Its read is reserved and pushed onto `reads`: once the caller submits them
+    /// ([`lsm::Engine::submit_reads`], all of a turn's at once), the reply reaches the sink
+    /// as `Done { conn, seq }` from the engine's poller thread.
+    Started,
+    /// Not a read started here (another command, or no room in the engine's window of
+    /// asynchronous reads): it goes to the engine thread.
+    Elsewhere,
+}
+
+/// Runs a reading command on the network thread when it can without waiting: answered from
+/// DRAM when DRAM holds all it needs (its keys' records in the keytables and memtables,
+/// its value pages in the value cache or the landing buffer), including the short commands
+/// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE);
+/// otherwise, for the one-key reads of [`key_read_plan`] (HGET, HMGET, HGETALL, ZSCORE,
+/// ...), resolved here once and its page reads reserved for the caller to submit, the reply
+/// following from the poller thread. So a hot read costs no hand-off to another thread, as
+/// in redis-server, and a cold one neither a hand-off nor a second resolution.
+/// [`ReadHere::Elsewhere`] for GETs and MGETs that need the device (the engine thread
+/// reads a batch of them as one lookup, cheaper per GET than one lookup each here), for
+/// other commands (SCAN, DBSIZE, INFO, LS.RANGE), and when the read window is full.
+pub fn read_here(
     store: &Store,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     cmd: &Command,
-    proto: Protocol,
-) -> Option<Reply> {
+    (conn, seq, proto): (u64, u64, Protocol),
+    sink: &ReplySink,
+    reads: &mut Vec<lsm::ReservedRead>,
+) -> ReadHere {
+    let answered = |reply: Reply| {
+        count_reply_copy(metrics, &reply);
+        ReadHere::Answered(reply)
+    };
     if matches!(
         cmd,
         Command::Strlen(_)
@@ -357,29 +380,77 @@ pub fn try_read_now(
             | Command::Ttl { .. }
             | Command::Type(_)
     ) {
-        let reply = read_one(store, metrics, cmd, proto);
-        count_reply_copy(metrics, &reply);
-        return Some(reply);
+        return answered(read_one(store, metrics, cmd, proto));
     }
-    if let Command::Get(key) = cmd {
-        if let Some(v) = store.get_string_cached(key) {
-            let reply = Reply::Bulk(v);
-            count_reply_copy(metrics, &reply);
-            return Some(reply);
+    let is_get = matches!(cmd, Command::Get(_) | Command::MGet(_));
+    let plan = if is_get { None } else { key_read_plan(cmd) };
+    if !is_get && plan.is_none() {
+        return ReadHere::Elsewhere;
+    }
+    // A key of a slot being handed over may have left: asked of the drive taking it.
+    if let Some(reply) = store
+        .migrations
+        .redirect(cmd, |k| store.kind(k).ok().flatten().is_some())
+    {
+        return ReadHere::Answered(reply);
+    }
+    let reply_to = move |reply: Reply, metrics: &Metrics, sink: &ReplySink| {
+        count_reply_copy(metrics, &reply);
+        sink.send_all(vec![Done { conn, seq, reply }]);
+    };
+    let started = match (cmd, plan) {
+        // GETs and MGETs that need the device go to the engine thread, which reads a
+        // batch of them as one lookup (cheaper per GET than one lookup each here).
+        (Command::Get(key), _) => {
+            return match store.get_string_cached(key) {
+                Some(v) => answered(Reply::Bulk(v)),
+                None => ReadHere::Elsewhere,
+            };
         }
+        (Command::MGet(keys), _) => {
+            let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            return match store.get_strings_cached(&refs, &[]) {
+                Err(e) => answered(err(&e)),
+                Ok(Some((values, _))) => {
+                    answered(Reply::Array(values.into_iter().map(bulk_or_null).collect()))
+                }
+                Ok(None) => ReadHere::Elsewhere,
+            };
+        }
+        (_, Some(plan)) => {
+            let what = KeyReadPlan::what(plan.read, &plan.names);
+            match store.read_key_here(plan.key, &what) {
+                Err(e) => return answered(KeyReadPlan::reply(plan.finish, plan.tag, Err(e))),
+                Ok(Here::Answered(found)) => {
+                    return answered(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
+                }
+                Ok(Here::Pending(p)) => {
+                    let (metrics, sink) = (metrics.clone(), sink.clone());
+                    let (finish, tag) = (plan.finish, plan.tag);
+                    p.reserve(Box::new(move |r| {
+                        reply_to(KeyReadPlan::reply(finish, tag, r), &metrics, &sink);
+                    }))
+                }
+            }
+        }
+        _ => return ReadHere::Elsewhere,
+    };
+    match started {
+        Ok(read) => {
+            reads.push(read);
+            ReadHere::Started
+        }
+        Err(lsm::ReadWindowFull) => ReadHere::Elsewhere,
     }
-    if let Command::MGet(keys) = cmd {
-        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        let values = store.get_strings_now(&refs)?;
-        let reply = Reply::Array(values.into_iter().map(bulk_or_null).collect());
-        count_reply_copy(metrics, &reply);
-        return Some(reply);
+}
+
+/// GET's reply: the value, else WRONGTYPE when the key holds another type, else nil.
+fn get_reply(value: Option<Bytes>, other_type: &[bool]) -> Reply {
+    match value {
+        Some(v) => Reply::Bulk(v),
+        None if other_type.first().copied().unwrap_or(false) => err(&StoreError::WrongType),
+        None => Reply::Null,
     }
-    let plan = key_read_plan(cmd)?;
-    let found = store.read_key_now(plan.key, &KeyReadPlan::what(plan.read, &plan.names))?;
-    let reply = KeyReadPlan::reply(plan.finish, plan.tag, Ok(found));
-    count_reply_copy(metrics, &reply);
-    Some(reply)
 }
 
 /// Starts a reading command on one key whose records may be on the device (see
@@ -448,11 +519,7 @@ fn answer_gets(
                 (_, Err(e)) => e.clone(),
                 (GetShape::One, Ok(vals)) => {
                     let wrong = other_type.next().copied().unwrap_or(false);
-                    match vals.next().flatten() {
-                        Some(v) => Reply::Bulk(v),
-                        None if wrong => err(&StoreError::WrongType),
-                        None => Reply::Null,
-                    }
+                    get_reply(vals.next().flatten(), &[wrong])
                 }
                 (GetShape::Many(n), Ok(vals)) => Reply::Array(
                     (0..n)

@@ -147,6 +147,10 @@ pub(super) struct Conn {
     pub(super) next_seq: u64,
     /// Sequence number of the next reply to deliver.
     pub(super) next_reply: u64,
+    /// Sequence number of the last command handed to a worker thread as a job (`None`:
+    /// none yet). A read runs on the network thread only once that job is answered
+    /// ([`Conn::resolves_in_order_here`]).
+    pub(super) last_job: Option<u64>,
     /// Replies that arrived before an earlier one (workers answer out of order).
     pub(super) early: BTreeMap<u64, Reply>,
     /// Parsed requests waiting for their turn.
@@ -241,6 +245,7 @@ impl Conn {
             in_flight_to: Route::Here,
             next_seq: 0,
             next_reply: 0,
+            last_job: None,
             early: BTreeMap::new(),
             backlog: VecDeque::new(),
             closing: false,
@@ -297,6 +302,15 @@ impl Conn {
 
     /// Counts a request handed to `route` (a worker's queue, or the network thread's write
     /// group): in flight until its reply arrives, its bytes held, its timing kept.
+    /// Whether a read resolved on the network thread now comes after every earlier command
+    /// of this connection took its view: true unless a job handed to a worker thread is
+    /// still unanswered (a worker resolves its reads when it gets to them, maybe after a
+    /// later read resolved here, and a pipeline of reads must not see the store go back in
+    /// time). Reads started here resolve at once, in order, so they do not count.
+    pub(super) fn resolves_in_order_here(&self) -> bool {
+        self.last_job.is_none_or(|s| self.next_reply > s)
+    }
+
     pub(super) fn hand_off(&mut self, route: Route, cost: usize, meta: InFlight) {
         self.in_flight += 1;
         self.in_flight_to = route;

@@ -54,7 +54,7 @@ use self::slowlog::{Caller, Slowlog};
 use self::transport::Transport;
 use crate::acl::Users;
 use crate::cluster::{self, Admin, AdminOutcome, Gate};
-use crate::exec::{self, Done, Job, ReplySink, Transaction};
+use crate::exec::{self, Done, Job, ReadHere, ReplySink, Transaction};
 use crate::info::{CommandStats, Metrics};
 use crate::queue::{Receiver, Sender, TrySendError};
 use crate::store::Store;
@@ -125,8 +125,12 @@ pub struct Net {
     engine_tx: Sender<Job>,
     writer_tx: Sender<Job>,
     replies: Receiver<Done>,
-    /// Reads DRAM answers whole are served here (see [`exec::try_read_now`]).
+    /// Reads are answered or started here when they can be (see [`exec::read_here`]).
     store: Arc<Store>,
+    /// Where replies of reads started here arrive from the engine's poller thread.
+    sink: ReplySink,
+    /// Reads started this turn, submitted together at its end (`ring_reads`).
+    reads: Vec<lsm::ReservedRead>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
     cfg: NetConfig,
@@ -186,7 +190,7 @@ impl Net {
                 .register(l, TLS_LISTENER, Interest::READABLE)?;
         }
         let cluster = match cfg.cluster.clone() {
-            Some(c) => Some(Gate::with_saver(c, sink)?),
+            Some(c) => Some(Gate::with_saver(c, sink.clone())?),
             None => None,
         };
         let now = Instant::now();
@@ -200,6 +204,8 @@ impl Net {
             writer_tx,
             replies,
             store,
+            sink,
+            reads: Vec::new(),
             metrics,
             shutdown,
             cluster,
@@ -247,6 +253,8 @@ impl Net {
                     }
                 }
             }
+            // The reads this turn's requests started go to the device first.
+            self.ring_reads();
             // The writes this turn's requests gathered run as one group (plp), and so do
             // those that the replies below let run; nothing gathered outlives the turn.
             self.settle_inline_batch();
@@ -263,8 +271,9 @@ impl Net {
                 self.flush(id);
             }
             // The pages of groups run here go to the device when enough are held or the
-            // oldest has waited long enough (`HeldRings`).
+            // oldest has waited long enough (`HeldRings`); reads started since at once.
             self.rings.ring_if_due(Instant::now());
+            self.ring_reads();
         }
         self.pass_inline_batch_on();
         self.rings.ring();
@@ -764,21 +773,55 @@ impl Net {
                 }
                 continue;
             }
-            // A read DRAM answers whole is served here when it overtakes nothing (the
-            // connection has no request in flight): no hand-off to the engine thread.
-            if route == Route::Engine && c.in_flight == 0 && !self.cfg.copy_values {
+            // A read is answered here from DRAM, or resolved here and its pages queued
+            // (`exec::read_here`): no hand-off to the engine thread either way.
+            if route == Route::Engine && !self.cfg.copy_values && c.resolves_in_order_here() {
                 let started = Instant::now();
-                if let Some(r) = exec::try_read_now(&self.store, &self.metrics, &cmd, c.proto) {
-                    self.metrics
-                        .value_bytes_moved
-                        .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
-                    self.metrics
-                        .reads_answered_inline
-                        .fetch_add(1, Ordering::Relaxed);
-                    c.out.push(&r, c.proto);
-                    let failed = r.is_error();
-                    self.timed(id, row, &args, started.elapsed(), failed);
-                    continue;
+                let to = (id, c.next_seq, c.proto);
+                let (store, sink) = (&self.store, &self.sink);
+                match exec::read_here(store, &self.metrics, &cmd, to, sink, &mut self.reads) {
+                    ReadHere::Answered(r) => {
+                        self.metrics
+                            .reads_answered_inline
+                            .fetch_add(1, Ordering::Relaxed);
+                        if c.in_flight == 0 {
+                            self.metrics
+                                .value_bytes_moved
+                                .fetch_add(r.payload_len() as u64, Ordering::Relaxed);
+                            c.out.push(&r, c.proto);
+                            let failed = r.is_error();
+                            self.timed(id, row, &args, started.elapsed(), failed);
+                        } else {
+                            // Behind replies still in flight: it waits its turn, as a
+                            // reply from a worker that came early does (`deliver`).
+                            c.hand_off(
+                                route,
+                                cost,
+                                InFlight {
+                                    row,
+                                    started: self.now,
+                                    args,
+                                },
+                            );
+                            c.early.insert(c.next_seq, r);
+                            c.next_seq += 1;
+                        }
+                        continue;
+                    }
+                    ReadHere::Started => {
+                        c.hand_off(
+                            route,
+                            cost,
+                            InFlight {
+                                row,
+                                started: self.now,
+                                args,
+                            },
+                        );
+                        c.next_seq += 1;
+                        continue;
+                    }
+                    ReadHere::Elsewhere => {}
                 }
             }
             if let Command::Set { value, .. } = &cmd {
@@ -818,6 +861,7 @@ impl Net {
                 tx,
                 block,
             };
+            c.last_job = Some(c.next_seq);
             c.next_seq += 1;
             let sent = match route {
                 Route::Writer => self.writer_tx.try_send(job),
@@ -853,6 +897,16 @@ impl Net {
         }
     }
 
+    /// Submits the reads started on this thread since the last call: all their pages in one
+    /// submission (one system call).
+    fn ring_reads(&mut self) {
+        if !self.reads.is_empty() {
+            self.store
+                .engine()
+                .submit_reads(std::mem::take(&mut self.reads));
+        }
+    }
+
     /// Counts a command answered on this thread (commandstats, SLOWLOG).
     fn timed(
         &mut self,
@@ -885,6 +939,7 @@ impl Net {
 
     fn drain_replies(&mut self) {
         let mut touched = Vec::new();
+        self.sink.rearm();
         while let Ok(d) = self.replies.try_recv() {
             self.deliver(d, &mut touched);
         }

@@ -1,9 +1,13 @@
 //! Reads that never wait on the engine thread: one key's type and records as of one
-//! instant ([`KeyRequest`], [`Store::read_key_async`] and its cached twin), GET and MGET
-//! ([`Store::get_strings_async`]), `LS.RANGE`, and the DRAM-only STRLEN and EXISTS.
+//! instant ([`KeyRequest`], [`Store::read_key_async`], and [`Store::read_key_here`] that
+//! answers from DRAM or leaves the caller a [`PendingKeyRead`] to start), GET and MGET
+//! ([`Store::get_strings_async`], [`Store::get_strings_cached`]), `LS.RANGE`, and the
+//! DRAM-only STRLEN and EXISTS.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
-use lsm::{Probes, RangeRead};
+use lsm::{LookupNow, PendingLookup, Probes, RangeRead, ReadWindowFull, ReservedRead};
 
 use super::{now_ms, KeyspaceCounters, Result, Store, StoreError};
 use crate::keyspace::{self as ks, STRING};
@@ -56,6 +60,82 @@ pub struct KeyFound {
 
 /// Receives the result of [`Store::read_key_async`].
 pub type OnKey = Box<dyn FnOnce(Result<KeyFound>) + Send>;
+
+/// A read started where it stands ([`Store::read_key_here`]):
+/// answered from DRAM, or resolved and waiting for its value pages to be read.
+pub enum Here<T, P> {
+    /// DRAM held all of it.
+    Answered(T),
+    /// A page must come from the device: reserve the read (the pending read's `reserve`)
+    /// and submit it, or drop it.
+    Pending(P),
+}
+
+/// A key's read resolved by [`Store::read_key_here`] whose pages must be read.
+pub struct PendingKeyRead {
+    lookup: PendingLookup,
+    finish: KeyFinish,
+    counters: Arc<KeyspaceCounters>,
+}
+
+impl PendingKeyRead {
+    /// Takes room for the page reads without waiting and binds `done`, which runs on the
+    /// engine's poller thread once they are in; the caller starts the read with
+    /// [`lsm::Engine::submit_reads`] (with the others it reserved).
+    ///
+    /// # Errors
+    /// [`ReadWindowFull`]: nothing was started (`done` is dropped); read it the waiting
+    /// way ([`Store::read_key_async`]).
+    pub fn reserve(self, done: OnKey) -> std::result::Result<ReservedRead, ReadWindowFull> {
+        let (finish, counters) = (self.finish, self.counters);
+        self.lookup.reserve(Box::new(move |r| {
+            done(
+                r.map_err(StoreError::from)
+                    .map(|l| finish.finish(l, &counters)),
+            )
+        }))
+    }
+}
+
+/// [`Store::get_strings_cached`]'s answer: the values in key order (`None`: missing or
+/// expired), and per key asked for its type whether it holds another type.
+pub type CachedStrings = (Vec<Option<Bytes>>, Vec<bool>);
+
+/// Turns GET's and MGET's lookup into string values and type flags.
+struct StringsFinish {
+    /// Per key read: past its deadline when the read was resolved.
+    expired: Vec<bool>,
+    /// Per key whose type is asked: past its deadline.
+    typed_expired: Vec<bool>,
+    counters: Arc<KeyspaceCounters>,
+}
+
+impl StringsFinish {
+    fn finish(self, r: lsm::Result<lsm::Lookup>) -> (Result<Vec<Option<Bytes>>>, Vec<bool>) {
+        let (values, present) = match r {
+            Ok(found) => (Ok(found.values), found.present),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        let other_type: Vec<bool> = present
+            .chunks(ks::TOP_LEVEL.len() - 1)
+            .zip(self.typed_expired)
+            .map(|(p, gone)| !gone && p.iter().any(|&b| b))
+            .collect();
+        let counters = self.counters;
+        let out = values.map_err(StoreError::from).map(|values| {
+            values
+                .into_iter()
+                .zip(self.expired)
+                .map(|(v, exp)| {
+                    let v = if exp { None } else { v };
+                    counters.count_hit(v.is_some());
+                    v
+                })
+                .collect()
+        });
+        (out, other_type)
+    }
+}
 
 /// The engine keys of one key's read (see [`Store::read_key_async`]).
 pub(super) struct KeyRequest {
@@ -228,32 +308,6 @@ impl Store {
             .collect()
     }
 
-    /// MGET answered at once when DRAM holds all of it (the value pages in the value cache):
-    /// the string values of `keys` (`None`: missing, expired or of another type); `None`
-    /// when a page would have to come from the device, or the engine failed.
-    pub fn get_strings_now(&self, keys: &[&[u8]]) -> Option<Vec<Option<Bytes>>> {
-        let expired = self.expired_mask(keys, now_ms());
-        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let found = self
-            .db
-            .lookup_cached(&refs, Probes::NONE, None)
-            .ok()
-            .flatten()?;
-        Some(
-            found
-                .values
-                .into_iter()
-                .zip(expired)
-                .map(|(v, exp)| {
-                    let v = if exp { None } else { v };
-                    self.counters.count_hit(v.is_some());
-                    v
-                })
-                .collect(),
-        )
-    }
-
     /// String values of many keys without waiting for the device: the reads are submitted
     /// and `done` runs on the engine's poller thread once they are all in (or here, when
     /// nothing needs reading). A value within one device page arrives as a slice of the
@@ -262,12 +316,55 @@ impl Store {
     /// the same instant as the values (so a GET answers nil or WRONGTYPE consistently).
     /// `done` must be short and must not call into the store.
     pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[&[u8]], done: OnStrings) {
+        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        self.db.lookup_async(
+            &refs,
+            Probes::Each(&probes),
+            None,
+            Box::new(move |r| {
+                let (values, other_type) = finish.finish(r);
+                done(values, other_type);
+            }),
+        );
+    }
+
+    /// [`Store::get_strings_async`] answered at once when DRAM holds every value page it
+    /// needs; `Ok(None)` when a page must come from the device (nothing is read then: the
+    /// engine thread reads GETs and MGETs in batches, see `exec::engine_loop`).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get_strings_cached(
+        &self,
+        keys: &[&[u8]],
+        typed: &[&[u8]],
+    ) -> Result<Option<CachedStrings>> {
+        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        match self.db.lookup_now(&refs, Probes::Each(&probes), None)? {
+            LookupNow::Answered(found) => {
+                let (values, other_type) = finish.finish(Ok(found));
+                Ok(Some((values?, other_type)))
+            }
+            LookupNow::Pending(_) => Ok(None),
+        }
+    }
+
+    /// The engine keys of GET's and MGET's read: the string records of `keys`, the other
+    /// types' records of each of `typed`, and what turns the lookup into the reply's values.
+    fn strings_request(
+        &self,
+        keys: &[&[u8]],
+        typed: &[&[u8]],
+    ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, StringsFinish) {
         let now = now_ms();
         let expired = self.expired_mask(keys, now);
         // An expired key of another type is no key: nil, not WRONGTYPE.
         let typed_expired = self.expired_mask(typed, now);
         let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         let probe_keys: Vec<Vec<u8>> = typed
             .iter()
             .flat_map(|k| {
@@ -277,31 +374,12 @@ impl Store {
                     .map(|&t| ks::top(t, k))
             })
             .collect();
-        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        let counters = self.counters.clone();
-        self.db.multi_get_async_probed(
-            &refs,
-            &probes,
-            Box::new(move |r, present| {
-                let other_type: Vec<bool> = present
-                    .chunks(ks::TOP_LEVEL.len() - 1)
-                    .zip(typed_expired)
-                    .map(|(p, gone)| !gone && p.iter().any(|&b| b))
-                    .collect();
-                let out = r.map_err(StoreError::from).map(|values| {
-                    values
-                        .into_iter()
-                        .zip(expired)
-                        .map(|(v, exp)| {
-                            let v = if exp { None } else { v };
-                            counters.count_hit(v.is_some());
-                            v
-                        })
-                        .collect()
-                });
-                done(out, other_type);
-            }),
-        );
+        let finish = StringsFinish {
+            expired,
+            typed_expired,
+            counters: self.counters.clone(),
+        };
+        (engine_keys, probe_keys, finish)
     }
 
     /// One key's read without waiting (the reading commands other than GET, MGET and the
@@ -330,19 +408,35 @@ impl Store {
         );
     }
 
-    /// [`Store::read_key_async`] answered at once when DRAM holds everything it needs (the
-    /// value pages in the value cache); `None` when a page would have to come from the
-    /// device, or the engine failed (the asynchronous read then reports it).
-    pub fn read_key_now(&self, key: &[u8], what: &KeyRead<'_>) -> Option<KeyFound> {
+    /// [`Store::read_key_async`] resolved on the calling thread: answered when DRAM holds
+    /// every value page it needs, else pending (the caller starts it, see [`Here`]), with
+    /// one resolution either way.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn read_key_here(
+        &self,
+        key: &[u8],
+        what: &KeyRead<'_>,
+    ) -> Result<Here<KeyFound, PendingKeyRead>> {
         let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
         let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
         let range = req.range();
-        let found = self
-            .db
-            .lookup_cached(&keys, req.probes(&probe_refs), range.as_ref())
-            .ok()
-            .flatten()?;
-        Some(req.finish.finish(found, &self.counters))
+        Ok(
+            match self
+                .db
+                .lookup_now(&keys, req.probes(&probe_refs), range.as_ref())?
+            {
+                LookupNow::Answered(found) => {
+                    Here::Answered(req.finish.finish(found, &self.counters))
+                }
+                LookupNow::Pending(lookup) => Here::Pending(PendingKeyRead {
+                    lookup,
+                    finish: req.finish,
+                    counters: self.counters.clone(),
+                }),
+            },
+        )
     }
 
     /// [`Store::read_key_async`], waiting for the result.

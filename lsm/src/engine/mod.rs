@@ -36,7 +36,7 @@ mod version;
 mod write;
 
 pub use fsck::{Finding, FindingKind, FsckReport};
-pub use read::{KeyFilter, RangeRead};
+pub use read::{KeyFilter, LookupNow, PendingLookup, RangeRead, ReadWindowFull, ReservedRead};
 pub use write::{Doorbell, PendingWrite};
 
 use gc::{GcCarry, GcCursor, GcMove, GcReadAhead};
