@@ -212,3 +212,88 @@ fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
          write the GET saw"
     );
 }
+
+/// Cold reads started on the network thread, from many clients at once, each pipelining
+/// writes and reads of its own hashes: with no value cache and values too long to be held
+/// in their keytable entries, every read that finds a field goes to the device (started on
+/// `ls-net`, or on `ls-engine` when the read window is full or a job of the connection is
+/// unanswered). Every reply must match the client's own model, in order.
+#[test]
+fn cold_reads_from_many_pipelining_clients_match_a_model() {
+    const CLIENTS: usize = 4;
+    const ROUNDS: usize = 30;
+    const HASHES: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Drive::start(&dir.path().join("data"), &["--value-cache-size", "0"]);
+    let page_reads_before = info_field(&mut d.conn(), "ftl", "page_reads");
+    let workers: Vec<_> = (0..CLIENTS)
+        .map(|t| {
+            let mut c = d.conn();
+            std::thread::spawn(move || {
+                let mut model: Vec<HashMap<String, String>> = vec![HashMap::new(); HASHES];
+                let key = |h: usize| format!("client{t}:hash{h}");
+                let value = |r: usize, h: usize, f: usize| {
+                    format!("r{r}-h{h}-f{f}-{}", "v".repeat(80 + (r * 7 + f) % 50))
+                };
+                for r in 0..ROUNDS {
+                    // Writes of this round, then a pipeline of reads of every hash.
+                    let mut w = redis::pipe();
+                    for h in 0..HASHES {
+                        let f = (r + h) % 6;
+                        if (r + h) % 11 == 5 {
+                            w.del(key(h)).ignore();
+                            model[h].clear();
+                        } else {
+                            w.hset(key(h), format!("f{f}"), value(r, h, f)).ignore();
+                            model[h].insert(format!("f{f}"), value(r, h, f));
+                        }
+                    }
+                    let () = w.query(&mut c).unwrap();
+                    let mut p = redis::pipe();
+                    for h in 0..HASHES {
+                        p.hgetall(key(h))
+                            .hget(key(h), "f1")
+                            .hget(key(h), "f3")
+                            .cmd("HMGET")
+                            .arg(key(h))
+                            .arg("f0")
+                            .arg("f2")
+                            .arg("f4")
+                            .arg("f5")
+                            .hlen(key(h));
+                    }
+                    let replies: Vec<redis::Value> = p.query(&mut c).unwrap();
+                    for (h, r5) in replies.chunks(5).enumerate() {
+                        let m = &model[h];
+                        let all: HashMap<String, String> = redis::from_redis_value(&r5[0]).unwrap();
+                        assert_eq!(&all, m, "client {t} round {r} HGETALL {}", key(h));
+                        for (i, f) in ["f1", "f3"].iter().enumerate() {
+                            let got: Option<String> = redis::from_redis_value(&r5[1 + i]).unwrap();
+                            assert_eq!(got.as_ref(), m.get(*f), "client {t} round {r} HGET {f}");
+                        }
+                        let got: Vec<Option<String>> = redis::from_redis_value(&r5[3]).unwrap();
+                        let want: Vec<Option<String>> = ["f0", "f2", "f4", "f5"]
+                            .iter()
+                            .map(|f| m.get(*f).cloned())
+                            .collect();
+                        assert_eq!(got, want, "client {t} round {r} HMGET");
+                        let n: usize = redis::from_redis_value(&r5[4]).unwrap();
+                        assert_eq!(n, m.len(), "client {t} round {r} HLEN");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut c = d.conn();
+    assert!(
+        info_field(&mut c, "ftl", "page_reads") > page_reads_before + 1000,
+        "the reads did not go to the device: the test proves nothing"
+    );
+    assert!(
+        info_field(&mut c, "stats", "reads_started_inline") > 1000,
+        "the cold reads were not started on the network thread"
+    );
+}

@@ -809,6 +809,9 @@ impl Net {
                         continue;
                     }
                     ReadHere::Started => {
+                        self.metrics
+                            .reads_started_inline
+                            .fetch_add(1, Ordering::Relaxed);
                         c.hand_off(
                             route,
                             cost,
