@@ -238,14 +238,14 @@ fn cold_reads_from_many_pipelining_clients_match_a_model() {
                 for r in 0..ROUNDS {
                     // Writes of this round, then a pipeline of reads of every hash.
                     let mut w = redis::pipe();
-                    for h in 0..HASHES {
+                    for (h, m) in model.iter_mut().enumerate() {
                         let f = (r + h) % 6;
                         if (r + h) % 11 == 5 {
                             w.del(key(h)).ignore();
-                            model[h].clear();
+                            m.clear();
                         } else {
                             w.hset(key(h), format!("f{f}"), value(r, h, f)).ignore();
-                            model[h].insert(format!("f{f}"), value(r, h, f));
+                            m.insert(format!("f{f}"), value(r, h, f));
                         }
                     }
                     let () = w.query(&mut c).unwrap();
