@@ -1,6 +1,7 @@
 //! The reading side of the worker threads: `ls-engine`'s loop (GET and MGET batches, key
 //! reads and ranges started without waiting for the device), the reads `ls-net` answers from
-//! DRAM ([`try_read_now`]), and reads inside a transaction against its write group.
+//! DRAM or starts itself ([`read_here`]), and reads inside a transaction against its write
+//! group.
 
 use super::*;
 

@@ -503,7 +503,7 @@ impl Drop for ReservedRead {
 }
 
 /// A lookup resolved by [`Engine::lookup_now`] whose value pages are not all in DRAM. It
-/// holds its view's pin (see [`crate::epoch`]): the segments its pointers lead into are not
+/// holds its view's read pin: the segments its pointers lead into are not
 /// trimmed until its last page is read, or until it is dropped unstarted.
 pub struct PendingLookup {
     side: Arc<ReadSide>,
