@@ -1,6 +1,6 @@
 #!/bin/bash
 # Paired rounds, base build then new build in turn: ab.sh ROUNDS BASE NEW
-# (each script starts a fresh plp drive; see ooc.sh, rget.sh, threads.sh)
+# (each script starts a fresh plp drive; see ooc.sh, rget.sh and ../cpu-per-op-2026-11-30b/threads.sh)
 R=$1; A=$2; B=$3; H=$(dirname "$0")
 F=""; for i in $(seq 0 9); do F="$F field$i"; done
 for r in $(seq "$R"); do
@@ -13,6 +13,6 @@ for r in $(seq "$R"); do
     echo "--- GET 8 KiB, 40,000 keys, 64 MiB value cache, 4 connections x pipeline 8"
     "$H/rget.sh" "$bin" 200000 -r 40000 -c 4 -P 8 -t get -d 8192
     echo "--- HMGET of ten fields, 5,000 hashes (in the cache), 4 connections"
-    "$H/threads.sh" "$bin" 200000 -r 5000 -c 4 HMGET user__rand_int__ $F
+    "$H/../cpu-per-op-2026-11-30b/threads.sh" "$bin" 200000 -r 5000 -c 4 HMGET user__rand_int__ $F
   done
 done

@@ -311,6 +311,15 @@ impl Conn {
         self.last_job.is_none_or(|s| self.next_reply > s)
     }
 
+    /// Takes the next sequence number for a request whose reply comes later (from `route`,
+    /// or held in [`Conn::early`] until the replies before it are out): counted in flight.
+    pub(super) fn next_in_flight(&mut self, route: Route, cost: usize, meta: InFlight) -> u64 {
+        self.hand_off(route, cost, meta);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
     pub(super) fn hand_off(&mut self, route: Route, cost: usize, meta: InFlight) {
         self.in_flight += 1;
         self.in_flight_to = route;

@@ -794,17 +794,13 @@ impl Net {
                         } else {
                             // Behind replies still in flight: it waits its turn, as a
                             // reply from a worker that came early does (`deliver`).
-                            c.hand_off(
-                                route,
-                                cost,
-                                InFlight {
-                                    row,
-                                    started: self.now,
-                                    args,
-                                },
-                            );
-                            c.early.insert(c.next_seq, r);
-                            c.next_seq += 1;
+                            let meta = InFlight {
+                                row,
+                                started: self.now,
+                                args,
+                            };
+                            let seq = c.next_in_flight(route, cost, meta);
+                            c.early.insert(seq, r);
                         }
                         continue;
                     }
@@ -812,16 +808,12 @@ impl Net {
                         self.metrics
                             .reads_started_inline
                             .fetch_add(1, Ordering::Relaxed);
-                        c.hand_off(
-                            route,
-                            cost,
-                            InFlight {
-                                row,
-                                started: self.now,
-                                args,
-                            },
-                        );
-                        c.next_seq += 1;
+                        let meta = InFlight {
+                            row,
+                            started: self.now,
+                            args,
+                        };
+                        c.next_in_flight(route, cost, meta);
                         continue;
                     }
                     ReadHere::Elsewhere => {}

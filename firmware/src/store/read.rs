@@ -331,8 +331,9 @@ impl Store {
     }
 
     /// [`Store::get_strings_async`] answered at once when DRAM holds every value page it
-    /// needs; `Ok(None)` when a page must come from the device (nothing is read then: the
-    /// engine thread reads GETs and MGETs in batches, see `exec::engine_loop`).
+    /// needs; `Ok(None)` when a page must come from the device (nothing is read then, and no
+    /// cache miss is counted: the engine thread, which reads GETs and MGETs in batches, see
+    /// `exec::engine_loop`, counts it when it reads).
     ///
     /// # Errors
     /// Engine errors.
@@ -344,12 +345,12 @@ impl Store {
         let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        match self.db.lookup_now(&refs, Probes::Each(&probes), None)? {
-            LookupNow::Answered(found) => {
+        match self.db.lookup_cached(&refs, Probes::Each(&probes), None)? {
+            Some(found) => {
                 let (values, other_type) = finish.finish(Ok(found));
                 Ok(Some((values?, other_type)))
             }
-            LookupNow::Pending(_) => Ok(None),
+            None => Ok(None),
         }
     }
 
