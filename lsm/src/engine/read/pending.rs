@@ -1,0 +1,255 @@
+//! Reads started by a caller that must never wait (the drive's network thread):
+//! [`Engine::lookup_now`]'s [`PendingLookup`], its room in the read window
+//! ([`PendingLookup::reserve`]), and their submission together
+//! ([`Engine::submit_reads`]); and the waiting start that [`Engine::lookup_async`] uses.
+
+use super::*;
+
+/// What [`Engine::lookup_now`] found.
+pub enum LookupNow {
+    /// DRAM held everything: the lookup's result.
+    Answered(Lookup),
+    /// A value page must come from the device: start the reads, or drop it.
+    Pending(PendingLookup),
+}
+
+/// [`PendingLookup::reserve`] found no room in the window of asynchronous page reads
+/// ([`crate::ASYNC_READ_WINDOW`]): nothing was queued and the lookup's pin is released. The
+/// caller starts the read where waiting is allowed ([`Engine::lookup_async`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadWindowFull;
+
+/// A read with room in the read window and its callback bound ([`PendingLookup::reserve`]),
+/// to be started by [`Engine::submit_reads`]. Dropped unstarted, it fails with
+/// [`EngineError::Closed`] (its `done` is called) and gives its room back.
+pub struct ReservedRead {
+    side: Arc<ReadSide>,
+    /// Indexes of the pages to read among the plan's.
+    misses: Vec<usize>,
+    lbas: Vec<Lba>,
+    /// `None` once submitted.
+    acc: Option<Arc<Mutex<AsyncRead>>>,
+}
+
+impl ReservedRead {
+    /// The poller callback of this read's page `j`.
+    fn page_callback(&self, j: usize, acc: &Arc<Mutex<AsyncRead>>) -> crate::io::OnDone {
+        page_done(
+            self.misses[j],
+            acc.clone(),
+            self.side.window.clone(),
+            self.side.read_copied.clone(),
+            self.side.read_faults.clone(),
+        )
+    }
+}
+
+impl Drop for ReservedRead {
+    fn drop(&mut self) {
+        let Some(acc) = self.acc.take() else {
+            return;
+        };
+        let side = &self.side;
+        for &i in &self.misses {
+            finish_page(
+                i,
+                &acc,
+                &side.window,
+                (&side.read_copied, &side.read_faults),
+                Err(EngineError::Closed),
+            );
+        }
+    }
+}
+
+/// A lookup resolved by [`Engine::lookup_now`] whose value pages are not all in DRAM. It
+/// holds its view's read pin: the segments its pointers lead into are not
+/// trimmed until its last page is read, or until it is dropped unstarted.
+pub struct PendingLookup {
+    pub(super) side: Arc<ReadSide>,
+    pub(super) plan: ReadPlan,
+    /// Per page of the plan: its copy from DRAM, or `None`: to read from the device.
+    pub(super) cached: Vec<Option<Bytes>>,
+    pub(super) shape: LookupShape,
+    pub(super) pin: ReadPin,
+}
+
+impl PendingLookup {
+    /// Page reads the lookup needs from the device.
+    pub fn pages_to_read(&self) -> usize {
+        self.cached.iter().filter(|c| c.is_none()).count()
+    }
+
+    /// Takes room in the window of asynchronous page reads for this lookup's pages, without
+    /// waiting, and binds `done` to it: the read is then started by
+    /// [`Engine::submit_reads`], with others, in one submission. `done` runs on the engine's
+    /// poller thread once the last page is in.
+    ///
+    /// # Errors
+    /// [`ReadWindowFull`]: the window has no room for these pages; nothing was taken, `done`
+    /// is dropped uncalled, and the pin is released.
+    pub fn reserve(self, done: OnLookup) -> std::result::Result<ReservedRead, ReadWindowFull> {
+        if !self.side.window.try_acquire_pages(self.pages_to_read()) {
+            return Err(ReadWindowFull);
+        }
+        let side = self.side.clone();
+        let (misses, lbas, acc) = self.into_async(done);
+        Ok(ReservedRead {
+            side,
+            misses,
+            lbas,
+            acc: Some(acc),
+        })
+    }
+
+    /// Starts the page reads from a thread that may wait: at most
+    /// [`crate::ASYNC_READ_WINDOW`] pages of asynchronous reads are on the device at once,
+    /// so a larger request goes a window at a time, this thread waiting for earlier pages;
+    /// each window with one doorbell; pages refused for a full queue offered again after a
+    /// pause. `done` runs on the engine's poller thread once the last page is in.
+    pub(super) fn start_waiting(self, done: OnLookup) {
+        let side = self.side.clone();
+        let (misses, lbas, acc) = self.into_async(done);
+        let n = lbas.len();
+        let page_cb = |j: usize| {
+            page_done(
+                misses[j],
+                acc.clone(),
+                side.window.clone(),
+                side.read_copied.clone(),
+                side.read_faults.clone(),
+            )
+        };
+        let mut cmds: Vec<Command> = lbas
+            .iter()
+            .map(|&lba| Command::Read {
+                lba,
+                buf: PageBuf::for_read(),
+            })
+            .collect();
+        let mut callbacks: Vec<crate::io::OnDone> = (0..n).map(page_cb).collect();
+        // Writes (and their flushes) always find free tags: reads keep to the window.
+        let mut start = 0;
+        while start < n {
+            let len = (n - start).min(crate::ASYNC_READ_WINDOW);
+            side.window.acquire_pages(len);
+            let window_cmds: Vec<Command> = cmds.drain(..len).collect();
+            let window_cbs: Vec<crate::io::OnDone> = callbacks.drain(..len).collect();
+            let results = side.poller.submit_many(window_cmds, window_cbs);
+            for (j, r) in results.into_iter().enumerate() {
+                let Err(r) = r else {
+                    continue;
+                };
+                let i = start + j;
+                let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                let mut tries = 0u32;
+                loop {
+                    match side
+                        .poller
+                        .submit(Command::Read { lba: lbas[i], buf }, page_cb(i))
+                    {
+                        Ok(()) => break,
+                        Err(r)
+                            if matches!(r.error, DeviceError::QueueFull { .. })
+                                && tries < QUEUE_FULL_RETRIES =>
+                        {
+                            // Writes hold the device's tags: let some complete.
+                            tries += 1;
+                            buf = r.buf.unwrap_or_else(PageBuf::zeroed);
+                            std::thread::sleep(QUEUE_FULL_BACKOFF);
+                        }
+                        Err(r) => {
+                            finish_page(
+                                misses[i],
+                                &acc,
+                                &side.window,
+                                (&side.read_copied, &side.read_faults),
+                                Err(r.error.into()),
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+            start += len;
+        }
+    }
+
+    /// The reads' shared state: which plan pages to read (`misses`, indexes into the plan's
+    /// pages), their addresses, and the accumulator their callbacks fill.
+    fn into_async(self, done: OnLookup) -> (Vec<usize>, Vec<Lba>, Arc<Mutex<AsyncRead>>) {
+        let misses: Vec<usize> = (0..self.cached.len())
+            .filter(|&i| self.cached[i].is_none())
+            .collect();
+        let lbas: Vec<Lba> = misses.iter().map(|&i| self.plan.lbas[i]).collect();
+        let shape = self.shape;
+        let done: OnValues = Box::new(move |r| done(r.map(|values| shape.finish(values))));
+        let acc = Arc::new(Mutex::new(AsyncRead {
+            remaining: misses.len(),
+            pages: self.cached.into_iter().map(|c| c.map(Ok)).collect(),
+            plan: Some(self.plan),
+            done: Some(done),
+            pin: Some(self.pin),
+        }));
+        (misses, lbas, acc)
+    }
+}
+
+impl Engine {
+    /// Starts reads reserved by [`PendingLookup::reserve`]: every page of all of them in one
+    /// submission (one system call). Never waits: a page the device refuses for want of a
+    /// free command tag is retried by the poller as tags free up; any other refusal fails
+    /// its read through the read's `done`.
+    pub fn submit_reads(&self, reads: Vec<ReservedRead>) {
+        let side = &self.side;
+        let mut cmds = Vec::new();
+        let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
+        // Per command: its read and its page's index in that read.
+        let mut owner: Vec<(usize, usize)> = Vec::new();
+        let mut reads = reads;
+        for (r, read) in reads.iter().enumerate() {
+            let Some(acc) = &read.acc else {
+                continue;
+            };
+            for (j, &lba) in read.lbas.iter().enumerate() {
+                cmds.push(Command::Read {
+                    lba,
+                    buf: PageBuf::for_read(),
+                });
+                callbacks.push(read.page_callback(j, acc));
+                owner.push((r, j));
+            }
+        }
+        if cmds.is_empty() {
+            return;
+        }
+        let results = side.poller.queue_many(cmds, callbacks);
+        for ((r, j), result) in owner.into_iter().zip(results) {
+            let Err(rejected) = result else {
+                continue;
+            };
+            let read = &reads[r];
+            let Some(acc) = &read.acc else {
+                continue;
+            };
+            if matches!(rejected.error, DeviceError::QueueFull { .. }) {
+                let buf = rejected.buf.unwrap_or_else(PageBuf::zeroed);
+                side.poller
+                    .defer_read(read.lbas[j], buf, read.page_callback(j, acc));
+            } else {
+                finish_page(
+                    read.misses[j],
+                    acc,
+                    &side.window,
+                    (&side.read_copied, &side.read_faults),
+                    Err(rejected.error.into()),
+                );
+            }
+        }
+        // Every page is registered with the poller now: nothing is left for `Drop`.
+        for read in &mut reads {
+            read.acc = None;
+        }
+        side.poller.doorbell();
+    }
+}
