@@ -42,6 +42,18 @@ impl ReservedRead {
             self.side.read_faults.clone(),
         )
     }
+
+    /// Page `j` will not be read: it counts as read with `error`, and gives its room back.
+    fn fail_page(&self, j: usize, acc: &Mutex<AsyncRead>, error: EngineError) {
+        let side = &self.side;
+        finish_page(
+            self.misses[j],
+            acc,
+            &side.window,
+            (&side.read_copied, &side.read_faults),
+            Err(error),
+        );
+    }
 }
 
 impl Drop for ReservedRead {
@@ -49,15 +61,8 @@ impl Drop for ReservedRead {
         let Some(acc) = self.acc.take() else {
             return;
         };
-        let side = &self.side;
-        for &i in &self.misses {
-            finish_page(
-                i,
-                &acc,
-                &side.window,
-                (&side.read_copied, &side.read_faults),
-                Err(EngineError::Closed),
-            );
+        for j in 0..self.misses.len() {
+            self.fail_page(j, &acc, EngineError::Closed);
         }
     }
 }
@@ -92,14 +97,7 @@ impl PendingLookup {
         if !self.side.window.try_acquire_pages(self.pages_to_read()) {
             return Err(ReadWindowFull);
         }
-        let side = self.side.clone();
-        let (misses, lbas, acc) = self.into_async(done);
-        Ok(ReservedRead {
-            side,
-            misses,
-            lbas,
-            acc: Some(acc),
-        })
+        Ok(self.into_async(done))
     }
 
     /// Starts the page reads from a thread that may wait: at most
@@ -108,26 +106,22 @@ impl PendingLookup {
     /// each window with one doorbell; pages refused for a full queue offered again after a
     /// pause. `done` runs on the engine's poller thread once the last page is in.
     pub(super) fn start_waiting(self, done: OnLookup) {
-        let side = self.side.clone();
-        let (misses, lbas, acc) = self.into_async(done);
-        let n = lbas.len();
-        let page_cb = |j: usize| {
-            page_done(
-                misses[j],
-                acc.clone(),
-                side.window.clone(),
-                side.read_copied.clone(),
-                side.read_faults.clone(),
-            )
+        let mut read = self.into_async(done);
+        // This thread starts every page (or fails it): nothing is left for `Drop`.
+        let Some(acc) = read.acc.take() else {
+            return;
         };
-        let mut cmds: Vec<Command> = lbas
+        let (side, n) = (read.side.clone(), read.lbas.len());
+        let mut cmds: Vec<Command> = read
+            .lbas
             .iter()
             .map(|&lba| Command::Read {
                 lba,
                 buf: PageBuf::for_read(),
             })
             .collect();
-        let mut callbacks: Vec<crate::io::OnDone> = (0..n).map(page_cb).collect();
+        let mut callbacks: Vec<crate::io::OnDone> =
+            (0..n).map(|j| read.page_callback(j, &acc)).collect();
         // Writes (and their flushes) always find free tags: reads keep to the window.
         let mut start = 0;
         while start < n {
@@ -144,10 +138,11 @@ impl PendingLookup {
                 let mut buf = r.buf.unwrap_or_else(PageBuf::zeroed);
                 let mut tries = 0u32;
                 loop {
-                    match side
-                        .poller
-                        .submit(Command::Read { lba: lbas[i], buf }, page_cb(i))
-                    {
+                    let cmd = Command::Read {
+                        lba: read.lbas[i],
+                        buf,
+                    };
+                    match side.poller.submit(cmd, read.page_callback(i, &acc)) {
                         Ok(()) => break,
                         Err(r)
                             if matches!(r.error, DeviceError::QueueFull { .. })
@@ -159,13 +154,7 @@ impl PendingLookup {
                             std::thread::sleep(QUEUE_FULL_BACKOFF);
                         }
                         Err(r) => {
-                            finish_page(
-                                misses[i],
-                                &acc,
-                                &side.window,
-                                (&side.read_copied, &side.read_faults),
-                                Err(r.error.into()),
-                            );
+                            read.fail_page(i, &acc, r.error.into());
                             break;
                         }
                     }
@@ -175,9 +164,10 @@ impl PendingLookup {
         }
     }
 
-    /// The reads' shared state: which plan pages to read (`misses`, indexes into the plan's
-    /// pages), their addresses, and the accumulator their callbacks fill.
-    fn into_async(self, done: OnLookup) -> (Vec<usize>, Vec<Lba>, Arc<Mutex<AsyncRead>>) {
+    /// The read of the pages DRAM lacks, bound to `done`: which plan pages (`misses`), their
+    /// addresses, and the accumulator their callbacks fill. Its window room is the
+    /// caller's to take.
+    fn into_async(self, done: OnLookup) -> ReservedRead {
         let misses: Vec<usize> = (0..self.cached.len())
             .filter(|&i| self.cached[i].is_none())
             .collect();
@@ -191,7 +181,12 @@ impl PendingLookup {
             done: Some(done),
             pin: Some(self.pin),
         }));
-        (misses, lbas, acc)
+        ReservedRead {
+            side: self.side,
+            misses,
+            lbas,
+            acc: Some(acc),
+        }
     }
 }
 
@@ -200,13 +195,12 @@ impl Engine {
     /// submission (one system call). Never waits: a page the device refuses for want of a
     /// free command tag is retried by the poller as tags free up; any other refusal fails
     /// its read through the read's `done`.
-    pub fn submit_reads(&self, reads: Vec<ReservedRead>) {
+    pub fn submit_reads(&self, mut reads: Vec<ReservedRead>) {
         let side = &self.side;
         let mut cmds = Vec::new();
         let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
         // Per command: its read and its page's index in that read.
         let mut owner: Vec<(usize, usize)> = Vec::new();
-        let mut reads = reads;
         for (r, read) in reads.iter().enumerate() {
             let Some(acc) = &read.acc else {
                 continue;
@@ -237,13 +231,7 @@ impl Engine {
                 side.poller
                     .defer_read(read.lbas[j], buf, read.page_callback(j, acc));
             } else {
-                finish_page(
-                    read.misses[j],
-                    acc,
-                    &side.window,
-                    (&side.read_copied, &side.read_faults),
-                    Err(rejected.error.into()),
-                );
+                read.fail_page(j, acc, rejected.error.into());
             }
         }
         // Every page is registered with the poller now: nothing is left for `Drop`.
