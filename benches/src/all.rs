@@ -1123,7 +1123,8 @@ impl RunOne {
                     .and_then(|a| crate::resp::info_field(a, "stats", "value_bytes_copied").ok())
             };
             let copied0 = copied();
-            let m = workloads::run(kv, w, self.keys, self.keys, &value, shape)?;
+            let ops = w.ops(self.keys);
+            let m = workloads::run(kv, w, self.keys, ops, &value, shape)?;
             let copied1 = copied();
             let batch = match w {
                 Workload::SSet | Workload::RSet => shape.write_batch,
@@ -1140,6 +1141,8 @@ impl RunOne {
             );
             r.p999_us = Some(m.p999_us);
             r.max_us = Some(m.max_us);
+            r.read_write_p999_us = m.read_write_p999_us;
+            r.host_stalls = m.host_stalls;
             r.value_size = Some(self.value_size as u32);
             r.write_amp = m.write_amp;
             r.write_amp_disk = m.write_amp_disk;
@@ -1157,8 +1160,7 @@ impl RunOne {
             r.pipeline = Some(batch as u32);
             r.mean_us = Some(m.mean_us);
             if let (Some(a), Some(b)) = (copied0, copied1) {
-                r.value_bytes_copied_per_op =
-                    Some(b.saturating_sub(a) as f64 / self.keys.max(1) as f64);
+                r.value_bytes_copied_per_op = Some(b.saturating_sub(a) as f64 / ops.max(1) as f64);
             }
             // The drive's compactions (the metadata-compaction ablation's cost).
             if let (Access::Drive { .. }, Some(c)) = (access, &m.engine_counters) {

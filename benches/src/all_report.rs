@@ -109,6 +109,15 @@ fn fmt_opt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "—".to_string(), |x| format!("{x:.digits$}"))
 }
 
+/// A row's p99.9, with its reads' and writes' own where it has both (R-Mixed).
+fn fmt_p999(r: &Row) -> String {
+    let all = r.p999_us.map_or_else(|| "—".to_string(), fmt_lat);
+    match r.read_write_p999_us {
+        Some((get, set)) => format!("{all} (GET {}, SET {})", fmt_lat(get), fmt_lat(set)),
+        None => all,
+    }
+}
+
 fn fmt_lat(x: f64) -> String {
     if x > 0.0 {
         format!("{x:.0}")
@@ -321,7 +330,12 @@ struct Target {
     goal: String,
     got: Option<f64>,
     met: Option<bool>,
+    /// How `got` reads: a ratio (`0.86x`) or a latency (`8.1 ms`).
+    latency: bool,
 }
+
+/// R-Mixed's p99.9 latency goal of GETs and of SETs, ms (issue 15).
+const MIXED_P999_GOAL_MS: f64 = 10.0;
 
 fn targets(res: &Results) -> Vec<Target> {
     let rows = &res.rows;
@@ -357,6 +371,7 @@ fn targets(res: &Results) -> Vec<Target> {
             goal: format!(">= {goal:.1}x"),
             got,
             met,
+            latency: false,
         });
     }
     // Issue 15: without a flush per write, at least RocksDB without a WAL, every value size.
@@ -373,6 +388,7 @@ fn targets(res: &Results) -> Vec<Target> {
             goal: ">= 1.0x".into(),
             got,
             met: got.map(|g| g >= 1.0),
+            latency: false,
         });
     }
     for (peer, label, goals) in [
@@ -394,6 +410,7 @@ fn targets(res: &Results) -> Vec<Target> {
                 goal: format!(">= {goal:.1}x"),
                 got,
                 met: got.map(|g| g >= goal),
+                latency: false,
             });
         }
     }
@@ -408,6 +425,7 @@ fn targets(res: &Results) -> Vec<Target> {
         goal: ">= 1.0x".into(),
         got,
         met: got.map(|g| g >= 1.0),
+        latency: false,
     });
     let got = ratio(net(Workload::ZGet), redis(Workload::ZGet));
     t.push(Target {
@@ -415,6 +433,7 @@ fn targets(res: &Results) -> Vec<Target> {
         goal: ">= 1.0x".into(),
         got,
         met: got.map(|g| g >= 1.0),
+        latency: false,
     });
     let got = ratio(net(Workload::RSet), redis(Workload::RSet));
     t.push(Target {
@@ -422,6 +441,7 @@ fn targets(res: &Results) -> Vec<Target> {
         goal: ">= 0.8x".into(),
         got,
         met: got.map(|g| g >= 0.8),
+        latency: false,
     });
     for w in [Workload::RGet, Workload::RSet] {
         let cpu = |s: &str| find(rows, s, w, vs).and_then(|r| r.cpu_s_per_mop);
@@ -435,9 +455,50 @@ fn targets(res: &Results) -> Vec<Target> {
             goal: ">= 1.0x".into(),
             got,
             met: got.map(|g| g >= 1.0),
+            latency: false,
         });
     }
+    // Issue 15: R-Mixed with maintenance running, the tails of GETs and of SETs.
+    for system in ["lightstore-local", PLP] {
+        let p999 = find(rows, system, Workload::RMixed, vs).and_then(|r| r.read_write_p999_us);
+        for (op, got) in [("GET", p999.map(|p| p.0)), ("SET", p999.map(|p| p.1))] {
+            let got = got.map(|us| us / 1e3);
+            t.push(Target {
+                what: format!(
+                    "{} R-Mixed p99.9 of {op} (host stalls: {})",
+                    if system == PLP {
+                        "LightStore-Local plp"
+                    } else {
+                        "LightStore-Local"
+                    },
+                    fmt_stalls(find(rows, system, Workload::RMixed, vs))
+                ),
+                goal: format!("<= {MIXED_P999_GOAL_MS:.0} ms"),
+                got,
+                met: got.map(|ms| ms <= MIXED_P999_GOAL_MS),
+                latency: true,
+            });
+        }
+    }
     t
+}
+
+/// What the host-stall probe saw during a row: stalls, the longest, the guest's steal time.
+fn fmt_stalls(r: Option<&Row>) -> String {
+    match r.and_then(|r| r.host_stalls) {
+        Some(h) => {
+            let steal = h
+                .steal_share
+                .map_or_else(String::new, |s| format!(", steal {:.0}%", s * 100.0));
+            let longest = if h.count > 0 {
+                format!(", longest {:.0} ms", h.longest_ms)
+            } else {
+                String::new()
+            };
+            format!("{}{longest}{steal}", h.count)
+        }
+        None => "—".to_string(),
+    }
 }
 
 /// The device's ceilings from the load generator and from fio, side by side (issue 18).
@@ -580,7 +641,11 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             "| {} | {} | {} | {met} |",
             t.what,
             t.goal,
-            fmt_ratio(t.got)
+            if t.latency {
+                fmt_opt(t.got, 1) + " ms"
+            } else {
+                fmt_ratio(t.got)
+            }
         );
     }
     let _ = writeln!(
@@ -752,15 +817,20 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
          memtable (the peers without a WAL), or data the meter did not see. Cache: the DRAM \
          the system was given to cache data (the peers: a sixteenth of the data plus \
          LightStore's keytable DRAM measured in the same pass; LightStore: its value cache, \
-         with its keytables in DRAM besides).\n"
+         with its keytables in DRAM besides). R-Mixed's p99.9 also gives its GETs' and \
+         its SETs' own, each from its own histogram. Host stalls: how often the harness's \
+         probe (a real-time thread sleeping 1 ms at a time) woke 5 ms or more late during \
+         the workload, the longest, and the guest's steal time from `/proc/stat`: time the \
+         host did not run this machine, which every thread of every system waits out and \
+         which sets a p99.9 alone when it meets {QD} operations in flight.\n"
     );
     let _ = writeln!(
         m,
-        "| system | workload | value | c x P | ops/s | MB/s | p50 µs | p99 µs | p99.9 µs | max µs | WA disk | WA proc | cache MiB | CPU s/Mop | RSS MB | vs device | vs LightStore |"
+        "| system | workload | value | c x P | ops/s | MB/s | p50 µs | p99 µs | p99.9 µs | max µs | WA disk | WA proc | cache MiB | CPU s/Mop | RSS MB | vs device | vs LightStore | host stalls |"
     );
     let _ = writeln!(
         m,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in rows
         .iter()
@@ -768,7 +838,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
     {
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {}x{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}x{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.system,
             r.workload,
             r.value_size
@@ -779,7 +849,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             r.mb_per_sec,
             fmt_lat(r.p50_us),
             fmt_lat(r.p99_us),
-            r.p999_us.map_or_else(|| "—".to_string(), fmt_lat),
+            fmt_p999(r),
             r.max_us.map_or_else(|| "—".to_string(), fmt_lat),
             fmt_opt(r.write_amp_disk, 2),
             fmt_opt(r.write_amp, 2),
@@ -788,6 +858,7 @@ fn markdown(res: &Results, plots: &[PathBuf], no_png: Option<&String>) -> String
             fmt_opt(r.rss_mb, 0),
             fmt_ratio(r.ratio_to_device),
             fmt_ratio(r.ratio_to_lightstore),
+            fmt_stalls(Some(r)),
         );
     }
     let missing: Vec<&Row> = rows.iter().filter(|r| r.missing.is_some()).collect();

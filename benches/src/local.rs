@@ -261,7 +261,7 @@ impl LocalBench {
             if w != Workload::SSet && !self.wanted(t, &format!("{}-{size}", w.name())) {
                 continue;
             }
-            let m = workloads::run(&kv, w, n, n, &value, Shape::in_process(value_size))?;
+            let m = workloads::run(&kv, w, n, w.ops(n), &value, Shape::in_process(value_size))?;
             let name = format!("{}-{size}", w.name());
             rows.push(engine_row(
                 &system,

@@ -8,6 +8,7 @@ mod expiry;
 mod extras;
 mod extras_report;
 mod fio;
+mod host_stalls;
 mod kv;
 mod local;
 mod net;

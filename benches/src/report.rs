@@ -37,6 +37,14 @@ pub struct Row {
     /// The slowest operation's latency in microseconds (`bench all`'s in-process rows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_us: Option<f64>,
+    /// The 99.9th percentile of the reads and of the writes, µs, each from its own
+    /// histogram, for a workload that has both (R-Mixed; `bench all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_write_p999_us: Option<(f64, f64)>,
+    /// How long the host stopped the machine during the workload, from the harness's
+    /// probe ([`crate::host_stalls`]; `bench all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_stalls: Option<crate::host_stalls::HostStalls>,
     /// Commands in flight.
     pub queue_depth: u32,
     /// Ratio of ops/s to fio's on the same bytes (device benchmark, file backend).
@@ -236,7 +244,7 @@ pub fn write_json(rows: &[Row], path: &Path) -> anyhow::Result<()> {
 
 /// Keys every row of `bench all`'s `results.json` carries (`null` where a figure does not
 /// apply, e.g. write amplification of a read workload).
-pub const ALL_KEYS: [&str; 26] = [
+pub const ALL_KEYS: [&str; 28] = [
     "system",
     "workload",
     "value_size",
@@ -246,6 +254,8 @@ pub const ALL_KEYS: [&str; 26] = [
     "p99_us",
     "p999_us",
     "max_us",
+    "read_write_p999_us",
+    "host_stalls",
     "write_amp",
     "write_amp_disk",
     "cache_bytes",

@@ -25,6 +25,11 @@ pub const QD: u32 = CLIENTS * BATCH;
 /// thread gathers the SETs queued from all connections into one group commit, so small
 /// values share pages the way they do behind the network.
 const WRITE_GROUP_PAGES: usize = 4;
+/// R-Mixed runs at least this many operations, whatever the key count: its p99.9 is a
+/// target, and over 16,384 operations (8 KiB values on the default data set) it is the 16th
+/// slowest, so that one stop of 32 operations in flight (a host stall, one device flush)
+/// would set it alone.
+pub const MIXED_MIN_OPS: u64 = 131_072;
 /// Points kept of each latency CDF.
 const CDF_POINTS: usize = 200;
 
@@ -129,6 +134,15 @@ impl Workload {
         Workload::ALL.into_iter().find(|w| w.name() == name)
     }
 
+    /// Operations a run of the workload makes on a data set of `keys` keys: one per key,
+    /// and at least [`MIXED_MIN_OPS`] for R-Mixed.
+    pub fn ops(self, keys: u64) -> u64 {
+        match self {
+            Workload::RMixed => keys.max(MIXED_MIN_OPS),
+            _ => keys,
+        }
+    }
+
     /// Whether it reads.
     pub fn reads(self) -> bool {
         !matches!(self, Workload::SSet | Workload::RSet)
@@ -224,6 +238,11 @@ pub struct Measured {
     pub cdf: Vec<[f64; 2]>,
     /// Whether the wait for the writes' background work ran to its end.
     pub settled: Settled,
+    /// The 99.9th percentile of the read operations and of the write operations, µs, when
+    /// the workload had both (R-Mixed); each from its own histogram.
+    pub read_write_p999_us: Option<(f64, f64)>,
+    /// What the host-stall probe saw during the workload (see [`crate::host_stalls`]).
+    pub host_stalls: Option<crate::host_stalls::HostStalls>,
 }
 
 /// Runs workload `w` on a system loaded with keys `0..keys` (S-SET loads them): `ops`
@@ -316,8 +335,11 @@ where
     let disk0 = disk_written_bytes();
     let cpu0 = kv.cpu_seconds().ok();
     let counters0 = kv.engine_counters();
+    let probe = crate::host_stalls::StallProbe::start();
     let start = Instant::now();
-    let per_client: Vec<anyhow::Result<Histogram<u64>>> = std::thread::scope(|scope| {
+    // Per client: the latencies of its read batches and of its write batches.
+    type Latencies = (Histogram<u64>, Histogram<u64>);
+    let per_client: Vec<anyhow::Result<Latencies>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let (f, next, put_keys) = (&f, &next, &put_keys);
@@ -326,16 +348,18 @@ where
                     let mut rng = SmallRng::seed_from_u64(
                         0x5eed + seed.wrapping_mul(0x9e37_79b9) + u64::from(c),
                     );
-                    // Nanoseconds; it grows to fit whatever is recorded.
-                    let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
+                    // Nanoseconds; they grow to fit whatever is recorded.
+                    let mut reads = Histogram::<u64>::new(LATENCY_DIGITS)?;
+                    let mut writes = Histogram::<u64>::new(LATENCY_DIGITS)?;
                     loop {
                         let b = next.fetch_add(1, Ordering::Relaxed);
                         if b >= batches {
-                            return Ok(lat);
+                            return Ok((reads, writes));
                         }
                         let t0 = Instant::now();
                         let put = f(session.as_mut(), &mut rng, b)?;
                         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        let lat = if put > 0 { &mut writes } else { &mut reads };
                         lat.record_n(ns.max(1), batch_len.max(1))?;
                         put_keys.fetch_add(put, Ordering::Relaxed);
                     }
@@ -359,13 +383,23 @@ where
         Settled::Done
     };
     let secs = start.elapsed().as_secs_f64();
+    let host_stalls = probe.finish();
     let engine_counters = counters0
         .zip(kv.engine_counters())
         .map(|(a, b)| crate::kv::counters_delta(&a, &b));
     let mut lat = Histogram::<u64>::new(LATENCY_DIGITS)?;
+    let mut reads = Histogram::<u64>::new(LATENCY_DIGITS)?;
+    let mut writes = Histogram::<u64>::new(LATENCY_DIGITS)?;
     for l in per_client {
-        lat.add(l?)?;
+        let (r, w) = l?;
+        reads.add(&r)?;
+        writes.add(&w)?;
     }
+    lat.add(&reads)?;
+    lat.add(&writes)?;
+    let p999 = |h: &Histogram<u64>| h.value_at_quantile(0.999) as f64 / 1e3;
+    let read_write_p999_us =
+        (!reads.is_empty() && !writes.is_empty()).then(|| (p999(&reads), p999(&writes)));
     let written1 = kv.written_bytes().ok();
     let disk1 = disk_written_bytes();
     let cpu1 = kv.cpu_seconds().ok();
@@ -399,6 +433,8 @@ where
         engine_counters,
         cdf: cdf(&lat),
         settled,
+        read_write_p999_us,
+        host_stalls,
     })
 }
 
