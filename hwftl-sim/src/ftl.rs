@@ -24,6 +24,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -187,8 +188,11 @@ pub struct Ftl {
     /// Held while the tables are written outside `state` ([`Ftl::open_ahead`]): one such
     /// write at a time. Taken before `state`, never while holding it.
     tables_lock: Mutex<()>,
-    /// Signalled when commands finish on the media.
+    /// Signalled when commands finish on the media, for the waiters counted in
+    /// `followers`.
     finished: Condvar,
+    /// Waiters asleep on `finished` while another thread polls (`Ftl::wait_for`).
+    followers: AtomicUsize,
     faults: FaultInjector,
     epoch: Instant,
     /// Whether the volatile write cache is modelled (the option is on and the media can undo
@@ -555,8 +559,17 @@ impl Ftl {
                 }
                 // Else: lost in a power cut.
             }
-            drop(st);
-            drop(guard);
+        }
+        drop(guard);
+        // Waiters that found the poll lock held sleep on `finished` (`wait_for`). Each counts
+        // itself in `followers`, then looks at the lock, holding `state` from before the
+        // count until its sleep releases it; this thread freed the lock and then reads the
+        // count, a full fence between the two on each side. So either the waiter saw the
+        // lock free (and polls itself), or the count read here includes it: taking `state`
+        // then waits until it sleeps, and the wake-up reaches it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.followers.load(Ordering::SeqCst) > 0 {
+            drop(self.state.lock());
             self.finished.notify_all();
         }
         polled
@@ -729,12 +742,27 @@ impl Ftl {
                     }
                     return Ok(self.finish(&mut st, tag, Instant::now()));
                 }
+                // Another thread is in the media's poll: it reports to every waiter at once
+                // (`pump`, where the argument is).
+                self.followers.fetch_add(1, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.poll_lock.is_locked() {
+                    self.finished.wait_for(&mut st, Self::FOLLOWER_WAIT);
+                    self.followers.fetch_sub(1, Ordering::SeqCst);
+                    continue;
+                }
+                self.followers.fetch_sub(1, Ordering::SeqCst);
             }
             if let Err(e) = self.pump(true, Some(tag)) {
                 return Err(reject(e, None));
             }
         }
     }
+
+    /// `wait_for`'s wait while another thread polls the media: that thread marks what
+    /// finished and wakes every waiter at once (`pump`), so the waiters do not queue for the
+    /// poll lock and wake one after another behind it. A bound only as a safety net.
+    const FOLLOWER_WAIT: Duration = Duration::from_millis(1);
 
     /// Hands queued commands to the backend. A failure is logged: the commands stay queued
     /// and the next doorbell (or a blocking reap) hands them over.

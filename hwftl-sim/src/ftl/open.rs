@@ -263,6 +263,7 @@ impl Ftl {
             poll_lock: Mutex::new(()),
             tables_lock: Mutex::new(()),
             finished: Condvar::new(),
+            followers: std::sync::atomic::AtomicUsize::new(0),
             faults: FaultInjector::default(),
             epoch: Instant::now(),
             cache,

@@ -526,3 +526,42 @@ fn a_write_off_the_write_pointer_opens_nothing() {
     );
     assert_eq!(hooks.meta_offsets.lock().len(), tables_before);
 }
+
+/// Threads waiting for their own reads while another polls (the media holding completions
+/// back for a while): each waiter either polls itself or sleeps until the poller reports,
+/// and every one gets its own completion once the media lets them through.
+#[test]
+fn waiters_behind_a_poller_all_get_their_completions() {
+    use std::time::Duration;
+    let (hooks, _store, dev) = hooked();
+    let dev = Arc::new(dev);
+    dev.execute(append(0)).unwrap();
+    let g = dev.geometry();
+    hooks.hold.store(true, Ordering::SeqCst);
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let reads = (0..4)
+                        .map(|_| Command::Read {
+                            lba: g.lba(SegmentId(0), 0),
+                            buf: PageBuf::zeroed(),
+                        })
+                        .collect();
+                    for done in dev.execute_many(reads) {
+                        let done = done.unwrap();
+                        assert!(done.result.is_ok(), "{:?}", done.result);
+                        assert!(done.buf.is_some());
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    hooks.hold.store(false, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(dev.followers.load(Ordering::SeqCst), 0);
+}
