@@ -96,6 +96,12 @@ pub struct DeviceConfig {
     /// recovery also scan the segments recorded as full. The file backend ignores the option:
     /// its durability is that of the real disk and its cache, which FLUSH (fdatasync) governs.
     pub volatile_cache: bool,
+    /// Batches of reads a caller waits for ([`AppendDevice::execute_many`] of reads only) go
+    /// down the calling thread's own io_uring ring, submitted and waited for in one system
+    /// call (file backend without a NAND timing model; default on). Off, they share the
+    /// device's ring with every other command. Either way each read holds a tag and counts
+    /// on its segment like any command (`ftl::direct_read`).
+    pub caller_ring_reads: bool,
 }
 
 impl DeviceConfig {
@@ -107,6 +113,7 @@ impl DeviceConfig {
             release: Release::Virtual,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             volatile_cache: false,
+            caller_ring_reads: true,
         }
     }
 }
@@ -198,6 +205,9 @@ pub struct Ftl {
     /// Whether the volatile write cache is modelled (the option is on and the media can undo
     /// a completed program).
     cache: bool,
+    /// Awaited read batches go down the caller's own ring ([`DeviceConfig::caller_ring_reads`]
+    /// and a media that has one, without a NAND timing model).
+    direct_reads: bool,
     /// Opened with [`Ftl::open_read_only`]: writes, appends and trims are refused and the
     /// tables are never written (not at open, not at close).
     read_only: bool,
@@ -225,6 +235,7 @@ fn reject(error: DeviceError, buf: Option<PageBuf>) -> Rejected {
     Rejected { error, buf }
 }
 
+mod direct_read;
 mod open;
 mod open_ahead;
 mod submit;
@@ -910,6 +921,9 @@ impl AppendDevice for Ftl {
         // users queued and hold back on purpose (a caller whose reads DRAM served, say).
         if cmds.is_empty() {
             return Vec::new();
+        }
+        if self.direct_reads && cmds.iter().all(|c| matches!(c, Command::Read { .. })) {
+            return self.read_many_direct(cmds);
         }
         let n = cmds.len();
         let mut results: Vec<Option<std::result::Result<Completion, Rejected>>> =

@@ -255,7 +255,10 @@ impl Ftl {
             tables_dirty: false,
             tables,
         };
+        let direct_reads =
+            config.caller_ring_reads && media.has_direct_reads() && config.timing.nand().is_none();
         Ok(Ftl {
+            direct_reads,
             geometry: g,
             config,
             media,

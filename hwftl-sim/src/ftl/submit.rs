@@ -2,6 +2,17 @@
 //! the tables, and preparing page programs (opening segments, mapping pages).
 
 use super::*;
+use crate::media::DirectRead;
+
+/// The command's page buffer, if it has one (handed back with a refusal).
+fn buf_of(c: Command) -> Option<PageBuf> {
+    match c {
+        Command::Read { buf, .. } | Command::Write { buf, .. } | Command::Append { buf, .. } => {
+            Some(buf)
+        }
+        Command::Trim { .. } | Command::Flush => None,
+    }
+}
 
 impl Ftl {
     fn alloc_tag(&self, st: &mut State) -> Result<u32> {
@@ -21,13 +32,6 @@ impl Ftl {
         awaited: bool,
         now: Instant,
     ) -> std::result::Result<Tag, Rejected> {
-        let g = self.geometry;
-        let buf_of = |c: Command| match c {
-            Command::Read { buf, .. }
-            | Command::Write { buf, .. }
-            | Command::Append { buf, .. } => Some(buf),
-            Command::Trim { .. } | Command::Flush => None,
-        };
         // A write to a free segment opens it first, with the tables written outside `state`
         // (`ftl::open_ahead`, where the argument is). The check rides on the submission's
         // own lock: a write to an open segment takes `state` once, as before.
@@ -49,11 +53,28 @@ impl Ftl {
                 _ => break st,
             }
         };
-        let tag = match self.alloc_tag(&mut st) {
+        self.admit(&mut st, cmd, awaited, now, false)
+            .map(|(tag, _)| tag)
+    }
+
+    /// Takes a command under `state`: its tag, its checks and accounting, and its media
+    /// operation. With `direct`, a read's page is not started on the media but handed back,
+    /// for the caller to read on its own thread ([`Media::read_direct`], `ftl::direct_read`)
+    /// and then mark done; the command counts as on the media meanwhile.
+    pub(super) fn admit(
+        &self,
+        st: &mut State,
+        cmd: Command,
+        awaited: bool,
+        now: Instant,
+        direct: bool,
+    ) -> std::result::Result<(Tag, Option<DirectRead>), Rejected> {
+        let g = self.geometry;
+        let tag = match self.alloc_tag(st) {
             Ok(t) => t,
             Err(e) => return Err(reject(e, buf_of(cmd))),
         };
-        let start = self.now(&st);
+        let start = self.now(st);
         st.seq += 1;
         let mut inflight = InFlight {
             kind: CommandKind::Flush,
@@ -89,7 +110,7 @@ impl Ftl {
                 Command::Read { lba, buf } => {
                     inflight.kind = CommandKind::Read;
                     inflight.lba = Some(lba);
-                    let ppa = match self.readable_ppa(&st, lba) {
+                    let ppa = match self.readable_ppa(st, lba) {
                         Ok(p) => p,
                         Err(e) => {
                             spare_buf = Some(buf);
@@ -118,7 +139,7 @@ impl Ftl {
                         }
                     };
                     self.prepare_write(
-                        &mut st,
+                        st,
                         &mut inflight,
                         seg,
                         Some(off),
@@ -133,7 +154,7 @@ impl Ftl {
                         return Err(e);
                     }
                     self.prepare_write(
-                        &mut st,
+                        st,
                         &mut inflight,
                         segment,
                         None,
@@ -153,7 +174,7 @@ impl Ftl {
                             in_flight: busy,
                         });
                     }
-                    inflight.preset = Some(self.trim(&mut st, segment, start, &mut inflight.due));
+                    inflight.preset = Some(self.trim(st, segment, start, &mut inflight.due));
                 }
                 Command::Flush => {
                     inflight.kind = CommandKind::Flush;
@@ -171,7 +192,12 @@ impl Ftl {
                 st.seg_busy[seg.0 as usize] += 1;
             }
         }
+        let mut handed_back = None;
         match media_op {
+            Some(MediaOp::Read { ppa, buf }) if direct => {
+                inflight.on_media = true;
+                handed_back = Some(DirectRead { id: tag, ppa, buf });
+            }
             Some(op) => {
                 inflight.on_media = true;
                 if let Err((e, buf)) = self.media.start(tag, op) {
@@ -202,7 +228,7 @@ impl Ftl {
             st.reapable += 1;
         }
         st.cmds[tag as usize] = Some(inflight);
-        Ok(Tag(tag))
+        Ok((Tag(tag), handed_back))
     }
 
     #[allow(clippy::too_many_arguments)]

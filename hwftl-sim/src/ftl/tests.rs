@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::*;
+use crate::faults::FaultTarget;
 
 /// Switches and records shared between a test and its [`HookedMedia`].
 #[derive(Default)]
@@ -564,4 +566,161 @@ fn waiters_behind_a_poller_all_get_their_completions() {
         t.join().unwrap();
     }
     assert_eq!(dev.followers.load(Ordering::SeqCst), 0);
+}
+
+/// A file device with pages 0..n of segment 0 written, page `i` filled with byte `i`.
+fn file_device_with_pages(dir: &Path, cfg: DeviceConfig, n: u8) -> (Ftl, Vec<Lba>) {
+    let backend = Backend::File(dir.join("device.img"));
+    let dev = Ftl::format(&backend, cfg).unwrap();
+    let cmds = (0..n)
+        .map(|i| Command::Append {
+            segment: SegmentId(0),
+            buf: PageBuf::from_slice(&[i; crate::PAGE_SIZE]),
+        })
+        .collect();
+    let lbas = dev
+        .execute_many(cmds)
+        .into_iter()
+        .map(|c| c.map_err(|r| r.error).unwrap().lba.unwrap())
+        .collect();
+    (dev, lbas)
+}
+
+fn read(lba: Lba) -> Command {
+    Command::Read {
+        lba,
+        buf: PageBuf::for_read(),
+    }
+}
+
+/// What each read of a batch returned: its first byte, or the error.
+fn first_bytes(dev: &Ftl, lbas: &[Lba]) -> Vec<std::result::Result<u8, String>> {
+    dev.execute_many(lbas.iter().map(|&l| read(l)).collect())
+        .into_iter()
+        .map(|c| match c {
+            Ok(c) => match c.result {
+                Ok(()) => {
+                    let buf = c.buf.unwrap();
+                    assert!(buf.iter().all(|&b| b == buf[0]), "a page came back torn");
+                    Ok(buf[0])
+                }
+                Err(e) => Err(e.to_string()),
+            },
+            Err(r) => Err(r.error.to_string()),
+        })
+        .collect()
+}
+
+#[test]
+fn caller_ring_reads_return_what_the_shared_ring_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 12);
+    assert!(dev.direct_reads);
+    // Runs of adjacent pages, pages out of order, and one page twice, in one batch.
+    let order: Vec<Lba> = [0, 1, 2, 3, 9, 8, 5, 5, 11, 10, 6, 7]
+        .iter()
+        .map(|&i| lbas[i])
+        .collect();
+    let want: Vec<std::result::Result<u8, String>> = [0, 1, 2, 3, 9, 8, 5, 5, 11, 10, 6, 7]
+        .iter()
+        .map(|&i| Ok(i))
+        .collect();
+    let reads_before = dev.stats().reads;
+    assert_eq!(first_bytes(&dev, &order), want);
+    assert_eq!(dev.stats().reads, reads_before + 12);
+    assert_eq!(dev.in_flight(), 0);
+    assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));
+    assert_tags_free_once(&dev);
+    drop(dev);
+    let shared = DeviceConfig {
+        caller_ring_reads: false,
+        ..cfg()
+    };
+    let dev = Ftl::open(&Backend::File(dir.path().join("device.img")), shared).unwrap();
+    assert!(!dev.direct_reads);
+    assert_eq!(first_bytes(&dev, &order), want);
+}
+
+#[test]
+fn a_caller_ring_batch_larger_than_the_tag_pool_runs_in_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = DeviceConfig {
+        queue_depth: 4,
+        ..cfg()
+    };
+    let (dev, lbas) = file_device_with_pages(dir.path(), small, 10);
+    let batch: Vec<Lba> = (0..30).map(|i| lbas[(i * 7) % 10]).collect();
+    let got = first_bytes(&dev, &batch);
+    let want: Vec<std::result::Result<u8, String>> =
+        (0..30).map(|i| Ok(((i * 7) % 10) as u8)).collect();
+    assert_eq!(got, want);
+    assert_eq!(dev.free_tags(), Some(4));
+}
+
+#[test]
+fn a_read_fault_on_the_caller_ring_fails_that_read_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 4);
+    dev.faults().fail_next_read(FaultTarget::Lba(lbas[2]));
+    let got = first_bytes(&dev, &lbas);
+    assert_eq!(got[..2], [Ok(0), Ok(1)]);
+    assert!(got[2].is_err(), "{got:?}");
+    assert_eq!(got[3], Ok(3));
+    // An unwritten page is refused at admission, the others read.
+    let got = first_bytes(&dev, &[lbas[0], Lba(lbas[3].0 + 1)]);
+    assert_eq!(got[0], Ok(0));
+    assert!(got[1].is_err());
+    assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));
+}
+
+#[test]
+fn caller_ring_readers_meet_writers_trims_and_a_power_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 8);
+    let dev = Arc::new(dev);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..4)
+        .map(|t| {
+            let (dev, lbas, stop) = (dev.clone(), lbas.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u32;
+                let mut after_cut = 0u32;
+                while after_cut < 3 {
+                    let batch: Vec<Lba> = (0..8).map(|i| lbas[(i + t) % 8]).collect();
+                    for (i, r) in first_bytes(&dev, &batch).into_iter().enumerate() {
+                        match r {
+                            Ok(b) => assert_eq!(usize::from(b), (i + t) % 8),
+                            Err(e) => assert!(
+                                stop.load(Ordering::SeqCst),
+                                "a read failed before the cut: {e}"
+                            ),
+                        }
+                    }
+                    rounds += 1;
+                    if stop.load(Ordering::SeqCst) {
+                        after_cut += 1;
+                    }
+                }
+                rounds
+            })
+        })
+        .collect();
+    // A writer in segment 1, and a trim of segment 1 (which no reader touches) meanwhile.
+    for _ in 0..12 {
+        dev.execute(append(1)).map_err(|r| r.error).unwrap();
+    }
+    dev.execute(Command::Trim {
+        segment: SegmentId(1),
+    })
+    .map_err(|r| r.error)
+    .unwrap()
+    .result
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::SeqCst);
+    dev.power_cut();
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+    assert_eq!(dev.in_flight(), 0);
 }

@@ -40,6 +40,14 @@ pub(crate) struct MediaDone {
     pub buf: Option<PageBuf>,
 }
 
+/// A page read that the caller waits for on its own thread ([`Media::read_direct`]).
+pub(crate) struct DirectRead {
+    /// The FTL's tag, returned in the read's [`MediaDone`].
+    pub id: u32,
+    pub ppa: Ppa,
+    pub buf: PageBuf,
+}
+
 /// A refused start: the error and the buffer, handed back.
 pub(crate) type StartError = (DeviceError, Option<PageBuf>);
 
@@ -61,6 +69,28 @@ pub(crate) trait Media: Send + Sync {
     fn doorbell(&self) -> Result<()>;
     /// Collects finished operations; with `block`, waits for at least one if any is running.
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()>;
+    /// Whether [`Media::read_direct`] is this backend's own path (the FTL sends batches of
+    /// reads its caller waits for there), rather than the default.
+    fn has_direct_reads(&self) -> bool {
+        false
+    }
+    /// Reads the pages on the calling thread and returns once every one has finished, each
+    /// completion with its id and buffer (in any order). Not through [`Media::start`]: these
+    /// reads are never in [`Media::poll`]'s completions nor in [`Media::quiesce`]'s wait (the
+    /// caller is waiting for them). The default reads nothing and fails each page.
+    fn read_direct(&self, reads: Vec<DirectRead>) -> Vec<MediaDone> {
+        reads
+            .into_iter()
+            .map(|r| MediaDone {
+                id: r.id,
+                result: Err(DeviceError::io(
+                    "direct read",
+                    std::io::Error::other("not supported by this media"),
+                )),
+                buf: Some(r.buf),
+            })
+            .collect()
+    }
     /// Waits until the backend holds no operation any more: queued ones are handed over,
     /// and every completion is collected and dropped. A power cut calls it so that nothing
     /// still owned by the kernel lands after the cut.

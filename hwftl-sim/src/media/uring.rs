@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
-use super::{runs, Media, MediaDone, MediaLayout, MediaOp, StartError};
+use super::{runs, DirectRead, Media, MediaDone, MediaLayout, MediaOp, StartError};
 use crate::buffer::{AlignedBuf, PageBuf, BUFFER_ALIGN};
 use crate::error::{DeviceError, Result};
 use crate::geometry::{Ppa, PAGE_SIZE};
@@ -867,6 +867,14 @@ impl Media for FileMedia {
         self.submit_queued(false)
     }
 
+    fn has_direct_reads(&self) -> bool {
+        true
+    }
+
+    fn read_direct(&self, reads: Vec<DirectRead>) -> Vec<MediaDone> {
+        self.read_on_caller_ring(reads)
+    }
+
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
         let _cq = self.cq_lock.lock();
         loop {
@@ -966,5 +974,6 @@ impl Drop for FileMedia {
     }
 }
 
+mod caller_ring;
 #[cfg(test)]
 mod tests;
