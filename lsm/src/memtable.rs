@@ -367,8 +367,61 @@ impl KeyVersion for RunEntry {
     }
 }
 
-/// Versions in the skip list's order (key, then newest first), immutable once built.
-type Run = Arc<Vec<RunEntry>>;
+/// Entries of a [`SortedRun`] per fence: every this-many-th entry is copied into a compact
+/// array searched first.
+const FENCE_STRIDE: usize = 16;
+
+/// Versions in the skip list's order (key, then newest first), immutable once built, with
+/// fences: a copy of every [`FENCE_STRIDE`]-th entry, in order.
+///
+/// A search bisects the fences first and then the at most [`FENCE_STRIDE`] entries between
+/// two of them. Bisecting the entries alone touched a new cache line, usually out of DRAM,
+/// at nearly every one of its ~17 steps per run of 100K versions; the fences are a
+/// sixteenth of the size, so the steps that miss the caches are fewer.
+/// (`benches/results/memtable-fences-2026-11-30`.) The fences are whole entries, not key
+/// prefixes: keys commonly share their first 16 bytes (a hash's fields, numbered keys),
+/// and prefixes alone then narrowed nothing.
+#[derive(Debug)]
+struct SortedRun {
+    entries: Vec<RunEntry>,
+    fences: Vec<RunEntry>,
+}
+
+impl SortedRun {
+    fn new(entries: Vec<RunEntry>) -> SortedRun {
+        let fences = entries.iter().step_by(FENCE_STRIDE).cloned().collect();
+        SortedRun { entries, fences }
+    }
+
+    /// How many entries come first in the order, those `< probe` (`inclusive` false) or
+    /// `<= probe` (true): `partition_point` over the entries. Fence `j` is entry
+    /// `j * FENCE_STRIDE`, so if `b` fences pass, entry `(b - 1) * FENCE_STRIDE` passes and
+    /// entry `b * FENCE_STRIDE` does not: the answer lies between the two.
+    fn search(&self, probe: &dyn KeyVersion, inclusive: bool) -> usize {
+        let passes = |e: &RunEntry| {
+            let e = e as &dyn KeyVersion;
+            if inclusive {
+                e <= probe
+            } else {
+                e < probe
+            }
+        };
+        let b = self.fences.partition_point(passes);
+        let lo = b.saturating_sub(1) * FENCE_STRIDE;
+        let hi = (b * FENCE_STRIDE).min(self.entries.len());
+        let window = self.entries.get(lo..hi).unwrap_or_default();
+        lo + window.partition_point(passes)
+    }
+}
+
+impl std::ops::Deref for SortedRun {
+    type Target = [RunEntry];
+    fn deref(&self) -> &[RunEntry] {
+        &self.entries
+    }
+}
+
+type Run = Arc<SortedRun>;
 
 /// What a reader searches: the tail the inserters add to and the runs frozen before it.
 /// Replaced whole (never changed in place) when a tail is frozen or two runs are merged.
@@ -609,7 +662,7 @@ impl MemTable {
                 })
                 .collect();
             let mut runs = layers.runs.clone();
-            runs.push(Arc::new(run));
+            runs.push(Arc::new(SortedRun::new(run)));
             self.layers.store(Arc::new(Layers {
                 tail: Arc::new(SkipMap::new()),
                 runs,
@@ -636,7 +689,7 @@ impl MemTable {
             if newer.len() < older.len() / 2 || older.len() + newer.len() > self.max_run_versions {
                 return;
             }
-            let merged = Arc::new(merge_runs(&older, &newer));
+            let merged = Arc::new(SortedRun::new(merge_runs(&older, &newer)));
             let _all = self.inserting.write();
             let now = self.layers.load_full();
             // Only this thread removes runs (it holds `merging`) and a freeze only appends,
@@ -680,7 +733,7 @@ impl MemTable {
             }
         }
         for run in &layers.runs {
-            let i = run.partition_point(|e| (e as &dyn KeyVersion) < probe);
+            let i = run.search(probe, false);
             if let Some(e) = run.get(i) {
                 if e.key.bytes() == key {
                     consider(e.seq, e.slot);
@@ -715,7 +768,7 @@ impl MemTable {
             }
         }
         for run in &layers.runs {
-            let i = run.partition_point(|e| (e as &dyn KeyVersion) <= probe);
+            let i = run.search(probe, true);
             if let Some(e) = i.checked_sub(1).and_then(|i| run.get(i)) {
                 if e.key.bytes() == key {
                     consider(e.seq, e.slot);
@@ -788,7 +841,7 @@ impl MemTable {
         let runs = layers
             .runs
             .iter()
-            .map(|run| run.partition_point(|e| (e as &dyn KeyVersion) < probe))
+            .map(|run| run.search(probe, false))
             .collect();
         let tail = layers
             .tail
@@ -826,7 +879,7 @@ impl MemTable {
                 Some(e) => {
                     let probe = Probe::new(e, LATEST);
                     let probe: &dyn KeyVersion = &probe;
-                    run.partition_point(|x| (x as &dyn KeyVersion) < probe)
+                    run.search(probe, false)
                 }
                 None => run.len(),
             };

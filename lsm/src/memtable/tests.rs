@@ -361,3 +361,43 @@ fn readers_run_while_the_writer_inserts_into(m: MemTable) {
     assert!(writer.join().is_ok());
     assert_eq!(m.len(), 100);
 }
+
+proptest::proptest! {
+    /// A run's fenced search finds what bisecting all its entries finds, for keys that share
+    /// long prefixes (the fences then tie) and probes in between, at every sequence number.
+    #[test]
+    fn a_fenced_search_agrees_with_partition_point(
+        keys in proptest::collection::vec(
+            (proptest::sample::select(vec![&b""[..], b"h:user0000", b"h:user0000:field", b"z"]),
+             0u8..6, 1u64..5),
+            0..200,
+        ),
+        probes in proptest::collection::vec(
+            (proptest::sample::select(vec![&b""[..], b"h:user0000", b"h:user0000:field", b"z", b"h:user0000:fielx"]),
+             0u8..7, 0u64..6),
+            1..20,
+        ),
+    ) {
+        let mut entries: Vec<RunEntry> = keys
+            .iter()
+            .map(|(base, tail, seq)| {
+                let mut k = base.to_vec();
+                k.push(*tail);
+                let k: Arc<[u8]> = Arc::from(k);
+                RunEntry { prefix: key_prefix(&k), key: RunKey::new(&k), seq: *seq, slot: v(1) }
+            })
+            .collect();
+        entries.sort_by(|a, b| (a as &dyn KeyVersion).cmp(b as &dyn KeyVersion));
+        let run = SortedRun::new(entries);
+        for (base, tail, seq) in &probes {
+            let mut k = base.to_vec();
+            k.push(*tail);
+            let probe = Probe::new(&k, *seq);
+            let probe: &dyn KeyVersion = &probe;
+            let below = run.entries.partition_point(|e| (e as &dyn KeyVersion) < probe);
+            let at_most = run.entries.partition_point(|e| (e as &dyn KeyVersion) <= probe);
+            proptest::prop_assert_eq!(run.search(probe, false), below);
+            proptest::prop_assert_eq!(run.search(probe, true), at_most);
+        }
+    }
+}
