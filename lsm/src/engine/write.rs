@@ -277,7 +277,10 @@ impl Engine {
                         self.core.quiesce(&mut g);
                     }
                 }
-                Admission::PipelineFull => self.core.wait_for_batches(&mut g),
+                Admission::PipelineFull => {
+                    let core = &self.core;
+                    core.joiners.room_wait(|| core.wait_for_batches(&mut g));
+                }
                 Admission::Sync => {
                     if !g.pipeline.is_empty() {
                         // Alone on the device: drain, then decide again.
@@ -302,6 +305,9 @@ impl Engine {
                     let poller = g.poller.clone();
                     drop(g);
                     poller.doorbell();
+                    // Callers that queued while this one waited for room: one leads them now
+                    // (before this caller waits for its batch to finish).
+                    self.core.joiners.hand_on();
                     return self.finish_write(started?);
                 }
             }
