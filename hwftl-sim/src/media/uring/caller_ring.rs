@@ -107,22 +107,10 @@ impl FileMedia {
             .map(|r| (r.id, r.ppa, Some(r.buf)))
             .collect();
         let entries = entries_of(&pages, MAX_RUN_PAGES);
-        let mut broken = false;
         let mut again = Vec::new();
-        for round in entries.chunks(CALLER_RING_ENTRIES as usize) {
-            if broken {
-                fail(
-                    &mut pages,
-                    round,
-                    &mut out,
-                    "the reading thread's io_uring failed",
-                );
-                continue;
-            }
-            broken = self.read_round(ring, &mut pages, round, &mut out, &mut again);
-        }
+        let mut broken = self.read_all(ring, &mut pages, &entries, &mut out, &mut again, false);
         if !again.is_empty() {
-            // One page per entry now: each reports its own result.
+            // One page per entry now: each reports its own result (none comes back short).
             let singles: Vec<Entry> = again
                 .iter()
                 .map(|&i| Entry {
@@ -131,21 +119,32 @@ impl FileMedia {
                     ppa: pages[i].1,
                 })
                 .collect();
-            let mut none_again = Vec::new();
-            for round in singles.chunks(CALLER_RING_ENTRIES as usize) {
-                if broken {
-                    fail(
-                        &mut pages,
-                        round,
-                        &mut out,
-                        "the reading thread's io_uring failed",
-                    );
-                    continue;
-                }
-                broken = self.read_round(ring, &mut pages, round, &mut out, &mut none_again);
-            }
+            let mut none = Vec::new();
+            broken = self.read_all(ring, &mut pages, &singles, &mut out, &mut none, broken);
         }
         (out, broken)
+    }
+
+    /// [`FileMedia::read_round`] over `entries` in rounds that fit the ring; once the ring
+    /// has failed (`broken`, on entry or in a round) the rest fail without it. Returns
+    /// whether it failed.
+    fn read_all(
+        &self,
+        ring: &mut IoUring,
+        pages: &mut [(u32, Ppa, Option<PageBuf>)],
+        entries: &[Entry],
+        out: &mut Vec<MediaDone>,
+        again: &mut Vec<usize>,
+        mut broken: bool,
+    ) -> bool {
+        for round in entries.chunks(CALLER_RING_ENTRIES as usize) {
+            if broken {
+                fail(pages, round, out, "the reading thread's io_uring failed");
+            } else {
+                broken = self.read_round(ring, pages, round, out, again);
+            }
+        }
+        broken
     }
 
     /// Submits one round's entries and waits for all of them in the same system call.
