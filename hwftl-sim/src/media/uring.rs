@@ -483,19 +483,7 @@ impl FileMedia {
                     }
                 }
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                let result = if res < 0 {
-                    Err(DeviceError::io(
-                        format!("io_uring I/O on {}", self.path.display()),
-                        io::Error::from_raw_os_error(-res),
-                    ))
-                } else if kind != IoKind::Flush && (res as usize) < (at + 1) * PAGE_SIZE {
-                    Err(DeviceError::io(
-                        format!("io_uring I/O on {}", self.path.display()),
-                        io::Error::other(format!("short transfer of {res} bytes")),
-                    ))
-                } else {
-                    Ok(())
-                };
+                let result = self.page_result(res, at, kind != IoKind::Flush);
                 if let Some(b) = buf.as_mut() {
                     // Reads come back scrambled; programs get the caller's bytes back.
                     scramble(b);
@@ -505,6 +493,25 @@ impl FileMedia {
         }
         for (id, kind, ppa, buf) in retry {
             self.push_alone(id, kind, ppa, buf);
+        }
+    }
+
+    /// The result of page `at` of a transfer that returned `res`: the kernel's error, a
+    /// short transfer that stopped before the page's end (when the entry moves pages), or
+    /// success.
+    fn page_result(&self, res: i32, at: usize, moves_pages: bool) -> Result<()> {
+        if res < 0 {
+            Err(DeviceError::io(
+                format!("io_uring I/O on {}", self.path.display()),
+                io::Error::from_raw_os_error(-res),
+            ))
+        } else if moves_pages && (res as usize) < (at + 1) * PAGE_SIZE {
+            Err(DeviceError::io(
+                format!("io_uring I/O on {}", self.path.display()),
+                io::Error::other(format!("short transfer of {res} bytes")),
+            ))
+        } else {
+            Ok(())
         }
     }
 

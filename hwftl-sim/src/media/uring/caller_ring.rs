@@ -280,20 +280,7 @@ impl FileMedia {
                 again.push(i);
                 continue;
             }
-            let result = if res < 0 {
-                Err(DeviceError::io(
-                    format!("io_uring read on {}", self.path.display()),
-                    io::Error::from_raw_os_error(-res),
-                ))
-            } else if !reached {
-                Err(DeviceError::io(
-                    format!("io_uring read on {}", self.path.display()),
-                    io::Error::other(format!("short transfer of {res} bytes")),
-                ))
-            } else {
-                Ok(())
-            };
-            out.push(done(&mut pages[i], result));
+            out.push(done(&mut pages[i], self.page_result(res, at, true)));
         }
     }
 

@@ -417,6 +417,20 @@ mod tests {
         super::super::tests::ram_engine(EngineConfig::default())
     }
 
+    /// Writer `w`'s eight keys (`w{w}-{i}`) and their values.
+    fn writer_batch(w: usize, value: impl Fn(usize) -> Vec<u8>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let keys = (0..8).map(|i| format!("w{w}-{i}").into_bytes()).collect();
+        (keys, (0..8).map(value).collect())
+    }
+
+    /// A put of each key with its value.
+    fn puts<'a>(keys: &'a [Vec<u8>], values: &'a [Vec<u8>]) -> Vec<WriteOp<'a>> {
+        keys.iter()
+            .zip(values)
+            .map(|(k, v)| WriteOp::Put(k, v))
+            .collect()
+    }
+
     /// Writers that find the write lock held queue their batches, and the next holder
     /// writes them with its own as one batch: four batches of eight 8 KiB values, each with
     /// a packed page of its own when written alone (nine pages), take 4 x 8 raw pages and
@@ -436,14 +450,8 @@ mod tests {
             for w in 0..writers {
                 let db = &db;
                 handles.push(s.spawn(move || {
-                    let keys: Vec<Vec<u8>> =
-                        (0..8).map(|i| format!("w{w}-{i}").into_bytes()).collect();
-                    let values: Vec<Vec<u8>> = (0..8).map(|i| value(w, i)).collect();
-                    let mut ops: Vec<WriteOp<'_>> = keys
-                        .iter()
-                        .zip(&values)
-                        .map(|(k, v)| WriteOp::Put(k, v))
-                        .collect();
+                    let (keys, values) = writer_batch(w, |i| value(w, i));
+                    let mut ops = puts(&keys, &values);
                     // Every writer also writes the shared key; the last in the group wins.
                     let shared = vec![w as u8; 100];
                     ops.push(WriteOp::Put(b"shared", &shared));
@@ -517,15 +525,8 @@ mod tests {
             for w in 0..writers {
                 let db = &db;
                 handles.push(s.spawn(move || {
-                    let keys: Vec<Vec<u8>> =
-                        (0..8).map(|i| format!("w{w}-{i}").into_bytes()).collect();
-                    let values: Vec<Vec<u8>> = (0..8).map(|i| vec![w as u8; 8192 - i]).collect();
-                    let ops: Vec<WriteOp<'_>> = keys
-                        .iter()
-                        .zip(&values)
-                        .map(|(k, v)| WriteOp::Put(k, v))
-                        .collect();
-                    db.write(&ops)
+                    let (keys, values) = writer_batch(w, |i| vec![w as u8; 8192 - i]);
+                    db.write(&puts(&keys, &values))
                 }));
             }
             while db.core.joiners.queue.lock().len() < writers {
