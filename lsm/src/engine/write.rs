@@ -87,6 +87,21 @@ pub struct PendingWrite {
     core: std::sync::Weak<Core>,
 }
 
+impl PendingWrite {
+    /// Its ticket, if it is a pipelined batch acknowledged from DRAM (decided at
+    /// submission, so claimable at once).
+    fn early_ticket(&self) -> Option<u64> {
+        match self.state {
+            PendingState::OnDevice {
+                ticket,
+                early: true,
+                ..
+            } if self.doorbell.is_none() => Some(ticket),
+            _ => None,
+        }
+    }
+}
+
 impl Drop for PendingWrite {
     fn drop(&mut self) {
         if matches!(self.state, PendingState::Done(_)) || std::thread::panicking() {
@@ -302,13 +317,32 @@ impl Engine {
                         p
                     });
                     self.core.watch_open_page(&mut g);
+                    // A batch acknowledged from DRAM was decided at submission: it (and any
+                    // decided batch before it) is claimed in this same hold of the lock, as
+                    // `Core::finish_write` would claim it after taking the lock again.
+                    let claimed = match &started {
+                        Ok(p) if p.early_ticket().is_some() => {
+                            Some((g.claim_ready(), g.mem.clone(), g.side.clone()))
+                        }
+                        _ => None,
+                    };
                     let poller = g.poller.clone();
                     drop(g);
                     poller.doorbell();
                     // Callers that queued while this one waited for room: one leads them now
                     // (before this caller waits for its batch to finish).
                     self.core.joiners.hand_on();
-                    return self.finish_write(started?);
+                    let mut pending = started?;
+                    let (Some((jobs, mem, side)), Some(ticket)) = (claimed, pending.early_ticket())
+                    else {
+                        return self.finish_write(pending);
+                    };
+                    // As in `Core::finish_write`: the inserts run with the lock free.
+                    for job in jobs {
+                        job.run(&mem, side.cache.as_deref());
+                    }
+                    pending.state = PendingState::Done(Ok(()));
+                    return self.core.settle_and_wait(self.core.inner.lock(), ticket);
                 }
             }
         }
@@ -392,6 +426,12 @@ impl Core {
             }
             g = self.inner.lock();
         }
+        self.settle_and_wait(g, ticket)
+    }
+
+    /// The end of every pipelined write, its batch claimed (by this caller or another):
+    /// settles what is applied, then waits until batch `ticket` is, and returns its outcome.
+    fn settle_and_wait(&self, mut g: MutexGuard<'_, Inner>, ticket: u64) -> Result<()> {
         g.settle_applied(false);
         self.applied.notify_all();
         while g.applied_upto < ticket {
