@@ -30,6 +30,7 @@ use crate::workloads::{self, Ceiling, Shape, Workload, QD};
 
 #[path = "all_rows.rs"]
 mod rows;
+pub(crate) use rows::read_ceiling;
 use rows::{add_ratios, describe_systems, device_rows, median_rows, missing_rows};
 
 /// Value sizes measured, largest first.
@@ -261,26 +262,6 @@ pub struct AllBench {
     /// once, then every system again), so a drift of the host's disk spreads over all systems
     /// rather than landing on one. Each row is then the median run (see [`median_rows`]).
     pub repeat: usize,
-}
-
-/// The ceiling the read workloads are held to: the higher of the load generator's random
-/// reads and fio's, and whether it is fio's. A write is bounded by what the append-only
-/// device itself must do (program erased space, which the load generator does as the engine
-/// does), but a random read needs nothing of the device's own: the engine reads a page as
-/// fio does (on the waiting thread's own io_uring ring, `hwftl_sim`'s caller ring), and the
-/// load generator's single thread on the shared ring can fall below both. A ratio over the
-/// lower figure would pass 1.0 without meaning anything.
-pub(crate) fn read_ceiling(
-    mut ceiling: Ceiling,
-    fio: &Result<crate::fio::FioCeilings, String>,
-) -> (Ceiling, bool) {
-    match fio {
-        Ok(f) if f.rand_read.iops > ceiling.read_ops => {
-            ceiling.read_ops = f.rand_read.iops;
-            (ceiling, true)
-        }
-        _ => (ceiling, false),
-    }
 }
 
 /// Everything a finished run produced.
@@ -521,13 +502,8 @@ impl AllBench {
             Err(e) => say(format!("fio ceilings missing: {e}")),
         }
         bar.inc(1);
+        // The report says which random-read ceiling the ratios use.
         let (ceiling, read_ceiling_from_fio) = read_ceiling(ceiling, &fio);
-        if read_ceiling_from_fio {
-            say(format!(
-                "random-read ceiling: fio's {:.0} reads/s (above the load generator's)",
-                ceiling.read_ops
-            ));
-        }
 
         let mut rows = device_rows(&ceiling);
         let mut cdfs = Vec::new();

@@ -21,6 +21,26 @@ pub(super) fn describe_systems(rows: &mut [Row]) {
     }
 }
 
+/// The ceiling the read workloads are held to: the higher of the load generator's random
+/// reads and fio's, and whether it is fio's. A write is bounded by what the append-only
+/// device itself must do (program erased space, which the load generator does as the engine
+/// does), but a random read needs nothing of the device's own: the engine reads a page as
+/// fio does (on the waiting thread's own io_uring ring, `hwftl_sim`'s caller ring), and the
+/// load generator's single thread on the shared ring can fall below both. A ratio over the
+/// lower figure would pass 1.0 without meaning anything.
+pub(crate) fn read_ceiling(
+    mut ceiling: Ceiling,
+    fio: &Result<crate::fio::FioCeilings, String>,
+) -> (Ceiling, bool) {
+    match fio {
+        Ok(f) if f.rand_read.iops > ceiling.read_ops => {
+            ceiling.read_ops = f.rand_read.iops;
+            (ceiling, true)
+        }
+        _ => (ceiling, false),
+    }
+}
+
 /// The device rows: the raw figures, and per workload and value size the operations per
 /// second the device alone allows (`Ceiling::ops`).
 pub(super) fn device_rows(c: &Ceiling) -> Vec<Row> {
