@@ -502,7 +502,6 @@ impl AllBench {
             Err(e) => say(format!("fio ceilings missing: {e}")),
         }
         bar.inc(1);
-        // The report says which random-read ceiling the ratios use.
         let (ceiling, read_ceiling_from_fio) = read_ceiling(ceiling, &fio);
 
         let mut rows = device_rows(&ceiling);
