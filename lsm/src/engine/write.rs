@@ -320,12 +320,9 @@ impl Engine {
                     // A batch acknowledged from DRAM was decided at submission: it (and any
                     // decided batch before it) is claimed in this same hold of the lock, as
                     // `Core::finish_write` would claim it after taking the lock again.
-                    let claimed = match &started {
-                        Ok(p) if p.early_ticket().is_some() => {
-                            Some((g.claim_ready(), g.mem.clone(), g.side.clone()))
-                        }
-                        _ => None,
-                    };
+                    let early = started.as_ref().ok().and_then(PendingWrite::early_ticket);
+                    let claimed = early
+                        .map(|ticket| (ticket, g.claim_ready(), g.mem.clone(), g.side.clone()));
                     let poller = g.poller.clone();
                     drop(g);
                     poller.doorbell();
@@ -333,8 +330,7 @@ impl Engine {
                     // (before this caller waits for its batch to finish).
                     self.core.joiners.hand_on();
                     let mut pending = started?;
-                    let (Some((jobs, mem, side)), Some(ticket)) = (claimed, pending.early_ticket())
-                    else {
+                    let Some((ticket, jobs, mem, side)) = claimed else {
                         return self.finish_write(pending);
                     };
                     // As in `Core::finish_write`: the inserts run with the lock free.
