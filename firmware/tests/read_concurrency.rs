@@ -297,3 +297,56 @@ fn cold_reads_from_many_pipelining_clients_match_a_model() {
         "the cold reads were not started on the network thread"
     );
 }
+
+/// A cold GET from a client that waits for each reply starts its page read on the network
+/// thread (no hand-off to the engine thread); the GETs of a pipeline go to the engine thread,
+/// which reads them as one batch. Both answer what was written.
+#[test]
+fn lone_cold_gets_start_on_the_network_thread_and_pipelined_ones_batch() {
+    const KEYS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let key = |i: usize| format!("cold:{i}");
+    // Past `entry-value-max`, so a read needs the value's page.
+    let value = |i: usize| format!("{i}-{}", "v".repeat(200));
+    {
+        let d = Drive::start(&data, &[]);
+        let mut c = d.conn();
+        for i in 0..KEYS {
+            let () = c.set(key(i), value(i)).unwrap();
+        }
+        assert!(d.shutdown());
+    }
+    // Restarted without a value cache: every GET reads its page from the device.
+    let d = Drive::start(&data, &["--value-cache-size", "0"]);
+    let mut c = d.conn();
+    let started = |c: &mut redis::Connection| info_field(c, "stats", "reads_started_inline");
+    let page_reads = |c: &mut redis::Connection| info_field(c, "ftl", "page_reads");
+    let (started0, reads0) = (started(&mut c), page_reads(&mut c));
+    for i in 0..KEYS {
+        assert_eq!(c.get::<_, String>(key(i)).unwrap(), value(i));
+    }
+    let (started1, reads1) = (started(&mut c), page_reads(&mut c));
+    assert!(
+        reads1 >= reads0 + KEYS as u64,
+        "the GETs did not read the device"
+    );
+    assert_eq!(
+        started1 - started0,
+        KEYS as u64,
+        "a lone cold GET was not started on the network thread"
+    );
+    let mut p = redis::pipe();
+    for i in 0..KEYS {
+        p.get(key(i));
+    }
+    let got: Vec<String> = p.query(&mut c).unwrap();
+    assert_eq!(got, (0..KEYS).map(value).collect::<Vec<_>>());
+    assert!(page_reads(&mut c) >= reads1 + KEYS as u64);
+    let pipelined_here = started(&mut c) - started1;
+    assert!(
+        pipelined_here < KEYS as u64 / 2,
+        "{pipelined_here} of {KEYS} pipelined cold GETs started on the network thread \
+         instead of going to the engine thread as one batch"
+    );
+}

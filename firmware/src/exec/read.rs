@@ -353,18 +353,21 @@ pub enum ReadHere {
 /// DRAM when DRAM holds all it needs (its keys' records in the keytables and memtables,
 /// its value pages in the value cache or the landing buffer), including the short commands
 /// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE);
-/// otherwise, for the one-key reads of [`key_read_plan`] (HGET, HMGET, HGETALL, ZSCORE,
+/// otherwise, for the one-key reads of [`key_read_plan`] (GET, HGET, HMGET, HGETALL, ZSCORE,
 /// ...), resolved here once and its page reads reserved for the caller to submit, the reply
 /// following from the poller thread. So a hot read costs no hand-off to another thread, as
 /// in redis-server, and a cold one neither a hand-off nor a second resolution.
-/// [`ReadHere::Elsewhere`] for GETs and MGETs that need the device (the engine thread
-/// reads a batch of them as one lookup; one lookup each here measured no cheaper), for
-/// other commands (SCAN, DBSIZE, INFO, LS.RANGE), and when the read window is full.
+/// [`ReadHere::Elsewhere`] for a cold GET with `more_queued` (more requests of its
+/// connection parsed behind it: a pipeline, whose GETs the engine thread reads as one batch
+/// with one lookup, cheaper per GET than one lookup each here), for MGETs that need the
+/// device, for other commands (SCAN, DBSIZE, INFO, LS.RANGE), and when the read window is
+/// full.
 pub fn read_here(
     store: &Store,
     metrics: &Arc<Metrics>,
     cmd: &Command,
     (conn, seq, proto): (u64, u64, Protocol),
+    more_queued: bool,
     sink: &ReplySink,
     reads: &mut Vec<lsm::ReservedRead>,
 ) -> ReadHere {
@@ -384,6 +387,7 @@ pub fn read_here(
         return answered(read_one(store, metrics, cmd, proto));
     }
     let is_get = matches!(cmd, Command::Get(_) | Command::MGet(_));
+    // A GET's plan is made only once its key proved cold (below).
     let plan = if is_get { None } else { key_read_plan(cmd) };
     if !is_get && plan.is_none() {
         return ReadHere::Elsewhere;
@@ -399,15 +403,16 @@ pub fn read_here(
         count_reply_copy(metrics, &reply);
         sink.send_all(vec![Done { conn, seq, reply }]);
     };
-    let started = match (cmd, plan) {
-        // GETs and MGETs that need the device go to the engine thread, which reads a
-        // batch of them as one lookup.
-        (Command::Get(key), _) => {
-            return match store.get_string_cached(key) {
-                Some(v) => answered(Reply::Bulk(v)),
-                None => ReadHere::Elsewhere,
-            };
-        }
+    let plan = match (cmd, plan) {
+        // A cold GET starts here when it is its connection's last request so far (a client
+        // waiting for each reply); one with more requests queued behind it (a pipeline)
+        // goes to the engine thread, which reads a drained batch of GETs as one lookup.
+        (Command::Get(key), _) => match store.get_string_cached(key) {
+            Some(v) => return answered(Reply::Bulk(v)),
+            None if more_queued => return ReadHere::Elsewhere,
+            None => key_read_plan(cmd),
+        },
+        // MGETs that need the device go to the engine thread.
         (Command::MGet(keys), _) => {
             let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
             return match store.get_strings_cached(&refs, &[]) {
@@ -418,23 +423,24 @@ pub fn read_here(
                 Ok(None) => ReadHere::Elsewhere,
             };
         }
-        (_, Some(plan)) => {
-            let what = KeyReadPlan::what(plan.read, &plan.names);
-            match store.read_key_here(plan.key, &what) {
-                Err(e) => return answered(KeyReadPlan::reply(plan.finish, plan.tag, Err(e))),
-                Ok(Here::Answered(found)) => {
-                    return answered(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
-                }
-                Ok(Here::Pending(p)) => {
-                    let (metrics, sink) = (metrics.clone(), sink.clone());
-                    let (finish, tag) = (plan.finish, plan.tag);
-                    p.reserve(Box::new(move |r| {
-                        reply_to(KeyReadPlan::reply(finish, tag, r), &metrics, &sink);
-                    }))
-                }
-            }
+        (_, plan) => plan,
+    };
+    let Some(plan) = plan else {
+        return ReadHere::Elsewhere;
+    };
+    let what = KeyReadPlan::what(plan.read, &plan.names);
+    let started = match store.read_key_here(plan.key, &what) {
+        Err(e) => return answered(KeyReadPlan::reply(plan.finish, plan.tag, Err(e))),
+        Ok(Here::Answered(found)) => {
+            return answered(KeyReadPlan::reply(plan.finish, plan.tag, Ok(found)));
         }
-        _ => return ReadHere::Elsewhere,
+        Ok(Here::Pending(p)) => {
+            let (metrics, sink) = (metrics.clone(), sink.clone());
+            let (finish, tag) = (plan.finish, plan.tag);
+            p.reserve(Box::new(move |r| {
+                reply_to(KeyReadPlan::reply(finish, tag, r), &metrics, &sink);
+            }))
+        }
     };
     match started {
         Ok(read) => {

@@ -778,8 +778,8 @@ impl Net {
             if route == Route::Engine && !self.cfg.copy_values && c.resolves_in_order_here() {
                 let started = Instant::now();
                 let to = (id, c.next_seq, c.proto);
-                let (store, sink) = (&self.store, &self.sink);
-                match exec::read_here(store, &self.metrics, &cmd, to, sink, &mut self.reads) {
+                let (store, sink, more) = (&self.store, &self.sink, !c.backlog.is_empty());
+                match exec::read_here(store, &self.metrics, &cmd, to, more, sink, &mut self.reads) {
                     ReadHere::Answered(r) => {
                         self.metrics
                             .reads_answered_inline
