@@ -52,7 +52,9 @@ mod groups;
 mod inline_write;
 mod read;
 pub use inline_write::{try_write_batch_now, writes_inline, InlineWrite};
-pub use read::{engine_loop, read_here, ReadHere};
+pub use read::{
+    engine_loop, read_here, start_get_batch, GetBatch, GetBatchStart, GetBatching, ReadHere,
+};
 use read::{read_in_group, read_one};
 
 use groups::{

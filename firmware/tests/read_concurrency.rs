@@ -150,11 +150,11 @@ fn hot_reads_are_answered_inline_and_in_order() {
 /// A pipeline of reads never sees the store go back in time: a read the network thread
 /// could answer at once waits for an earlier read of its connection that went to the engine
 /// thread (which takes its view only when it gets to it). Client b holds the engine thread
-/// on a slow device read (LRANGE reads its values in place); client a pipelines a GET that
-/// needs the device (to the engine thread, behind b's) and an HGET DRAM answers; client c
-/// then writes the hash and then the string. Once a's GET sees c's second write, its HGET,
-/// sent after the GET, must see c's first: answering the HGET at once, while the GET
-/// waited, gave the GET's new value beside the HGET's old one.
+/// on a slow device read (LRANGE reads its values in place); client a pipelines an LRANGE of
+/// another list (to the engine thread, behind b's) and an HGET DRAM answers; client c then
+/// writes the hash and then the list. Once a's LRANGE sees c's second write, its HGET, sent
+/// after the LRANGE, must see c's first: answering the HGET at once, while the LRANGE
+/// waited, gave the LRANGE's new item beside the HGET's old value.
 #[test]
 fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
     use std::io::{Read, Write};
@@ -165,7 +165,7 @@ fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
     {
         let d = Drive::start(&data, &[]);
         let mut c = d.conn();
-        let _: () = c.set("x", &old_x).unwrap();
+        let _: () = c.rpush("x", &old_x).unwrap();
         let _: () = c.hset("h", "f", "1").unwrap();
         let _: () = c
             .rpush("list", format!("item-{}", "y".repeat(100)))
@@ -184,11 +184,14 @@ fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
     });
     std::thread::sleep(Duration::from_millis(100));
     assert!(!hold.is_finished(), "the LRANGE did not wait on the device");
-    a.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nx\r\n*3\r\n$4\r\nHGET\r\n$1\r\nh\r\n$1\r\nf\r\n")
-        .unwrap();
+    a.write_all(
+        b"*4\r\n$6\r\nLRANGE\r\n$1\r\nx\r\n$1\r\n0\r\n$2\r\n-1\r\n\
+          *3\r\n$4\r\nHGET\r\n$1\r\nh\r\n$1\r\nf\r\n",
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let _: () = c.hset("h", "f", "2").unwrap();
-    let _: () = c.set("x", &new_x).unwrap();
+    let _: () = c.rpush("x", &new_x).unwrap();
     assert_eq!(hold.join().unwrap().len(), 1);
     let mut got = Vec::new();
     let want_end = b"\r\n$1\r\n";
@@ -199,25 +202,26 @@ fn a_pipeline_of_reads_never_sees_the_store_go_back_in_time() {
         got.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&got).to_string();
-    let (get, hget) = text
+    let (lrange, hget) = text
         .split_once("\r\n$1\r\n")
-        .expect("two replies: a bulk string, then the one-byte field value");
+        .expect("two replies: the list's items, then the one-byte field value");
     assert!(
-        get.ends_with(&new_x),
-        "the GET, resolved after c's writes, sees the new value: {get:?}"
+        lrange.ends_with(&new_x),
+        "the LRANGE, resolved after c's writes, sees the new item: {lrange:?}"
     );
     assert_eq!(
         hget, "2\r\n",
-        "the HGET, sent after the GET, saw the hash before c's write, which came before the \
-         write the GET saw"
+        "the HGET, sent after the LRANGE, saw the hash before c's write, which came before \
+         the write the LRANGE saw"
     );
 }
 
 /// Cold reads started on the network thread, from many clients at once, each pipelining
-/// writes and reads of its own hashes: with no value cache and values too long to be held
-/// in their keytable entries, every read that finds a field goes to the device (started on
-/// `ls-net`, or on `ls-engine` when the read window is full or a job of the connection is
-/// unanswered). Every reply must match the client's own model, in order.
+/// writes and reads of its own hashes and strings: with no value cache and values too long
+/// to be held in their keytable entries, every read that finds a value goes to the device
+/// (started on `ls-net`, a pipeline's GETs as one batch, or on `ls-engine` when the read
+/// window is full or a job of the connection is unanswered). Every reply must match the
+/// client's own model, in order.
 #[test]
 fn cold_reads_from_many_pipelining_clients_match_a_model() {
     const CLIENTS: usize = 4;
@@ -231,7 +235,9 @@ fn cold_reads_from_many_pipelining_clients_match_a_model() {
             let mut c = d.conn();
             std::thread::spawn(move || {
                 let mut model: Vec<HashMap<String, String>> = vec![HashMap::new(); HASHES];
+                let mut strings: Vec<Option<String>> = vec![None; HASHES];
                 let key = |h: usize| format!("client{t}:hash{h}");
+                let skey = |h: usize| format!("client{t}:string{h}");
                 let value = |r: usize, h: usize, f: usize| {
                     format!("r{r}-h{h}-f{f}-{}", "v".repeat(80 + (r * 7 + f) % 50))
                 };
@@ -247,8 +253,32 @@ fn cold_reads_from_many_pipelining_clients_match_a_model() {
                             w.hset(key(h), format!("f{f}"), value(r, h, f)).ignore();
                             m.insert(format!("f{f}"), value(r, h, f));
                         }
+                        if (r + h) % 7 == 3 {
+                            w.del(skey(h)).ignore();
+                            strings[h] = None;
+                        } else if (r + h) % 3 == 0 {
+                            w.set(skey(h), value(r, h, 9)).ignore();
+                            strings[h] = Some(value(r, h, 9));
+                        }
                     }
                     let () = w.query(&mut c).unwrap();
+                    // A run of GETs (one batch on `ls-net`), then each hash's reads with a
+                    // GET among them.
+                    let mut p = redis::pipe();
+                    for h in 0..HASHES {
+                        p.get(skey(h));
+                    }
+                    let got: Vec<Option<String>> = p.query(&mut c).unwrap();
+                    assert_eq!(got, strings, "client {t} round {r} GETs");
+                    let mut p = redis::pipe();
+                    for h in 0..HASHES {
+                        p.get(skey(h)).get(skey((h + 1) % HASHES));
+                    }
+                    let got: Vec<Option<String>> = p.query(&mut c).unwrap();
+                    let want: Vec<Option<String>> = (0..HASHES)
+                        .flat_map(|h| [strings[h].clone(), strings[(h + 1) % HASHES].clone()])
+                        .collect();
+                    assert_eq!(got, want, "client {t} round {r} GET pairs");
                     let mut p = redis::pipe();
                     for h in 0..HASHES {
                         p.hgetall(key(h))
@@ -298,11 +328,13 @@ fn cold_reads_from_many_pipelining_clients_match_a_model() {
     );
 }
 
-/// A cold GET from a client that waits for each reply starts its page read on the network
-/// thread (no hand-off to the engine thread); the GETs of a pipeline go to the engine thread,
-/// which reads them as one batch. Both answer what was written.
+/// Cold GETs and MGETs start their page reads on the network thread (no hand-off to the
+/// engine thread): a GET from a client that waits for each reply alone, the GETs and MGETs
+/// of a pipeline together as one batch, hot ones among them included; a pipeline mixing hot
+/// and cold GETs with other reads answers each in order.
 #[test]
-fn lone_cold_gets_start_on_the_network_thread_and_pipelined_ones_batch() {
+fn cold_gets_start_on_the_network_thread_alone_or_as_a_pipelines_batch() {
+    use std::io::{Read, Write};
     const KEYS: usize = 20;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -315,6 +347,7 @@ fn lone_cold_gets_start_on_the_network_thread_and_pipelined_ones_batch() {
         for i in 0..KEYS {
             let () = c.set(key(i), value(i)).unwrap();
         }
+        let () = c.hset("h", "f", "held").unwrap();
         assert!(d.shutdown());
     }
     // Restarted without a value cache: every GET reads its page from the device.
@@ -343,10 +376,88 @@ fn lone_cold_gets_start_on_the_network_thread_and_pipelined_ones_batch() {
     let got: Vec<String> = p.query(&mut c).unwrap();
     assert_eq!(got, (0..KEYS).map(value).collect::<Vec<_>>());
     assert!(page_reads(&mut c) >= reads1 + KEYS as u64);
-    let pipelined_here = started(&mut c) - started1;
-    assert!(
-        pipelined_here < KEYS as u64 / 2,
-        "{pipelined_here} of {KEYS} pipelined cold GETs started on the network thread \
-         instead of going to the engine thread as one batch"
+    assert_eq!(
+        started(&mut c) - started1,
+        KEYS as u64,
+        "a pipeline's cold GETs were not started on the network thread"
     );
+    // A pipeline longer than a batch takes (64 keys), and an MGET longer than one: split
+    // into batches, or sent to the engine thread, every reply in order.
+    let mut p = redis::pipe();
+    for i in 0..150 {
+        p.get(key(i % KEYS));
+    }
+    let got: Vec<String> = p.query(&mut c).unwrap();
+    assert_eq!(got, (0..150).map(|i| value(i % KEYS)).collect::<Vec<_>>());
+    let mut mget = redis::cmd("MGET");
+    for i in 0..100 {
+        mget.arg(key(i % KEYS));
+    }
+    let got: Vec<String> = mget.query(&mut c).unwrap();
+    assert_eq!(got, (0..100).map(|i| value(i % KEYS)).collect::<Vec<_>>());
+    // A cold MGET starts on the network thread too (one request, one batch).
+    let started2 = started(&mut c);
+    let got: Vec<String> = redis::cmd("MGET")
+        .arg(key(5))
+        .arg(key(6))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec![value(5), value(6)]);
+    assert_eq!(
+        started(&mut c) - started2,
+        1,
+        "a cold MGET was not started on the network thread"
+    );
+    // Hot and cold GETs, a missing key, a held value, an MGET and a wrong type, in order.
+    let () = c.set("hot", "short").unwrap();
+    let bulk = |v: &str| format!("${}\r\n{v}\r\n", v.len());
+    let requests: Vec<Vec<String>> = [
+        vec!["GET", "hot"],
+        vec!["GET", &key(0)],
+        vec!["GET", "hot"],
+        vec!["GET", "missing"],
+        vec!["GET", &key(1)],
+        vec!["HGET", "h", "f"],
+        vec!["GET", &key(2)],
+        vec!["MGET", &key(3), "hot"],
+        vec!["GET", "h"],
+        vec!["GET", &key(4)],
+    ]
+    .iter()
+    .map(|r| r.iter().map(|a| (*a).to_string()).collect())
+    .collect();
+    let want = [
+        bulk("short"),
+        bulk(&value(0)),
+        bulk("short"),
+        "$-1\r\n".to_string(),
+        bulk(&value(1)),
+        bulk("held"),
+        bulk(&value(2)),
+        format!("*2\r\n{}{}", bulk(&value(3)), bulk("short")),
+        "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n".to_string(),
+        bulk(&value(4)),
+    ]
+    .concat();
+    let mut raw = d.raw();
+    let mut out = String::new();
+    for r in &requests {
+        out.push_str(&format!("*{}\r\n", r.len()));
+        for a in r {
+            out.push_str(&bulk(a));
+        }
+    }
+    raw.write_all(out.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        let mut buf = [0u8; 4096];
+        let n = raw.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), want);
 }

@@ -33,6 +33,20 @@ pub enum Probes<'a> {
     /// As `FirstOf`, and only when a key read by value was not found (every probe answers
     /// `false` when all were): a read of a key's own record asks no more when it is there.
     FirstOfUnlessFound(&'a [&'a [u8]]),
+    /// Groups of `per` probes, group `g` belonging to the key read at index `owners[g]`
+    /// (a key's other type records, of which at most one can exist, and none while the key
+    /// read exists): a group is looked up only when its owner's value was not found, in
+    /// order up to the first that exists (as `FirstOf`); every probe of a group whose owner
+    /// was found answers `false` without a lookup. Many GETs' WRONGTYPE checks, one
+    /// lookup each for the GETs that find their string.
+    GroupsUnlessFound {
+        /// The probes, `per` to a group.
+        keys: &'a [&'a [u8]],
+        /// Probes per group.
+        per: usize,
+        /// Per group, the index of its owner among the keys read.
+        owners: &'a [usize],
+    },
 }
 
 impl Probes<'_> {
@@ -84,6 +98,13 @@ impl ReadWindow {
         }
         *pages += n;
         true
+    }
+
+    /// Whether `n` more pages would fit now (a hint: another caller may take the room
+    /// before this one asks for it).
+    pub(crate) fn fits(&self, n: usize) -> bool {
+        let pages = *self.pages.lock();
+        pages == 0 || pages + n <= ASYNC_READ_WINDOW
     }
 
     /// One page read finished.

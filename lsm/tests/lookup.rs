@@ -62,6 +62,23 @@ fn probe_modes_answer_as_documented() {
         (None, &[false, true][..])
     );
 
+    // GroupsUnlessFound: a group is looked up (as FirstOf) only when its owner was not
+    // found. Keys read: a (found), x (not found); groups of two: a's [b, x] skipped, x's
+    // [x, b] looked up, and a second group of x's [b, a] stopping after b.
+    let groups = wait(
+        &db,
+        &[a, x],
+        Probes::GroupsUnlessFound {
+            keys: &[b, x, x, b, b, a],
+            per: 2,
+            owners: &[0, 1, 1],
+        },
+        None,
+    );
+    assert_eq!(groups.values[0].as_deref(), Some(a));
+    assert_eq!(groups.values[1], None);
+    assert_eq!(groups.present, vec![false, false, false, true, true, false]);
+
     // A range with keys and probes in the same view.
     let range = RangeRead {
         start: b"r",

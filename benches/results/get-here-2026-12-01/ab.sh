@@ -1,7 +1,8 @@
 #!/bin/bash
 # Paired redis-benchmark GETs against two drive builds on the same loaded device.
 # usage: ab.sh ROUNDS BIN_A BIN_B   (env: C connections, P pipeline, N requests, D value
-# size, K keys, DIR data dir; the device is loaded with K keys on first use)
+# size, K keys, DIR data dir, CMD the workload: `-t get` unless given, e.g.
+# `MGET key:__rand_int__ ...`; the device is loaded with K keys on first use)
 set -u
 R=$1; A=$2; B=$3
 C=${C:-50}; P=${P:-1}; N=${N:-300000}; D=${D:-8192}; K=${K:-100000}; DIR=${DIR:-/tmp/get-here-data}
@@ -22,7 +23,7 @@ fi
 run() { # label bin
   local pid; pid=$(start "$2"); wait_up
   local t0; t0=$(awk '{print $14+$15}' /proc/$pid/stat)
-  local out; out=$(redis-benchmark -p $PORT -t get -n $N -r $K -d $D -c $C -P $P -q 2> /dev/null \
+  local out; out=$(redis-benchmark -p $PORT -n $N -r $K -d $D -c $C -P $P -q ${CMD:--t get} 2> /dev/null \
     | tr '\r' '\n' | grep "requests per second" | tail -1)
   local t1; t1=$(awk '{print $14+$15}' /proc/$pid/stat)
   stop $pid

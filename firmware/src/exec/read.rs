@@ -77,6 +77,7 @@ pub fn engine_loop(store: &Store, metrics: &Arc<Metrics>, jobs: &Receiver<Job>, 
 }
 
 /// What one GET / MGET of a batch waits for.
+#[derive(Clone, Copy)]
 enum GetShape {
     /// The next value read; the next type flag says whether the key holds another type.
     One,
@@ -96,13 +97,13 @@ fn start_gets(
     outstanding: &Arc<AtomicUsize>,
 ) {
     let mut keys: Vec<&[u8]> = Vec::new();
-    let mut typed: Vec<&[u8]> = Vec::new();
+    let mut typed: Vec<usize> = Vec::new();
     let mut shapes: Vec<(u64, u64, GetShape)> = Vec::with_capacity(gets.len());
     for j in &gets {
         let shape = match &j.cmd {
             Command::Get(k) => {
+                typed.push(keys.len());
                 keys.push(k);
-                typed.push(k);
                 GetShape::One
             }
             Command::MGet(ks) => {
@@ -347,6 +348,160 @@ pub enum ReadHere {
     /// Not a read started here (another command, or no room in the engine's window of
     /// asynchronous reads): it goes to the engine thread.
     Elsewhere,
+    /// A GET or MGET to join its connection's [`GetBatch`] (a cold GET with more requests
+    /// queued behind it, an MGET that needs the device, or either while the batch is open).
+    Batch,
+}
+
+/// What a GET's connection has around it, which decides where its read goes when DRAM
+/// cannot answer it (see [`read_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetBatching {
+    /// Nothing parsed behind it and no batch open: a cold GET starts its read alone.
+    Alone,
+    /// More requests of its connection are parsed behind it: a cold GET opens a batch.
+    Queued,
+    /// Its connection has a batch open: every GET and MGET joins it, hot or cold, so none
+    /// resolves in an earlier view than one before it.
+    Open,
+}
+
+/// The GETs and MGETs of one connection's pipeline, gathered on the network thread and
+/// resolved together in one view ([`start_get_batch`]) once a request of another command
+/// comes, or the connection's parsed requests run out. One lookup, one reservation in the
+/// read window and one reply callback serve them all, as a batch on the engine thread would,
+/// without handing them to another thread (and without sending the rest of the pipeline,
+/// hot reads included, after them).
+pub struct GetBatch {
+    conn: u64,
+    /// Every key read, the requests' in order.
+    keys: Vec<Bytes>,
+    /// Per request: its number on the connection and how many keys it read (GET: one, and
+    /// its type is checked too; MGET: its keys').
+    requests: Vec<(u64, GetShape)>,
+    /// Indexes in `keys` of the GETs' keys (their WRONGTYPE check).
+    typed: Vec<usize>,
+}
+
+/// Keys a [`GetBatch`] takes at most (the window of asynchronous reads: a larger batch
+/// could not start at once); an MGET of more goes to the engine thread.
+pub const GET_BATCH_KEYS: usize = lsm::ASYNC_READ_WINDOW;
+
+impl GetBatch {
+    /// Whether a request of `keys` more keys may join (see [`GET_BATCH_KEYS`]).
+    pub fn has_room(&self, keys: usize) -> bool {
+        self.keys.len() + keys <= GET_BATCH_KEYS
+    }
+
+    /// An empty batch for connection `conn`.
+    pub fn new(conn: u64) -> Self {
+        Self {
+            conn,
+            keys: Vec::new(),
+            requests: Vec::new(),
+            typed: Vec::new(),
+        }
+    }
+
+    /// The connection the batch belongs to.
+    pub fn conn(&self) -> u64 {
+        self.conn
+    }
+
+    /// Adds the GET of `key`, request number `seq` of the connection.
+    pub fn push_get(&mut self, seq: u64, key: Bytes) {
+        self.typed.push(self.keys.len());
+        self.keys.push(key);
+        self.requests.push((seq, GetShape::One));
+    }
+
+    /// Adds the MGET of `keys`, request number `seq` of the connection.
+    pub fn push_mget(&mut self, seq: u64, keys: Vec<Bytes>) {
+        self.requests.push((seq, GetShape::Many(keys.len())));
+        self.keys.extend(keys);
+    }
+
+    /// The requests as jobs for the engine thread, in order.
+    fn into_jobs(self, proto: Protocol) -> Vec<Job> {
+        let conn = self.conn;
+        let mut keys = self.keys.into_iter();
+        self.requests
+            .into_iter()
+            .map(|(seq, shape)| {
+                let cmd = match shape {
+                    GetShape::One => Command::Get(keys.next().unwrap_or_default()),
+                    GetShape::Many(n) => Command::MGet(keys.by_ref().take(n).collect()),
+                };
+                Job {
+                    conn,
+                    proto,
+                    cmd,
+                    seq,
+                    tx: None,
+                    block: None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What [`start_get_batch`] did.
+pub enum GetBatchStart {
+    /// DRAM held every value: the replies, in request order.
+    Answered(Vec<Done>),
+    /// The page reads are reserved and pushed onto the caller's reads (submitted with the
+    /// turn's others); the replies of this many requests reach the sink from the engine's
+    /// poller thread.
+    Started(usize),
+    /// No room in the window of asynchronous reads: the requests as jobs for the engine
+    /// thread.
+    Elsewhere(Vec<Job>),
+}
+
+/// Resolves a connection's [`GetBatch`] now, in one view of the engine: answered from DRAM,
+/// or its page reads reserved for the caller to submit, or (read window full) handed back as
+/// jobs for the engine thread.
+pub fn start_get_batch(
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    batch: GetBatch,
+    proto: Protocol,
+    sink: &ReplySink,
+    reads: &mut Vec<lsm::ReservedRead>,
+) -> GetBatchStart {
+    // A value of up to a page (the common one) is one page read: a batch the window cannot
+    // take goes to the engine thread, which waits for room, without being resolved here
+    // first.
+    if !store.engine().read_window_fits(batch.keys.len()) {
+        return GetBatchStart::Elsewhere(batch.into_jobs(proto));
+    }
+    let conn = batch.conn;
+    let shapes: Vec<(u64, u64, GetShape)> = batch
+        .requests
+        .iter()
+        .map(|&(seq, shape)| (conn, seq, shape))
+        .collect();
+    let keys: Vec<&[u8]> = batch.keys.iter().map(|k| &k[..]).collect();
+    match store.get_strings_here(&keys, &batch.typed) {
+        Err(e) => GetBatchStart::Answered(answer_gets(shapes, Err(e), &[], metrics)),
+        Ok(Here::Answered((values, other_type))) => {
+            GetBatchStart::Answered(answer_gets(shapes, Ok(values), &other_type, metrics))
+        }
+        Ok(Here::Pending(p)) => {
+            let n = shapes.len();
+            let (metrics, sink) = (metrics.clone(), sink.clone());
+            let done: crate::store::read::OnStrings = Box::new(move |values, other_type| {
+                sink.send_all(answer_gets(shapes, values, &other_type, &metrics));
+            });
+            match p.reserve(done) {
+                Ok(read) => {
+                    reads.push(read);
+                    GetBatchStart::Started(n)
+                }
+                Err(lsm::ReadWindowFull) => GetBatchStart::Elsewhere(batch.into_jobs(proto)),
+            }
+        }
+    }
 }
 
 /// Runs a reading command on the network thread when it can without waiting: answered from
@@ -357,17 +512,17 @@ pub enum ReadHere {
 /// ...), resolved here once and its page reads reserved for the caller to submit, the reply
 /// following from the poller thread. So a hot read costs no hand-off to another thread, as
 /// in redis-server, and a cold one neither a hand-off nor a second resolution.
-/// [`ReadHere::Elsewhere`] for a cold GET with `more_queued` (more requests of its
-/// connection parsed behind it: a pipeline, whose GETs the engine thread reads as one batch
-/// with one lookup, cheaper per GET than one lookup each here), for MGETs that need the
-/// device, for other commands (SCAN, DBSIZE, INFO, LS.RANGE), and when the read window is
-/// full.
+/// [`ReadHere::Batch`] for a GET or MGET that joins its connection's [`GetBatch`]
+/// (`batching`: a cold GET with more requests queued behind it, an MGET that needs the
+/// device, or any GET or MGET while the batch is open; one lookup for a pipeline's GETs is
+/// cheaper per GET than one each). [`ReadHere::Elsewhere`] for other commands (SCAN,
+/// DBSIZE, INFO, LS.RANGE), and when the read window is full.
 pub fn read_here(
     store: &Store,
     metrics: &Arc<Metrics>,
     cmd: &Command,
     (conn, seq, proto): (u64, u64, Protocol),
-    more_queued: bool,
+    batching: GetBatching,
     sink: &ReplySink,
     reads: &mut Vec<lsm::ReservedRead>,
 ) -> ReadHere {
@@ -404,15 +559,21 @@ pub fn read_here(
         sink.send_all(vec![Done { conn, seq, reply }]);
     };
     let plan = match (cmd, plan) {
-        // A cold GET starts here when it is its connection's last request so far (a client
-        // waiting for each reply); one with more requests queued behind it (a pipeline)
-        // goes to the engine thread, which reads a drained batch of GETs as one lookup.
+        // A GET joins its connection's open batch, hot or cold. Otherwise a cold GET starts
+        // here alone when it is its connection's last request so far (a client waiting
+        // for each reply), or opens a batch when more requests are queued behind it.
+        (Command::Get(_), _) if batching == GetBatching::Open => return ReadHere::Batch,
         (Command::Get(key), _) => match store.get_string_cached(key) {
             Some(v) => return answered(Reply::Bulk(v)),
-            None if more_queued => return ReadHere::Elsewhere,
+            None if batching == GetBatching::Queued => return ReadHere::Batch,
             None => key_read_plan(cmd),
         },
-        // MGETs that need the device go to the engine thread.
+        // An MGET joins its connection's open batch; one that needs the device opens one.
+        (Command::MGet(keys), _)
+            if batching == GetBatching::Open && keys.len() <= GET_BATCH_KEYS =>
+        {
+            return ReadHere::Batch
+        }
         (Command::MGet(keys), _) => {
             let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
             return match store.get_strings_cached(&refs, &[]) {
@@ -420,6 +581,7 @@ pub fn read_here(
                 Ok(Some((values, _))) => {
                     answered(Reply::Array(values.into_iter().map(bulk_or_null).collect()))
                 }
+                Ok(None) if keys.len() <= GET_BATCH_KEYS => ReadHere::Batch,
                 Ok(None) => ReadHere::Elsewhere,
             };
         }

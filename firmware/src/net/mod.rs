@@ -16,6 +16,7 @@
 mod admission;
 mod auth;
 mod conn;
+mod get_batch;
 mod inline_batch;
 mod latency;
 pub mod limits;
@@ -54,7 +55,7 @@ use self::slowlog::{Caller, Slowlog};
 use self::transport::Transport;
 use crate::acl::Users;
 use crate::cluster::{self, Admin, AdminOutcome, Gate};
-use crate::exec::{self, Done, Job, ReadHere, ReplySink, Transaction};
+use crate::exec::{self, Done, GetBatching, Job, ReadHere, ReplySink, Transaction};
 use crate::info::{CommandStats, Metrics};
 use crate::queue::{Receiver, Sender, TrySendError};
 use crate::store::Store;
@@ -131,6 +132,9 @@ pub struct Net {
     sink: ReplySink,
     /// Reads started this turn, submitted together at its end (`ring_reads`).
     reads: Vec<lsm::ReservedRead>,
+    /// GETs of one connection's pipeline gathered this turn, resolved together before
+    /// anything else of that connection runs (`flush_gets`; see [`exec::GetBatch`]).
+    gets: Option<exec::GetBatch>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
     cfg: NetConfig,
@@ -206,6 +210,7 @@ impl Net {
             store,
             sink,
             reads: Vec::new(),
+            gets: None,
             metrics,
             shutdown,
             cluster,
@@ -537,9 +542,35 @@ impl Net {
         self.flush(id);
     }
 
-    /// Runs backlog entries in order while each may run now.
+    /// Runs backlog entries in order while each may run now. GETs of a pipeline gathered
+    /// on the way ([`exec::GetBatch`]) are resolved before this returns; when DRAM answered
+    /// them, the connection may go on at once.
     fn run_backlog(&mut self, id: u64) {
         loop {
+            self.run_backlog_in_order(id);
+            if !self.flush_gets() {
+                return;
+            }
+        }
+    }
+
+    /// [`Net::run_backlog`]'s loop: runs backlog entries in order while each may run now.
+    fn run_backlog_in_order(&mut self, id: u64) {
+        loop {
+            // An open batch of GETs takes its view before any other request of its
+            // connection runs (and before another connection's batch opens).
+            if let Some(b) = &self.gets {
+                let joins = b.conn() == id
+                    && self
+                        .conns
+                        .get(&id)
+                        .and_then(|c| c.backlog.front())
+                        .and_then(|args| get_batch::keys_read(args))
+                        .is_some_and(|keys| b.has_room(keys));
+                if !joins {
+                    self.flush_gets();
+                }
+            }
             let Some(c) = self.conns.get_mut(&id) else {
                 return;
             };
@@ -778,8 +809,23 @@ impl Net {
             if route == Route::Engine && !self.cfg.copy_values && c.resolves_in_order_here() {
                 let started = Instant::now();
                 let to = (id, c.next_seq, c.proto);
-                let (store, sink, more) = (&self.store, &self.sink, !c.backlog.is_empty());
-                match exec::read_here(store, &self.metrics, &cmd, to, more, sink, &mut self.reads) {
+                let batching = if self.gets.is_some() {
+                    GetBatching::Open
+                } else if c.backlog.is_empty() {
+                    GetBatching::Alone
+                } else {
+                    GetBatching::Queued
+                };
+                let (store, sink) = (&self.store, &self.sink);
+                match exec::read_here(
+                    store,
+                    &self.metrics,
+                    &cmd,
+                    to,
+                    batching,
+                    sink,
+                    &mut self.reads,
+                ) {
                     ReadHere::Answered(r) => {
                         self.metrics
                             .reads_answered_inline
@@ -814,6 +860,22 @@ impl Net {
                             args,
                         };
                         c.next_in_flight(route, cost, meta);
+                        continue;
+                    }
+                    ReadHere::Batch => {
+                        let meta = InFlight {
+                            row,
+                            started: self.now,
+                            args,
+                        };
+                        let seq = c.next_in_flight(route, cost, meta);
+                        let batch = self.gets.get_or_insert_with(|| exec::GetBatch::new(id));
+                        match cmd {
+                            Command::Get(key) => batch.push_get(seq, key),
+                            Command::MGet(keys) => batch.push_mget(seq, keys),
+                            // `read_here` batches nothing else.
+                            _ => {}
+                        }
                         continue;
                     }
                     ReadHere::Elsewhere => {}

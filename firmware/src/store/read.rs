@@ -97,6 +97,38 @@ impl PendingKeyRead {
     }
 }
 
+/// GET reads resolved together by [`Store::get_strings_here`] whose pages must be read.
+pub struct PendingStrings {
+    lookup: PendingLookup,
+    finish: StringsFinish,
+}
+
+impl PendingStrings {
+    /// Takes room for the page reads without waiting and binds `done`, which runs on the
+    /// engine's poller thread once they are in; the caller starts the read with
+    /// [`lsm::Engine::submit_reads`] (with the others it reserved).
+    ///
+    /// # Errors
+    /// [`ReadWindowFull`]: nothing was started (`done` is dropped).
+    pub fn reserve(self, done: OnStrings) -> std::result::Result<ReservedRead, ReadWindowFull> {
+        let finish = self.finish;
+        self.lookup.reserve(Box::new(move |r| {
+            let (values, other_type) = finish.finish(r);
+            done(values, other_type);
+        }))
+    }
+}
+
+/// The probes of GET's WRONGTYPE check: each typed key's other type records, looked up
+/// only when its string is not found.
+fn strings_probes<'a>(probes: &'a [&'a [u8]], typed: &'a [usize]) -> Probes<'a> {
+    Probes::GroupsUnlessFound {
+        keys: probes,
+        per: ks::TOP_LEVEL.len() - 1,
+        owners: typed,
+    }
+}
+
 /// [`Store::get_strings_cached`]'s answer: the values in key order (`None`: missing or
 /// expired), and per key asked for its type whether it holds another type.
 pub type CachedStrings = (Vec<Option<Bytes>>, Vec<bool>);
@@ -312,16 +344,17 @@ impl Store {
     /// and `done` runs on the engine's poller thread once they are all in (or here, when
     /// nothing needs reading). A value within one device page arrives as a slice of the
     /// page read, without a copy. Expiry is judged when the reads are issued. For each key
-    /// in `typed`, `done` also learns whether it holds a hash or a sorted set, looked up at
-    /// the same instant as the values (so a GET answers nil or WRONGTYPE consistently).
+    /// whose index in `keys` is in `typed`, `done` also learns whether it holds another
+    /// type, looked up at the same instant as the values (so a GET answers nil or WRONGTYPE
+    /// consistently); only a key whose string is not found is looked up for the others.
     /// `done` must be short and must not call into the store.
-    pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[&[u8]], done: OnStrings) {
+    pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[usize], done: OnStrings) {
         let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
         self.db.lookup_async(
             &refs,
-            Probes::Each(&probes),
+            strings_probes(&probes, typed),
             None,
             Box::new(move |r| {
                 let (values, other_type) = finish.finish(r);
@@ -340,12 +373,15 @@ impl Store {
     pub fn get_strings_cached(
         &self,
         keys: &[&[u8]],
-        typed: &[&[u8]],
+        typed: &[usize],
     ) -> Result<Option<CachedStrings>> {
         let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        match self.db.lookup_cached(&refs, Probes::Each(&probes), None)? {
+        match self
+            .db
+            .lookup_cached(&refs, strings_probes(&probes, typed), None)?
+        {
             Some(found) => {
                 let (values, other_type) = finish.finish(Ok(found));
                 Ok(Some((values?, other_type)))
@@ -354,20 +390,52 @@ impl Store {
         }
     }
 
+    /// [`Store::get_strings_async`] resolved here and now, in one view: answered at once
+    /// when DRAM holds every value page it needs, else pending, its page reads for the
+    /// caller to reserve and submit (a caller that must not wait: the network thread).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get_strings_here(
+        &self,
+        keys: &[&[u8]],
+        typed: &[usize],
+    ) -> Result<Here<CachedStrings, PendingStrings>> {
+        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        Ok(
+            match self
+                .db
+                .lookup_now(&refs, strings_probes(&probes, typed), None)?
+            {
+                LookupNow::Answered(found) => {
+                    let (values, other_type) = finish.finish(Ok(found));
+                    Here::Answered((values?, other_type))
+                }
+                LookupNow::Pending(lookup) => Here::Pending(PendingStrings { lookup, finish }),
+            },
+        )
+    }
+
     /// The engine keys of GET's and MGET's read: the string records of `keys`, the other
     /// types' records of each of `typed`, and what turns the lookup into the reply's values.
     fn strings_request(
         &self,
         keys: &[&[u8]],
-        typed: &[&[u8]],
+        typed: &[usize],
     ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, StringsFinish) {
         let now = now_ms();
         let expired = self.expired_mask(keys, now);
         // An expired key of another type is no key: nil, not WRONGTYPE.
-        let typed_expired = self.expired_mask(typed, now);
+        let typed_expired: Vec<bool> = typed
+            .iter()
+            .map(|&i| expired.get(i).copied().unwrap_or(false))
+            .collect();
         let engine_keys: Vec<Vec<u8>> = keys.iter().map(|k| ks::top(STRING, k)).collect();
         let probe_keys: Vec<Vec<u8>> = typed
             .iter()
+            .filter_map(|&i| keys.get(i))
             .flat_map(|k| {
                 ks::TOP_LEVEL
                     .iter()

@@ -468,6 +468,21 @@ impl ReadSide {
             Probes::FirstOfUnlessFound(ks) if values.ptrs.iter().all(Option::is_some) => {
                 vec![false; ks.len()]
             }
+            Probes::GroupsUnlessFound { keys, per, owners } => {
+                let mut present = Vec::with_capacity(keys.len());
+                for (group, owner) in keys.chunks(per.max(1)).zip(owners) {
+                    let mut done = values.ptrs.get(*owner).is_some_and(Option::is_some);
+                    for k in group {
+                        if done {
+                            present.push(false);
+                        } else {
+                            done = exists(k);
+                            present.push(done);
+                        }
+                    }
+                }
+                present
+            }
             Probes::FirstOf(ks) | Probes::FirstOfUnlessFound(ks) => {
                 let mut done = false;
                 ks.iter()

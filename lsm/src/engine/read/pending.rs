@@ -191,6 +191,14 @@ impl PendingLookup {
 }
 
 impl Engine {
+    /// Whether the window of asynchronous page reads ([`crate::ASYNC_READ_WINDOW`]) has room
+    /// for `pages` more now: a hint for a caller that must not wait, to send a read that
+    /// would not fit where waiting is allowed before resolving it ([`PendingLookup::reserve`]
+    /// may still find the room taken).
+    pub fn read_window_fits(&self, pages: usize) -> bool {
+        self.side.window.fits(pages)
+    }
+
     /// Starts reads reserved by [`PendingLookup::reserve`]: every page of all of them in one
     /// submission (one system call). Never waits: a page the device refuses for want of a
     /// free command tag is retried by the poller as tags free up; any other refusal fails
