@@ -8,8 +8,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use kvproto::Reply;
-
 use super::route::Route;
 use super::Net;
 use crate::exec::{self, GetBatchStart};
@@ -53,7 +51,8 @@ impl Net {
                 // Later reads of the connection wait for these (`resolves_in_order_here`).
                 c.last_job = jobs.last().map(|j| j.seq).or(c.last_job);
                 let mut newly_stalled = false;
-                for job in jobs {
+                let mut jobs = VecDeque::from(jobs);
+                while let Some(job) = jobs.pop_front() {
                     if let Some((_, held)) = &mut c.stalled {
                         held.push_back(job);
                         continue;
@@ -65,8 +64,12 @@ impl Net {
                             newly_stalled = true;
                         }
                         Err(TrySendError::Disconnected(_)) => {
-                            c.out
-                                .push(&Reply::error("ERR the drive is shutting down"), c.proto);
+                            // Shutting down: nothing will answer these (as `retry_stalled`).
+                            let gone = jobs.len() + 1;
+                            c.in_flight = c.in_flight.saturating_sub(gone);
+                            for _ in 0..gone {
+                                c.inflight_meta.pop_back();
+                            }
                             c.closing = true;
                             return false;
                         }

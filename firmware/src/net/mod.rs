@@ -862,7 +862,12 @@ impl Net {
                         c.next_in_flight(route, cost, meta);
                         continue;
                     }
-                    ReadHere::Batch => {
+                    // `read_here` batches nothing but GET and MGET; any other command
+                    // goes on to the engine thread below.
+                    ReadHere::Batch if matches!(cmd, Command::Get(_) | Command::MGet(_)) => {
+                        // An open batch is this connection's: the loop's top resolved any
+                        // other before this request ran.
+                        debug_assert!(self.gets.as_ref().is_none_or(|b| b.conn() == id));
                         let meta = InFlight {
                             row,
                             started: self.now,
@@ -873,12 +878,11 @@ impl Net {
                         match cmd {
                             Command::Get(key) => batch.push_get(seq, key),
                             Command::MGet(keys) => batch.push_mget(seq, keys),
-                            // `read_here` batches nothing else.
                             _ => {}
                         }
                         continue;
                     }
-                    ReadHere::Elsewhere => {}
+                    ReadHere::Batch | ReadHere::Elsewhere => {}
                 }
             }
             if let Command::Set { value, .. } = &cmd {
