@@ -368,7 +368,8 @@ pub enum GetBatching {
 
 /// The GETs and MGETs of one connection's pipeline, gathered on the network thread and
 /// resolved together in one view ([`start_get_batch`]) once a request of another command
-/// comes, or the connection's parsed requests run out. One lookup, one reservation in the
+/// comes, the batch holds [`GET_BATCH_KEYS`] keys, or the connection's parsed requests run
+/// out. One lookup, one reservation in the
 /// read window and one reply callback serve them all, as a batch on the engine thread would,
 /// without handing them to another thread (and without sending the rest of the pipeline,
 /// hot reads included, after them).
