@@ -79,11 +79,17 @@ pub(crate) struct ReadWindow {
     changed: Condvar,
 }
 
+/// Whether `n` more pages fit beside `pages` in flight: within the window, or anything
+/// when nothing is in flight (so a read larger than the window still goes, alone).
+fn room_for(pages: usize, n: usize) -> bool {
+    pages == 0 || pages + n <= ASYNC_READ_WINDOW
+}
+
 impl ReadWindow {
     /// Waits until `n` more pages fit in the window (or nothing is in flight).
     pub(crate) fn acquire_pages(&self, n: usize) {
         let mut pages = self.pages.lock();
-        while *pages > 0 && *pages + n > ASYNC_READ_WINDOW {
+        while !room_for(*pages, n) {
             self.changed.wait(&mut pages);
         }
         *pages += n;
@@ -93,7 +99,7 @@ impl ReadWindow {
     /// would without waiting); `false`: nothing was taken.
     pub(crate) fn try_acquire_pages(&self, n: usize) -> bool {
         let mut pages = self.pages.lock();
-        if *pages > 0 && *pages + n > ASYNC_READ_WINDOW {
+        if !room_for(*pages, n) {
             return false;
         }
         *pages += n;
@@ -103,8 +109,7 @@ impl ReadWindow {
     /// Whether `n` more pages would fit now (a hint: another caller may take the room
     /// before this one asks for it).
     pub(crate) fn fits(&self, n: usize) -> bool {
-        let pages = *self.pages.lock();
-        pages == 0 || pages + n <= ASYNC_READ_WINDOW
+        room_for(*self.pages.lock(), n)
     }
 
     /// One page read finished.

@@ -349,18 +349,17 @@ impl Store {
     /// consistently); only a key whose string is not found is looked up for the others.
     /// `done` must be short and must not call into the store.
     pub fn get_strings_async(&self, keys: &[&[u8]], typed: &[usize], done: OnStrings) {
-        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        self.db.lookup_async(
-            &refs,
-            strings_probes(&probes, typed),
-            None,
-            Box::new(move |r| {
-                let (values, other_type) = finish.finish(r);
-                done(values, other_type);
-            }),
-        );
+        self.strings_lookup(keys, typed, |refs, probes, finish| {
+            self.db.lookup_async(
+                refs,
+                probes,
+                None,
+                Box::new(move |r| {
+                    let (values, other_type) = finish.finish(r);
+                    done(values, other_type);
+                }),
+            );
+        });
     }
 
     /// [`Store::get_strings_async`] answered at once when DRAM holds every value page it
@@ -375,19 +374,15 @@ impl Store {
         keys: &[&[u8]],
         typed: &[usize],
     ) -> Result<Option<CachedStrings>> {
-        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        match self
-            .db
-            .lookup_cached(&refs, strings_probes(&probes, typed), None)?
-        {
-            Some(found) => {
-                let (values, other_type) = finish.finish(Ok(found));
-                Ok(Some((values?, other_type)))
+        self.strings_lookup(keys, typed, |refs, probes, finish| {
+            match self.db.lookup_cached(refs, probes, None)? {
+                Some(found) => {
+                    let (values, other_type) = finish.finish(Ok(found));
+                    Ok(Some((values?, other_type)))
+                }
+                None => Ok(None),
             }
-            None => Ok(None),
-        }
+        })
     }
 
     /// [`Store::get_strings_async`] resolved here and now, in one view: answered at once
@@ -401,21 +396,31 @@ impl Store {
         keys: &[&[u8]],
         typed: &[usize],
     ) -> Result<Here<CachedStrings, PendingStrings>> {
-        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
-        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
-        Ok(
-            match self
-                .db
-                .lookup_now(&refs, strings_probes(&probes, typed), None)?
-            {
+        self.strings_lookup(keys, typed, |refs, probes, finish| {
+            Ok(match self.db.lookup_now(refs, probes, None)? {
                 LookupNow::Answered(found) => {
                     let (values, other_type) = finish.finish(Ok(found));
                     Here::Answered((values?, other_type))
                 }
                 LookupNow::Pending(lookup) => Here::Pending(PendingStrings { lookup, finish }),
-            },
-        )
+            })
+        })
+    }
+
+    /// Runs `lookup` on GET's and MGET's engine keys ([`Store::strings_request`]): the
+    /// string records of `keys`, the probes of the typed ones' WRONGTYPE check, and what
+    /// turns the lookup into the reply's values. The one place the three ways of reading
+    /// them (waiting, from DRAM only, started here) share.
+    fn strings_lookup<R>(
+        &self,
+        keys: &[&[u8]],
+        typed: &[usize],
+        lookup: impl FnOnce(&[&[u8]], Probes<'_>, StringsFinish) -> R,
+    ) -> R {
+        let (engine_keys, probe_keys, finish) = self.strings_request(keys, typed);
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
+        let probes: Vec<&[u8]> = probe_keys.iter().map(Vec::as_slice).collect();
+        lookup(&refs, strings_probes(&probes, typed), finish)
     }
 
     /// The engine keys of GET's and MGET's read: the string records of `keys`, the other

@@ -448,6 +448,21 @@ impl LookupShape {
     }
 }
 
+/// Probes of keys of which at most one can exist, in order up to the first that does (the
+/// ones after it answer `false` without a lookup; all of them when `found` already): onto
+/// `present`.
+fn first_of(ks: &[&[u8]], found: bool, exists: &dyn Fn(&[u8]) -> bool, present: &mut Vec<bool>) {
+    let mut done = found;
+    for k in ks {
+        if done {
+            present.push(false);
+        } else {
+            done = exists(k);
+            present.push(done);
+        }
+    }
+}
+
 impl ReadSide {
     /// Resolves a lookup in `view` (DRAM only): the pointers of `keys`, then of the range's
     /// live pairs, and the probes' answers.
@@ -471,29 +486,15 @@ impl ReadSide {
             Probes::GroupsUnlessFound { keys, per, owners } => {
                 let mut present = Vec::with_capacity(keys.len());
                 for (group, owner) in keys.chunks(per.max(1)).zip(owners) {
-                    let mut done = values.ptrs.get(*owner).is_some_and(Option::is_some);
-                    for k in group {
-                        if done {
-                            present.push(false);
-                        } else {
-                            done = exists(k);
-                            present.push(done);
-                        }
-                    }
+                    let found = values.ptrs.get(*owner).is_some_and(Option::is_some);
+                    first_of(group, found, &exists, &mut present);
                 }
                 present
             }
             Probes::FirstOf(ks) | Probes::FirstOfUnlessFound(ks) => {
-                let mut done = false;
-                ks.iter()
-                    .map(|k| {
-                        if done {
-                            return false;
-                        }
-                        done = exists(k);
-                        done
-                    })
-                    .collect()
+                let mut present = Vec::with_capacity(ks.len());
+                first_of(ks, false, &exists, &mut present);
+                present
             }
         };
         let mut range_keys = Vec::new();
