@@ -39,7 +39,7 @@ const RING_AFTER: Duration = Duration::from_millis(1);
 /// engine's shared open page, so the groups held write as few pages as their records fill
 /// (YCSB A: 32 groups instead of 8 took the drive's CPU per SET at one connection from 35 to
 /// 27.5 CPU-s per million). The bounds, checked after every group, keep the pages held back
-/// inside the pipeline's 96: 31 groups under [`RING_BYTES`] together write at most 35 pages,
+/// inside the pipeline's 192: 31 groups under [`RING_BYTES`] together write at most 35 pages,
 /// and the group that makes the ring due at most 33 (256 KiB), 68 in all (the engine admits
 /// no group past the pipeline: such a group goes to the writer, after a ring). A waiter for the pipeline (maintenance, SIGPWR's sync)
 /// is handed the pages by the poller's own wait within 20 ms at worst, by this within

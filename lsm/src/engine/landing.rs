@@ -28,9 +28,9 @@
 //! (`ReadPlan`, `Engine::get_cached`).
 //!
 //! **Bounds.** A batch counts against the pipeline's page budget
-//! ([`super::write::PIPELINE_PAGES`], 768 KiB) until it is retired; a batch of moves counts at
+//! ([`super::write::PIPELINE_PAGES`], 1.5 MiB) until it is retired; a batch of moves counts at
 //! most [`super::write::GC_PIPELINE_SHARE`] pages of it and holds about 61 (`GC_BATCH_BYTES`),
-//! more when it moves a raw value longer than that, so the buffer holds about 1 MiB, more
+//! more when it moves a raw value longer than that, so the buffer holds about 2 MiB, more
 //! while such a value's move lands.
 //!
 //! **Failure.** A page that fails after its batch was acknowledged cannot be un-applied:

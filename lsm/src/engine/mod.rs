@@ -274,7 +274,7 @@ pub struct EngineStats {
     /// read is reported, see [`EngineStats::read_unreadable_pages`]).
     pub gc_read_retries: u64,
     /// With [`EngineConfig::ack_from_dram`]: value pages of acknowledged writes not yet on
-    /// the device, held in DRAM (at most the write pipeline's 96 pages).
+    /// the device, held in DRAM (at most the write pipeline's 192 pages).
     pub landing_pages: u64,
     /// Page lookups of reads those copies answered (the page was not on the device yet).
     pub landing_hits: u64,

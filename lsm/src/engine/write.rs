@@ -27,8 +27,17 @@ pub(super) use group::Joiners;
 
 pub(super) use apply::{ApplyJob, Insertion};
 
-/// Value-log pages of client batches on the device at once (the write pipeline's depth).
-pub(super) const PIPELINE_PAGES: u64 = 96;
+/// Value-log pages of client batches on the device at once (the write pipeline's depth):
+/// 1.5 MiB. With the asynchronous reads' window ([`crate::ASYNC_READ_WINDOW`], 64 pages) that
+/// makes the device's 256 command tags (pages past the tags wait in the poller's queue). A
+/// batch stays in the pipeline from its layout until the device poller has reaped its pages
+/// and it is applied, which on two cores shared with the clients takes far longer than the
+/// device's own write latency: at 96 pages, paired runs of the in-process 8 KiB plp S-SET and
+/// R-SET waited for room and ran 10-20% slower (`docs/decisions/0037`).
+pub(super) const PIPELINE_PAGES: u64 = 192;
+const _: () = assert!(
+    PIPELINE_PAGES + crate::ASYNC_READ_WINDOW as u64 <= hwftl_sim::DEFAULT_QUEUE_DEPTH as u64
+);
 
 /// Longest a durable batch whose pages completed waits for the other batches on the device
 /// to complete theirs, so that one device flush covers them all (see
