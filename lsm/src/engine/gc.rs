@@ -35,9 +35,10 @@ pub(super) const GC_LOW_WATER: usize = RESERVED_SEGMENTS + 2;
 /// read-ahead ([`GC_READ_AHEAD_PAGES`], 128) and clients' asynchronous reads
 /// ([`crate::ASYNC_READ_WINDOW`], 64) fit the device's 256 tags together, so the batch's
 /// submission does not wait for tags with the write lock held. In plp mode a batch laid out
-/// beside client batches may meet up to 48 client pages more: a page refused for want of a
-/// tag is then offered again under the lock (`Inner::submit_refused_page`) until reads free
-/// one; the sustained-overwrite runs of decision 0032 were measured with that.
+/// beside client batches may meet up to 96 client pages more (`PIPELINE_PAGES` less
+/// `GC_PIPELINE_SHARE`; 48 before decision 0037): a page refused for want of a tag is then
+/// offered again under the lock (`Inner::submit_refused_page`) until reads free one; the
+/// sustained-overwrite runs of decision 0032 were measured with 48.
 pub(super) const GC_BATCH_BYTES: usize = 480 << 10;
 
 /// Most victim pages read ahead while a step's moves are written: the whole next window at
