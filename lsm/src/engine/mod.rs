@@ -735,9 +735,26 @@ impl Engine {
 
     /// Flushes, then merges every level into one bottom run.
     ///
+    /// On a nearly full device the merge may find no free segment for its output while the
+    /// segments it (or the flush before it) released still wait for their trim, which runs
+    /// at the end of the call, or while garbage collection is behind. A merge refused for
+    /// want of a segment is therefore tried once more, after those trims and after the
+    /// maintenance thread has nothing due.
+    ///
     /// # Errors
-    /// As [`Engine::flush`].
+    /// As [`Engine::flush`]; `DeviceFull` when the second attempt finds no room either.
     pub fn compact_all(&self) -> Result<()> {
+        match self.compact_all_once() {
+            Err(EngineError::DeviceFull { .. }) => {
+                self.settle()?;
+                self.compact_all_once()
+            }
+            r => r,
+        }
+    }
+
+    /// One attempt of [`Engine::compact_all`].
+    fn compact_all_once(&self) -> Result<()> {
         let _m = self.core.maint.lock();
         let mut inner = self.core.inner.lock();
         self.core.quiesce(&mut inner);
