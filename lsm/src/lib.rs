@@ -52,7 +52,7 @@ pub use config::{
     DEFAULT_MEMTABLE_BYTES, DEFAULT_OPEN_PAGE_LINGER, DEFAULT_OVERPROVISION_PERCENT,
 };
 pub use engine::{
-    Doorbell, Engine, EngineStats, Finding, FindingKind, FsckReport, KeyFilter, LevelStats,
+    Doorbell, Engine, EngineStats, Finding, FindingKind, FsckReport, GetNow, KeyFilter, LevelStats,
     LookupNow, PendingLookup, PendingWrite, RangeBounds, RangeRead, ReadWindowFull, ReservedRead,
     WriteOp,
 };

@@ -68,7 +68,10 @@ fn read_small_without_device(db: &Engine, ftl: &Ftl, n: u32, why: &str) {
             .all(|(i, (k, v))| *k == key(i as u32) && *v == small(i as u32)),
         "{why}: range values"
     );
-    assert!(db.get_cached(&key(0)).is_some(), "{why}: get_cached");
+    assert!(
+        matches!(db.get_now(&key(0), 0), Ok(lsm::GetNow::Hot(_))),
+        "{why}: get_now"
+    );
     assert_eq!(
         ftl.stats().reads,
         before,

@@ -1,4 +1,4 @@
-//! `Engine::lookup_async` / `lookup_cached`: values, probes and a range as of one instant, and
+//! `Engine::lookup_async` / `lookup_cached` / `lookup_now` / `get_now`: values, probes and a range as of one instant, and
 //! which probes each `Probes` mode looks up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -166,6 +166,65 @@ fn lookup_now_answers_from_dram_or_leaves_a_read_to_start() {
         .expect("the read completes");
     assert_eq!(l.values[0].as_deref(), Some(&big[..]));
     assert_eq!(l.values[1].as_deref(), Some(&b"v"[..]));
+}
+
+/// Starts a pending lookup and waits for it.
+fn finish(db: &Engine, p: lsm::PendingLookup) -> Lookup {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let read = p
+        .reserve(Box::new(move |r| tx.send(r.unwrap()).unwrap()))
+        .unwrap();
+    db.submit_reads(vec![read]);
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the read completes")
+}
+
+#[test]
+fn get_now_answers_hot_values_and_resolves_cold_ones_once() {
+    let one_page = vec![b'p'; lsm::DEFAULT_ENTRY_VALUE_MAX + 1];
+    let spanning = vec![b's'; 3 * hwftl_sim::PAGE_SIZE];
+    let fill = |db: &Engine| {
+        db.put(b"one", &one_page).unwrap();
+        db.put(b"span", &spanning).unwrap();
+        db.put(b"small", b"v").unwrap();
+        db.put(b"gone", b"x").unwrap();
+        db.delete(b"gone").unwrap();
+    };
+    // No value cache: every page comes from the device.
+    let db = engine(0);
+    fill(&db);
+    // Missing and deleted keys: no value, nothing to read.
+    for k in [&b"nope"[..], b"gone"] {
+        assert!(matches!(db.get_now(k, 4).unwrap(), lsm::GetNow::NoValue));
+    }
+    // A held small value is hot without any cache.
+    let lsm::GetNow::Hot(v) = db.get_now(b"small", 4).unwrap() else {
+        panic!("a held value needs no page");
+    };
+    assert_eq!(&v[..], b"v");
+    // The others are cold reads whose lookup has the value first and the probes'
+    // presences all false.
+    for (k, want) in [(&b"one"[..], &one_page), (b"span", &spanning)] {
+        let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() else {
+            panic!("an uncached value must be read");
+        };
+        let l = finish(&db, p);
+        assert_eq!(l.values.len(), 1);
+        assert_eq!(l.values[0].as_deref(), Some(&want[..]));
+        assert_eq!(l.present, vec![false; 4]);
+    }
+    // With a cache, once read (or written) a value is hot, over several pages too.
+    let db = engine(1 << 20);
+    fill(&db);
+    for (k, want) in [(&b"one"[..], &one_page), (b"span", &spanning)] {
+        if let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() {
+            assert_eq!(finish(&db, p).values[0].as_deref(), Some(&want[..]));
+        }
+        let lsm::GetNow::Hot(v) = db.get_now(k, 4).unwrap() else {
+            panic!("a value read once is in the cache");
+        };
+        assert_eq!(&v[..], &want[..]);
+    }
 }
 
 #[test]

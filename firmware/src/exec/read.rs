@@ -564,10 +564,23 @@ pub fn read_here(
         // here alone when it is its connection's last request so far (a client waiting
         // for each reply), or opens a batch when more requests are queued behind it.
         (Command::Get(_), _) if batching == GetBatching::Open => return ReadHere::Batch,
-        (Command::Get(key), _) => match store.get_string_cached(key) {
-            Some(v) => return answered(Reply::Bulk(v)),
-            None if batching == GetBatching::Queued => return ReadHere::Batch,
-            None => key_read_plan(cmd),
+        // Resolved once: a cold GET's read starts from this resolution.
+        (Command::Get(key), _) => match store.get_string_now(key) {
+            Err(e) => return answered(err(&e)),
+            Ok(crate::store::StringGet::Hot(v)) => return answered(Reply::Bulk(v)),
+            Ok(_) if batching == GetBatching::Queued => return ReadHere::Batch,
+            Ok(crate::store::StringGet::Cold(p)) => {
+                let Some(plan) = key_read_plan(cmd) else {
+                    return ReadHere::Elsewhere;
+                };
+                let (metrics, sink) = (metrics.clone(), sink.clone());
+                let (finish, tag) = (plan.finish, plan.tag);
+                let started = p.reserve(Box::new(move |r| {
+                    reply_to(KeyReadPlan::reply(finish, tag, r), &metrics, &sink);
+                }));
+                return started_here(started, reads);
+            }
+            Ok(crate::store::StringGet::Other) => key_read_plan(cmd),
         },
         // An MGET joins its connection's open batch; one that needs the device opens one.
         (Command::MGet(keys), _)
@@ -605,6 +618,15 @@ pub fn read_here(
             }))
         }
     };
+    started_here(started, reads)
+}
+
+/// A read reserved here: collected to be submitted with the others, or, with the read
+/// window full, left to the engine thread (which may wait for room).
+fn started_here(
+    started: std::result::Result<lsm::ReservedRead, lsm::ReadWindowFull>,
+    reads: &mut Vec<lsm::ReservedRead>,
+) -> ReadHere {
     match started {
         Ok(read) => {
             reads.push(read);

@@ -43,7 +43,7 @@ pub mod zset;
 pub mod zset_more;
 
 pub use expiry::ttl_reply;
-pub use read::{Here, KeyFound, KeyRead};
+pub use read::{Here, KeyFound, KeyRead, StringGet};
 pub use string::SetOptions;
 pub use view::Picker;
 pub use watch::{WatchedKey, Watches};

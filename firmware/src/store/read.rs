@@ -71,6 +71,16 @@ pub enum Here<T, P> {
     Pending(P),
 }
 
+/// What [`Store::get_string_now`] found.
+pub enum StringGet {
+    /// The value, from DRAM.
+    Hot(Bytes),
+    /// A live string whose value must be read from the device: its read, to start.
+    Cold(PendingKeyRead),
+    /// Not a live string: the general path tells which reply it gets.
+    Other,
+}
+
 /// A key's read resolved by [`Store::read_key_here`] whose pages must be read.
 pub struct PendingKeyRead {
     lookup: PendingLookup,
@@ -268,6 +278,18 @@ impl KeyRequest {
 }
 
 impl KeyFinish {
+    /// The finish of a `Record { tag: STRING }` read whose string the engine found live (the
+    /// probes of the other types are then not asked).
+    fn string_found() -> KeyFinish {
+        KeyFinish {
+            expired: false,
+            names: 1,
+            prefix_len: 0,
+            record: Some(STRING),
+            probe_tags: ks::TOP_LEVEL.into_iter().filter(|&t| t != STRING).collect(),
+        }
+    }
+
     /// The key's type (a key past its deadline counts as missing) and its records; a
     /// missing key shows none.
     fn finish(self, found: lsm::Lookup, counters: &KeyspaceCounters) -> KeyFound {
@@ -304,14 +326,18 @@ impl KeyFinish {
 }
 
 impl Store {
-    /// GET answered from DRAM alone when it can be: the string value of `key` if the key is
-    /// a live, unexpired string whose value the value cache holds whole. `None` otherwise
-    /// (missing, expired, another type, not cached): the general path answers those.
-    pub fn get_string_cached(&self, key: &[u8]) -> Option<Bytes> {
+    /// GET's read of one key, resolved once: the value when the key is a live, unexpired
+    /// string whose value DRAM holds whole; the read of its pages, ready to start, when it
+    /// is such a string on the device; [`StringGet::Other`] otherwise (missing, expired,
+    /// another type), which the general path ([`Store::read_key_here`]) answers.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get_string_now(&self, key: &[u8]) -> Result<StringGet> {
         /// Keys up to this long are tagged on the stack (no allocation).
         const STACK_KEY: usize = 128;
         if self.expired(key, now_ms()) {
-            return None;
+            return Ok(StringGet::Other);
         }
         let mut stack = [0u8; STACK_KEY];
         let heap;
@@ -323,9 +349,19 @@ impl Store {
             heap = ks::top(STRING, key);
             &heap
         };
-        let v = self.db.get_cached(tagged)?;
-        self.counters.count_hit(true);
-        Some(v)
+        let finish = KeyFinish::string_found();
+        Ok(match self.db.get_now(tagged, finish.probe_tags.len())? {
+            lsm::GetNow::Hot(v) => {
+                self.counters.count_hit(true);
+                StringGet::Hot(v)
+            }
+            lsm::GetNow::Cold(lookup) => StringGet::Cold(PendingKeyRead {
+                lookup,
+                finish,
+                counters: self.counters.clone(),
+            }),
+            lsm::GetNow::NoValue => StringGet::Other,
+        })
     }
 
     /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key

@@ -25,7 +25,7 @@
 //! run flushed from it), so it finds the copy. A copy leaves only when its batch is retired,
 //! after the device completed the page: a reader that misses it reads the device, which
 //! then holds the page. Reads check the buffer before the value cache and the device
-//! (`ReadPlan`, `Engine::get_cached`).
+//! (`ReadPlan`, `Engine::get_now`).
 //!
 //! **Bounds.** A batch counts against the pipeline's page budget
 //! ([`super::write::PIPELINE_PAGES`], 1.5 MiB) until it is retired; a batch of moves counts at

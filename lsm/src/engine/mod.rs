@@ -36,7 +36,9 @@ mod version;
 mod write;
 
 pub use fsck::{Finding, FindingKind, FsckReport};
-pub use read::{KeyFilter, LookupNow, PendingLookup, RangeRead, ReadWindowFull, ReservedRead};
+pub use read::{
+    GetNow, KeyFilter, LookupNow, PendingLookup, RangeRead, ReadWindowFull, ReservedRead,
+};
 pub use write::{Doorbell, PendingWrite};
 
 use gc::{GcCarry, GcCursor, GcMove, GcReadAhead};

@@ -10,7 +10,7 @@ use crate::keytable::KeyHash;
 use crate::read::{Lookup, OnLookup, Probes};
 
 mod pending;
-pub use pending::{LookupNow, PendingLookup, ReadWindowFull, ReservedRead};
+pub use pending::{GetNow, LookupNow, PendingLookup, ReadWindowFull, ReservedRead};
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
 /// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at
@@ -528,6 +528,47 @@ impl ReadSide {
         };
         (values, shape)
     }
+
+    /// The value `p` points at, from DRAM alone: the copy `held` (unless keytables are read
+    /// from the device), else its one page from the landing buffer or the value cache (the
+    /// hit is counted). `None` when it lies over several pages or its page is not in DRAM.
+    fn dram_value(&self, p: ValuePtr, held: Option<Bytes>) -> Option<Bytes> {
+        if let Some(v) = held.filter(|_| !self.uncached_keytables) {
+            // Its own copy, as `ReadPlan::assemble` gives.
+            return Some(Bytes::copy_from_slice(&v));
+        }
+        let len = p.len as usize;
+        // Cached pages were verified when they entered the cache; a landing page is the
+        // engine's own copy of what it wrote.
+        let page = |page: u32| {
+            let addr = PageAddr {
+                log_seg: p.log_seg,
+                page,
+            };
+            if let Some(buf) = self.landing.as_ref().and_then(|l| l.get(addr)) {
+                return Some((buf, None));
+            }
+            let cache = self.cache.as_ref()?;
+            cache.get_uncounted(addr).map(|buf| (buf, Some(cache)))
+        };
+        let (value, cache) = match p.loc {
+            ValueLoc::Inline { page: pg, offset } => {
+                let (buf, cache) = page(pg)?;
+                let start = usize::from(offset);
+                let v = (start + len <= buf.len()).then(|| buf.slice(start..start + len))?;
+                (v, cache)
+            }
+            ValueLoc::Raw { page: pg, .. } if len <= PAGE_SIZE => {
+                let (buf, cache) = page(pg)?;
+                ((len <= buf.len()).then(|| buf.slice(..len))?, cache)
+            }
+            ValueLoc::Raw { .. } => return None,
+        };
+        if let Some(cache) = cache {
+            cache.count_hits(1);
+        }
+        Some(value)
+    }
 }
 
 impl Engine {
@@ -661,9 +702,20 @@ impl Engine {
         probes: Probes<'_>,
         range: Option<&RangeRead<'_>>,
     ) -> Result<LookupNow> {
+        let view = self.side.view()?;
+        let (values, shape) = self.side.resolve_lookup(&view, keys, probes, range);
+        self.finish_lookup(view, values, shape)
+    }
+
+    /// The end of [`Engine::lookup_now`] once its values are resolved in `view`: answered
+    /// from DRAM, or the page reads still to start.
+    fn finish_lookup(
+        &self,
+        view: ReadView,
+        values: Resolved,
+        shape: LookupShape,
+    ) -> Result<LookupNow> {
         let side = &self.side;
-        let view = side.view()?;
-        let (values, shape) = side.resolve_lookup(&view, keys, probes, range);
         let mut plan = side.plan_reads(values)?;
         let cached = plan.cached_pages();
         if cached.iter().all(Option::is_some) {
@@ -707,54 +759,40 @@ impl Engine {
         Ok(Some(shape.finish(values)))
     }
 
-    /// The value of `key` when DRAM holds all of it: the key is live and its value lies in
-    /// one page the value cache holds. `None` otherwise (no such key, a deletion, a value
-    /// over several pages, a page not cached, no cache, or the engine closed): the caller
-    /// then takes the general path ([`Engine::lookup_cached`] or an asynchronous read),
-    /// which also answers the absent cases. The point read of [`Engine::lookup_cached`]
-    /// without its per-call vectors: the drive's GET of a hot key.
-    pub fn get_cached(&self, key: &[u8]) -> Option<Bytes> {
+    /// One key's value resolved once, whether DRAM holds it or not: the value when it does
+    /// (a held copy, the landing buffer, the value cache), else the read of its
+    /// pages, resolved and ready to start ([`PendingLookup::reserve`], then
+    /// [`Engine::submit_reads`]), whose [`Lookup`] holds the value first and `probes`
+    /// presences, all `false` (the answer of [`Probes::FirstOfUnlessFound`] for a key found).
+    /// The drive's GET: a hot value costs no per-call vectors (a value in one page is a
+    /// slice of it), and a cold one is not looked up again to start its read, as trying
+    /// DRAM first and then [`Engine::lookup_now`] would.
+    ///
+    /// # Errors
+    /// `Closed`; `Corrupt` as in [`Engine::get`] (a value assembled from DRAM).
+    pub fn get_now(&self, key: &[u8], probes: usize) -> Result<GetNow> {
         let side = &self.side;
-        let view = side.view().ok()?;
-        let Some((Slot::Value(p, _), held)) = side.lookup_held(&view, key) else {
-            return None;
+        let view = side.view()?;
+        let Some((slot @ Slot::Value(p, _), held)) = side.lookup_held(&view, key) else {
+            return Ok(GetNow::NoValue);
         };
-        if let Some(v) = held.filter(|_| !side.uncached_keytables) {
-            // Its own copy, as `ReadPlan::assemble` gives.
-            return Some(Bytes::copy_from_slice(&v));
+        if let Some(v) = side.dram_value(p, held.clone()) {
+            return Ok(GetNow::Hot(v));
         }
-        let len = p.len as usize;
-        // Cached pages were verified when they entered the cache; a landing page is the
-        // engine's own copy of what it wrote.
-        let page = |page: u32| {
-            let addr = PageAddr {
-                log_seg: p.log_seg,
-                page,
-            };
-            if let Some(buf) = side.landing.as_ref().and_then(|l| l.get(addr)) {
-                return Some((buf, None));
-            }
-            let cache = side.cache.as_ref()?;
-            cache.get_uncounted(addr).map(|buf| (buf, Some(cache)))
+        let mut values = Resolved::default();
+        values.push_slot(Some((slot, held)));
+        let shape = LookupShape {
+            keys: 1,
+            present: vec![false; probes],
+            range_keys: Vec::new(),
         };
-        let (value, cache) = match p.loc {
-            ValueLoc::Inline { page: pg, offset } => {
-                let (buf, cache) = page(pg)?;
-                let start = usize::from(offset);
-                let v = (start + len <= buf.len()).then(|| buf.slice(start..start + len))?;
-                (v, cache)
-            }
-            ValueLoc::Raw { page: pg, .. } if len <= PAGE_SIZE => {
-                let (buf, cache) = page(pg)?;
-                ((len <= buf.len()).then(|| buf.slice(..len))?, cache)
-            }
-            ValueLoc::Raw { .. } => return None,
-        };
-        drop(view);
-        if let Some(cache) = cache {
-            cache.count_hits(1);
-        }
-        Some(value)
+        Ok(match self.finish_lookup(view, values, shape)? {
+            LookupNow::Answered(mut found) => match found.values.pop().flatten() {
+                Some(v) => GetNow::Hot(v),
+                None => GetNow::NoValue,
+            },
+            LookupNow::Pending(pending) => GetNow::Cold(pending),
+        })
     }
 
     /// Value bytes the read path copied since open (values spanning pages are joined; the

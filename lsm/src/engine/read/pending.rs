@@ -13,6 +13,17 @@ pub enum LookupNow {
     Pending(PendingLookup),
 }
 
+/// What [`Engine::get_now`] found for one key.
+pub enum GetNow {
+    /// DRAM held the whole value.
+    Hot(Bytes),
+    /// The key is live and its value (or part of it) is on the device: its read, resolved,
+    /// to start or drop.
+    Cold(PendingLookup),
+    /// No live value under the key (none, a deletion, or past its deadline).
+    NoValue,
+}
+
 /// [`PendingLookup::reserve`] found no room in the window of asynchronous page reads
 /// ([`crate::ASYNC_READ_WINDOW`]): nothing was queued and the lookup's pin is released. The
 /// caller starts the read where waiting is allowed ([`Engine::lookup_async`]).
