@@ -208,7 +208,7 @@ fn get_now_answers_hot_values_and_resolves_cold_ones_once() {
         let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() else {
             panic!("an uncached value must be read");
         };
-        let l = finish(&db, p);
+        let l = finish(&db, *p);
         assert_eq!(l.values.len(), 1);
         assert_eq!(l.values[0].as_deref(), Some(&want[..]));
         assert_eq!(l.present, vec![false; 4]);
@@ -218,7 +218,7 @@ fn get_now_answers_hot_values_and_resolves_cold_ones_once() {
     fill(&db);
     for (k, want) in [(&b"one"[..], &one_page), (b"span", &spanning)] {
         if let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() {
-            assert_eq!(finish(&db, p).values[0].as_deref(), Some(&want[..]));
+            assert_eq!(finish(&db, *p).values[0].as_deref(), Some(&want[..]));
         }
         let lsm::GetNow::Hot(v) = db.get_now(k, 4).unwrap() else {
             panic!("a value read once is in the cache");

@@ -201,11 +201,26 @@ fn the_cache_stays_coherent_while_gc_moves_values_and_reuses_segments() {
     assert!(c.hits > 1000 && c.evictions == 0, "{c:?}");
 }
 
-/// `Engine::get_cached` (the drive's GET of a hot key) answers exactly what `get` answers
-/// whenever it answers, answers every cached one-page value, and leaves the rest (absent,
-/// deleted, multi-page, not cached) to the general path.
+/// The value a cold [`lsm::GetNow`] reads from the device.
+fn read_cold(db: &Engine, p: lsm::PendingLookup) -> Option<bytes::Bytes> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let read = p
+        .reserve(Box::new(move |r| tx.send(r.unwrap()).unwrap()))
+        .unwrap();
+    db.submit_reads(vec![read]);
+    let mut found = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the read completes");
+    assert_eq!(found.values.len(), 1);
+    found.values.pop().flatten()
+}
+
+/// `Engine::get_now` (the drive's GET) answers exactly what `get` answers: a value DRAM
+/// holds at once (every value here, one page or several, as nothing is evicted), a missing
+/// or deleted key as having no value; without a cache, only held values at once and the
+/// others by the read it resolved.
 #[test]
-fn get_cached_agrees_with_get_and_declines_what_dram_cannot_answer() {
+fn get_now_agrees_with_get_hot_or_cold() {
     let ftl = device();
     let db = Engine::open(ftl.clone() as Arc<dyn AppendDevice>, cached(64 * MIB)).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -227,28 +242,31 @@ fn get_cached_agrees_with_get_and_declines_what_dram_cannot_answer() {
             model.insert(k.clone(), v);
         }
         let probe = format!("k{}", rng.gen_range(0..300u32)).into_bytes();
-        match (db.get_cached(&probe), model.get(&probe)) {
-            (Some(got), Some(want)) => assert_eq!(&got[..], &want[..]),
-            (Some(got), None) => panic!("get_cached found {} bytes of a missing key", got.len()),
-            // Only a value over one page may be declined here: everything written is in
-            // the 64 MiB cache (nothing was evicted).
-            (None, Some(want)) => assert!(
-                want.len() > 8192,
-                "declined a value of {} bytes: {:?}",
+        match (db.get_now(&probe, 0).unwrap(), model.get(&probe)) {
+            (lsm::GetNow::Hot(got), Some(want)) => assert_eq!(&got[..], &want[..]),
+            (lsm::GetNow::NoValue, None) => {}
+            (lsm::GetNow::Cold(_), Some(want)) => panic!(
+                "a value of {} bytes was not found in DRAM: {:?}",
                 want.len(),
                 db.value_cache_stats()
             ),
-            (None, None) => {}
+            (_, want) => panic!("get_now disagrees with the model ({want:?})"),
         }
     }
-    // Without a cache it declines every value but those held with their entries (the
-    // general path reads the device).
+    // Without a cache only the values held with their entries are hot; the others are
+    // read, from the lookup get_now resolved.
     drop(db);
     let db = Engine::open(ftl as Arc<dyn AppendDevice>, cached(0)).unwrap();
     for (k, v) in &model {
-        match db.get_cached(k) {
-            Some(got) => assert!(got[..] == v[..] && v.len() <= lsm::DEFAULT_ENTRY_VALUE_MAX),
-            None => assert!(v.len() > lsm::DEFAULT_ENTRY_VALUE_MAX),
+        match db.get_now(k, 0).unwrap() {
+            lsm::GetNow::Hot(got) => {
+                assert!(got[..] == v[..] && v.len() <= lsm::DEFAULT_ENTRY_VALUE_MAX);
+            }
+            lsm::GetNow::Cold(p) => {
+                assert!(v.len() > lsm::DEFAULT_ENTRY_VALUE_MAX);
+                assert_eq!(read_cold(&db, *p).as_deref(), Some(&v[..]));
+            }
+            lsm::GetNow::NoValue => panic!("a live key has no value"),
         }
     }
 }
@@ -298,7 +316,10 @@ fn packed_pages_are_cut_and_raw_pages_kept_whole() {
     for _ in 0..2 {
         assert_eq!(db.get(b"lookalike").unwrap().unwrap(), lookalike);
         assert_eq!(db.get(b"single").unwrap().unwrap(), single);
-        assert_eq!(db.get_cached(b"single").as_deref(), Some(&single[..]));
+        let Ok(lsm::GetNow::Hot(v)) = db.get_now(b"single", 0) else {
+            panic!("a value read once is answered from the cache");
+        };
+        assert_eq!(&v[..], &single[..]);
     }
 }
 

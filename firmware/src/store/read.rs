@@ -83,7 +83,7 @@ pub enum StringGet {
 
 /// A key's read resolved by [`Store::read_key_here`] whose pages must be read.
 pub struct PendingKeyRead {
-    lookup: PendingLookup,
+    lookup: Box<PendingLookup>,
     finish: KeyFinish,
     counters: Arc<KeyspaceCounters>,
 }
@@ -541,7 +541,7 @@ impl Store {
                     Here::Answered(req.finish.finish(found, &self.counters))
                 }
                 LookupNow::Pending(lookup) => Here::Pending(PendingKeyRead {
-                    lookup,
+                    lookup: Box::new(lookup),
                     finish: req.finish,
                     counters: self.counters.clone(),
                 }),

@@ -791,7 +791,7 @@ impl Engine {
                 Some(v) => GetNow::Hot(v),
                 None => GetNow::NoValue,
             },
-            LookupNow::Pending(pending) => GetNow::Cold(pending),
+            LookupNow::Pending(pending) => GetNow::Cold(Box::new(pending)),
         })
     }
 

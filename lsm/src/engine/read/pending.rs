@@ -19,7 +19,7 @@ pub enum GetNow {
     Hot(Bytes),
     /// The key is live and its value (or part of it) is on the device: its read, resolved,
     /// to start or drop.
-    Cold(PendingLookup),
+    Cold(Box<PendingLookup>),
     /// No live value under the key (none, a deletion, or past its deadline).
     NoValue,
 }
