@@ -438,7 +438,8 @@ impl Inner {
                 .collect();
             let mut new_slots: HashMap<Vec<u8>, Slot> = HashMap::new();
             if !ops.is_empty() {
-                let LaidOut { pages, updates, .. } = self.build_batch(&ops, 0, false)?;
+                let LaidOut { pages, updates, .. } =
+                    self.build_batch(&ops, 0, false, &mut super::write::Prepared::none())?;
                 // The moved values are the same bytes: the new run's entries hold what the
                 // old ones held.
                 let n = pages.len() as u64;

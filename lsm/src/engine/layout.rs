@@ -516,6 +516,7 @@ impl Inner {
         ops: &[WriteOp<'a>],
         reserve: usize,
         share: bool,
+        prepared: &mut super::write::Prepared<'a>,
     ) -> Result<LaidOut<'a>> {
         let join = share && self.fits_open_page(ops);
         if !join {
@@ -685,14 +686,14 @@ impl Inner {
                         let first = h.next_page;
                         h.next_page += n;
                         let segment = h.segment;
-                        let crc = crc32c::crc32c(v);
-                        for (i, chunk) in v.chunks(PAGE_SIZE).enumerate() {
+                        // Made before the write lock when the writer prepared it.
+                        let raw = prepared
+                            .take(v)
+                            .unwrap_or_else(|| super::write::RawValue::of(v));
+                        let crc = raw.crc;
+                        for (i, page) in raw.pages.into_iter().enumerate() {
                             let lba = self.g.lba(SegmentId(segment), first + i as u32);
-                            b.raws.push((lba, PageBuf::from_slice(chunk)));
-                        }
-                        if v.is_empty() {
-                            let lba = self.g.lba(SegmentId(segment), first);
-                            b.raws.push((lba, PageBuf::zeroed()));
+                            b.raws.push((lba, page));
                         }
                         b.raw_after += n;
                         if let Some(m) = self.log_segs.get_mut(&log_seg) {

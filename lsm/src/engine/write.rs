@@ -19,6 +19,7 @@ mod apply;
 mod doorbell;
 pub(super) mod flush_pacing;
 mod group;
+mod raw_values;
 mod submit;
 
 pub(super) use admission::{Admission, BatchShape, StallReason, Waits};
@@ -26,6 +27,7 @@ pub use doorbell::Doorbell;
 pub(super) use group::Joiners;
 
 pub(super) use apply::{ApplyJob, Insertion};
+pub(super) use raw_values::{Prepared, RawValue, RawValues};
 
 /// Value-log pages of client batches on the device at once (the write pipeline's depth):
 /// 1.5 MiB. With the asynchronous reads' window ([`crate::ASYNC_READ_WINDOW`], 64 pages) that
@@ -279,11 +281,12 @@ impl Engine {
     /// The body of [`Engine::write`] for a batch (or a group of batches) already validated
     /// (`shape`), with the write lock held: admission, then the pipeline or the synchronous
     /// path.
-    fn write_locked(
+    fn write_locked<'a>(
         &self,
         mut g: MutexGuard<'_, Inner>,
-        ops: &[WriteOp<'_>],
+        ops: &[WriteOp<'a>],
         shape: BatchShape,
+        mut prepared: Prepared<'a>,
     ) -> Result<()> {
         let mut waits = Waits::new(&g);
         loop {
@@ -321,10 +324,12 @@ impl Engine {
                 }
                 Admission::Pipeline => {
                     waits.finish(&mut g);
-                    let started = g.start_pending(ops, shape.bound).map(|mut p| {
-                        p.core = Arc::downgrade(&self.core);
-                        p
-                    });
+                    let started = g
+                        .start_pending(ops, shape.bound, &mut prepared)
+                        .map(|mut p| {
+                            p.core = Arc::downgrade(&self.core);
+                            p
+                        });
                     self.core.watch_open_page(&mut g);
                     // A batch acknowledged from DRAM was decided at submission: it (and any
                     // decided batch before it) is claimed in this same hold of the lock, as
@@ -516,12 +521,13 @@ impl Inner {
 
     /// Starts a client batch down the pipeline ([`Inner::start_batch`]) and returns what
     /// [`Engine::finish_write`] waits on.
-    pub(super) fn start_pending(
+    pub(super) fn start_pending<'a>(
         &mut self,
-        ops: &[WriteOp<'_>],
+        ops: &[WriteOp<'a>],
         bound: u64,
+        prepared: &mut Prepared<'a>,
     ) -> Result<PendingWrite> {
-        let (ticket, pages) = self.start_batch(ops, bound, BatchKind::Client)?;
+        let (ticket, pages) = self.start_batch(ops, bound, BatchKind::Client, prepared)?;
         let early = self.pipeline.get(&ticket).is_some_and(|b| b.early);
         Ok(PendingWrite {
             state: PendingState::OnDevice {
@@ -544,11 +550,12 @@ impl Inner {
     /// were (the GC reserve, no value-cache fill, no user bytes; acknowledged from DRAM as a
     /// client's batch is, in that mode) and counts at most half the pipeline's pages, so
     /// clients keep the other half while it is on the device (see [`GC_PIPELINE_SHARE`]).
-    pub(super) fn start_batch(
+    pub(super) fn start_batch<'a>(
         &mut self,
-        ops: &[WriteOp<'_>],
+        ops: &[WriteOp<'a>],
         bound: u64,
         kind: BatchKind,
+        prepared: &mut Prepared<'a>,
     ) -> Result<(u64, Arc<GroupDone>)> {
         self.check_not_lost()?;
         let gc = kind == BatchKind::GcMoves;
@@ -563,7 +570,7 @@ impl Inner {
         self.in_gc = gc;
         // Only a client batch acknowledged from DRAM shares the open page (see `open_page`).
         let share = !gc && self.side.landing.is_some();
-        let built = self.build_batch(ops, reserve, share);
+        let built = self.build_batch(ops, reserve, share, prepared);
         self.in_gc = false;
         let LaidOut {
             pages,
@@ -995,7 +1002,7 @@ impl Inner {
             fresh,
             held,
             ..
-        } = self.build_batch(ops, reserve, false)?;
+        } = self.build_batch(ops, reserve, false, &mut Prepared::none())?;
         let cache_fill = if self.in_gc {
             Vec::new()
         } else {

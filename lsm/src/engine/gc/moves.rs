@@ -27,7 +27,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::engine::write::{InFlight, GC_PIPELINE_SHARE, PIPELINE_PAGES};
+use crate::engine::write::{InFlight, Prepared, GC_PIPELINE_SHARE, PIPELINE_PAGES};
 
 /// What garbage collection's pending moves wait for before they may be laid out with client
 /// batches in flight (see [`Inner::submit_gc_moves`]).
@@ -194,7 +194,7 @@ impl Inner {
             } else {
                 // Queued only: the maintenance thread rings the doorbell once it has
                 // released the write lock (`Core::gc_step`).
-                self.start_batch(ops, *bound, BatchKind::GcMoves)
+                self.start_batch(ops, *bound, BatchKind::GcMoves, &mut Prepared::none())
                     .map(|batch| writes.batches.push(batch))
             };
             if let Err(e) = submitted {

@@ -40,7 +40,9 @@ fn a_move_waits_for_a_client_batch_in_flight_that_writes_its_key() {
     // it holds the lock again.
     let ops = [WriteOp::Put(b"moved", &new)];
     let bound = g.page_bound(&ops);
-    let client = g.start_pending(&ops, bound).unwrap();
+    let client = g
+        .start_pending(&ops, bound, &mut crate::engine::write::Prepared::none())
+        .unwrap();
     // Garbage collection read the old copy, which what is applied still points at.
     assert_eq!(applied_ptr(&g, b"moved"), p_moved);
     g.gc_pending.push(GcMove {

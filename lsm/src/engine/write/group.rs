@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::super::*;
-use super::PIPELINE_MAX_BATCH_PAGES;
+use super::{Prepared, RawValues, PIPELINE_MAX_BATCH_PAGES};
 
 /// Most operations one group takes along from the queue (its holder's batch not counted):
 /// bounds what one holder lays out under the lock.
@@ -129,6 +129,8 @@ impl Joiners {
 /// One caller's batch, copied so that another thread can write it.
 struct Joiner {
     batch: OwnedBatch,
+    /// Its raw values' pages, made before it queued (taken by whoever writes it).
+    raws: Mutex<RawValues>,
     state: Mutex<JoinState>,
     answered: Condvar,
     /// A holder leaving handed this caller the lead ([`Joiners::hand_on`]).
@@ -270,21 +272,25 @@ impl Engine {
     /// batch written with others fails with them (the group is one batch).
     pub fn write(&self, ops: &[WriteOp<'_>]) -> Result<()> {
         let ops = &*WriteOp::expand(ops);
+        // Made before the lock, whoever then writes the batch (`raw_values`).
+        let raws = RawValues::prepare(ops, &self.side.g);
         // While a holder waits for pipeline room, a free lock does not make this caller a
         // leader: it queues, to be written in a group (see `Joiners::room_wait`).
         let crowded = self.core.joiners.crowded();
         if !crowded {
             if let Some(g) = self.core.inner.try_lock() {
-                return self.lead(g, ops);
+                return self.lead(g, ops, raws);
             }
         }
         if batch_bytes(ops) > JOINABLE_BYTES {
             // Too large to be taken along: not worth the copy.
             let g = self.core.inner.lock();
-            return self.lead(g, ops);
+            return self.lead(g, ops, raws);
         }
         let me = Arc::new(Joiner {
             batch: OwnedBatch::copy(ops),
+            // The copy holds the same values in the same order.
+            raws: Mutex::new(raws),
             state: Mutex::new(JoinState::Queued),
             answered: Condvar::new(),
             lead_offered: AtomicBool::new(false),
@@ -314,7 +320,8 @@ impl Engine {
                 .queue
                 .lock()
                 .retain(|j| !Arc::ptr_eq(j, &me));
-            return self.lead(g, ops);
+            let raws = std::mem::take(&mut *me.raws.lock());
+            return self.lead(g, ops, raws);
         }
         drop(g);
         me.wait()
@@ -323,13 +330,19 @@ impl Engine {
     /// Writes `own` with the queued batches that fit, as one batch, and answers their
     /// callers with its outcome. However it ends, it then hands the lead to the oldest caller
     /// still queued ([`Joiners::hand_on`]).
-    fn lead(&self, g: MutexGuard<'_, Inner>, own: &[WriteOp<'_>]) -> Result<()> {
-        let r = self.lead_group(g, own);
+    fn lead(&self, g: MutexGuard<'_, Inner>, own: &[WriteOp<'_>], raws: RawValues) -> Result<()> {
+        let r = self.lead_group(g, own, raws);
         self.core.joiners.hand_on();
         r
     }
 
-    fn lead_group(&self, mut g: MutexGuard<'_, Inner>, own: &[WriteOp<'_>]) -> Result<()> {
+    /// `raws`: the raw values prepared from `own` ([`RawValues::prepare`]).
+    fn lead_group(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        own: &[WriteOp<'_>],
+        mut raws: RawValues,
+    ) -> Result<()> {
         // Refused: queued batches stay for their own callers, who meet the same refusal.
         g.check_writable()?;
         if own.is_empty() {
@@ -337,17 +350,22 @@ impl Engine {
         }
         let shape = g.shape(own)?;
         let taken = self.take_joiners(&mut g, &shape);
+        let geometry = self.side.g;
         if taken.0.is_empty() {
-            return self.write_locked(g, own, shape);
+            let prepared = Prepared::pair(own, raws, &geometry);
+            return self.write_locked(g, own, shape, prepared);
         }
         let mut ops: Vec<WriteOp<'_>> = own.to_vec();
         for j in &taken.0 {
             ops.extend(j.batch.ops());
+            // In the group's order: the members' values follow this caller's.
+            raws.append(std::mem::take(&mut *j.raws.lock()));
         }
         let joined = taken.0.len() as u64;
+        let prepared = Prepared::pair(&ops, raws, &geometry);
         let r = g
             .shape(&ops)
-            .and_then(|shape| self.write_locked(g, &ops, shape));
+            .and_then(|shape| self.write_locked(g, &ops, shape, prepared));
         taken.answer(&r);
         if r.is_ok() {
             self.core.inner.lock().stats.joined_batches += joined;

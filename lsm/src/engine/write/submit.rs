@@ -3,7 +3,7 @@
 //! (the drive's network thread).
 
 use super::super::*;
-use super::{Admission, PendingState, Waits};
+use super::{Admission, PendingState, Prepared, RawValues, Waits};
 use crate::engine::write::Doorbell;
 
 /// Free device tags [`Engine::try_submit_write_now`] wants beyond its batch's pages: the
@@ -27,7 +27,9 @@ impl Engine {
     /// As [`Engine::write`], for errors found before anything is submitted.
     pub fn try_submit_write(&self, ops: &[WriteOp<'_>]) -> Result<Option<PendingWrite>> {
         let ops = &*WriteOp::expand(ops);
-        match Self::admit(&self.core, self.core.inner.lock(), ops, None)? {
+        let g = &self.side.g;
+        let prepared = Prepared::pair(ops, RawValues::prepare(ops, g), g);
+        match Self::admit(&self.core, self.core.inner.lock(), ops, None, prepared)? {
             Ok(started) => Ok(Some(started)),
             Err(g) if !g.pipeline.is_empty() => Ok(None),
             Err(g) => {
@@ -61,7 +63,7 @@ impl Engine {
         if g.side.landing.is_none() || g.pipeline.values().any(|b| !b.early) {
             return Ok(None);
         }
-        Ok(Self::admit(&self.core, g, ops, TAGS_SPARE_FOR_NOW)?.ok())
+        Ok(Self::admit(&self.core, g, ops, TAGS_SPARE_FOR_NOW, Prepared::none())?.ok())
     }
 
     /// Admits a batch under `g`: started down the pipeline, or (`Err`) the lock back when
@@ -71,11 +73,12 @@ impl Engine {
     ///
     /// # Errors
     /// The engine cannot take writes, the batch is malformed, or admission refuses it.
-    fn admit<'a>(
+    fn admit<'a, 'o>(
         core: &Arc<Core>,
         mut g: MutexGuard<'a, Inner>,
-        ops: &[WriteOp<'_>],
+        ops: &[WriteOp<'o>],
         spare_tags: Option<usize>,
+        prepared: Prepared<'o>,
     ) -> Result<std::result::Result<PendingWrite, MutexGuard<'a, Inner>>> {
         g.check_writable()?;
         if ops.is_empty() {
@@ -90,20 +93,23 @@ impl Engine {
         let mut waits = Waits::new(&g);
         match g.admission(&shape, &mut waits) {
             Admission::Refuse(e) => Err(e),
-            Admission::Pipeline => Self::start_pipelined(core, g, ops, shape.bound).map(Ok),
+            Admission::Pipeline => {
+                Self::start_pipelined(core, g, ops, shape.bound, prepared).map(Ok)
+            }
             _ => Ok(Err(g)),
         }
     }
 
     /// Lays out and submits a batch the pipeline admitted; an early batch leaves its
     /// doorbell to the caller.
-    fn start_pipelined(
+    fn start_pipelined<'o>(
         core: &Arc<Core>,
         mut g: MutexGuard<'_, Inner>,
-        ops: &[WriteOp<'_>],
+        ops: &[WriteOp<'o>],
         bound: u64,
+        mut prepared: Prepared<'o>,
     ) -> Result<PendingWrite> {
-        let started = g.start_pending(ops, bound).map(|mut p| {
+        let started = g.start_pending(ops, bound, &mut prepared).map(|mut p| {
             p.core = Arc::downgrade(core);
             p
         });
