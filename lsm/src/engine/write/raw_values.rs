@@ -136,15 +136,9 @@ mod tests {
 
     use super::*;
 
-    /// 2 x 2 chips of 64 blocks of 16 pages: segments of 64 pages.
+    /// Segments of 64 pages.
     fn geometry() -> Geometry {
-        Geometry {
-            channels: 2,
-            ways: 2,
-            blocks_per_chip: 64,
-            pages_per_block: 16,
-            spare_blocks_per_chip: 2,
-        }
+        crate::engine::test_device::small_geometry(16)
     }
 
     #[test]
