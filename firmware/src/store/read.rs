@@ -349,15 +349,17 @@ impl Store {
             heap = ks::top(STRING, key);
             &heap
         };
-        let finish = KeyFinish::string_found();
-        Ok(match self.db.get_now(tagged, finish.probe_tags.len())? {
+        // The other types' probes, which a found string is not asked (`string_found`).
+        let probes = ks::TOP_LEVEL.len() - 1;
+        Ok(match self.db.get_now(tagged, probes)? {
             lsm::GetNow::Hot(v) => {
                 self.counters.count_hit(true);
                 StringGet::Hot(v)
             }
+            // Its finish is built only here: a hot GET allocates nothing for it.
             lsm::GetNow::Cold(lookup) => StringGet::Cold(PendingKeyRead {
                 lookup,
-                finish,
+                finish: KeyFinish::string_found(),
                 counters: self.counters.clone(),
             }),
             lsm::GetNow::NoValue => StringGet::Other,
