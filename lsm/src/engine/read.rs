@@ -53,6 +53,34 @@ pub(super) struct ReadPlan {
     spans: Vec<Option<(usize, u32)>>,
 }
 
+/// Packed pages a plan looks back over for one it already reads (see [`RecentPages`]).
+const RECENT_PAGES: usize = 8;
+
+/// The last [`RECENT_PAGES`] distinct packed pages added to a plan, with their index in it:
+/// a bounded look-back, so a plan of thousands of values (a range over a large hash) costs
+/// no more per value than a short one, while the values of one record, asked in any order,
+/// find their page.
+#[derive(Default)]
+struct RecentPages {
+    pages: [Option<(PageAddr, usize)>; RECENT_PAGES],
+    next: usize,
+}
+
+impl RecentPages {
+    fn find(&self, addr: PageAddr) -> Option<usize> {
+        self.pages
+            .iter()
+            .flatten()
+            .find(|(a, _)| *a == addr)
+            .map(|&(_, at)| at)
+    }
+
+    fn note(&mut self, addr: PageAddr, at: usize) {
+        self.pages[self.next % RECENT_PAGES] = Some((addr, at));
+        self.next = self.next.wrapping_add(1);
+    }
+}
+
 /// Times an asynchronous read retries a submission the device refused as full.
 pub(super) const QUEUE_FULL_RETRIES: u32 = 10_000;
 
@@ -146,9 +174,11 @@ impl ReadPlan {
             fill: Vec::new(),
             spans: Vec::with_capacity(ptrs.len()),
         };
-        // Small values read in key order (ranges, sequential multi-gets) often share a packed
-        // page with the one before: that page is read once.
-        let mut last_inline: Option<(u32, u32, usize)> = None;
+        // Small values often share a packed page: a range or sequential multi-get reads
+        // neighbours, and a hash's fields were written in one batch. A page already in the
+        // plan is read (and probed in DRAM) once, whatever the order the values are asked
+        // in (HMGET names fields in the client's order, not the page's).
+        let mut inline_pages = RecentPages::default();
         for (i, p) in ptrs.iter().enumerate() {
             let Some(p) = p else {
                 plan.spans.push(None);
@@ -159,13 +189,15 @@ impl ReadPlan {
                 continue;
             }
             if let ValueLoc::Inline { page, .. } = p.loc {
-                match last_inline {
-                    Some((log_seg, pg, at)) if log_seg == p.log_seg && pg == page => {
-                        plan.spans.push(Some((at, 1)));
-                        continue;
-                    }
-                    _ => last_inline = Some((p.log_seg, page, plan.lbas.len())),
+                let addr = PageAddr {
+                    log_seg: p.log_seg,
+                    page,
+                };
+                if let Some(at) = inline_pages.find(addr) {
+                    plan.spans.push(Some((at, 1)));
+                    continue;
                 }
+                inline_pages.note(addr, plan.lbas.len());
             }
             let at = plan.lbas.len();
             for run in p.runs(g.pages_per_segment()) {
