@@ -173,6 +173,14 @@ pub fn top(tag: u8, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// [`top`] appended to `arena`; returns where it lies in it.
+pub fn push_top(arena: &mut Vec<u8>, tag: u8, key: &[u8]) -> std::ops::Range<usize> {
+    let start = arena.len();
+    arena.push(tag);
+    arena.extend_from_slice(key);
+    start..arena.len()
+}
+
 /// The prefix shared by every sub-record of `key` under `tag`.
 pub fn sub_prefix(tag: u8, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(5 + key.len());

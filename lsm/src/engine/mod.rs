@@ -793,7 +793,9 @@ impl Engine {
 
     /// Counters and sizes.
     pub fn stats(&self) -> EngineStats {
-        self.core.inner.lock().stats()
+        let mut stats = self.core.inner.lock().stats();
+        stats.joined_batches = self.core.joiners.joined();
+        stats
     }
 
     /// Makes every acknowledged write durable: waits until the pages of the batches in
