@@ -102,8 +102,9 @@ pub(crate) struct GroupDone {
     hook: Option<GroupHook>,
 }
 
-/// What a [`GroupDone`] calls when its last command is in: short, and never the engine lock.
-pub(crate) type GroupHook = Arc<dyn Fn() + Send + Sync>;
+/// What a [`GroupDone`] calls when its last command is in, told whether one of them
+/// failed: short, and never the engine lock.
+pub(crate) type GroupHook = Arc<dyn Fn(bool) + Send + Sync>;
 
 #[derive(Default)]
 struct GroupState {
@@ -137,7 +138,7 @@ impl GroupDone {
 
     /// Counts one command as finished, with its outcome (the first error is kept).
     pub(crate) fn finish_one(&self, result: Result<(), DeviceError>) {
-        let last = {
+        let (last, failed) = {
             let mut s = self.state.lock();
             if let Err(e) = result {
                 s.error.get_or_insert(e);
@@ -147,10 +148,10 @@ impl GroupDone {
             if s.remaining == 0 {
                 self.all_in.notify_all();
             }
-            was == 1
+            (was == 1, s.error.is_some())
         };
         if let (true, Some(hook)) = (last, &self.hook) {
-            hook();
+            hook(failed);
         }
     }
 
@@ -168,18 +169,6 @@ impl GroupDone {
     pub(crate) fn callback(self: &Arc<Self>) -> OnDone {
         let g = self.clone();
         Box::new(move |r| g.finish_one(r.and_then(|c| c.result)))
-    }
-
-    /// Waits until every command finished or `deadline` passed, whichever is first; true
-    /// when all finished. Leaves the error (if any) to [`GroupDone::wait`].
-    pub(crate) fn wait_until(&self, deadline: std::time::Instant) -> bool {
-        let mut s = self.state.lock();
-        while s.remaining > 0 {
-            if self.all_in.wait_until(&mut s, deadline).timed_out() {
-                return s.remaining == 0;
-            }
-        }
-        true
     }
 
     /// Waits for every command; the first error, if any (reported to one waiter).
@@ -579,9 +568,6 @@ fn rebuilder(cmd: &Command) -> Rebuild {
 pub(crate) struct FlushGate {
     state: Mutex<GateState>,
     done: Condvar,
-    /// What a device flush has recently cost, in nanoseconds (an average over about the
-    /// last eight; 0 before the first): see [`FlushGate::typical_cost`].
-    cost_ns: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -648,9 +634,7 @@ impl FlushGate {
                 s.started += 1;
                 let epoch = s.started;
                 drop(s);
-                let started = std::time::Instant::now();
                 let r = flush();
-                self.note_cost(started.elapsed());
                 s = self.state.lock();
                 s.running = false;
                 s.finished = epoch;
@@ -674,26 +658,6 @@ impl FlushGate {
     /// Flushes actually issued.
     pub(crate) fn issued(&self) -> u64 {
         self.state.lock().finished
-    }
-
-    /// What one device flush has recently cost (zero before the first): an fdatasync is
-    /// milliseconds on many SSDs and file systems, a device without a volatile write cache
-    /// answers at once.
-    pub(crate) fn typical_cost(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.cost_ns.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    fn note_cost(&self, took: std::time::Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        // One flush runs at a time, so this read-modify-write has no competitor.
-        let old = self.cost_ns.load(Relaxed);
-        let avg = if old == 0 {
-            took
-        } else {
-            old - old / 8 + took / 8
-        };
-        self.cost_ns.store(avg.max(1), Relaxed);
     }
 }
 

@@ -148,7 +148,7 @@ impl Landing {
     /// The hook a batch's [`crate::io::GroupDone`] runs when its last page completes.
     pub(super) fn hook(self: &Arc<Self>) -> GroupHook {
         let me = self.clone();
-        Arc::new(move || me.bump())
+        Arc::new(move |_failed| me.bump())
     }
 }
 

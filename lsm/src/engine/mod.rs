@@ -480,6 +480,8 @@ struct Inner {
     kt_index: HashMap<u64, Vec<(u32, Vec<u8>)>>,
     /// Shares device flushes among batches that wait for one at the same time.
     flush_gate: Arc<FlushGate>,
+    /// Durable client batches' flushes, started by their pages' completion.
+    flush_chain: Arc<write::FlushChain>,
     /// plp: the device flushes paced by the pages written (`write::flush_pacing`).
     flush_pacer: write::flush_pacing::FlushPacer,
     /// Live values read by garbage collection and not yet rewritten.
@@ -650,6 +652,7 @@ impl Engine {
             gc_cursor: None,
             kt_index: HashMap::new(),
             flush_gate: Arc::new(FlushGate::default()),
+            flush_chain: write::FlushChain::new(&poller),
             flush_pacer: write::flush_pacing::FlushPacer::default(),
             gc_pending: Vec::new(),
             gc_pending_bytes: 0,
@@ -961,7 +964,7 @@ impl Inner {
         s.total_bytes = self.log_segs.values().map(|m| m.written).sum();
         s.live_bytes = self.live_bytes();
         s.user_capacity_bytes = self.user_capacity();
-        s.device_flushes = self.flush_gate.issued();
+        s.device_flushes = self.flush_gate.issued() + self.flush_chain.issued();
         (s.paced_flushes, s.paced_flush_errors) = self.flush_pacer.counts();
         if let Some(l) = &self.side.landing {
             s.landing_pages = l.held_pages();

@@ -17,6 +17,7 @@ use super::*;
 mod admission;
 mod apply;
 mod doorbell;
+mod flush_chain;
 pub(super) mod flush_pacing;
 mod group;
 mod raw_values;
@@ -24,6 +25,8 @@ mod submit;
 
 pub(super) use admission::{Admission, BatchShape, StallReason, Waits};
 pub use doorbell::Doorbell;
+pub(super) use flush_chain::FlushChain;
+use flush_chain::{Covered, DurableMark};
 pub(super) use group::Joiners;
 
 pub(super) use apply::{ApplyJob, Insertion};
@@ -40,15 +43,6 @@ pub(super) const PIPELINE_PAGES: u64 = 192;
 const _: () = assert!(
     PIPELINE_PAGES + crate::ASYNC_READ_WINDOW as u64 <= hwftl_sim::DEFAULT_QUEUE_DEPTH as u64
 );
-
-/// Longest a durable batch whose pages completed waits for the other batches on the device
-/// to complete theirs, so that one device flush covers them all (see
-/// [`Engine::flush_companions`]): about two page writes at queue depth 32 on an SSD. Never
-/// longer than a flush has recently taken.
-pub(super) const FLUSH_JOIN_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// A flush this cheap is not worth waiting to share: the batch flushes at once.
-pub(super) const FLUSH_JOIN_MIN_COST: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Larger batches are written synchronously, alone.
 pub(super) const PIPELINE_MAX_BATCH_PAGES: u64 = 64;
@@ -157,12 +151,31 @@ pub(super) enum PendingState {
         /// Completion of its pages.
         pages: Arc<GroupDone>,
         dev: Arc<dyn AppendDevice>,
-        /// Flush the device's write cache before acknowledging (through this gate, which
-        /// shares one flush among the batches that wait at the same time).
-        flush: Option<Arc<FlushGate>>,
+        /// Flush the device's write cache before acknowledging: the flush its pages'
+        /// completion started ([`FlushChain`]), or, if the device refused that one, one
+        /// through the gate, which shares a flush among the batches that wait at once.
+        flush: Option<DurableFlush>,
         /// Acknowledged once applied, without waiting for its pages
         /// ([`EngineConfig::ack_from_dram`]).
         early: bool,
+    },
+}
+
+/// How a durable batch learns that it is durable.
+pub(super) enum DurableFlush {
+    /// Its pages' completion starts its flush ([`FlushChain`]); the gate serves when the
+    /// device had no tag for that flush.
+    Chained {
+        chain: Arc<FlushChain>,
+        mark: Arc<DurableMark>,
+        gate: Arc<FlushGate>,
+    },
+    /// Its writer flushes once its pages are in, through the gate (which shares one flush
+    /// among the batches that wait at once): where flushes are cheap
+    /// ([`FlushChain::cheap`]).
+    ByWriter {
+        chain: Arc<FlushChain>,
+        gate: Arc<FlushGate>,
     },
 }
 
@@ -195,8 +208,7 @@ pub(super) struct InFlight {
     io: Option<std::result::Result<(), BatchFailure>>,
     /// Its pages for the value cache, put in once it is applied.
     cache_fill: Vec<(PageAddr, Bytes)>,
-    /// Completion of its pages (a flush about to start waits briefly for it: see
-    /// [`Engine::flush_companions`]).
+    /// Completion of its pages.
     pub(super) done: Arc<GroupDone>,
     /// Its newest sequence number (what reads may see once it is applied).
     max_seq: u64,
@@ -412,14 +424,28 @@ impl Core {
         } else {
             // Wait outside the lock (woken once, by the last page): other batches are laid
             // out and submitted meanwhile.
-            let mut io = pages.wait().map_err(BatchFailure::Page);
-            if let (true, Some(gate)) = (io.is_ok(), flush) {
-                self.flush_companions(ticket, &gate);
-                // Durable before acknowledged: the pages may still be in the write cache.
-                io = gate
-                    .flush(|| device_flush(dev.as_ref()))
-                    .map_err(BatchFailure::Flush);
-            }
+            // Durable before acknowledged: the pages may still be in the write cache.
+            let by_writer = |chain: &FlushChain, gate: &FlushGate| {
+                gate.flush(|| chain.timed(|| device_flush(dev.as_ref())))
+                    .map_err(BatchFailure::Flush)
+            };
+            let io = match flush {
+                None => pages.wait().map_err(BatchFailure::Page),
+                Some(DurableFlush::ByWriter { chain, gate }) => pages
+                    .wait()
+                    .map_err(BatchFailure::Page)
+                    .and_then(|()| by_writer(&chain, &gate)),
+                // One wait for both: the pages' completion started the flush.
+                Some(DurableFlush::Chained { chain, mark, gate }) => match chain.wait(&mark) {
+                    Covered::PagesFailed => match pages.wait() {
+                        Err(e) => Err(BatchFailure::Page(e)),
+                        // The group's error is reported once, and to this writer alone.
+                        Ok(()) => Err(BatchFailure::Page(DeviceError::PoweredOff)),
+                    },
+                    Covered::Flushed(r) => r.map_err(BatchFailure::Flush),
+                    Covered::Refused => by_writer(&chain, &gate),
+                },
+            };
             let mut g = self.inner.lock();
             g.record_io(ticket, io);
             g
@@ -451,46 +477,6 @@ impl Core {
             self.work.notify_one();
         }
         g.outcomes.remove(&ticket).unwrap_or(Ok(()))
-    }
-}
-
-impl Core {
-    /// Before a durable batch's flush: waits (at most [`FLUSH_JOIN_WAIT`]) for the pages of
-    /// the other batches already on the device, so the flush that follows covers them too.
-    ///
-    /// Why: clients issue batches at about the same time, and their pages complete within
-    /// a page write of each other. The first batch to complete would otherwise start a flush
-    /// at once, and the others, completing during it, would need a second one (a flush covers
-    /// only pages that completed before it started, see `io::FlushGate`): two flushes per
-    /// round with the device idle during the second. Waiting never changes what is durable
-    /// or when a batch is applied — batches are applied in ticket order, and this one's
-    /// flush still starts after its own pages completed. The set waited for is fixed when
-    /// the wait starts, so a steady stream of new batches cannot hold it back.
-    ///
-    /// The wait is worth it only while it is shorter than the flush it saves: it is capped
-    /// at what a flush has recently cost ([`FlushGate::typical_cost`]), and skipped where a
-    /// flush costs under [`FLUSH_JOIN_MIN_COST`]. On a device without a volatile write
-    /// cache (the paper-card preset) a fixed 2 ms wait only added latency: 1 KiB durable
-    /// sequential SETs ran at 0.52x and 8 KiB at 0.59-0.88x of the build before it.
-    fn flush_companions(&self, ticket: u64, gate: &FlushGate) {
-        let budget = FLUSH_JOIN_WAIT.min(gate.typical_cost());
-        if budget < FLUSH_JOIN_MIN_COST {
-            return;
-        }
-        let others: Vec<Arc<GroupDone>> = {
-            let g = self.inner.lock();
-            g.pipeline
-                .iter()
-                .filter(|(&t, b)| t != ticket && b.io.is_none())
-                .map(|(_, b)| b.done.clone())
-                .collect()
-        };
-        let deadline = std::time::Instant::now() + budget;
-        for done in others {
-            if !done.wait_until(deadline) {
-                return;
-            }
-        }
     }
 }
 
@@ -527,14 +513,24 @@ impl Inner {
         bound: u64,
         prepared: &mut Prepared<'a>,
     ) -> Result<PendingWrite> {
-        let (ticket, pages) = self.start_batch(ops, bound, BatchKind::Client, prepared)?;
+        let (ticket, pages, mark) = self.start_batch(ops, bound, BatchKind::Client, prepared)?;
         let early = self.pipeline.get(&ticket).is_some_and(|b| b.early);
         Ok(PendingWrite {
             state: PendingState::OnDevice {
                 ticket,
                 pages,
                 dev: self.dev.clone(),
-                flush: (self.cfg.flush_writes && !early).then(|| self.flush_gate.clone()),
+                flush: match mark {
+                    Some(mark) => Some(DurableFlush::Chained {
+                        chain: self.flush_chain.clone(),
+                        mark,
+                        gate: self.flush_gate.clone(),
+                    }),
+                    None => (self.cfg.flush_writes && !early).then(|| DurableFlush::ByWriter {
+                        chain: self.flush_chain.clone(),
+                        gate: self.flush_gate.clone(),
+                    }),
+                },
                 early,
             },
             doorbell: None,
@@ -543,8 +539,9 @@ impl Inner {
     }
 
     /// Lays out a batch and submits its pages in order (the lock held, so batches reach
-    /// each segment's write pointer in order). Returns its ticket and the completion its
-    /// pages report to.
+    /// each segment's write pointer in order). Returns its ticket, the completion its pages
+    /// report to, and, for a durable client batch (a device flush before it is
+    /// acknowledged), the mark its flush is known by ([`FlushChain`]).
     ///
     /// A [`BatchKind::GcMoves`] batch is laid out as garbage collection's synchronous moves
     /// were (the GC reserve, no value-cache fill, no user bytes; acknowledged from DRAM as a
@@ -556,7 +553,7 @@ impl Inner {
         bound: u64,
         kind: BatchKind,
         prepared: &mut Prepared<'a>,
-    ) -> Result<(u64, Arc<GroupDone>)> {
+    ) -> Result<(u64, Arc<GroupDone>, Option<Arc<DurableMark>>)> {
         self.check_not_lost()?;
         let gc = kind == BatchKind::GcMoves;
         let any_put = ops
@@ -614,11 +611,22 @@ impl Inner {
         // Its pages, and the shared open page it has records in (which its completion then
         // waits for too: `open_page`, invariant 2).
         let n = pages.len() + usize::from(sharing != Sharing::None);
-        // Every batch's last page wakes those who wait for the pipeline in that mode.
-        let group = match &self.side.landing {
-            Some(l) => GroupDone::with_hook(n, l.hook()),
-            None => GroupDone::new(n),
+        // Every batch's last page wakes those who wait for the pipeline in that mode; a
+        // durable client batch's starts its flush.
+        let durable = (kind == BatchKind::Client
+            && self.cfg.flush_writes
+            && landing.is_none()
+            && !self.flush_chain.cheap())
+        .then(DurableMark::new);
+        let group = match (&self.side.landing, &durable) {
+            (Some(l), _) => GroupDone::with_hook(n, l.hook()),
+            (None, Some(mark)) => GroupDone::with_hook(n, self.flush_chain.hook(mark.clone())),
+            (None, None) => GroupDone::new(n),
         };
+        if let (0, Some(mark)) = (n, &durable) {
+            // No page: nothing to wait for but a flush (a group of none calls no hook).
+            self.flush_chain.pages_in(mark, false);
+        }
         if sharing != Sharing::None {
             // The page as it now stands replaces its copy in the landing buffer before any
             // of this batch's versions can enter the memtable (invariant 3).
@@ -717,7 +725,7 @@ impl Inner {
                 insertion: None,
             },
         );
-        Ok((ticket, group))
+        Ok((ticket, group, durable))
     }
 
     /// Hands a page the device refused when it was queued (its buffer back) to the device

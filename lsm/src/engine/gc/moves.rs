@@ -195,7 +195,7 @@ impl Inner {
                 // Queued only: the maintenance thread rings the doorbell once it has
                 // released the write lock (`Core::gc_step`).
                 self.start_batch(ops, *bound, BatchKind::GcMoves, &mut Prepared::none())
-                    .map(|batch| writes.batches.push(batch))
+                    .map(|(ticket, done, _)| writes.batches.push((ticket, done)))
             };
             if let Err(e) = submitted {
                 // Nothing of a failed step stays in flight: the batches already submitted
