@@ -12,6 +12,13 @@ pub const DEFAULT_MAX_KEY: usize = (64 << 10) + 64;
 /// Default maximum value length (bytes), further bounded by one segment (see
 /// [`EngineConfig::max_value`]).
 pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+/// Default [`EngineConfig::cheap_flush`]: 50 us. A device without a volatile write cache
+/// answers a flush at once, and a round trip through the poller then costs more than the
+/// flush: the in-process 100-byte durable S-SET on the paper-card preset ran at 0.80-0.93x
+/// with every flush started by the completions (`benches/results/durable-flush-chain-2026-12-01`).
+/// An fdatasync on an SSD or a virtual disk takes hundreds of microseconds.
+pub const DEFAULT_CHEAP_FLUSH: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Default [`EngineConfig::open_page_linger`]: 2 ms, about the network thread's doorbell bound.
 pub const DEFAULT_OPEN_PAGE_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -101,6 +108,12 @@ pub struct EngineConfig {
     /// linger lets more batches share a page and widens what a process crash loses. Default
     /// [`DEFAULT_OPEN_PAGE_LINGER`].
     pub open_page_linger: std::time::Duration,
+    /// With [`EngineConfig::flush_writes`]: device flushes that took less than this on
+    /// average recently are run by the writers once their pages are in; slower ones are
+    /// started by the pages' completion on the engine's poller thread, and the writer sleeps
+    /// once (see docs/decisions/0038). `Duration::ZERO`: always by the completion. Default
+    /// [`DEFAULT_CHEAP_FLUSH`].
+    pub cheap_flush: std::time::Duration,
     /// Percent of the device's value space clients cannot fill (0..=90): puts are refused
     /// with `CapacityFull` once live values would pass the rest, the *user capacity*.
     /// Uniform random overwrites at 80% of the user capacity then run with write
@@ -156,6 +169,7 @@ impl Default for EngineConfig {
             flush_writes: true,
             ack_from_dram: false,
             open_page_linger: DEFAULT_OPEN_PAGE_LINGER,
+            cheap_flush: DEFAULT_CHEAP_FLUSH,
             overprovision_percent: DEFAULT_OVERPROVISION_PERCENT,
             gc_window_pages: DEFAULT_GC_WINDOW_PAGES,
             compaction_moves_values: false,

@@ -31,10 +31,25 @@ fn sync_writes() -> EngineConfig {
 /// there. It must be reported as of unknown outcome, and not be visible meanwhile.
 #[test]
 fn a_failed_flush_reports_the_outcome_unknown_and_the_write_may_reappear() {
+    failed_flush_is_unknown(sync_writes());
+}
+
+/// The same, with the flush started by the batch's pages' completion on the poller thread
+/// (the flush chain, which a cheap device's writers otherwise skip): the device refusing
+/// that flush fails the batch the same way.
+#[test]
+fn a_failed_flush_started_by_the_pages_reports_the_outcome_unknown() {
+    failed_flush_is_unknown(EngineConfig {
+        cheap_flush: std::time::Duration::ZERO,
+        ..sync_writes()
+    });
+}
+
+fn failed_flush_is_unknown(engine: EngineConfig) {
     let (backend, cfg) = setup();
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
     let dev = Arc::new(CutDevice::new(ftl.clone(), Box::new(|_| false)));
-    let db = Engine::open(dev.clone(), sync_writes()).unwrap();
+    let db = Engine::open(dev.clone(), engine.clone()).unwrap();
     db.put(b"before", b"1").unwrap();
     dev.fail_next_flush();
     let err = db.put(b"key", b"value").unwrap_err();
@@ -51,7 +66,7 @@ fn a_failed_flush_reports_the_outcome_unknown_and_the_write_may_reappear() {
     ftl.power_cut();
     drop(db);
     let ftl = Arc::new(Ftl::open(&backend, cfg).unwrap());
-    let db = Engine::open(ftl, sync_writes()).unwrap();
+    let db = Engine::open(ftl, engine).unwrap();
     assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
     assert_eq!(
         db.get(b"key").unwrap().as_deref(),

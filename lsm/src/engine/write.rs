@@ -616,7 +616,7 @@ impl Inner {
         let durable = (kind == BatchKind::Client
             && self.cfg.flush_writes
             && landing.is_none()
-            && !self.flush_chain.cheap())
+            && !self.flush_chain.cheap(self.cfg.cheap_flush))
         .then(DurableMark::new);
         let group = match (&self.side.landing, &durable) {
             (Some(l), _) => GroupDone::with_hook(n, l.hook()),

@@ -51,13 +51,6 @@ use crate::io::{GroupHook, Poller};
 /// miss its flush's failure.
 const REMEMBERED_FAILURES: usize = 1024;
 
-/// Flushes cheaper than this (a device without a volatile write cache answers a flush at
-/// once) are run by the writers themselves, as soon as they wake for their pages: the chain's
-/// flush then costs more than it saves, a round trip through the poller for a command that
-/// does nothing. The in-process 100-byte durable S-SET on the paper-card preset ran at
-/// 0.80-0.93x through the chain (`benches/results/durable-flush-chain-2026-12-01`).
-pub(in crate::engine) const CHEAP_FLUSH: Duration = Duration::from_micros(50);
-
 /// A mark's value while its batch's pages are out.
 const PAGES_OUT: u64 = 0;
 /// A mark's value once a page of its batch failed (no flush then covers it).
@@ -158,11 +151,13 @@ impl FlushChain {
         })
     }
 
-    /// Whether flushes are cheap on this device (under [`CHEAP_FLUSH`] recently, or none
-    /// measured yet): a durable batch then flushes on its writer's thread, timed with
-    /// [`FlushChain::timed`], instead of through the chain.
-    pub(in crate::engine) fn cheap(&self) -> bool {
-        self.cost_ns.load(Ordering::Relaxed) < CHEAP_FLUSH.as_nanos() as u64
+    /// Whether flushes are cheap on this device: under `threshold` recently
+    /// ([`crate::EngineConfig::cheap_flush`]), or none measured yet. A durable batch then
+    /// flushes on its writer's thread, timed with [`FlushChain::timed`], instead of through
+    /// the chain.
+    pub(in crate::engine) fn cheap(&self, threshold: Duration) -> bool {
+        self.cost_ns.load(Ordering::Relaxed)
+            < u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Runs one device flush on this thread and counts what it cost.
@@ -448,15 +443,17 @@ mod cost_tests {
     #[test]
     fn the_flush_cost_decides_who_flushes() {
         let chain = FlushChain::with_device(Box::new(Refuses));
-        assert!(chain.cheap(), "nothing measured yet");
+        let limit = crate::config::DEFAULT_CHEAP_FLUSH;
+        assert!(chain.cheap(limit), "nothing measured yet");
         chain.timed(|| Ok(())).unwrap();
-        assert!(chain.cheap());
+        assert!(chain.cheap(limit));
+        assert!(!chain.cheap(Duration::ZERO), "zero: never cheap");
         chain.note_cost(Duration::from_micros(800));
-        assert!(!chain.cheap(), "an fdatasync-like flush");
+        assert!(!chain.cheap(limit), "an fdatasync-like flush");
         for _ in 0..40 {
             chain.note_cost(Duration::from_micros(1));
         }
-        assert!(chain.cheap());
+        assert!(chain.cheap(limit));
     }
 
     struct Refuses;
