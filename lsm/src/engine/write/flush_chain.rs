@@ -330,12 +330,28 @@ mod tests {
         (FlushChain::with_device(Box::new(hand.clone())), hand)
     }
 
-    /// Whether `wait` for `mark` returns within a short time (run on another thread).
-    fn covered_soon(chain: &Arc<FlushChain>, mark: &Arc<DurableMark>) -> Option<Covered> {
+    /// What `wait` for `mark` returns within `limit`, if it returns (run on another thread).
+    fn covered_within(
+        chain: &Arc<FlushChain>,
+        mark: &Arc<DurableMark>,
+        limit: Duration,
+    ) -> Option<Covered> {
         let (chain, mark) = (chain.clone(), mark.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || drop(tx.send(chain.wait(&mark))));
-        rx.recv_timeout(Duration::from_millis(200)).ok()
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// Whether `wait` for `mark` returns within a short time: for a batch that must still
+    /// be waiting.
+    fn covered_soon(chain: &Arc<FlushChain>, mark: &Arc<DurableMark>) -> Option<Covered> {
+        covered_within(chain, mark, Duration::from_millis(200))
+    }
+
+    /// What `wait` for `mark` returns, given ample time (a loaded test host may be slow to
+    /// run the waiting thread): for a batch that must be covered.
+    fn covered(chain: &Arc<FlushChain>, mark: &Arc<DurableMark>) -> Option<Covered> {
+        covered_within(chain, mark, Duration::from_secs(10))
     }
 
     /// A batch whose pages complete while a flush runs is not covered by it: it waits for
@@ -361,7 +377,7 @@ mod tests {
         assert!(covered_soon(&chain, &a).is_none(), "a waits for its flush");
         hand.end_one(Ok(()));
         assert!(matches!(
-            covered_soon(&chain, &a),
+            covered(&chain, &a),
             Some(Covered::Flushed(Ok(())))
         ));
         assert_eq!(
@@ -375,10 +391,7 @@ mod tests {
         );
         hand.end_one(Ok(()));
         for m in [&b, &c] {
-            assert!(matches!(
-                covered_soon(&chain, m),
-                Some(Covered::Flushed(Ok(())))
-            ));
+            assert!(matches!(covered(&chain, m), Some(Covered::Flushed(Ok(())))));
         }
         assert_eq!(
             hand.submitted.load(Ordering::SeqCst),
@@ -398,19 +411,19 @@ mod tests {
         chain.pages_in(&b, false);
         hand.end_one(Err(DeviceError::PoweredOff));
         assert!(matches!(
-            covered_soon(&chain, &a),
+            covered(&chain, &a),
             Some(Covered::Flushed(Err(DeviceError::PoweredOff)))
         ));
         hand.end_one(Ok(()));
         assert!(matches!(
-            covered_soon(&chain, &b),
+            covered(&chain, &b),
             Some(Covered::Flushed(Ok(())))
         ));
 
         let failed = DurableMark::new();
         chain.pages_in(&failed, true);
         assert!(matches!(
-            covered_soon(&chain, &failed),
+            covered(&chain, &failed),
             Some(Covered::PagesFailed)
         ));
         assert_eq!(chain.issued(), 2, "a failed batch starts no flush");
@@ -418,16 +431,13 @@ mod tests {
         *hand.refuse_next.lock().unwrap() = Some(DeviceError::QueueFull { depth: 256 });
         let refused = DurableMark::new();
         chain.pages_in(&refused, false);
-        assert!(matches!(
-            covered_soon(&chain, &refused),
-            Some(Covered::Refused)
-        ));
+        assert!(matches!(covered(&chain, &refused), Some(Covered::Refused)));
         // The chain is free again: the next batch's flush starts.
         let next = DurableMark::new();
         chain.pages_in(&next, false);
         hand.end_one(Ok(()));
         assert!(matches!(
-            covered_soon(&chain, &next),
+            covered(&chain, &next),
             Some(Covered::Flushed(Ok(())))
         ));
     }
