@@ -19,8 +19,10 @@ pub const DEFAULT_MAX_VALUE: u64 = 512 << 20;
 /// An fdatasync on an SSD or a virtual disk takes hundreds of microseconds.
 pub const DEFAULT_CHEAP_FLUSH: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Default [`EngineConfig::open_page_linger`]: 2 ms, about the network thread's doorbell bound.
-pub const DEFAULT_OPEN_PAGE_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+/// Default [`EngineConfig::open_page_linger`]: 5 ms, a little above the drive's network
+/// thread's doorbell bound (4 ms), so that thread's ring seals the page and the maintenance
+/// thread's wake is the fallback (why: decisions/0039 in the repository's docs).
+pub const DEFAULT_OPEN_PAGE_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Default [`EngineConfig::entry_value_max`]: values up to this many bytes are held in
 /// their keytable entries (as BlobDB's `min_blob_size`).
