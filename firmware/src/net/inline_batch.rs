@@ -31,9 +31,9 @@ const RING_BYTES: usize = 32 << 10;
 /// ... or once the oldest has waited this long. A ring costs the whole drive 50-80 us of CPU
 /// on a virtual disk (the submission's system call and the disk's notification, waking the
 /// poller on another core, the completion's interrupt and its reaping), so at a few thousand
-/// small writes a second the time bound sets how often it is paid. At 1 ms, 4 connections of
-/// 100-byte HSETs cost the drive 21.2-25.5 us of CPU each; at 4 ms (with the engine's open
-/// page lingering 5 ms, so this ring seals it first) 17.0-20.9 us, in three pairs
+/// small writes a second the time bound sets how often it is paid. Against 1 ms, 4 ms (with
+/// the engine's open page lingering 5 ms, so this ring seals it first) cost 4 connections of
+/// 100-byte HSETs 0.75-0.86x the drive's CPU per operation in six pairs (21.1-25.6 us before)
 /// (`benches/results/ring-after-2026-12-01`). Replies never wait for it (plp acknowledges
 /// from DRAM); what it widens is what a process crash loses (decisions/0039).
 const RING_AFTER: Duration = Duration::from_millis(4);
