@@ -228,8 +228,12 @@ pub struct Metrics {
     /// Reads answered on the network thread from DRAM alone (no hand-off to the engine).
     pub reads_answered_inline: AtomicU64,
     /// Reads resolved on the network thread whose value pages it then queued on the device
-    /// (no hand-off to the engine thread; the poller sends the reply).
+    /// (no hand-off to the engine thread).
     pub reads_started_inline: AtomicU64,
+    /// Value pages of those reads that came back on the network thread's own device read
+    /// queue and were finished there (`lsm::ThreadReads`: no other thread woken); the rest
+    /// went through the engine's poller.
+    pub pages_read_on_net_queue: AtomicU64,
     /// Writes run on the network thread while the writer was idle (plp mode).
     pub writes_run_inline: AtomicU64,
     /// The engine's count of value bytes its read path copied (shared with the engine).
@@ -275,6 +279,7 @@ impl Metrics {
             protocol_errors: AtomicU64::new(0),
             reads_answered_inline: AtomicU64::new(0),
             reads_started_inline: AtomicU64::new(0),
+            pages_read_on_net_queue: AtomicU64::new(0),
             writes_run_inline: AtomicU64::new(0),
             engine_read_copies_base: AtomicU64::new(engine_read_copies.load(Ordering::Relaxed)),
             engine_read_copies,
@@ -384,7 +389,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
              client_timeout_disconnections:{}\r\nclient_reads_paused_budget:{}\r\n\
              worker_queue_full:{}\r\naccept_backoffs:{}\r\n\
              total_error_replies_protocol:{}\r\nreads_answered_inline:{}\r\nreads_started_inline:{}\r\n\
-             writes_run_inline:{}\r\n\
+             pages_read_on_net_queue:{}\r\nwrites_run_inline:{}\r\n\
              pubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
             load(&m.total_connections),
             load(&m.commands_processed),
@@ -407,6 +412,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             load(&m.protocol_errors),
             load(&m.reads_answered_inline),
             load(&m.reads_started_inline),
+            load(&m.pages_read_on_net_queue),
             load(&m.writes_run_inline),
             load(&m.pubsub_channels),
             load(&m.pubsub_patterns),

@@ -355,7 +355,8 @@ fn cold_gets_start_on_the_network_thread_alone_or_as_a_pipelines_batch() {
     let mut c = d.conn();
     let started = |c: &mut redis::Connection| info_field(c, "stats", "reads_started_inline");
     let page_reads = |c: &mut redis::Connection| info_field(c, "ftl", "page_reads");
-    let (started0, reads0) = (started(&mut c), page_reads(&mut c));
+    let own_queue = |c: &mut redis::Connection| info_field(c, "stats", "pages_read_on_net_queue");
+    let (started0, reads0, own0) = (started(&mut c), page_reads(&mut c), own_queue(&mut c));
     for i in 0..KEYS {
         assert_eq!(c.get::<_, String>(key(i)).unwrap(), value(i));
     }
@@ -368,6 +369,13 @@ fn cold_gets_start_on_the_network_thread_alone_or_as_a_pipelines_batch() {
         started1 - started0,
         KEYS as u64,
         "a lone cold GET was not started on the network thread"
+    );
+    // On this file device the network thread has a device read queue of its own: the
+    // pages came back there, not through the engine's poller.
+    assert_eq!(
+        own_queue(&mut c) - own0,
+        KEYS as u64,
+        "the cold GETs' pages did not come back on the network thread's own queue"
     );
     let mut p = redis::pipe();
     for i in 0..KEYS {

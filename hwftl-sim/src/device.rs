@@ -1,6 +1,8 @@
 //! The append-only device interface: commands, completions, and the [`AppendDevice`] trait
 //! the engine writes to. A real FPGA or ZNS backend would implement the same trait.
 
+use std::sync::Arc;
+
 use crate::buffer::PageBuf;
 use crate::error::{DeviceError, Result};
 use crate::geometry::{Geometry, Lba, SegmentId};
@@ -266,4 +268,33 @@ pub trait AppendDevice: Send + Sync {
     fn free_tags(&self) -> Option<usize> {
         None
     }
+
+    /// A queue of page reads for one thread that must never wait: it submits reads and
+    /// later reaps their completions itself, on a queue no other thread uses (as an NVMe
+    /// driver gives each core its own queue pair). `None`: the device has none (the default;
+    /// use [`AppendDevice::submit`] and a poller).
+    fn read_ring(self: Arc<Self>) -> Option<Box<dyn ReadRing>> {
+        None
+    }
+}
+
+/// One thread's own queue of page reads ([`AppendDevice::read_ring`]). Each read takes a
+/// command tag and is checked and counted like any command (a TRIM of its segment is
+/// refused while it runs); only its completion comes back here instead of through
+/// [`AppendDevice::reap`]. Dropping the queue waits for the reads still on the device.
+pub trait ReadRing: Send {
+    /// Starts page reads, all in one submission, without waiting. Only
+    /// [`Command::Read`] is taken; any other command is refused with
+    /// [`DeviceError::Unsupported`]. Returns one result per command, in order.
+    fn submit(&mut self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>>;
+
+    /// Moves the completions of finished reads to `out` and returns how many. Never waits.
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize;
+
+    /// A descriptor that turns readable when a read may have finished: for the owner's
+    /// `epoll` (edge-triggered), so that it sleeps on its sockets and its reads at once.
+    fn event_fd(&self) -> std::os::fd::RawFd;
+
+    /// Reads submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
 }

@@ -125,6 +125,10 @@ pub enum DeviceError {
     /// The device was power-cut; it accepts nothing until it is opened again.
     #[error("the device was powered off; open it again")]
     PoweredOff,
+    /// A command other than READ was handed to a thread's read queue
+    /// ([`crate::ReadRing`]).
+    #[error("a thread's read queue takes READ commands only")]
+    NotARead,
     /// The geometry in the configuration is not a usable one.
     #[error("invalid geometry: {0}")]
     InvalidGeometry(String),

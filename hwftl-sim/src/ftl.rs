@@ -238,6 +238,7 @@ fn reject(error: DeviceError, buf: Option<PageBuf>) -> Rejected {
 mod direct_read;
 mod open;
 mod open_ahead;
+mod read_ring;
 mod submit;
 
 impl Ftl {
@@ -914,6 +915,10 @@ impl AppendDevice for Ftl {
         let tag = self.submit_inner(cmd, true, Instant::now())?.0;
         self.ring_doorbell();
         self.wait_for(tag)
+    }
+
+    fn read_ring(self: std::sync::Arc<Self>) -> Option<Box<dyn crate::device::ReadRing>> {
+        self.new_read_ring()
     }
 
     fn execute_many(&self, cmds: Vec<Command>) -> Vec<std::result::Result<Completion, Rejected>> {

@@ -53,8 +53,8 @@ mod timing;
 
 pub use buffer::{pool_stats, PageBuf, BUFFER_ALIGN, POOL_PAGES};
 pub use device::{
-    AppendDevice, Command, CommandKind, Completion, DeviceStats, Rejected, SegmentInfo, Tag, Wait,
-    DEFAULT_QUEUE_DEPTH,
+    AppendDevice, Command, CommandKind, Completion, DeviceStats, ReadRing, Rejected, SegmentInfo,
+    Tag, Wait, DEFAULT_QUEUE_DEPTH,
 };
 pub use error::{DeviceError, Result};
 pub use faults::{FaultInjector, FaultTarget};

@@ -54,7 +54,7 @@ pub use config::{
 pub use engine::{
     Doorbell, Engine, EngineStats, Finding, FindingKind, FsckReport, GetNow, KeyFilter, LevelStats,
     LookupNow, PendingLookup, PendingWrite, RangeBounds, RangeRead, ReadWindowFull, ReservedRead,
-    WriteOp,
+    ThreadReads, WriteOp,
 };
 pub use error::{EngineError, Result};
 pub use expiry::{Deadline, DropExpired, ExpiryPolicy};

@@ -66,6 +66,8 @@ const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 /// Token of the TLS listening socket.
 const TLS_LISTENER: Token = Token(2);
+/// Token of this thread's device read queue (its eventfd): beyond any connection id.
+const DEVICE_READS: Token = Token(usize::MAX - 1);
 /// First connection id (ids are never reused).
 const FIRST_CONN: u64 = 3;
 /// How long a poll waits before looking at the shutdown flag and the timers.
@@ -132,6 +134,10 @@ pub struct Net {
     sink: ReplySink,
     /// Reads started this turn, submitted together at its end (`ring_reads`).
     reads: Vec<lsm::ReservedRead>,
+    /// This thread's own device read queue (`None` where the device has none): the reads
+    /// above go down it and are finished on this thread's turns (`reap_reads`), so a cold
+    /// read wakes no other thread. Made when the loop starts, on its thread.
+    thread_reads: Option<lsm::ThreadReads>,
     /// GETs of one connection's pipeline gathered this turn, resolved together before
     /// anything else of that connection runs (`flush_gets`; see [`exec::GetBatch`]).
     gets: Option<exec::GetBatch>,
@@ -210,6 +216,7 @@ impl Net {
             store,
             sink,
             reads: Vec::new(),
+            thread_reads: None,
             gets: None,
             metrics,
             shutdown,
@@ -234,6 +241,7 @@ impl Net {
     /// A failing poll.
     pub fn run(mut self) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
+        self.open_thread_reads();
         while !self.shutdown.load(Ordering::Acquire) {
             match self.poll.poll(&mut events, Some(self.poll_timeout())) {
                 Ok(()) => {}
@@ -245,7 +253,8 @@ impl Net {
                 match ev.token() {
                     LISTENER => self.accept(false),
                     TLS_LISTENER => self.accept(true),
-                    WAKER => {}
+                    // Reaped below, as on every turn.
+                    WAKER | DEVICE_READS => {}
                     Token(t) => {
                         let id = t as u64;
                         if ev.is_readable() || ev.is_read_closed() {
@@ -263,6 +272,7 @@ impl Net {
             // The writes this turn's requests gathered run as one group (plp), and so do
             // those that the replies below let run; nothing gathered outlives the turn.
             self.settle_inline_batch();
+            self.reap_reads();
             self.drain_replies();
             self.settle_inline_batch();
             for id in std::mem::take(&mut self.to_flush) {
@@ -961,10 +971,55 @@ impl Net {
     /// Submits the reads started on this thread since the last call: all their pages in one
     /// submission (one system call).
     fn ring_reads(&mut self) {
-        if !self.reads.is_empty() {
-            self.store
-                .engine()
-                .submit_reads(std::mem::take(&mut self.reads));
+        if self.reads.is_empty() {
+            return;
+        }
+        let reads = std::mem::take(&mut self.reads);
+        match self.thread_reads.as_mut() {
+            Some(q) => q.submit(reads),
+            None => self.store.engine().submit_reads(reads),
+        }
+    }
+
+    /// Takes this thread's device read queue, its eventfd in the poll; without one (a
+    /// device that has none, or a registration refused) the reads go through the engine's
+    /// poller.
+    fn open_thread_reads(&mut self) {
+        let Some(q) = self.store.engine().thread_reads() else {
+            return;
+        };
+        let fd = q.event_fd();
+        match self.poll.registry().register(
+            &mut mio::unix::SourceFd(&fd),
+            DEVICE_READS,
+            Interest::READABLE,
+        ) {
+            Ok(()) => self.thread_reads = Some(q),
+            Err(e) => {
+                tracing::warn!("the network thread's reads use the engine's poller: {e}");
+            }
+        }
+    }
+
+    /// Finishes the reads of this thread's queue whose pages are in (no system call: the
+    /// completion queue is shared memory); their replies are queued for `drain_replies`,
+    /// which runs next. The eventfd is never read: each completion the kernel posts wakes
+    /// the edge-triggered poll anew, and its 64-bit counter does not fill.
+    fn reap_reads(&mut self) {
+        let Some(q) = self.thread_reads.as_mut() else {
+            return;
+        };
+        if q.in_flight() == 0 {
+            return;
+        }
+        // The replies these reads queue are drained right after: no wake-up of this thread
+        // is owed for them (`drain_replies` re-arms before it drains).
+        self.sink.woken.store(true, Ordering::Release);
+        let pages = q.reap();
+        if pages > 0 {
+            self.metrics
+                .pages_read_on_net_queue
+                .fetch_add(pages as u64, Ordering::Relaxed);
         }
     }
 

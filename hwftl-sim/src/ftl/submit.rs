@@ -5,7 +5,7 @@ use super::*;
 use crate::media::DirectRead;
 
 /// The command's page buffer, if it has one (handed back with a refusal).
-fn buf_of(c: Command) -> Option<PageBuf> {
+pub(super) fn buf_of(c: Command) -> Option<PageBuf> {
     match c {
         Command::Read { buf, .. } | Command::Write { buf, .. } | Command::Append { buf, .. } => {
             Some(buf)

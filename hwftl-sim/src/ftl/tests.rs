@@ -724,3 +724,200 @@ fn caller_ring_readers_meet_writers_trims_and_a_power_cut() {
     }
     assert_eq!(dev.in_flight(), 0);
 }
+
+/// Reaps `ring` until `n` completions are in, sleeping on its eventfd between looks (a read
+/// whose completion never signals it would hang here, and fail the test at the deadline).
+fn reap_all(ring: &mut dyn crate::device::ReadRing, n: usize) -> Vec<Completion> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < n {
+        ring.reap(&mut out);
+        if out.len() >= n {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} reads came back",
+            out.len()
+        );
+        let mut pfd = libc::pollfd {
+            fd: ring.event_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the length given.
+        unsafe { libc::poll(&mut pfd, 1, 1000) };
+        let mut count = 0u64;
+        // SAFETY: reads eight bytes into a u64 (the eventfd is non-blocking).
+        unsafe { libc::read(pfd.fd, (&mut count as *mut u64).cast(), 8) };
+    }
+    out
+}
+
+/// First byte (or error) of each read by its tag, from completions.
+fn first_bytes_by_tag(done: Vec<Completion>) -> HashMap<u32, std::result::Result<u8, String>> {
+    done.into_iter()
+        .map(|c| {
+            let r = match c.result {
+                Ok(()) => {
+                    let buf = c.buf.unwrap();
+                    assert!(buf.iter().all(|&b| b == buf[0]), "a page came back torn");
+                    Ok(buf[0])
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            (c.tag.0, r)
+        })
+        .collect()
+}
+
+#[test]
+fn a_read_ring_returns_what_was_written_and_gives_every_tag_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 12);
+    let dev = Arc::new(dev);
+    let mut ring = dev
+        .clone()
+        .read_ring()
+        .expect("the file backend has read rings");
+    // Runs of adjacent pages (vectored entries), pages out of order, one page twice.
+    let order = [0usize, 1, 2, 3, 9, 8, 5, 5, 11, 10, 6, 7];
+    let tags: Vec<u32> = ring
+        .submit(order.iter().map(|&i| read(lbas[i])).collect())
+        .into_iter()
+        .map(|r| r.map_err(|r| r.error).unwrap().0)
+        .collect();
+    assert_eq!(ring.in_flight(), 12);
+    // The kernel signals the ring's eventfd as it posts the completions.
+    let mut pfd = libc::pollfd {
+        fd: ring.event_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the length given.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 5000) };
+    assert_eq!(ready, 1, "no signal on the eventfd");
+    let reads_before = dev.stats().reads;
+    let got = first_bytes_by_tag(reap_all(ring.as_mut(), 12));
+    for (&i, tag) in order.iter().zip(&tags) {
+        assert_eq!(got[tag], Ok(i as u8), "page {i}");
+    }
+    assert_eq!(ring.in_flight(), 0);
+    assert_eq!(dev.stats().reads, reads_before + 12);
+    assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));
+    assert_tags_free_once(&dev);
+    // Nothing of the ring's reaches the shared completion queue.
+    let mut out = Vec::new();
+    assert_eq!(dev.reap(&mut out, 64, Wait::NoWait).unwrap(), 0);
+}
+
+#[test]
+fn a_read_ring_refuses_other_commands_and_fails_a_faulty_page_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 4);
+    let dev = Arc::new(dev);
+    let mut ring = dev.clone().read_ring().unwrap();
+    let refused = ring.submit(vec![append(0), Command::Flush]);
+    assert!(refused.iter().all(|r| matches!(
+        r,
+        Err(Rejected {
+            error: DeviceError::NotARead,
+            ..
+        })
+    )));
+    dev.faults().fail_next_read(FaultTarget::Lba(lbas[2]));
+    let mut cmds: Vec<Command> = lbas.iter().map(|&l| read(l)).collect();
+    // Never written: refused at submission, the others still go.
+    cmds.push(read(Lba(lbas[3].0 + 1)));
+    let results = ring.submit(cmds);
+    assert!(results[4].is_err());
+    let tags: Vec<u32> = results[..4].iter().map(|r| r.as_ref().unwrap().0).collect();
+    let got = first_bytes_by_tag(reap_all(ring.as_mut(), 4));
+    assert_eq!(got[&tags[0]], Ok(0));
+    assert_eq!(got[&tags[1]], Ok(1));
+    assert!(got[&tags[2]].is_err(), "{got:?}");
+    assert_eq!(got[&tags[3]], Ok(3));
+    assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));
+}
+
+#[test]
+fn a_read_ring_read_holds_off_a_trim_of_its_segment_until_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 2);
+    let dev = Arc::new(dev);
+    let mut ring = dev.clone().read_ring().unwrap();
+    let tag = ring.submit(vec![read(lbas[0])]).pop().unwrap().unwrap();
+    // Finished on the media or not, the read counts on its segment until it is reaped.
+    std::thread::sleep(Duration::from_millis(20));
+    let trim = || {
+        dev.execute(Command::Trim {
+            segment: SegmentId(0),
+        })
+    };
+    assert!(matches!(
+        trim(),
+        Err(Rejected {
+            error: DeviceError::SegmentBusy { .. },
+            ..
+        })
+    ));
+    let got = first_bytes_by_tag(reap_all(ring.as_mut(), 1));
+    assert_eq!(got[&tag.0], Ok(0));
+    trim().map_err(|r| r.error).unwrap().result.unwrap();
+}
+
+#[test]
+fn a_read_ring_past_the_tag_pool_refuses_the_rest_and_a_dropped_ring_gives_tags_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = DeviceConfig {
+        queue_depth: 4,
+        ..cfg()
+    };
+    let (dev, lbas) = file_device_with_pages(dir.path(), small, 6);
+    let dev = Arc::new(dev);
+    let mut ring = dev.clone().read_ring().unwrap();
+    let results = ring.submit(lbas.iter().map(|&l| read(l)).collect());
+    assert!(results[..4].iter().all(Result::is_ok));
+    for r in &results[4..] {
+        let Err(r) = r else {
+            panic!("a fifth read took a tag of four")
+        };
+        assert!(matches!(r.error, DeviceError::QueueFull { .. }));
+        assert!(r.buf.is_some(), "the buffer comes back with the refusal");
+    }
+    assert_eq!(dev.free_tags(), Some(0));
+    // Dropped with its reads out: it waits for them and finishes them.
+    drop(ring);
+    assert_eq!(dev.free_tags(), Some(4));
+    assert_tags_free_once(&dev);
+    dev.execute(Command::Trim {
+        segment: SegmentId(0),
+    })
+    .map_err(|r| r.error)
+    .unwrap()
+    .result
+    .unwrap();
+}
+
+#[test]
+fn a_read_ring_read_out_at_a_power_cut_completes_powered_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 8);
+    let dev = Arc::new(dev);
+    let mut ring = dev.clone().read_ring().unwrap();
+    let results = ring.submit(lbas.iter().map(|&l| read(l)).collect());
+    assert!(results.iter().all(Result::is_ok));
+    dev.power_cut();
+    let done = reap_all(ring.as_mut(), 8);
+    assert!(done
+        .iter()
+        .all(|c| matches!(c.result, Err(DeviceError::PoweredOff))));
+    // A dead device refuses new reads at submission.
+    assert!(ring.submit(vec![read(lbas[0])])[0].is_err());
+}
+
+#[test]
+fn ram_media_has_no_read_ring() {
+    let (_hooks, _store, dev) = hooked();
+    assert!(Arc::new(dev).read_ring().is_none());
+}

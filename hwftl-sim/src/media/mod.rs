@@ -48,6 +48,20 @@ pub(crate) struct DirectRead {
     pub buf: PageBuf,
 }
 
+/// Page reads one thread starts without waiting and reaps when it likes, on a queue of its
+/// own ([`Media::read_ring`]). Dropping it waits until the backend holds none of its
+/// buffers.
+pub(crate) trait MediaReadRing: Send {
+    /// Starts the reads (one system call for all of them). Never refuses: a read that
+    /// cannot start comes back failed from [`MediaReadRing::reap`].
+    fn start(&mut self, reads: Vec<DirectRead>);
+    /// Moves the finished reads' completions to `out`, each with its id and its buffer
+    /// (descrambled). Never waits.
+    fn reap(&mut self, out: &mut Vec<MediaDone>);
+    /// A descriptor that turns readable when a read finishes (for the owner's `epoll`).
+    fn event_fd(&self) -> std::os::fd::RawFd;
+}
+
 /// A refused start: the error and the buffer, handed back.
 pub(crate) type StartError = (DeviceError, Option<PageBuf>);
 
@@ -90,6 +104,13 @@ pub(crate) trait Media: Send + Sync {
                 buf: Some(r.buf),
             })
             .collect()
+    }
+    /// A ring of page reads for the calling thread alone, started without waiting and
+    /// reaped by that thread ([`MediaReadRing`]); `None`: this backend has none. Like
+    /// [`Media::read_direct`]'s, these reads never pass through [`Media::start`],
+    /// [`Media::poll`] or [`Media::quiesce`].
+    fn read_ring(&self) -> Option<Result<Box<dyn MediaReadRing>>> {
+        None
     }
     /// Waits until the backend holds no operation any more: queued ones are handed over,
     /// and every completion is collected and dropped. A power cut calls it so that nothing

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
-use super::{runs, DirectRead, Media, MediaDone, MediaLayout, MediaOp, StartError};
+use super::{runs, DirectRead, Media, MediaDone, MediaLayout, MediaOp, MediaReadRing, StartError};
 use crate::buffer::{AlignedBuf, PageBuf, BUFFER_ALIGN};
 use crate::error::{DeviceError, Result};
 use crate::geometry::{Ppa, PAGE_SIZE};
@@ -882,6 +882,13 @@ impl Media for FileMedia {
         self.read_on_caller_ring(reads)
     }
 
+    fn read_ring(&self) -> Option<Result<Box<dyn MediaReadRing>>> {
+        Some(
+            self.new_read_ring()
+                .map(|r| Box::new(r) as Box<dyn MediaReadRing>),
+        )
+    }
+
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()> {
         let _cq = self.cq_lock.lock();
         loop {
@@ -982,5 +989,6 @@ impl Drop for FileMedia {
 }
 
 mod caller_ring;
+mod read_ring;
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@ mod write;
 pub use fsck::{Finding, FindingKind, FsckReport};
 pub use read::{
     GetNow, KeyFilter, LookupNow, PendingLookup, RangeRead, ReadWindowFull, ReservedRead,
+    ThreadReads,
 };
 pub use write::{Doorbell, PendingWrite};
 

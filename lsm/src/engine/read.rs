@@ -10,7 +10,9 @@ use crate::keytable::KeyHash;
 use crate::read::{Lookup, OnLookup, Probes};
 
 mod pending;
+mod queue;
 pub use pending::{GetNow, LookupNow, PendingLookup, ReadWindowFull, ReservedRead};
+pub use queue::ThreadReads;
 
 /// The bounds of an [`Engine::range_async`]: `start <= key < end` (no `end`: to the last
 /// key), at most `limit` pairs, and no more pairs once their values pass `max_bytes` (at

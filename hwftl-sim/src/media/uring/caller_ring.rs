@@ -48,9 +48,9 @@ static RING_REFUSED_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// One entry of a round: pages `first..first + len` of the call's list, consecutive on the
 /// media from `ppa`.
-struct Entry {
-    first: usize,
-    len: usize,
+pub(super) struct Entry {
+    pub(super) first: usize,
+    pub(super) len: usize,
     ppa: Ppa,
 }
 
@@ -306,7 +306,7 @@ impl FileMedia {
 
 /// Groups the pages, in the order given, into entries: a page joins the entry before it when
 /// it is the next page on the media, up to `max_run` pages.
-fn entries_of(pages: &[(u32, Ppa, Option<PageBuf>)], max_run: usize) -> Vec<Entry> {
+pub(super) fn entries_of(pages: &[(u32, Ppa, Option<PageBuf>)], max_run: usize) -> Vec<Entry> {
     let mut entries: Vec<Entry> = Vec::new();
     for (i, &(_, ppa, _)) in pages.iter().enumerate() {
         match entries.last_mut() {

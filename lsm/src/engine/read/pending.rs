@@ -37,14 +37,14 @@ pub struct ReservedRead {
     side: Arc<ReadSide>,
     /// Indexes of the pages to read among the plan's.
     misses: Vec<usize>,
-    lbas: Vec<Lba>,
+    pub(super) lbas: Vec<Lba>,
     /// `None` once submitted.
-    acc: Option<Arc<Mutex<AsyncRead>>>,
+    pub(super) acc: Option<Arc<Mutex<AsyncRead>>>,
 }
 
 impl ReservedRead {
     /// The poller callback of this read's page `j`.
-    fn page_callback(&self, j: usize, acc: &Arc<Mutex<AsyncRead>>) -> crate::io::OnDone {
+    pub(super) fn page_callback(&self, j: usize, acc: &Arc<Mutex<AsyncRead>>) -> crate::io::OnDone {
         page_done(
             self.misses[j],
             acc.clone(),
@@ -55,7 +55,7 @@ impl ReservedRead {
     }
 
     /// Page `j` will not be read: it counts as read with `error`, and gives its room back.
-    fn fail_page(&self, j: usize, acc: &Mutex<AsyncRead>, error: EngineError) {
+    pub(super) fn fail_page(&self, j: usize, acc: &Mutex<AsyncRead>, error: EngineError) {
         let side = &self.side;
         finish_page(
             self.misses[j],

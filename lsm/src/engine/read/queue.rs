@@ -1,0 +1,148 @@
+//! Asynchronous reads a thread starts and finishes itself ([`ThreadReads`]): the device's
+//! read queue for one thread ([`hwftl_sim::ReadRing`]) with the callbacks of the reads on
+//! it. The drive's network thread starts its cold GETs here and reaps them on its own
+//! turns, so a cold read wakes no other thread (see `hwftl-sim`'s `media/uring/read_ring`
+//! for why: a read's completion is posted by the task that submitted it).
+//!
+//! Reads on the queue keep every rule of [`Engine::submit_reads`]: they hold their room in
+//! the read window and their view's pin until their last page is in, a page is verified
+//! (checksum, key) before its value is handed out, and a read the queue refuses for want of
+//! a command tag goes to the poller's deferred reads, as there.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// How long dropping a [`ThreadReads`] waits for the reads still on the device.
+const DROP_PATIENCE: Duration = Duration::from_secs(10);
+
+/// One thread's own queue of asynchronous page reads (see the module docs). Not shared:
+/// the thread that owns it submits ([`ThreadReads::submit`]) and reaps
+/// ([`ThreadReads::reap`]); reaping runs the reads' `done` callbacks on that thread.
+pub struct ThreadReads {
+    side: Arc<ReadSide>,
+    ring: Box<dyn hwftl_sim::ReadRing>,
+    /// Callbacks of the pages on the queue, by command tag.
+    waiting: HashMap<u32, crate::io::OnDone>,
+    reaped: Vec<Completion>,
+}
+
+impl Engine {
+    /// A read queue of its own for the calling thread, to start reads reserved by
+    /// [`PendingLookup::reserve`] and finish them on its own turns; `None` when the
+    /// device has none (then [`Engine::submit_reads`] and the poller serve it).
+    pub fn thread_reads(&self) -> Option<ThreadReads> {
+        let ring = self.side.dev.clone().read_ring()?;
+        Some(ThreadReads {
+            side: self.side.clone(),
+            ring,
+            waiting: HashMap::new(),
+            reaped: Vec::new(),
+        })
+    }
+}
+
+impl ThreadReads {
+    /// Starts reads reserved by [`PendingLookup::reserve`]: every page of all of them in
+    /// one submission (one system call) on this queue. Never waits: a page the device
+    /// refuses for want of a command tag is handed to the poller, which offers it again as
+    /// tags free up (its completion then runs on the poller thread); any other refusal
+    /// fails its read through the read's `done`, at once.
+    pub fn submit(&mut self, mut reads: Vec<ReservedRead>) {
+        let mut cmds = Vec::new();
+        let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
+        // Per command: its read and its page's index in that read.
+        let mut owner: Vec<(usize, usize)> = Vec::new();
+        for (r, read) in reads.iter().enumerate() {
+            let Some(acc) = &read.acc else {
+                continue;
+            };
+            for (j, &lba) in read.lbas.iter().enumerate() {
+                cmds.push(Command::Read {
+                    lba,
+                    buf: PageBuf::for_read(),
+                });
+                callbacks.push(read.page_callback(j, acc));
+                owner.push((r, j));
+            }
+        }
+        if cmds.is_empty() {
+            return;
+        }
+        let results = self.ring.submit(cmds);
+        let mut deferred = false;
+        for (((r, j), result), callback) in owner.into_iter().zip(results).zip(callbacks) {
+            let rejected = match result {
+                Ok(tag) => {
+                    self.waiting.insert(tag.0, callback);
+                    continue;
+                }
+                Err(rejected) => rejected,
+            };
+            let read = &reads[r];
+            let Some(acc) = &read.acc else {
+                continue;
+            };
+            if matches!(rejected.error, DeviceError::QueueFull { .. }) {
+                let buf = rejected.buf.unwrap_or_else(PageBuf::zeroed);
+                self.side.poller.defer_read(read.lbas[j], buf, callback);
+                deferred = true;
+            } else {
+                drop(callback);
+                read.fail_page(j, acc, rejected.error.into());
+            }
+        }
+        // Every page is on the queue or with the poller now: nothing is left for `Drop`.
+        for read in &mut reads {
+            read.acc = None;
+        }
+        if deferred {
+            self.side.poller.doorbell();
+        }
+    }
+
+    /// Finishes the reads whose pages are in: runs each page's callback here (the last
+    /// page of a read assembles its values and calls its `done`). Never waits. Returns how
+    /// many pages were finished.
+    pub fn reap(&mut self) -> usize {
+        self.ring.reap(&mut self.reaped);
+        let n = self.reaped.len();
+        for c in self.reaped.drain(..) {
+            match self.waiting.remove(&c.tag.0) {
+                Some(f) => f(Ok(c)),
+                None => tracing::warn!(tag = c.tag.0, "a read queue's completion without a waiter"),
+            }
+        }
+        n
+    }
+
+    /// A descriptor that turns readable when a page may be in: register it with the
+    /// thread's `epoll` (edge-triggered) and call [`ThreadReads::reap`] when it fires (and
+    /// on any turn: reaping finds what is in without a system call).
+    pub fn event_fd(&self) -> RawFd {
+        self.ring.event_fd()
+    }
+
+    /// Pages on the queue and not yet reaped.
+    pub fn in_flight(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+impl Drop for ThreadReads {
+    /// Finishes the reads still on the device (their callbacks run here), waiting for them;
+    /// any left after [`DROP_PATIENCE`] fail with [`EngineError::Closed`].
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DROP_PATIENCE;
+        while !self.waiting.is_empty() && Instant::now() < deadline {
+            if self.reap() == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        for (_, f) in self.waiting.drain() {
+            f(Err(DeviceError::PoweredOff));
+        }
+    }
+}
