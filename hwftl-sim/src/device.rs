@@ -285,7 +285,7 @@ pub trait AppendDevice: Send + Sync {
 pub trait ReadRing: Send {
     /// Starts page reads, all in one submission, without waiting. Only
     /// [`Command::Read`] is taken; any other command is refused with
-    /// [`DeviceError::Unsupported`]. Returns one result per command, in order.
+    /// [`DeviceError::NotARead`]. Returns one result per command, in order.
     fn submit(&mut self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>>;
 
     /// Moves the completions of finished reads to `out` and returns how many. Never waits.

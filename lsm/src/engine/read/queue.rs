@@ -133,7 +133,7 @@ impl ThreadReads {
 
 impl Drop for ThreadReads {
     /// Finishes the reads still on the device (their callbacks run here), waiting for them;
-    /// any left after [`DROP_PATIENCE`] fail with [`EngineError::Closed`].
+    /// any still out after ten seconds fail as lost with the device (`PoweredOff`).
     fn drop(&mut self) {
         let deadline = Instant::now() + DROP_PATIENCE;
         while !self.waiting.is_empty() && Instant::now() < deadline {
