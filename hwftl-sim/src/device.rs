@@ -297,4 +297,9 @@ pub trait ReadRing: Send {
 
     /// Reads submitted and not yet reaped.
     fn in_flight(&self) -> usize;
+
+    /// Whether the queue failed for good (its kernel ring refused submissions): every read
+    /// submitted from now on fails, so its owner should go back to [`AppendDevice::submit`]
+    /// and a poller. The reads it holds still complete.
+    fn broken(&self) -> bool;
 }

@@ -143,6 +143,10 @@ impl ReadRing for FtlReadRing {
     fn in_flight(&self) -> usize {
         self.in_flight
     }
+
+    fn broken(&self) -> bool {
+        self.media.broken()
+    }
 }
 
 impl Drop for FtlReadRing {

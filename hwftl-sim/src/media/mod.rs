@@ -60,6 +60,8 @@ pub(crate) trait MediaReadRing: Send {
     fn reap(&mut self, out: &mut Vec<MediaDone>);
     /// A descriptor that turns readable when a read finishes (for the owner's `epoll`).
     fn event_fd(&self) -> std::os::fd::RawFd;
+    /// Whether the ring failed for good: whatever is started from now on fails.
+    fn broken(&self) -> bool;
 }
 
 /// A refused start: the error and the buffer, handed back.

@@ -366,6 +366,10 @@ impl MediaReadRing for FileReadRing {
     fn event_fd(&self) -> RawFd {
         self.event.as_raw_fd()
     }
+
+    fn broken(&self) -> bool {
+        self.broken
+    }
 }
 
 impl Drop for FileReadRing {
@@ -404,5 +408,56 @@ impl Drop for FileReadRing {
             );
             std::mem::forget(std::mem::take(&mut self.slots));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::media::{Media, MediaLayout};
+
+    fn media(dir: &std::path::Path) -> FileMedia {
+        let mut media = FileMedia::open(&dir.join("ring.img"), true, 8).unwrap();
+        media
+            .prepare(
+                MediaLayout {
+                    meta_bytes: 8192,
+                    physical_pages: 16,
+                },
+                true,
+            )
+            .unwrap();
+        media
+    }
+
+    #[test]
+    fn a_broken_ring_fails_what_the_kernel_never_took_and_every_later_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let media = media(dir.path());
+        let mut ring = media.new_read_ring().unwrap();
+        // Pushed, not yet handed to the kernel.
+        ring.push(vec![(7, 3, PageBuf::for_read())]);
+        assert_eq!(ring.pending.len(), 1);
+        ring.break_ring();
+        assert!(ring.broken());
+        let mut out = Vec::new();
+        ring.reap(&mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].id, 7);
+        assert!(out[0].result.is_err());
+        assert!(out[0].buf.is_some(), "the buffer comes back");
+        out.clear();
+        ring.start(vec![DirectRead {
+            id: 8,
+            ppa: 4,
+            buf: PageBuf::for_read(),
+        }]);
+        ring.reap(&mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].id, 8);
+        assert!(out[0].result.is_err());
+        assert_eq!(ring.entries_out(), 0);
     }
 }

@@ -214,49 +214,54 @@ impl Engine {
     /// submission (one system call). Never waits: a page the device refuses for want of a
     /// free command tag is retried by the poller as tags free up; any other refusal fails
     /// its read through the read's `done`.
-    pub fn submit_reads(&self, mut reads: Vec<ReservedRead>) {
-        let side = &self.side;
-        let mut cmds = Vec::new();
-        let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
-        // Per command: its read and its page's index in that read.
-        let mut owner: Vec<(usize, usize)> = Vec::new();
-        for (r, read) in reads.iter().enumerate() {
-            let Some(acc) = &read.acc else {
-                continue;
-            };
-            for (j, &lba) in read.lbas.iter().enumerate() {
-                cmds.push(Command::Read {
-                    lba,
-                    buf: PageBuf::for_read(),
-                });
-                callbacks.push(read.page_callback(j, acc));
-                owner.push((r, j));
-            }
-        }
-        if cmds.is_empty() {
-            return;
-        }
-        let results = side.poller.queue_many(cmds, callbacks);
-        for ((r, j), result) in owner.into_iter().zip(results) {
-            let Err(rejected) = result else {
-                continue;
-            };
-            let read = &reads[r];
-            let Some(acc) = &read.acc else {
-                continue;
-            };
-            if matches!(rejected.error, DeviceError::QueueFull { .. }) {
-                let buf = rejected.buf.unwrap_or_else(PageBuf::zeroed);
-                side.poller
-                    .defer_read(read.lbas[j], buf, read.page_callback(j, acc));
-            } else {
-                read.fail_page(j, acc, rejected.error.into());
-            }
-        }
-        // Every page is registered with the poller now: nothing is left for `Drop`.
-        for read in &mut reads {
-            read.acc = None;
-        }
-        side.poller.doorbell();
+    pub fn submit_reads(&self, reads: Vec<ReservedRead>) {
+        submit_on_shared_ring(&self.side, reads);
     }
+}
+
+/// [`Engine::submit_reads`]: the pages on the device's shared ring, their completions to the
+/// poller.
+pub(super) fn submit_on_shared_ring(side: &ReadSide, mut reads: Vec<ReservedRead>) {
+    let mut cmds = Vec::new();
+    let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
+    // Per command: its read and its page's index in that read.
+    let mut owner: Vec<(usize, usize)> = Vec::new();
+    for (r, read) in reads.iter().enumerate() {
+        let Some(acc) = &read.acc else {
+            continue;
+        };
+        for (j, &lba) in read.lbas.iter().enumerate() {
+            cmds.push(Command::Read {
+                lba,
+                buf: PageBuf::for_read(),
+            });
+            callbacks.push(read.page_callback(j, acc));
+            owner.push((r, j));
+        }
+    }
+    if cmds.is_empty() {
+        return;
+    }
+    let results = side.poller.queue_many(cmds, callbacks);
+    for ((r, j), result) in owner.into_iter().zip(results) {
+        let Err(rejected) = result else {
+            continue;
+        };
+        let read = &reads[r];
+        let Some(acc) = &read.acc else {
+            continue;
+        };
+        if matches!(rejected.error, DeviceError::QueueFull { .. }) {
+            let buf = rejected.buf.unwrap_or_else(PageBuf::zeroed);
+            side.poller
+                .defer_read(read.lbas[j], buf, read.page_callback(j, acc));
+        } else {
+            read.fail_page(j, acc, rejected.error.into());
+        }
+    }
+    // Every page is registered with the poller now: nothing is left for `Drop`.
+    for read in &mut reads {
+        read.acc = None;
+    }
+    side.poller.doorbell();
 }

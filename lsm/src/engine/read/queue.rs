@@ -49,8 +49,15 @@ impl ThreadReads {
     /// one submission (one system call) on this queue. Never waits: a page the device
     /// refuses for want of a command tag is handed to the poller, which offers it again as
     /// tags free up (its completion then runs on the poller thread); any other refusal
-    /// fails its read through the read's `done`, at once.
+    /// fails its read through the read's `done`, at once. Once the queue has failed for
+    /// good ([`hwftl_sim::ReadRing::broken`]) the reads go as [`Engine::submit_reads`]
+    /// sends them.
     pub fn submit(&mut self, mut reads: Vec<ReservedRead>) {
+        if self.ring.broken() {
+            // The queue's kernel ring failed for good: the shared ring and the poller serve.
+            pending::submit_on_shared_ring(&self.side, reads);
+            return;
+        }
         let mut cmds = Vec::new();
         let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
         // Per command: its read and its page's index in that read.
