@@ -281,7 +281,8 @@ pub trait AppendDevice: Send + Sync {
 /// One thread's own queue of page reads ([`AppendDevice::read_ring`]). Each read takes a
 /// command tag and is checked and counted like any command (a TRIM of its segment is
 /// refused while it runs); only its completion comes back here instead of through
-/// [`AppendDevice::reap`]. Dropping the queue waits for the reads still on the device.
+/// [`AppendDevice::reap`]. Dropping the queue waits (boundedly) for the reads still on the
+/// device and finishes them.
 pub trait ReadRing: Send {
     /// Starts page reads, all in one submission, without waiting. Only
     /// [`Command::Read`] is taken; any other command is refused with

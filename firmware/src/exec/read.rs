@@ -451,8 +451,8 @@ pub enum GetBatchStart {
     /// DRAM held every value: the replies, in request order.
     Answered(Vec<Done>),
     /// The page reads are reserved and pushed onto the caller's reads (submitted with the
-    /// turn's others); the replies of this many requests reach the sink from the engine's
-    /// poller thread.
+    /// turn's others); the replies of this many requests reach the sink once their pages are
+    /// in (from the network thread's own read queue, or the engine's poller).
     Started(usize),
     /// No room in the window of asynchronous reads: the requests as jobs for the engine
     /// thread.
@@ -511,7 +511,7 @@ pub fn start_get_batch(
 /// answered from DRAM alone (STRLEN, EXISTS, HEXISTS, ZRANGEBYSCORE, TTL family, TYPE);
 /// otherwise, for the one-key reads of [`key_read_plan`] (GET, HGET, HMGET, HGETALL, ZSCORE,
 /// ...), resolved here once and its page reads reserved for the caller to submit, the reply
-/// following from the poller thread. So a hot read costs no hand-off to another thread, as
+/// following once its pages are in (the caller's own read queue, or the poller). So a hot read costs no hand-off to another thread, as
 /// in redis-server, and a cold one neither a hand-off nor a second resolution.
 /// [`ReadHere::Batch`] for a GET or MGET that joins its connection's [`GetBatch`]
 /// (`batching`: a cold GET with more requests queued behind it, an MGET that needs the

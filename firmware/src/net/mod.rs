@@ -130,7 +130,8 @@ pub struct Net {
     replies: Receiver<Done>,
     /// Reads are answered or started here when they can be (see [`exec::read_here`]).
     store: Arc<Store>,
-    /// Where replies of reads started here arrive from the engine's poller thread.
+    /// Where replies of reads started here arrive: from this thread's own read queue
+    /// (`reap_reads`), or from the engine's poller for pages that queue refused.
     sink: ReplySink,
     /// Reads started this turn, submitted together at its end (`ring_reads`).
     reads: Vec<lsm::ReservedRead>,
@@ -1001,8 +1002,9 @@ impl Net {
         }
     }
 
-    /// Finishes the reads of this thread's queue whose pages are in (no system call: the
-    /// completion queue is shared memory); their replies are queued for `drain_replies`,
+    /// Finishes the reads of this thread's queue whose pages are in (no system call as a
+    /// rule: the completion queue is shared memory; one only to retry a short vectored read
+    /// or hand over entries a refused submission left); their replies are queued for `drain_replies`,
     /// which runs next. The eventfd is never read: each completion the kernel posts wakes
     /// the edge-triggered poll anew, and its 64-bit counter does not fill.
     fn reap_reads(&mut self) {

@@ -24,8 +24,8 @@ pub(super) struct FtlReadRing {
     media: Box<dyn MediaReadRing>,
     /// Tags finished at admission (an injected read fault): completed at the next reap.
     preset: Vec<u32>,
-    /// Reads submitted and not yet reaped.
-    in_flight: usize,
+    /// Tags of the reads submitted and not yet reaped.
+    out: std::collections::HashSet<u32>,
     dones: Vec<MediaDone>,
 }
 
@@ -41,7 +41,7 @@ impl Ftl {
                 ftl: self,
                 media,
                 preset: Vec::new(),
-                in_flight: 0,
+                out: std::collections::HashSet::new(),
                 dones: Vec::new(),
             })),
             Err(e) => {
@@ -71,7 +71,7 @@ impl ReadRing for FtlReadRing {
                 }
                 match self.ftl.admit(&mut st, cmd, true, now, true) {
                     Ok((tag, page)) => {
-                        self.in_flight += 1;
+                        self.out.insert(tag.0);
                         match page {
                             Some(p) => pages.push(p),
                             // Finished at admission (an injected read fault).
@@ -85,6 +85,10 @@ impl ReadRing for FtlReadRing {
         }
         // Outside `state`: the system call builds and queues every page's I/O.
         self.media.start(pages);
+        if !self.preset.is_empty() {
+            // Finished at admission: no kernel completion will wake the owner for them.
+            self.media.notify();
+        }
         results
     }
 
@@ -131,9 +135,10 @@ impl ReadRing for FtlReadRing {
             }
         }
         drop(st);
-        let n = out.len() - before;
-        self.in_flight = self.in_flight.saturating_sub(n);
-        n
+        for c in &out[before..] {
+            self.out.remove(&c.tag.0);
+        }
+        out.len() - before
     }
 
     fn event_fd(&self) -> RawFd {
@@ -141,7 +146,7 @@ impl ReadRing for FtlReadRing {
     }
 
     fn in_flight(&self) -> usize {
-        self.in_flight
+        self.out.len()
     }
 
     fn broken(&self) -> bool {
@@ -151,21 +156,40 @@ impl ReadRing for FtlReadRing {
 
 impl Drop for FtlReadRing {
     /// Finishes every read still out (its tag and its segment's count given back), waiting
-    /// for the media ring; their completions are dropped.
+    /// up to [`DROP_PATIENCE`] for the media ring; their completions are dropped. A read
+    /// still on the media then is finished as failed all the same (the media ring, dropped
+    /// next, keeps its buffer from being freed under the kernel), so the device's close and
+    /// a TRIM of its segment are not held up by a read no one will reap.
     fn drop(&mut self) {
         let deadline = Instant::now() + DROP_PATIENCE;
         let mut sink = Vec::new();
-        while self.in_flight > 0 && Instant::now() < deadline {
+        while !self.out.is_empty() && Instant::now() < deadline {
             if self.reap(&mut sink) == 0 {
                 std::thread::sleep(Duration::from_micros(100));
             }
             sink.clear();
         }
-        if self.in_flight > 0 {
-            tracing::error!(
-                "{} read(s) of a thread's read queue did not finish at close",
-                self.in_flight
-            );
+        if self.out.is_empty() {
+            return;
+        }
+        tracing::error!(
+            "{} read(s) of a thread's read queue did not finish at close: failed",
+            self.out.len()
+        );
+        let now = Instant::now();
+        let mut st = self.ftl.state.lock();
+        for tag in self.out.drain() {
+            if let Some(cmd) = st.cmds.get_mut(tag as usize).and_then(Option::as_mut) {
+                cmd.done = Some(MediaDone {
+                    id: tag,
+                    result: Err(DeviceError::io(
+                        "read queue closed",
+                        std::io::Error::other("the read did not finish"),
+                    )),
+                    buf: None,
+                });
+                drop(self.ftl.finish(&mut st, tag, now));
+            }
         }
     }
 }

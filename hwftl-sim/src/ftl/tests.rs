@@ -921,3 +921,25 @@ fn ram_media_has_no_read_ring() {
     let (_hooks, _store, dev) = hooked();
     assert!(Arc::new(dev).read_ring().is_none());
 }
+
+#[test]
+fn a_read_failed_at_admission_still_wakes_the_ring_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, lbas) = file_device_with_pages(dir.path(), cfg(), 2);
+    let dev = Arc::new(dev);
+    let mut ring = dev.clone().read_ring().unwrap();
+    dev.faults().fail_next_read(FaultTarget::Lba(lbas[1]));
+    // Nothing reaches the kernel: the fault finishes the read at admission.
+    let tag = ring.submit(vec![read(lbas[1])]).pop().unwrap().unwrap();
+    let mut pfd = libc::pollfd {
+        fd: ring.event_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the length given.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 2000) };
+    assert_eq!(ready, 1, "an owner asleep on the eventfd would never reap it");
+    let got = first_bytes_by_tag(reap_all(ring.as_mut(), 1));
+    assert!(got[&tag.0].is_err());
+    assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));
+}

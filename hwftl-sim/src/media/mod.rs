@@ -62,6 +62,9 @@ pub(crate) trait MediaReadRing: Send {
     fn event_fd(&self) -> std::os::fd::RawFd;
     /// Whether the ring failed for good: whatever is started from now on fails.
     fn broken(&self) -> bool;
+    /// Makes [`MediaReadRing::event_fd`] readable, as a finished read does: for completions
+    /// its user makes without the media.
+    fn notify(&self);
 }
 
 /// A refused start: the error and the buffer, handed back.

@@ -35,7 +35,8 @@ use crate::scramble::scramble;
 
 /// Submission-queue entries of a thread's read ring. More entries than this in flight is
 /// fine: a full submission queue is handed to the kernel and refilled, and the completion
-/// queue (twice as large) overflows into the kernel's backlog rather than dropping.
+/// queue (twice as large) overflows into the kernel's backlog rather than dropping, which
+/// `reap` flushes back when the ring flags it.
 const READ_RING_ENTRIES: u32 = 256;
 
 /// `IORING_ENTER_GETEVENTS` (linux/io_uring.h).
@@ -90,7 +91,9 @@ impl FileMedia {
     pub(super) fn new_read_ring(&self) -> Result<FileReadRing> {
         // Cooperative task running: a completion's task work does not interrupt the owner
         // while it runs (no inter-processor interrupt, a VM exit on a guest); it runs at the
-        // owner's next system call, or wakes it if it sleeps. Kernels before 5.19 lack it.
+        // owner's next system call, or wakes it if it sleeps (an `epoll_wait` then returns
+        // EINTR, which the owner's loop takes as a turn with nothing new; the eventfd that
+        // task work signals wakes the next one). Kernels before 5.19 lack it.
         let ring = match IoUring::builder()
             .setup_cqsize(READ_RING_ENTRIES * 2)
             .setup_coop_taskrun()
@@ -267,7 +270,19 @@ impl FileReadRing {
         }
     }
 
+    /// Wakes the owner's poll as a completion from the kernel would: for completions made
+    /// in user space (`failed`), which the kernel never signals.
+    fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes eight bytes from a live u64 to the ring's own eventfd. A full
+        // counter (EAGAIN) means a wake-up is pending already.
+        unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
     fn fail_pages(&mut self, pages: Vec<(u32, Ppa, PageBuf)>, why: &str) {
+        if !pages.is_empty() {
+            self.signal();
+        }
         for (id, _, buf) in pages {
             self.failed.push(MediaDone {
                 id,
@@ -295,7 +310,9 @@ impl FileReadRing {
             let multi = slot.pages.len() > 1;
             for (at, (tag, ppa, mut buf)) in slot.pages.into_iter().enumerate() {
                 let reached = res >= 0 && (res as usize) >= (at + 1) * PAGE_SIZE;
-                if multi && !reached && res >= 0 {
+                if multi && !reached {
+                    // A vectored entry cut short or failed: each page it did not reach goes
+                    // again alone, so one bad page fails only itself.
                     self.again.push((tag, ppa, buf));
                     continue;
                 }
@@ -353,6 +370,16 @@ impl MediaReadRing for FileReadRing {
         out.append(&mut self.failed);
         // Entries a failed attempt left behind.
         self.submit();
+        if self.ring.submission().cq_overflow() {
+            // Completions past the queue's size wait in the kernel's backlog until a kernel
+            // entry flushes them.
+            // SAFETY: no argument is passed.
+            let _ = unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 0, ENTER_GETEVENTS, None)
+            };
+        }
         self.drain(out);
         if !self.again.is_empty() {
             for page in std::mem::take(&mut self.again) {
@@ -370,6 +397,10 @@ impl MediaReadRing for FileReadRing {
     fn broken(&self) -> bool {
         self.broken
     }
+
+    fn notify(&self) {
+        self.signal();
+    }
 }
 
 impl Drop for FileReadRing {
@@ -378,9 +409,7 @@ impl Drop for FileReadRing {
         let deadline = Instant::now() + DRAIN_PATIENCE;
         let mut sink = Vec::new();
         while self.entries_out() > 0 && Instant::now() < deadline {
-            if !self.submit() && !self.pending.is_empty() {
-                break;
-            }
+            self.submit();
             if self.entries_out() == self.pending.len() {
                 // Nothing in the kernel yet (a refused hand-over): try again shortly.
                 std::thread::sleep(Duration::from_millis(1));
