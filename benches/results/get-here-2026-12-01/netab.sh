@@ -1,5 +1,6 @@
 #!/bin/bash
 # usage: netab.sh ROUNDS BIN_A BIN_B  -- harness run-one lightstore-net/plp 8K against each build in turn
+# (CPU=1: each row also gives the drive's CPU seconds per million operations, as ops/cpu)
 R=$1; A=$2; B=$3; PORT=7002
 stop() { kill -TERM "$1"; while kill -0 "$1" 2> /dev/null; do sleep 0.1; done; }
 run() {
@@ -14,14 +15,15 @@ run() {
   local t1; t1=$(awk '{print $14+$15}' /proc/$pid/stat)
   stop $pid
   python3 - "$label" "$dir.json" "$t0" "$t1" <<'PY'
-import json,sys
+import json,os,sys
 label,path,t0,t1=sys.argv[1],sys.argv[2],float(sys.argv[3]),float(sys.argv[4])
 d=json.load(open(path))
 rows=d.get('rows',d) if isinstance(d,dict) else d
 out=[]
 for r in rows:
     w=r.get('workload') or r.get('name'); ops=r.get('ops_per_sec') or r.get('ops')
-    out.append(f"{w}={ops:.0f}" if isinstance(ops,(int,float)) else f"{w}={ops}")
+    cpu=f"/{r.get('cpu_s_per_mop',0):.1f}" if os.environ.get('CPU') else ''
+    out.append(f"{w}={ops:.0f}{cpu}" if isinstance(ops,(int,float)) else f"{w}={ops}")
 print(label, ' '.join(out), f"cpu_s={(t1-t0)/100:.2f}")
 PY
 }

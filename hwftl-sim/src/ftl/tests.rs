@@ -938,7 +938,10 @@ fn a_read_failed_at_admission_still_wakes_the_ring_owner() {
     };
     // SAFETY: one valid pollfd, for the length given.
     let ready = unsafe { libc::poll(&mut pfd, 1, 2000) };
-    assert_eq!(ready, 1, "an owner asleep on the eventfd would never reap it");
+    assert_eq!(
+        ready, 1,
+        "an owner asleep on the eventfd would never reap it"
+    );
     let got = first_bytes_by_tag(reap_all(ring.as_mut(), 1));
     assert!(got[&tag.0].is_err());
     assert_eq!(dev.free_tags(), Some(dev.config.queue_depth as usize));

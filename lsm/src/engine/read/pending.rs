@@ -219,26 +219,45 @@ impl Engine {
     }
 }
 
-/// [`Engine::submit_reads`]: the pages on the device's shared ring, their completions to the
-/// poller.
-pub(super) fn submit_on_shared_ring(side: &ReadSide, mut reads: Vec<ReservedRead>) {
-    let mut cmds = Vec::new();
-    let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
-    // Per command: its read and its page's index in that read.
-    let mut owner: Vec<(usize, usize)> = Vec::new();
+/// The page reads of reserved reads, in order: a command and a callback per page, and per
+/// command its read's index and its page's index in that read.
+pub(super) struct PageReads {
+    pub(super) cmds: Vec<Command>,
+    pub(super) callbacks: Vec<crate::io::OnDone>,
+    pub(super) owner: Vec<(usize, usize)>,
+}
+
+/// [`PageReads`] of the reads not yet submitted among `reads`.
+pub(super) fn page_reads(reads: &[ReservedRead]) -> PageReads {
+    let mut out = PageReads {
+        cmds: Vec::new(),
+        callbacks: Vec::new(),
+        owner: Vec::new(),
+    };
     for (r, read) in reads.iter().enumerate() {
         let Some(acc) = &read.acc else {
             continue;
         };
         for (j, &lba) in read.lbas.iter().enumerate() {
-            cmds.push(Command::Read {
+            out.cmds.push(Command::Read {
                 lba,
                 buf: PageBuf::for_read(),
             });
-            callbacks.push(read.page_callback(j, acc));
-            owner.push((r, j));
+            out.callbacks.push(read.page_callback(j, acc));
+            out.owner.push((r, j));
         }
     }
+    out
+}
+
+/// [`Engine::submit_reads`]: the pages on the device's shared ring, their completions to the
+/// poller.
+pub(super) fn submit_on_shared_ring(side: &ReadSide, mut reads: Vec<ReservedRead>) {
+    let PageReads {
+        cmds,
+        callbacks,
+        owner,
+    } = page_reads(&reads);
     if cmds.is_empty() {
         return;
     }

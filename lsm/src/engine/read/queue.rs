@@ -58,23 +58,11 @@ impl ThreadReads {
             pending::submit_on_shared_ring(&self.side, reads);
             return;
         }
-        let mut cmds = Vec::new();
-        let mut callbacks: Vec<crate::io::OnDone> = Vec::new();
-        // Per command: its read and its page's index in that read.
-        let mut owner: Vec<(usize, usize)> = Vec::new();
-        for (r, read) in reads.iter().enumerate() {
-            let Some(acc) = &read.acc else {
-                continue;
-            };
-            for (j, &lba) in read.lbas.iter().enumerate() {
-                cmds.push(Command::Read {
-                    lba,
-                    buf: PageBuf::for_read(),
-                });
-                callbacks.push(read.page_callback(j, acc));
-                owner.push((r, j));
-            }
-        }
+        let pending::PageReads {
+            cmds,
+            callbacks,
+            owner,
+        } = pending::page_reads(&reads);
         if cmds.is_empty() {
             return;
         }
