@@ -54,6 +54,19 @@ impl Ftl {
     }
 }
 
+/// The completion of a read a power cut took out of the table.
+fn powered_off(tag: u32, buf: Option<PageBuf>) -> Completion {
+    Completion {
+        tag: Tag(tag),
+        kind: CommandKind::Read,
+        lba: None,
+        segment: None,
+        result: Err(DeviceError::PoweredOff),
+        buf,
+        latency_ns: 0,
+    }
+}
+
 impl ReadRing for FtlReadRing {
     fn submit(&mut self, cmds: Vec<Command>) -> Vec<std::result::Result<Tag, Rejected>> {
         let mut results = Vec::with_capacity(cmds.len());
@@ -108,30 +121,14 @@ impl ReadRing for FtlReadRing {
                     out.push(self.ftl.finish(&mut st, tag, stamp));
                 }
                 // Taken out by a power cut: the handle is dead, its tags never reused.
-                None => out.push(Completion {
-                    tag: Tag(tag),
-                    kind: CommandKind::Read,
-                    lba: None,
-                    segment: None,
-                    result: Err(DeviceError::PoweredOff),
-                    buf: d.buf,
-                    latency_ns: 0,
-                }),
+                None => out.push(powered_off(tag, d.buf)),
             }
         }
         for tag in self.preset.drain(..) {
             if st.cmds.get(tag as usize).is_some_and(Option::is_some) {
                 out.push(self.ftl.finish(&mut st, tag, stamp));
             } else {
-                out.push(Completion {
-                    tag: Tag(tag),
-                    kind: CommandKind::Read,
-                    lba: None,
-                    segment: None,
-                    result: Err(DeviceError::PoweredOff),
-                    buf: None,
-                    latency_ns: 0,
-                });
+                out.push(powered_off(tag, None));
             }
         }
         drop(st);
