@@ -308,11 +308,18 @@ const TAIL_SHARE: usize = 32;
 /// Fewest versions a tail takes before it is frozen.
 const MIN_TAIL_VERSIONS: usize = 4;
 
-/// Largest run a merge makes, in tails. A merge runs on the inserting thread that froze a
-/// tail, with the insert lock free; this bounds one merge to a few milliseconds of that
-/// thread's time (131,072 versions at the full tail size), and a table of `n` versions to
-/// about `n / (16 * tail) + log2(16)` runs.
+/// Largest run a merge makes, in tails. This bounds one merge to a few milliseconds
+/// (131,072 versions at the full tail size, most of it the page faults of the new run's
+/// memory), and a table of `n` versions to about `n / (16 * tail) + log2(16)` runs.
 const MAX_RUN_TAILS: usize = 16;
+
+/// Runs at which the insert that froze a tail merges runs itself. Below it, merging is left
+/// to whoever calls [`MemTable::merge_runs`] (the engine's maintenance thread, woken when
+/// [`MemTable::merge_due`]), so a client-facing inserter (the drive's network thread) does not
+/// stall for a merge. A table at the default budget keeps about 8 runs when merges keep up;
+/// this bound holds reads' cost (a cursor searches every run) when they do not, say while
+/// the maintenance thread runs a long task.
+const INLINE_MERGE_RUNS: usize = 16;
 
 /// Keys up to this long are copied into a [`RunEntry`] rather than shared.
 const INLINE_KEY: usize = 30;
@@ -439,7 +446,8 @@ pub struct MemTable {
     /// Held shared by each insert into the tail, exclusively to replace [`MemTable::layers`];
     /// readers never take it.
     inserting: parking_lot::RwLock<()>,
-    /// Held by the thread merging runs (one at a time; others skip merging).
+    /// Held by the thread merging runs (one at a time; an inserter finding it taken skips
+    /// merging).
     merging: parking_lot::Mutex<()>,
     newest: NewestIndex,
     bytes: AtomicUsize,
@@ -610,7 +618,9 @@ impl MemTable {
     /// later batch whose insert ran first). Callers may run concurrently (see the module
     /// docs): the [`NewestIndex`] decides what is shadowed, one key at a time, and the tail's
     /// skip list takes concurrent inserts of distinct entries. The insert that fills the
-    /// tail freezes it into a run, and may then merge runs, on the calling thread.
+    /// tail freezes it into a run (a copy of at most [`TAIL_VERSIONS`] entries) on the
+    /// calling thread; merging runs is left to [`MemTable::merge_runs`]'s caller unless the
+    /// table holds [`INLINE_MERGE_RUNS`] runs.
     pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
         let len = key.len();
         if let Some(d) = slot.deadline() {
@@ -663,32 +673,52 @@ impl MemTable {
                 .collect();
             let mut runs = layers.runs.clone();
             runs.push(Arc::new(SortedRun::new(run)));
+            let backstop = runs.len() >= INLINE_MERGE_RUNS;
             self.layers.store(Arc::new(Layers {
                 tail: Arc::new(SkipMap::new()),
                 runs,
             }));
-        }
-        self.merge_runs();
-    }
-
-    /// Merges the two newest runs while the newer is at least half the older's size (and
-    /// the result at most [`MAX_RUN_TAILS`] tails), so a table of `n` versions keeps
-    /// O(log n) runs and each version is copied O(log n) times. The merge itself runs with
-    /// no lock but [`MemTable::merging`]; only the swap of the layers waits for inserts.
-    fn merge_runs(&self) {
-        let Some(_merging) = self.merging.try_lock() else {
-            return;
-        };
-        loop {
-            let layers = self.layers.load_full();
-            let n = layers.runs.len();
-            let (older, newer) = match (layers.runs.get(n.wrapping_sub(2)), layers.runs.last()) {
-                (Some(o), Some(r)) if n >= 2 => (o.clone(), r.clone()),
-                _ => return,
-            };
-            if newer.len() < older.len() / 2 || older.len() + newer.len() > self.max_run_versions {
+            if !backstop {
                 return;
             }
+        }
+        // Merging has fallen behind (see `INLINE_MERGE_RUNS`): this inserter catches up,
+        // unless another thread is merging already.
+        if let Some(merging) = self.merging.try_lock() {
+            self.merge_due_runs(merging);
+        }
+    }
+
+    /// Whether two runs are due to be merged ([`MemTable::merge_runs`] would merge).
+    pub fn merge_due(&self) -> bool {
+        self.next_merge(&self.layers.load()).is_some()
+    }
+
+    /// Merges runs while [`MemTable::merge_due`], so a table of `n` versions keeps O(log n)
+    /// runs and each version is copied O(log n) times: the two newest runs, while the newer
+    /// holds at least half as many versions as the older (and the result at most
+    /// [`MAX_RUN_TAILS`] tails). Waits for a merge another thread is running, then looks
+    /// again. Inserts and reads go on meanwhile: a merge holds no lock but
+    /// [`MemTable::merging`] while it copies; only the swap of the layers waits for the
+    /// inserts in progress (see the module docs for why no version is lost or doubled).
+    pub fn merge_runs(&self) {
+        self.merge_due_runs(self.merging.lock());
+    }
+
+    /// The two runs a merge would take now, oldest first.
+    fn next_merge(&self, layers: &Layers) -> Option<(Run, Run)> {
+        let n = layers.runs.len();
+        let (older, newer) = (layers.runs.get(n.checked_sub(2)?)?, layers.runs.last()?);
+        (newer.len() >= older.len() / 2 && older.len() + newer.len() <= self.max_run_versions)
+            .then(|| (older.clone(), newer.clone()))
+    }
+
+    /// [`MemTable::merge_runs`]' loop, its caller holding [`MemTable::merging`].
+    fn merge_due_runs(&self, _merging: parking_lot::MutexGuard<'_, ()>) {
+        loop {
+            let Some((older, newer)) = self.next_merge(&self.layers.load()) else {
+                return;
+            };
             let merged = Arc::new(SortedRun::new(merge_runs(&older, &newer)));
             let _all = self.inserting.write();
             let now = self.layers.load_full();

@@ -9,6 +9,7 @@
 //!
 //! | task | under the write lock | with the write lock free |
 //! |---|---|---|
+//! | memtable merge | take the active memtable | merge its runs (the memtable's own locks only) |
 //! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
 //! | compaction | take the input runs; claim pages; install, write the manifest, unlink the segments no run uses | merge the runs; write the pages; wait for readers and trim what was unlinked (`trim`) |
 //! | GC step | take the victim's window, queue the next window's reads, judge liveness, lay out and queue the moves (durable mode: with no batch in flight, applied later in ticket order; plp mode: beside client batches, applied at once, `gc::moves`); release reclaimed segments: a manifest without them, then unlinked (drained) | wait for the window's reads; ring the doorbell; durable mode: the moves' pages and a flush on the device while client batches are laid out behind them; between steps; wait for readers and trim what was unlinked (`trim`) |
@@ -132,6 +133,9 @@ enum Task {
     CloseHole,
     /// Rotate the full active memtable out (nothing frozen).
     Rotate,
+    /// Merge the active memtable's sorted runs (its inserters froze tails and left the
+    /// merging here: `MemTable::merge_runs`).
+    MergeMemtableRuns,
     /// Flush the frozen memtable.
     FlushFrozen,
     /// Merge level `.0` into level `.1`.
@@ -199,6 +203,11 @@ impl Inner {
         }
         if self.needs_checkpoint {
             return Some(Task::CloseHole);
+        }
+        // First of the routine tasks: it takes a few milliseconds at most, and every range
+        // read searches each run it leaves unmerged.
+        if self.mem.merge_due() {
+            return Some(Task::MergeMemtableRuns);
         }
         let l0_deep = self.levels[0].len() >= 2 * self.cfg.l0_runs.max(1);
         if l0_deep {
@@ -358,6 +367,12 @@ impl Core {
                 if g.frozen.is_none() && g.mem_full() {
                     g.rotate();
                 }
+                Ok(())
+            }
+            Task::MergeMemtableRuns => {
+                // With the write lock free: a merge takes only the memtable's own locks.
+                let mem = self.inner.lock().mem.clone();
+                mem.merge_runs();
                 Ok(())
             }
             Task::FlushFrozen => self.flush_frozen(),

@@ -473,7 +473,7 @@ impl Core {
         while g.applied_upto < ticket {
             self.applied.wait(&mut g);
         }
-        if g.mem_full() || g.gc_due() {
+        if g.mem_full() || g.gc_due() || g.mem.merge_due() {
             self.work.notify_one();
         }
         g.outcomes.remove(&ticket).unwrap_or(Ok(()))

@@ -213,14 +213,23 @@ proptest::proptest! {
         let slot_of = |seq: u64, tomb: bool| if tomb { Slot::Tombstone } else { v(seq as u32) };
         let mut model: BTreeMap<(Vec<u8>, u64), Slot> = BTreeMap::new();
         let mut shadowed = Vec::new();
-        for &seq in &seqs {
+        for (i, &seq) in seqs.iter().enumerate() {
             let (k, tomb) = ops[seq as usize - 1];
             let slot = slot_of(seq, tomb);
             model.insert((key(k), seq), slot);
             if let Some(s) = m.insert(&key(k), seq, slot) {
                 shadowed.push(s);
             }
+            // Inserters leave merging to the engine's maintenance thread, which comes
+            // when it can: here after every few dozen inserts (the backstop merges when it
+            // lags too far).
+            proptest::prop_assert!(m.runs().len() <= INLINE_MERGE_RUNS, "runs {:?}", m.runs());
+            if i % 37 == 36 {
+                m.merge_runs();
+            }
         }
+        m.merge_runs();
+        proptest::prop_assert!(!m.merge_due());
         proptest::prop_assert!(m.runs().len() <= 12, "runs {:?}", m.runs());
         let newest_at = |k: &[u8], at: u64| {
             model
@@ -327,7 +336,8 @@ fn readers_run_while_the_writer_inserts() {
 }
 
 /// As above, with a tail of a few versions: readers' cursors run while the writer
-/// freezes tails and merges runs under them.
+/// freezes tails and another thread (the engine's maintenance thread) merges runs under
+/// them.
 #[test]
 fn readers_run_while_tails_freeze_and_runs_merge() {
     let m = MemTable::with_budget(64 << 10);
@@ -342,6 +352,13 @@ fn readers_run_while_the_writer_inserts_into(m: MemTable) {
         for seq in 1..=20_000u64 {
             let k = (seq % 100).to_be_bytes();
             w.insert(&k, seq, v(seq as u32));
+        }
+    });
+    let mm = m.clone();
+    let merger = std::thread::spawn(move || {
+        while Arc::strong_count(&mm) > 2 || mm.merge_due() {
+            mm.merge_runs();
+            std::thread::yield_now();
         }
     });
     // Every read at a sequence number sees a version no newer than it, and the newest
@@ -359,6 +376,8 @@ fn readers_run_while_the_writer_inserts_into(m: MemTable) {
         }
     }
     assert!(writer.join().is_ok());
+    assert!(merger.join().is_ok());
+    assert!(!m.merge_due());
     assert_eq!(m.len(), 100);
 }
 
