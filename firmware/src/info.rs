@@ -106,9 +106,26 @@ impl CommandStats {
     /// Whether a row's command has the table's `fast` flag (a subcommand: its command's).
     #[must_use]
     pub fn is_fast(row: usize) -> bool {
-        let name = Self::row_name(row);
-        let command = name.split('|').next().unwrap_or_default();
-        kvproto::command::lookup(command.as_bytes()).is_some_and(|s| s.flags.contains(&"fast"))
+        kvproto::command::lookup(Self::row_command(row).as_bytes())
+            .is_some_and(|s| s.flags.contains(&"fast"))
+    }
+
+    /// The command a row counts, without its subcommand: `get`, `client` (for `client|id`);
+    /// empty for a row out of range. No allocation (`row_name` formats).
+    #[must_use]
+    pub fn row_command(row: usize) -> &'static str {
+        let commands = kvproto::command::COMMANDS;
+        if let Some(spec) = commands.get(row) {
+            return spec.name;
+        }
+        let mut at = commands.len();
+        for (parent, subs) in SUBCOMMANDS {
+            if row < at + subs.len() {
+                return parent;
+            }
+            at += subs.len();
+        }
+        ""
     }
 
     /// The name a row is shown under: `get`, `client|id`.
@@ -608,6 +625,8 @@ mod tests {
         assert_eq!(CommandStats::row_name(get), "get");
         let id = CommandStats::row_of(&args(&["client", "ID"])).unwrap_or(usize::MAX);
         assert_eq!(CommandStats::row_name(id), "client|id");
+        assert_eq!(CommandStats::row_command(id), "client");
+        assert_eq!(CommandStats::row_command(get), "get");
         let last = CommandStats::row_of(&args(&["cluster", "getkeysinslot"])).unwrap_or(0);
         assert_eq!(CommandStats::row_name(last), "cluster|getkeysinslot");
         // An unknown subcommand counts under its command; an unknown command nowhere.

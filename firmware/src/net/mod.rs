@@ -990,10 +990,10 @@ impl Net {
             let (peer, name) = self
                 .conns
                 .get(&id)
-                .map(|c| (c.peer.to_string(), c.name.clone().unwrap_or_default()))
+                .map(|c| (Some(c.peer), c.name.clone().unwrap_or_default()))
                 .unwrap_or_default();
             self.slowlog
-                .record(&CommandStats::row_name(row), args, took, || Caller {
+                .record(CommandStats::row_command(row), args, took, || Caller {
                     peer,
                     name,
                 });
@@ -1057,8 +1057,8 @@ impl Net {
                     if self.slowlog.wants(took) {
                         let (peer, name) = (c.peer, c.name.clone());
                         self.slowlog
-                            .record(&CommandStats::row_name(row), &f.args, took, || Caller {
-                                peer: peer.to_string(),
+                            .record(CommandStats::row_command(row), &f.args, took, || Caller {
+                                peer: Some(peer),
                                 name: name.unwrap_or_default(),
                             });
                     }
