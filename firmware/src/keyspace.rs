@@ -138,6 +138,11 @@ impl TopKeys {
         TopKeys { buf, stride }
     }
 
+    /// The type records back to back (each a tag and the key), in [`TOP_LEVEL`]'s order.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Every type record, in [`TOP_LEVEL`]'s order.
     pub fn all(&self) -> [&[u8]; TOP_LEVEL.len()] {
         std::array::from_fn(|i| &self.buf[i * self.stride..(i + 1) * self.stride])

@@ -111,7 +111,7 @@ fn writes_are_acknowledged_and_read_back_before_their_pages_land() {
             Some(&value(k)[..]),
             "key {k}"
         );
-        let Ok(lsm::GetNow::Hot(v)) = db.get_now(&key(k), 0) else {
+        let Ok(lsm::GetNow::Hot(v)) = db.get_now(&key(k), &[]) else {
             panic!("key {k}: not answered from DRAM");
         };
         assert_eq!(&v[..], &value(k)[..], "key {k}");

@@ -69,7 +69,7 @@ fn read_small_without_device(db: &Engine, ftl: &Ftl, n: u32, why: &str) {
         "{why}: range values"
     );
     assert!(
-        matches!(db.get_now(&key(0), 0), Ok(lsm::GetNow::Hot(_))),
+        matches!(db.get_now(&key(0), &[]), Ok(lsm::GetNow::Hot(_))),
         "{why}: get_now"
     );
     assert_eq!(

@@ -193,19 +193,38 @@ fn get_now_answers_hot_values_and_resolves_cold_ones_once() {
     // No value cache: every page comes from the device.
     let db = engine(0);
     fill(&db);
-    // Missing and deleted keys: no value, nothing to read.
+    // Missing and deleted keys: no value, nothing to read; the other keys asked about are
+    // probed (in order, up to the first that holds a value).
+    let others: [&[u8]; 4] = [b"o1", b"o2", b"small", b"gone"];
     for k in [&b"nope"[..], b"gone"] {
-        assert!(matches!(db.get_now(k, 4).unwrap(), lsm::GetNow::NoValue));
+        assert!(matches!(
+            db.get_now(k, &others[..2]).unwrap(),
+            lsm::GetNow::NoValue {
+                other_exists: false
+            }
+        ));
+        assert!(matches!(
+            db.get_now(k, &others).unwrap(),
+            lsm::GetNow::NoValue { other_exists: true }
+        ));
+        // A deleted other is not one that exists.
+        assert!(matches!(
+            db.get_now(k, &[b"gone", b"nope"]).unwrap(),
+            lsm::GetNow::NoValue {
+                other_exists: false
+            }
+        ));
     }
+    let others: [&[u8]; 4] = [b"o1", b"o2", b"o3", b"o4"];
     // A held small value is hot without any cache.
-    let lsm::GetNow::Hot(v) = db.get_now(b"small", 4).unwrap() else {
+    let lsm::GetNow::Hot(v) = db.get_now(b"small", &others).unwrap() else {
         panic!("a held value needs no page");
     };
     assert_eq!(&v[..], b"v");
     // The others are cold reads whose lookup has the value first and the probes'
     // presences all false.
     for (k, want) in [(&b"one"[..], &one_page), (b"span", &spanning)] {
-        let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() else {
+        let lsm::GetNow::Cold(p) = db.get_now(k, &others).unwrap() else {
             panic!("an uncached value must be read");
         };
         let l = finish(&db, *p);
@@ -217,10 +236,10 @@ fn get_now_answers_hot_values_and_resolves_cold_ones_once() {
     let db = engine(1 << 20);
     fill(&db);
     for (k, want) in [(&b"one"[..], &one_page), (b"span", &spanning)] {
-        if let lsm::GetNow::Cold(p) = db.get_now(k, 4).unwrap() {
+        if let lsm::GetNow::Cold(p) = db.get_now(k, &others).unwrap() {
             assert_eq!(finish(&db, *p).values[0].as_deref(), Some(&want[..]));
         }
-        let lsm::GetNow::Hot(v) = db.get_now(k, 4).unwrap() else {
+        let lsm::GetNow::Hot(v) = db.get_now(k, &others).unwrap() else {
             panic!("a value read once is in the cache");
         };
         assert_eq!(&v[..], &want[..]);

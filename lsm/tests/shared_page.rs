@@ -135,7 +135,7 @@ fn pages_shared_then_sealed_are_read_from_the_value_cache() {
     let reads = ftl.stats().reads;
     for k in 0..20 {
         assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 150)), "key {k}");
-        let Ok(lsm::GetNow::Hot(v)) = db.get_now(&key(k), 0) else {
+        let Ok(lsm::GetNow::Hot(v)) = db.get_now(&key(k), &[]) else {
             panic!("key {k}: not answered from DRAM");
         };
         assert_eq!(&v[..], &value(k, 150)[..], "key {k}");

@@ -242,9 +242,9 @@ fn get_now_agrees_with_get_hot_or_cold() {
             model.insert(k.clone(), v);
         }
         let probe = format!("k{}", rng.gen_range(0..300u32)).into_bytes();
-        match (db.get_now(&probe, 0).unwrap(), model.get(&probe)) {
+        match (db.get_now(&probe, &[]).unwrap(), model.get(&probe)) {
             (lsm::GetNow::Hot(got), Some(want)) => assert_eq!(&got[..], &want[..]),
-            (lsm::GetNow::NoValue, None) => {}
+            (lsm::GetNow::NoValue { .. }, None) => {}
             (lsm::GetNow::Cold(_), Some(want)) => panic!(
                 "a value of {} bytes was not found in DRAM: {:?}",
                 want.len(),
@@ -258,7 +258,7 @@ fn get_now_agrees_with_get_hot_or_cold() {
     drop(db);
     let db = Engine::open(ftl as Arc<dyn AppendDevice>, cached(0)).unwrap();
     for (k, v) in &model {
-        match db.get_now(k, 0).unwrap() {
+        match db.get_now(k, &[]).unwrap() {
             lsm::GetNow::Hot(got) => {
                 assert!(got[..] == v[..] && v.len() <= lsm::DEFAULT_ENTRY_VALUE_MAX);
             }
@@ -266,7 +266,7 @@ fn get_now_agrees_with_get_hot_or_cold() {
                 assert!(v.len() > lsm::DEFAULT_ENTRY_VALUE_MAX);
                 assert_eq!(read_cold(&db, *p).as_deref(), Some(&v[..]));
             }
-            lsm::GetNow::NoValue => panic!("a live key has no value"),
+            lsm::GetNow::NoValue { .. } => panic!("a live key has no value"),
         }
     }
 }
@@ -316,7 +316,7 @@ fn packed_pages_are_cut_and_raw_pages_kept_whole() {
     for _ in 0..2 {
         assert_eq!(db.get(b"lookalike").unwrap().unwrap(), lookalike);
         assert_eq!(db.get(b"single").unwrap().unwrap(), single);
-        let Ok(lsm::GetNow::Hot(v)) = db.get_now(b"single", 0) else {
+        let Ok(lsm::GetNow::Hot(v)) = db.get_now(b"single", &[]) else {
             panic!("a value read once is answered from the cache");
         };
         assert_eq!(&v[..], &single[..]);

@@ -568,6 +568,9 @@ pub fn read_here(
         (Command::Get(key), _) => match store.get_string_now(key) {
             Err(e) => return answered(err(&e)),
             Ok(crate::store::StringGet::Hot(v)) => return answered(Reply::Bulk(v)),
+            Ok(crate::store::StringGet::Missing { other_type }) => {
+                return answered(get_reply(None, &[other_type]))
+            }
             Ok(_) if batching == GetBatching::Queued => return ReadHere::Batch,
             Ok(crate::store::StringGet::Cold(p)) => {
                 let Some(plan) = key_read_plan(cmd) else {

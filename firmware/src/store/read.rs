@@ -77,7 +77,13 @@ pub enum StringGet {
     Hot(Bytes),
     /// A live string whose value must be read from the device: its read, to start.
     Cold(PendingKeyRead),
-    /// Not a live string: the general path tells which reply it gets.
+    /// No live string under the key (none, deleted, or a key of another type when
+    /// `other_type`): nil, or WRONGTYPE.
+    Missing {
+        /// The key holds another type.
+        other_type: bool,
+    },
+    /// Past its deadline: the general path tells which reply it gets.
     Other,
 }
 
@@ -347,30 +353,44 @@ impl KeyFinish {
 impl Store {
     /// GET's read of one key, resolved once: the value when the key is a live, unexpired
     /// string whose value DRAM holds whole; the read of its pages, ready to start, when it
-    /// is such a string on the device; [`StringGet::Other`] otherwise (missing, expired,
-    /// another type), which the general path ([`Store::read_key_here`]) answers.
+    /// is such a string on the device; [`StringGet::Missing`] when no string is there,
+    /// with whether the key holds another type (its other type records probed in the same
+    /// view of the engine, so nil or WRONGTYPE is the answer of one instant, and a
+    /// missing key costs no second lookup); [`StringGet::Other`] when the key has expired,
+    /// which the general path ([`Store::read_key_here`]) answers.
     ///
     /// # Errors
     /// Engine errors.
     pub fn get_string_now(&self, key: &[u8]) -> Result<StringGet> {
-        /// Keys up to this long are tagged on the stack (no allocation).
+        /// Keys shorter than this are tagged on the stack (no allocation).
         const STACK_KEY: usize = 128;
+        /// Type records of a key probed: the string's, then the others'.
+        const TYPES: usize = ks::TOP_LEVEL.len();
         if self.expired(key, now_ms()) {
             return Ok(StringGet::Other);
         }
-        let mut stack = [0u8; STACK_KEY];
+        // The key's type records, back to back: STRING's first (`TOP_LEVEL`'s order).
+        let mut stack = [0u8; TYPES * STACK_KEY];
         let heap;
-        let tagged: &[u8] = if key.len() < STACK_KEY {
-            stack[0] = STRING;
-            stack[1..=key.len()].copy_from_slice(key);
-            &stack[..=key.len()]
+        let records: &[u8] = if key.len() < STACK_KEY {
+            let stride = key.len() + 1;
+            for (i, tag) in ks::TOP_LEVEL.iter().enumerate() {
+                stack[i * stride] = *tag;
+                stack[i * stride + 1..(i + 1) * stride].copy_from_slice(key);
+            }
+            &stack[..TYPES * stride]
         } else {
-            heap = ks::top(STRING, key);
-            &heap
+            heap = ks::TopKeys::new(key);
+            heap.bytes()
         };
-        // The other types' probes, which a found string is not asked (`string_found`).
-        let probes = ks::TOP_LEVEL.len() - 1;
-        Ok(match self.db.get_now(tagged, probes)? {
+        let all: [&[u8]; TYPES] = std::array::from_fn(|i| {
+            let stride = key.len() + 1;
+            records
+                .get(i * stride..(i + 1) * stride)
+                .unwrap_or_default()
+        });
+        let [tagged, others @ ..] = all;
+        Ok(match self.db.get_now(tagged, &others)? {
             lsm::GetNow::Hot(v) => {
                 self.counters.count_hit(true);
                 StringGet::Hot(v)
@@ -381,7 +401,14 @@ impl Store {
                 finish: KeyFinish::string_found(),
                 counters: self.counters.clone(),
             }),
-            lsm::GetNow::NoValue => StringGet::Other,
+            lsm::GetNow::NoValue { other_exists } => {
+                // As the general path counts: a key of another type is a hit (Redis finds
+                // the key, then refuses its type).
+                self.counters.count_hit(other_exists);
+                StringGet::Missing {
+                    other_type: other_exists,
+                }
+            }
         })
     }
 

@@ -804,3 +804,43 @@ fn a_type_hint_changes_what_a_lookup_costs_never_what_it_finds() {
     assert_eq!(s.type_entry(b"live1").unwrap(), Some((HASH, None)));
     assert_eq!(s.type_entry(b"both01").unwrap(), Some((HASH, None)));
 }
+
+#[test]
+fn get_string_now_tells_a_missing_key_from_one_of_another_type() {
+    let s = store();
+    let long = vec![b'k'; 300];
+    let mut g = WriteGroup::new(&s);
+    let set = SetOptions::default();
+    g.set(b"s", b("v"), set).unwrap();
+    g.hash_set(b"h", &[(b("f"), b("1"))]).unwrap();
+    g.set_add(b"t", &[b("m")]).unwrap();
+    g.hash_set(&long, &[(b("f"), b("1"))]).unwrap();
+    g.set(b"gone", b("v"), set).unwrap();
+    g.commit().unwrap();
+    let mut g = WriteGroup::new(&s);
+    g.delete(&[b("gone")]).unwrap();
+    g.commit().unwrap();
+    let counts = |s: &Store| {
+        (
+            s.counters.keyspace_hits.load(Ordering::Relaxed),
+            s.counters.keyspace_misses.load(Ordering::Relaxed),
+        )
+    };
+    let before = counts(&s);
+    assert!(matches!(s.get_string_now(b"s").unwrap(), StringGet::Hot(v) if &v[..] == b"v"));
+    for (k, other) in [
+        (&b"h"[..], true),
+        (b"t", true),
+        (&long[..], true),
+        (b"nope", false),
+        (b"gone", false),
+        (&[b'n'; 200][..], false),
+    ] {
+        assert!(
+            matches!(s.get_string_now(k).unwrap(), StringGet::Missing { other_type } if other_type == other),
+            "{k:?}"
+        );
+    }
+    // A key of another type counts a hit (Redis finds it, then refuses its type).
+    assert_eq!(counts(&s), (before.0 + 4, before.1 + 3));
+}

@@ -796,19 +796,26 @@ impl Engine {
     /// One key's value resolved once, whether DRAM holds it or not: the value when it does
     /// (a held copy, the landing buffer, the value cache), else the read of its
     /// pages, resolved and ready to start ([`PendingLookup::reserve`], then
-    /// [`Engine::submit_reads`]), whose [`Lookup`] holds the value first and `probes`
-    /// presences, all `false` (the answer of [`Probes::FirstOfUnlessFound`] for a key found).
+    /// [`Engine::submit_reads`]), whose [`Lookup`] holds the value first and one presence
+    /// per key of `others`, all `false` (the answer of [`Probes::FirstOfUnlessFound`] for a
+    /// key found). With no live value under `key`, `others` (keys of which at most one
+    /// can exist beside it, as a user key's records of other types) are probed in the
+    /// same view, in order up to the first that holds a value, so the caller answers a
+    /// missing key as of one instant without a second lookup.
     /// The drive's GET: a hot value costs no per-call vectors (a value in one page is a
     /// slice of it), and a cold one is not looked up again to start its read, as trying
     /// DRAM first and then [`Engine::lookup_now`] would.
     ///
     /// # Errors
     /// `Closed`; `Corrupt` as in [`Engine::get`] (a value assembled from DRAM).
-    pub fn get_now(&self, key: &[u8], probes: usize) -> Result<GetNow> {
+    pub fn get_now(&self, key: &[u8], others: &[&[u8]]) -> Result<GetNow> {
         let side = &self.side;
         let view = side.view()?;
         let Some((slot @ Slot::Value(p, _), held)) = side.lookup_held(&view, key) else {
-            return Ok(GetNow::NoValue);
+            let other_exists = others
+                .iter()
+                .any(|k| matches!(side.lookup(&view, k), Some(Slot::Value(..))));
+            return Ok(GetNow::NoValue { other_exists });
         };
         if let Some(v) = side.dram_value(p, held.clone()) {
             return Ok(GetNow::Hot(v));
@@ -817,13 +824,17 @@ impl Engine {
         values.push_slot(Some((slot, held)));
         let shape = LookupShape {
             keys: 1,
-            present: vec![false; probes],
+            present: vec![false; others.len()],
             range_keys: Vec::new(),
         };
         Ok(match self.finish_lookup(view, values, shape)? {
             LookupNow::Answered(mut found) => match found.values.pop().flatten() {
                 Some(v) => GetNow::Hot(v),
-                None => GetNow::NoValue,
+                // The key's record exists, so none of `others` does (as the probes of
+                // a key found answer).
+                None => GetNow::NoValue {
+                    other_exists: false,
+                },
             },
             LookupNow::Pending(pending) => GetNow::Cold(Box::new(pending)),
         })

@@ -20,8 +20,12 @@ pub enum GetNow {
     /// The key is live and its value (or part of it) is on the device: its read, resolved,
     /// to start or drop.
     Cold(Box<PendingLookup>),
-    /// No live value under the key (none, a deletion, or past its deadline).
-    NoValue,
+    /// No live value under the key (none, a deletion, or past its deadline), and whether
+    /// one of the other keys asked about holds a live value, probed in the same view.
+    NoValue {
+        /// One of [`Engine::get_now`]'s `others` holds a live value.
+        other_exists: bool,
+    },
 }
 
 /// [`PendingLookup::reserve`] found no room in the window of asynchronous page reads
