@@ -535,7 +535,7 @@ impl ReadSide {
         if let Some(range) = range {
             let mut bytes = 0u64;
             let mut clock = LazyClock::new();
-            let mut merge = view.merge_from(range.start);
+            let mut merge = view.merge_between(range.start, range.end);
             while range_keys.len() < range.limit
                 && (range_keys.is_empty() || bytes < range.max_bytes)
             {
@@ -867,7 +867,7 @@ impl Engine {
         let mut keys = Vec::new();
         let mut values = Resolved::default();
         let mut clock = LazyClock::new();
-        let mut merge = view.merge_from(start);
+        let mut merge = view.merge_between(start, end);
         while keys.len() < limit {
             let Some((k, slot, held)) = merge.next_held() else {
                 break;
@@ -908,7 +908,7 @@ impl Engine {
     pub fn deadlines_in(&self, start: &[u8], end: Option<&[u8]>) -> Result<(u64, KeyDeadlines)> {
         let view = self.side.view()?;
         let (mut entries, mut out) = (0u64, Vec::new());
-        let mut merge = view.merge_from(start);
+        let mut merge = view.merge_between(start, end);
         while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
                 break;
@@ -937,7 +937,7 @@ impl Engine {
         let view = self.side.view()?;
         let mut keys = Vec::new();
         let mut clock = LazyClock::new();
-        let mut merge = view.merge_from(start);
+        let mut merge = view.merge_between(start, end);
         while keys.len() < limit {
             let Some((k, slot)) = merge.next() else { break };
             if end.is_some_and(|e| k >= e) {
@@ -975,7 +975,7 @@ impl Engine {
     ) -> Result<u64> {
         let view = self.side.view()?;
         let mut n = 0;
-        let mut merge = view.merge_from(start);
+        let mut merge = view.merge_between(start, end);
         while let Some((k, slot)) = merge.next() {
             if end.is_some_and(|e| k >= e) {
                 break;
@@ -1004,7 +1004,7 @@ impl Engine {
             .map(|&(start, end)| {
                 // No entry at all (binary searches only): no merge to set up.
                 let last = last_key_in(&view, start, end)?;
-                let mut merge = view.merge_from(start);
+                let mut merge = view.merge_between(start, end);
                 loop {
                     let (k, slot) = merge.next()?;
                     if end.is_some_and(|e| k >= e) {

@@ -263,11 +263,19 @@ impl ReadView {
 
     /// The newest slot of each key from `start` on, in key order.
     pub(super) fn merge_from(&self, start: &[u8]) -> Merge<'_> {
+        self.merge_between(start, None)
+    }
+
+    /// [`ReadView::merge_from`] for a reader that stops before `end` (exclusive): a source
+    /// (a memtable's layer, a run, a level) with no key in `start <= key < end` is left
+    /// out, so each step compares the keys of the sources that hold some of the range
+    /// only. It may still yield keys at or past `end`; the reader stops there.
+    pub(super) fn merge_between(&self, start: &[u8], end: Option<&[u8]>) -> Merge<'_> {
         let mut sources: Vec<Source<'_>> = self
             .version
             .mems
             .iter()
-            .map(|m| Box::new(m.cursor_from(start, self.seq)) as Source<'_>)
+            .map(|m| Box::new(m.cursor_between(start, end, self.seq)) as Source<'_>)
             .collect();
         let mut levels = self.version.levels.iter();
         // L0's runs may overlap: one source each. A deeper level's do not: one source for
@@ -279,6 +287,7 @@ impl ReadView {
         for level in levels {
             sources.push(Box::new(LevelCursor::new(level, start)));
         }
+        sources.retain(|s| s.current().is_some_and(|(k, _)| end.is_none_or(|e| k < e)));
         Merge::new(sources)
     }
 

@@ -250,7 +250,23 @@ proptest::proptest! {
                     .filter(|k| **k >= start)
                     .filter_map(|k| newest_at(k, at).map(|s| (k.clone(), s)))
                     .collect();
-                proptest::prop_assert_eq!(keys_at(&m, &start, at), want);
+                proptest::prop_assert_eq!(keys_at(&m, &start, at), want.clone());
+                // Bounded: the layers left out held nothing of the range, so up to `end`
+                // it yields the same keys.
+                for end in [key(5), key(9), key(21), vec![b'k'; 22], vec![b'z']] {
+                    let want: Vec<(Vec<u8>, Slot)> =
+                        want.iter().filter(|(k, _)| *k < end).cloned().collect();
+                    let mut c = m.cursor_between(&start, Some(&end), at);
+                    let mut got = Vec::new();
+                    while let Some((k, s)) = c.current() {
+                        if k >= &end[..] {
+                            break;
+                        }
+                        got.push((k.to_vec(), s));
+                        c.advance();
+                    }
+                    proptest::prop_assert_eq!(got, want, "from {:?} to {:?} at {}", start, end, at);
+                }
             }
         }
         // Every version but each key's newest is reported shadowed, once.
@@ -412,11 +428,11 @@ proptest::proptest! {
             let mut k = base.to_vec();
             k.push(*tail);
             let probe = Probe::new(&k, *seq);
-            let probe: &dyn KeyVersion = &probe;
-            let below = run.entries.partition_point(|e| (e as &dyn KeyVersion) < probe);
-            let at_most = run.entries.partition_point(|e| (e as &dyn KeyVersion) <= probe);
-            proptest::prop_assert_eq!(run.search(probe, false), below);
-            proptest::prop_assert_eq!(run.search(probe, true), at_most);
+            let dyn_probe: &dyn KeyVersion = &probe;
+            let below = run.entries.partition_point(|e| (e as &dyn KeyVersion) < dyn_probe);
+            let at_most = run.entries.partition_point(|e| (e as &dyn KeyVersion) <= dyn_probe);
+            proptest::prop_assert_eq!(run.search(&probe, false), below);
+            proptest::prop_assert_eq!(run.search(&probe, true), at_most);
         }
     }
 }
