@@ -16,7 +16,7 @@
 //! commands added to hashes and sorted sets, and [`view`] the read
 //! interface the collection reads share (applied state or a group's state).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -139,6 +139,12 @@ pub struct Store {
     /// carries one, but for expired strings the sweep has already let go (see
     /// [`expiry`]). The deadlines themselves live in the type records' keytable entries.
     expiries: RwLock<expiry::Deadlines>,
+    /// Whether `expiries` holds any deadline: set under its write lock after every change,
+    /// so a read of a drive with no deadlines (the common case) skips the lock (a shared
+    /// cache line the writer's and the readers' threads would bounce) and the clock. A
+    /// reader that sees `false` while a deadline is being added reads as if just before
+    /// that write, as one that took the lock first would.
+    any_deadline: AtomicBool,
     /// The scan cursors the drive remembers (the exception to stateless cursors, see
     /// [`cursor`]).
     remembered: cursor::Remembered,
@@ -211,6 +217,7 @@ impl Store {
         Ok(Store {
             db,
             watches: Watches::default(),
+            any_deadline: AtomicBool::new(!expiries.is_empty()),
             expiries: RwLock::new(expiries),
             remembered: cursor::Remembered::default(),
             counters: Arc::new(KeyspaceCounters::default()),
@@ -234,12 +241,35 @@ impl Store {
     /// none when no key has a deadline): the reads' early answer. A key the index no longer
     /// holds (an expired string the sweep let go) is hidden by the engine itself.
     pub(super) fn expired(&self, key: &[u8], now: u64) -> bool {
+        if !self.may_have_deadlines() {
+            return false;
+        }
         let ex = self.expiries.read();
         !ex.is_empty() && ex.get(key).is_some_and(|&d| d < now)
     }
 
+    /// Whether `key` has passed its deadline now (the clock is read only when some key has
+    /// a deadline).
+    pub(super) fn expired_now(&self, key: &[u8]) -> bool {
+        self.may_have_deadlines() && self.expired(key, now_ms())
+    }
+
+    /// Whether the deadline index may hold any deadline (see `any_deadline`).
+    pub(super) fn may_have_deadlines(&self) -> bool {
+        self.any_deadline.load(Ordering::Acquire)
+    }
+
+    /// Notes whether the deadline index `ex` (write-locked by the caller) holds any
+    /// deadline, after a change.
+    fn note_deadlines(&self, ex: &expiry::Deadlines) {
+        self.any_deadline.store(!ex.is_empty(), Ordering::Release);
+    }
+
     /// Whether the deadline index still holds `key` (its deadline not yet acted on).
     pub(super) fn indexed(&self, key: &[u8]) -> bool {
+        if !self.may_have_deadlines() {
+            return false;
+        }
         let ex = self.expiries.read();
         !ex.is_empty() && ex.get(key).is_some()
     }
@@ -361,14 +391,20 @@ pub fn flush_all(store: &Store) -> Result<()> {
         // Refused before anything changed.
         Err(EngineError::ReadOnly | EngineError::Closed) => {}
         Ok(()) => {
-            store.expiries.write().clear();
+            let mut ex = store.expiries.write();
+            ex.clear();
+            store.note_deadlines(&ex);
+            drop(ex);
             store.remembered.clear();
             store.keys.set(0);
         }
         Err(_) => {
             // The engine is empty now (a failed manifest write may leave the old state on
             // the device for the next open): the writer recounts.
-            store.expiries.write().clear();
+            let mut ex = store.expiries.write();
+            ex.clear();
+            store.note_deadlines(&ex);
+            drop(ex);
             store.remembered.clear();
             store.keys.mark_stale();
         }

@@ -366,7 +366,7 @@ impl Store {
         const STACK_KEY: usize = 128;
         /// Type records of a key probed: the string's, then the others'.
         const TYPES: usize = ks::TOP_LEVEL.len();
-        if self.expired(key, now_ms()) {
+        if self.expired_now(key) {
             return Ok(StringGet::Other);
         }
         // The key's type records, back to back: STRING's first (`TOP_LEVEL`'s order).
@@ -415,6 +415,9 @@ impl Store {
     /// Which of `keys` have passed their deadline (one lock, nothing to look up when no key
     /// has a deadline).
     pub(super) fn expired_mask(&self, keys: &[&[u8]], now: u64) -> Vec<bool> {
+        if !self.may_have_deadlines() {
+            return vec![false; keys.len()];
+        }
         let ex = self.expiries.read();
         if ex.is_empty() {
             return vec![false; keys.len()];
@@ -548,7 +551,7 @@ impl Store {
     /// deadline counts as missing. `done` must be short and must not call into the
     /// store.
     pub fn read_key_async(&self, key: &[u8], what: &KeyRead<'_>, done: OnKey) {
-        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let req = KeyRequest::new(key, what, self.expired_now(key));
         let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
         let range = req.range();
         let counters = self.counters.clone();
@@ -577,7 +580,7 @@ impl Store {
         key: &[u8],
         what: &KeyRead<'_>,
     ) -> Result<Here<KeyFound, PendingKeyRead>> {
-        let req = KeyRequest::new(key, what, self.expired(key, now_ms()));
+        let req = KeyRequest::new(key, what, self.expired_now(key));
         let (keys, probe_refs) = (req.key_refs(), req.probe_refs());
         let range = req.range();
         Ok(

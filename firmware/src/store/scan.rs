@@ -147,7 +147,7 @@ impl Store {
 
     /// Whether `key` has not passed its deadline (as of now), for [`Store::random_key`].
     pub fn is_live(&self, key: &[u8]) -> bool {
-        !self.expired(key, now_ms())
+        !self.expired_now(key)
     }
 
     /// DBSIZE: the keys of every type whose deadline has not passed. O(1) from the

@@ -844,3 +844,37 @@ fn get_string_now_tells_a_missing_key_from_one_of_another_type() {
     // A key of another type counts a hit (Redis finds it, then refuses its type).
     assert_eq!(counts(&s), (before.0 + 4, before.1 + 3));
 }
+
+#[test]
+fn the_no_deadline_fast_path_follows_the_index() {
+    let s = store();
+    assert!(!s.may_have_deadlines());
+    let mut g = WriteGroup::new(&s);
+    g.set(b"plain", b("v"), SetOptions::default()).unwrap();
+    g.commit().unwrap();
+    assert!(
+        !s.may_have_deadlines(),
+        "a key without a deadline adds none"
+    );
+    let mut g = WriteGroup::new(&s);
+    let past = SetOptions {
+        deadline: Some(1),
+        ..SetOptions::default()
+    };
+    g.set(b"old", b("v"), past).unwrap();
+    g.commit().unwrap();
+    assert!(s.may_have_deadlines());
+    assert!(s.expired_now(b"old") && s.indexed(b"old"));
+    assert!(!s.expired_now(b"plain"));
+    // Purged: the index is empty again, and the fast path says so.
+    let mut g = WriteGroup::new(&s);
+    assert_eq!(g.purge_expired(&[b"old"]).unwrap().len(), 1);
+    g.commit().unwrap();
+    assert!(!s.may_have_deadlines());
+    let mut g = WriteGroup::new(&s);
+    g.set(b"old", b("v"), past).unwrap();
+    g.commit().unwrap();
+    assert!(s.may_have_deadlines());
+    flush_all(&s).unwrap();
+    assert!(!s.may_have_deadlines(), "FLUSHALL empties the index");
+}

@@ -46,7 +46,7 @@ pub struct Watches {
 impl Store {
     /// WATCH: registers the connection's interest in `key` and snapshots its version.
     pub fn watch(&self, key: &[u8]) -> WatchedKey {
-        let expired_then = self.expired(key, now_ms());
+        let expired_then = self.expired_now(key);
         let mut w = self.watches.keys.lock();
         let e = w.entry(key.to_vec()).or_insert((0, 0, 0));
         e.0 += 1;

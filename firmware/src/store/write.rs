@@ -53,6 +53,7 @@ fn publish_deadlines(
             DeadlineChange::Clear => ex.remove(&k),
         }
     }
+    store.note_deadlines(&ex);
 }
 
 impl PendingCommit {
