@@ -41,6 +41,17 @@ fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
 
+/// SET `key` with a deadline long past, in a group of its own.
+fn set_expired(s: &Store, key: &[u8]) {
+    let mut g = WriteGroup::new(s);
+    let past = SetOptions {
+        deadline: Some(1),
+        ..SetOptions::default()
+    };
+    g.set(key, b("v"), past).unwrap();
+    g.commit().unwrap();
+}
+
 /// The writer-kept key count against a walk of the type records.
 fn assert_count_exact(s: &Store, when: &str) {
     let walked = count_type_records(&s.db, &s.expiries.read(), now_ms()).unwrap();
@@ -115,13 +126,7 @@ fn the_key_count_follows_every_kind_of_write() {
         "b, h and t: a renamed, c deleted, l emptied"
     );
     // An expired key: counted until purged, but never by DBSIZE.
-    let mut g = WriteGroup::new(&s);
-    let past = SetOptions {
-        deadline: Some(1),
-        ..SetOptions::default()
-    };
-    g.set(b"old", b("v"), past).unwrap();
-    g.commit().unwrap();
+    set_expired(&s, b"old");
     assert_count_exact(&s, "an expired SET");
     assert_eq!(s.dbsize().unwrap(), 3);
     let mut g = WriteGroup::new(&s);
@@ -504,6 +509,9 @@ fn a_deadline_never_outlives_its_key() {
 #[test]
 fn a_deadline_falling_while_a_command_runs_is_judged_at_one_instant() {
     let s = store();
+    // The instant the command below begins: before the deadline however late this thread
+    // runs (a clock read after the PEXPIRE could already be past it on a loaded host).
+    let began = now_ms();
     write(&s, &[b"h"], |g| {
         g.hash_set(b"h", &[(b("f"), b("v"))]).unwrap();
         g.expire_key(b"h", 10, false, None, "pexpire").unwrap();
@@ -512,7 +520,7 @@ fn a_deadline_falling_while_a_command_runs_is_judged_at_one_instant() {
     // deadline passes before it writes: SET must still replace the hash, not write a
     // string beside its records.
     let mut g = WriteGroup::new(&s);
-    g.fix_clock(now_ms());
+    g.fix_clock(began);
     assert!(g.purge_expired(&[b"h"]).unwrap().is_empty());
     std::thread::sleep(std::time::Duration::from_millis(20));
     g.set(b"h", b("s"), SetOptions::default()).unwrap();
@@ -856,13 +864,7 @@ fn the_no_deadline_fast_path_follows_the_index() {
         !s.may_have_deadlines(),
         "a key without a deadline adds none"
     );
-    let mut g = WriteGroup::new(&s);
-    let past = SetOptions {
-        deadline: Some(1),
-        ..SetOptions::default()
-    };
-    g.set(b"old", b("v"), past).unwrap();
-    g.commit().unwrap();
+    set_expired(&s, b"old");
     assert!(s.may_have_deadlines());
     assert!(s.expired_now(b"old") && s.indexed(b"old"));
     assert!(!s.expired_now(b"plain"));
@@ -871,9 +873,7 @@ fn the_no_deadline_fast_path_follows_the_index() {
     assert_eq!(g.purge_expired(&[b"old"]).unwrap().len(), 1);
     g.commit().unwrap();
     assert!(!s.may_have_deadlines());
-    let mut g = WriteGroup::new(&s);
-    g.set(b"old", b("v"), past).unwrap();
-    g.commit().unwrap();
+    set_expired(&s, b"old");
     assert!(s.may_have_deadlines());
     flush_all(&s).unwrap();
     assert!(!s.may_have_deadlines(), "FLUSHALL empties the index");
