@@ -55,8 +55,8 @@ struct Entry {
     arg_bytes: Vec<u8>,
     /// Per kept argument: where its bytes end in `arg_bytes`, and its full length.
     arg_ends: Vec<(usize, usize)>,
-    /// How many arguments the command had (more than kept: the last one kept is Redis's
-    /// "more arguments" mark).
+    /// How many arguments the command had (more than were kept: SLOWLOG GET shows Redis's
+    /// "more arguments" mark after the kept ones, as the 32nd).
     argc: usize,
     peer: Option<SocketAddr>,
     name: Bytes,

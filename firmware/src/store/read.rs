@@ -366,6 +366,8 @@ impl Store {
         const STACK_KEY: usize = 128;
         /// Type records of a key probed: the string's, then the others'.
         const TYPES: usize = ks::TOP_LEVEL.len();
+        // The string's record is the first of `TOP_LEVEL`'s order (`tagged` below).
+        const _: () = assert!(ks::TOP_LEVEL[0] == STRING);
         if self.expired_now(key) {
             return Ok(StringGet::Other);
         }
