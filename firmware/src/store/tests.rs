@@ -434,10 +434,11 @@ fn collections_expire_and_a_new_key_under_the_name_starts_empty() {
     write(&s, &[b"h"], |g| {
         g.hash_set(b"h", &[(b("f1"), b("v1")), (b("f2"), b("v2"))])
             .unwrap();
-        assert!(g.expire_key(b"h", 20, false, None, "pexpire").unwrap());
+        assert!(g.expire_key(b"h", 300, false, None, "pexpire").unwrap());
     });
-    assert!((1..=20).contains(&ttl(&s, b"h")));
-    std::thread::sleep(std::time::Duration::from_millis(30));
+    // A margin a loaded host does not eat between the write and the check.
+    assert!((1..=300).contains(&ttl(&s, b"h")));
+    std::thread::sleep(std::time::Duration::from_millis(320));
     assert_eq!((s.kind(b"h").unwrap(), ttl(&s, b"h")), (None, -2));
     let gone = fields(&s, b"h");
     assert_eq!((gone.kind, gone.pairs.len()), (None, 0));
@@ -604,11 +605,12 @@ fn the_sweep_lets_expired_strings_go_without_a_write_and_the_name_is_free() {
     write(&s, &[b"a", b"b", b"c"], |g| {
         for k in [b"a", b"b", b"c"] {
             g.set(k, b("v"), SetOptions::default()).unwrap();
-            g.expire_key(k, 10, false, None, "pexpire").unwrap();
+            g.expire_key(k, 300, false, None, "pexpire").unwrap();
         }
     });
+    // Counted until the deadline (a margin a loaded host does not eat), not after.
     assert_eq!((s.dbsize().unwrap(), s.expiring_keys()), (3, 3));
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::thread::sleep(std::time::Duration::from_millis(320));
     assert_eq!(s.dbsize().unwrap(), 0);
     let device_writes = s.engine().device_stats().writes;
     let due = s.due_expiries(10);
