@@ -896,30 +896,26 @@ impl MemTable {
             .lower_bound(Bound::Included(&probe as &dyn KeyVersion))
             .and_then(|e| visible_from(e, seq))
             .filter(|t| before_end(&t.key));
+        // Each run on its first visible version from `start` on; one with none before `end` is out.
+        let runs = layers
+            .runs
+            .iter()
+            .enumerate()
+            .filter_map(|(r, run)| {
+                let i = first_visible(run, run.search(&probe, false), seq);
+                run.get(i)
+                    .is_some_and(|e| before_end(e.key.bytes()))
+                    .then_some((r, i))
+            })
+            .collect();
         let mut c = MemCursor {
             seq,
             tail,
-            runs: layers
-                .runs
-                .iter()
-                .enumerate()
-                .map(|(r, run)| (r, run.search(&probe, false)))
-                .collect(),
+            runs,
             layers,
             current: None,
             table: self,
         };
-        for r in 0..c.runs.len() {
-            c.settle_run(r);
-        }
-        let layers = c.layers.clone();
-        c.runs.retain(|&(r, i)| {
-            layers
-                .runs
-                .get(r)
-                .and_then(|run| run.get(i))
-                .is_some_and(|e| before_end(e.key.bytes()))
-        });
         c.pick();
         c
     }
@@ -1030,6 +1026,14 @@ fn visible_from(mut e: Entry<'_, VersionKey, Slot>, seq: u64) -> Option<TailAt> 
     }
 }
 
+/// The first position in `run` from `i` on holding a version at `seq` or before.
+fn first_visible(run: &SortedRun, mut i: usize, seq: u64) -> usize {
+    while run.get(i).is_some_and(|e| e.seq > seq) {
+        i += 1;
+    }
+    i
+}
+
 /// Where a [`MemCursor`] stands in the tail: a copy of the entry (the cursor finds the next
 /// one by searching past its key, so it borrows nothing from the skip list between calls).
 struct TailAt {
@@ -1068,11 +1072,8 @@ impl MemCursor<'_> {
         let Some((which, i)) = self.runs.get_mut(r) else {
             return;
         };
-        let Some(run) = self.layers.runs.get(*which) else {
-            return;
-        };
-        while run.get(*i).is_some_and(|e| e.seq > self.seq) {
-            *i += 1;
+        if let Some(run) = self.layers.runs.get(*which) {
+            *i = first_visible(run, *i, self.seq);
         }
     }
 

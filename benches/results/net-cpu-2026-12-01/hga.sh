@@ -1,13 +1,6 @@
 #!/bin/bash
 # hga.sh BIN|redis PORT: HGETALL of YCSB-like hashes (KEYS hashes of 10 fields x 100 B), C conns, P pipeline
-BIN=$1; PORT=$2; d=/work/ws/hga$PORT; rm -rf $d; mkdir -p $d
-if [ "$BIN" = redis ]; then
-  redis-server --port $PORT --save "" --appendonly no --dir $d > $d.log 2>&1 &
-else
-  $BIN --bind 127.0.0.1 --port $PORT --device sim --capacity 4GiB --timing none --data-dir $d --durability plp > $d.log 2>&1 &
-fi
-pid=$!
-for _ in $(seq 100); do redis-cli -p $PORT ping > /dev/null 2>&1 && break; sleep 0.2; done
+BIN=$1; PORT=$2; d=/work/ws/hga$PORT; . $(dirname $0)/serve.sh
 V=$(printf 'v%.0s' $(seq 100))
 K=${KEYS:-5000}
 python3 - $K $V <<'PY' | redis-cli -p $PORT --pipe > /dev/null

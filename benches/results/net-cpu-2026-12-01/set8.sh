@@ -1,13 +1,6 @@
 #!/bin/bash
 # set8.sh BIN|redis PORT: D-byte SETs over RESP, C conns, P pipeline, N ops over KEYS keys; prints rps and server CPU us/op
-BIN=$1; PORT=$2; d=/work/ws/s8$PORT; rm -rf $d; mkdir -p $d
-if [ "$BIN" = redis ]; then
-  redis-server --port $PORT --save "" --appendonly no --dir $d > $d.log 2>&1 &
-else
-  $BIN --bind 127.0.0.1 --port $PORT --device ${DEV:-sim} --capacity 8GiB --timing none --data-dir $d --durability plp > $d.log 2>&1 &
-fi
-pid=$!
-for _ in $(seq 100); do redis-cli -p $PORT ping > /dev/null 2>&1 && break; sleep 0.2; done
+BIN=$1; PORT=$2; d=/work/ws/s8$PORT; CAP=${CAP:-8GiB}; . $(dirname $0)/serve.sh
 t0=$(awk '{print $14+$15}' /proc/$pid/stat)
 if [ -n "$PERF" ]; then (sleep 2; perf record -F 1999 --call-graph dwarf,16384 -o $PERF -p $pid -- sleep ${PS:-3} > /dev/null 2>&1) & pp=$!; fi
 out=$(redis-benchmark -p $PORT -c ${C:-50} -P ${P:-16} -n ${N:-300000} -r ${KEYS:-100000} -d ${D:-8192} -t set -q 2>&1 | tr "\r" "\n" | grep -a "requests per" | tail -1)

@@ -1,13 +1,6 @@
 #!/bin/bash
 # hot.sh BIN|redis PORT: hot 8 KiB GETs (5,000 keys, all in the value cache) over RESP; C connections (50), P pipeline (1); prints rps and server CPU us/op
-BIN=$1; PORT=$2; d=/work/ws/hot$PORT; rm -rf $d; mkdir -p $d
-if [ "$BIN" = redis ]; then
-  redis-server --port $PORT --save "" --appendonly no --dir $d > $d.log 2>&1 &
-else
-  $BIN --bind 127.0.0.1 --port $PORT --device sim --capacity 4GiB --timing none --data-dir $d --durability plp > $d.log 2>&1 &
-fi
-pid=$!
-for _ in $(seq 100); do redis-cli -p $PORT ping > /dev/null 2>&1 && break; sleep 0.2; done
+BIN=$1; PORT=$2; d=/work/ws/hot$PORT; . $(dirname $0)/../net-cpu-2026-12-01/serve.sh
 redis-benchmark -p $PORT -c 8 -P 16 -n ${KEYS:-5000} -r ${KEYS:-5000} -d ${D:-8192} -t set -q > /dev/null 2>&1
 # every key once more so each is set (random -r may miss some): sequential fill
 redis-benchmark -p $PORT -c 8 -P 16 -n 40000 -r ${KEYS:-5000} -d ${D:-8192} -t set -q > /dev/null 2>&1
