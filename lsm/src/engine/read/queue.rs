@@ -8,6 +8,12 @@
 //! the read window and their view's pin until their last page is in, a page is verified
 //! (checksum, key) before its value is handed out, and a read the queue refuses for want of
 //! a command tag goes to the poller's deferred reads, as there.
+//!
+//! A queue whose kernel ring fails for good ([`hwftl_sim::ReadRing::broken`]) fails the
+//! pages it had not handed to the kernel yet. Those pages, and any other page that comes
+//! back failed from a broken queue, are read once more on the device's shared queue (their
+//! completions then run on the poller), so a ring's failure costs a detour, not a client's
+//! read; reads started afterwards go to the shared queue directly.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
@@ -24,8 +30,8 @@ const DROP_PATIENCE: Duration = Duration::from_secs(10);
 pub struct ThreadReads {
     side: Arc<ReadSide>,
     ring: Box<dyn hwftl_sim::ReadRing>,
-    /// Callbacks of the pages on the queue, by command tag.
-    waiting: HashMap<u32, crate::io::OnDone>,
+    /// The pages on the queue, by command tag: where each reads from and its callback.
+    waiting: HashMap<u32, (Lba, crate::io::OnDone)>,
     reaped: Vec<Completion>,
 }
 
@@ -69,14 +75,14 @@ impl ThreadReads {
         let results = self.ring.submit(cmds);
         let mut deferred = false;
         for (((r, j), result), callback) in owner.into_iter().zip(results).zip(callbacks) {
+            let read = &reads[r];
             let rejected = match result {
                 Ok(tag) => {
-                    self.waiting.insert(tag.0, callback);
+                    self.waiting.insert(tag.0, (read.lbas[j], callback));
                     continue;
                 }
                 Err(rejected) => rejected,
             };
-            let read = &reads[r];
             let Some(acc) = &read.acc else {
                 continue;
             };
@@ -99,16 +105,30 @@ impl ThreadReads {
     }
 
     /// Finishes the reads whose pages are in: runs each page's callback here (the last
-    /// page of a read assembles its values and calls its `done`). Never waits. Returns how
-    /// many pages were finished.
+    /// page of a read assembles its values and calls its `done`). A page that failed on a
+    /// queue broken for good is not finished here but read again on the shared queue (see
+    /// the module docs). Never waits. Returns how many pages came back.
     pub fn reap(&mut self) -> usize {
         self.ring.reap(&mut self.reaped);
         let n = self.reaped.len();
-        for c in self.reaped.drain(..) {
-            match self.waiting.remove(&c.tag.0) {
-                Some(f) => f(Ok(c)),
-                None => tracing::warn!(tag = c.tag.0, "a read queue's completion without a waiter"),
+        let broken = n > 0 && self.ring.broken();
+        let mut again = false;
+        for mut c in self.reaped.drain(..) {
+            let Some((lba, f)) = self.waiting.remove(&c.tag.0) else {
+                tracing::warn!(tag = c.tag.0, "a read queue's completion without a waiter");
+                continue;
+            };
+            if broken && retry_on_shared_queue(&c.result) {
+                let buf = c.buf.take().unwrap_or_else(PageBuf::for_read);
+                self.side.poller.defer_read(lba, buf, f);
+                again = true;
+                continue;
             }
+            f(Ok(c));
+        }
+        if again {
+            tracing::warn!("a thread's read queue failed: its reads go to the shared queue");
+            self.side.poller.doorbell();
         }
         n
     }
@@ -126,6 +146,13 @@ impl ThreadReads {
     }
 }
 
+/// Whether a page that came back with `result` from a broken queue is worth a second read
+/// on the shared queue: any failure but a device that powered off (a second read would
+/// only fail the same way).
+fn retry_on_shared_queue(result: &hwftl_sim::Result<()>) -> bool {
+    matches!(result, Err(e) if !matches!(e, DeviceError::PoweredOff))
+}
+
 impl Drop for ThreadReads {
     /// Finishes the reads still on the device (their callbacks run here), waiting for them;
     /// any still out after ten seconds fail as lost with the device (`PoweredOff`).
@@ -136,7 +163,7 @@ impl Drop for ThreadReads {
                 std::thread::sleep(Duration::from_micros(100));
             }
         }
-        for (_, f) in self.waiting.drain() {
+        for (_, (_, f)) in self.waiting.drain() {
             f(Err(DeviceError::PoweredOff));
         }
     }
