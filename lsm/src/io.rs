@@ -578,9 +578,17 @@ struct GateState {
     finished: u64,
     /// A flush is running.
     running: bool,
-    /// Recent flushes that failed: epoch and error (the last 64).
+    /// Recent flushes that failed: epoch and error (the last [`GATE_REMEMBERED_FAILURES`]).
     failed: VecDeque<(u64, SharedFlushError)>,
+    /// The newest failed epoch dropped from `failed`: the outcome of a flush up to it is no
+    /// longer known.
+    forgotten: u64,
 }
+
+/// Failed flushes a [`FlushGate`] remembers for the callers they covered. A caller
+/// descheduled while more failed than this finds its flush's outcome forgotten and waits
+/// for a new flush instead, never taking the forgotten one for a success.
+const GATE_REMEMBERED_FAILURES: usize = 64;
 
 /// A failed flush's error as every caller it covered gets it: a power loss stays
 /// `PoweredOff` (so each caller knows the device is gone, not that some I/O failed), any
@@ -621,8 +629,14 @@ impl FlushGate {
         flush: impl Fn() -> Result<(), DeviceError>,
     ) -> Result<(), DeviceError> {
         let mut s = self.state.lock();
-        let need = s.started + 1;
+        let mut need = s.started + 1;
         loop {
+            if s.finished >= need && need <= s.forgotten {
+                // Whether the flush that covered this caller failed is forgotten: any flush
+                // that starts from now on covers it as well.
+                need = s.started + 1;
+                continue;
+            }
             if s.finished >= need {
                 return match s.failed.iter().find(|(e, _)| *e == need) {
                     Some((_, e)) => Err(e.to_error()),
@@ -641,8 +655,10 @@ impl FlushGate {
                 if let Err(e) = &r {
                     s.failed.push_back((epoch, SharedFlushError::of(e)));
                 }
-                while s.failed.len() > 64 {
-                    s.failed.pop_front();
+                while s.failed.len() > GATE_REMEMBERED_FAILURES {
+                    if let Some((e, _)) = s.failed.pop_front() {
+                        s.forgotten = e;
+                    }
                 }
                 self.done.notify_all();
                 if epoch >= need {

@@ -47,8 +47,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::io::{GroupHook, Poller};
 
 /// Failed or refused flushes remembered for the writers they covered. A writer looks its
-/// flush up as soon as it ends, so only a writer descheduled for this many flushes could
-/// miss its flush's failure.
+/// flush up as soon as it ends; one descheduled while more than this many flushes failed
+/// finds its flush's outcome forgotten and is told to flush again itself
+/// ([`Covered::Refused`]), never that it succeeded.
 const REMEMBERED_FAILURES: usize = 1024;
 
 /// A mark's value while its batch's pages are out.
@@ -112,8 +113,11 @@ struct ChainState {
     running: bool,
     /// A batch was marked for the flush after the running one: start it when that ends.
     wanted: bool,
-    /// Recent flushes that did not succeed, by number.
+    /// Recent flushes that did not succeed, by number (at most [`REMEMBERED_FAILURES`]).
     failures: VecDeque<(u64, ChainFailure)>,
+    /// The newest failure dropped from `failures`: the outcome of a flush up to this number
+    /// is no longer known.
+    forgotten: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -248,7 +252,9 @@ impl FlushChain {
         if let Err(f) = outcome {
             st.failures.push_back((number, f));
             while st.failures.len() > REMEMBERED_FAILURES {
-                st.failures.pop_front();
+                if let Some((n, _)) = st.failures.pop_front() {
+                    st.forgotten = n;
+                }
             }
         }
         self.ended.notify_all();
@@ -265,6 +271,10 @@ impl FlushChain {
             match mark.0.load(Ordering::Acquire) {
                 PAGES_FAILED => return Covered::PagesFailed,
                 PAGES_OUT => {}
+                // Its flush may have failed: flush again rather than guess.
+                number if st.finished >= number && number <= st.forgotten => {
+                    return Covered::Refused;
+                }
                 number if st.finished >= number => {
                     return match st.failures.iter().find(|(n, _)| *n == number) {
                         None => Covered::Flushed(Ok(())),
@@ -439,6 +449,30 @@ mod tests {
         assert!(matches!(
             covered(&chain, &next),
             Some(Covered::Flushed(Ok(())))
+        ));
+    }
+
+    /// A writer that looks its flush up only after more failures than the chain remembers
+    /// is told to flush again, not that its flush succeeded.
+    #[test]
+    fn a_forgotten_failure_is_never_taken_for_success() {
+        let (chain, hand) = chain();
+        let first = DurableMark::new();
+        chain.pages_in(&first, false);
+        hand.end_one(Err(DeviceError::PoweredOff));
+        for _ in 0..REMEMBERED_FAILURES {
+            let m = DurableMark::new();
+            chain.pages_in(&m, false);
+            hand.end_one(Err(DeviceError::PoweredOff));
+        }
+        assert!(matches!(covered(&chain, &first), Some(Covered::Refused)));
+        // A flush still remembered keeps its own outcome.
+        let last = DurableMark::new();
+        chain.pages_in(&last, false);
+        hand.end_one(Err(DeviceError::PoweredOff));
+        assert!(matches!(
+            covered(&chain, &last),
+            Some(Covered::Flushed(Err(DeviceError::PoweredOff)))
         ));
     }
 }
