@@ -618,6 +618,32 @@ impl SharedFlushError {
     }
 }
 
+/// What a caller waiting at a [`FlushGate`] for flush `need` learns from the gate's state.
+#[derive(Debug)]
+enum GateOutcome {
+    /// That flush has not ended yet.
+    Running,
+    /// It ended, with this outcome.
+    Ended(Result<(), DeviceError>),
+    /// It ended, but whether it failed is no longer remembered.
+    Forgotten,
+}
+
+impl GateState {
+    fn outcome(&self, need: u64) -> GateOutcome {
+        if self.finished < need {
+            GateOutcome::Running
+        } else if need <= self.forgotten {
+            GateOutcome::Forgotten
+        } else {
+            GateOutcome::Ended(match self.failed.iter().find(|(e, _)| *e == need) {
+                Some((_, e)) => Err(e.to_error()),
+                None => Ok(()),
+            })
+        }
+    }
+}
+
 impl FlushGate {
     /// Returns once a flush that started after this call began has finished; runs it when
     /// no flush is running. `flush` performs one device flush.
@@ -631,17 +657,12 @@ impl FlushGate {
         let mut s = self.state.lock();
         let mut need = s.started + 1;
         loop {
-            if s.finished >= need && need <= s.forgotten {
+            match s.outcome(need) {
+                GateOutcome::Ended(r) => return r,
                 // Whether the flush that covered this caller failed is forgotten: any flush
                 // that starts from now on covers it as well.
-                need = s.started + 1;
-                continue;
-            }
-            if s.finished >= need {
-                return match s.failed.iter().find(|(e, _)| *e == need) {
-                    Some((_, e)) => Err(e.to_error()),
-                    None => Ok(()),
-                };
+                GateOutcome::Forgotten => need = s.started + 1,
+                GateOutcome::Running => {}
             }
             if !s.running {
                 s.running = true;
@@ -734,5 +755,27 @@ mod gate_tests {
             assert!(t.join().unwrap().is_err());
         }
         assert!(gate.flush(|| Ok(())).is_ok(), "a later flush starts afresh");
+    }
+
+    /// A caller whose flush ended so long ago that its failure may have been dropped from
+    /// the gate's memory is sent to a new flush, never told the old one succeeded.
+    #[test]
+    fn a_forgotten_failure_is_never_taken_for_success() {
+        let gate = FlushGate::default();
+        for _ in 0..=GATE_REMEMBERED_FAILURES {
+            assert!(gate.flush(|| Err(DeviceError::PoweredOff)).is_err());
+        }
+        let s = gate.state.lock();
+        assert_eq!(s.failed.len(), GATE_REMEMBERED_FAILURES);
+        assert_eq!(s.forgotten, 1, "the first failure was dropped");
+        assert!(matches!(s.outcome(1), GateOutcome::Forgotten));
+        assert!(matches!(s.outcome(2), GateOutcome::Ended(Err(_))));
+        let last = s.finished;
+        assert!(matches!(s.outcome(last + 1), GateOutcome::Running));
+        drop(s);
+        // After a success, its epoch reads as one.
+        assert!(gate.flush(|| Ok(())).is_ok());
+        let s = gate.state.lock();
+        assert!(matches!(s.outcome(last + 1), GateOutcome::Ended(Ok(()))));
     }
 }
