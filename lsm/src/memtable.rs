@@ -130,9 +130,9 @@ impl NewestIndex {
     /// set of versions of a key, each one but the newest is reported shadowed exactly once,
     /// whatever the order the inserts run in — except a version that points at the same
     /// value as the one that shadows it (a retime: only the deadline changed), which is not
-    /// reported: its value is still live. The write path never lets a later batch's version
-    /// of a key overtake a retime (`ApplyJob::after`): that version would report the
-    /// retimed value, and the retime, arriving second, would report it again.
+    /// reported: its value is still live. The write path never lets a retime and the
+    /// versions of its key trade places (`ApplyJob::after`), or a value would be reported
+    /// twice: once through the retime, once by the version it overtook or that overtook it.
     fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool, Option<Slot>) {
         let update = |newest: &mut (u64, Slot)| {
             let (older, newer) = if newest.0 < seq {

@@ -794,6 +794,17 @@ impl Inner {
         let mut jobs = Vec::new();
         loop {
             let t = self.claimed_upto + 1;
+            // A batch that retimes may point at the value of an earlier batch whose insert
+            // is still running (`Inner::pending_slot`): it waits for every earlier insert.
+            let earlier: Vec<Arc<Insertion>> = match self.pipeline.get(&t) {
+                Some(b) if b.retimes => self
+                    .pipeline
+                    .range(..t)
+                    .filter_map(|(_, e)| e.insertion.clone())
+                    .filter(|i| !i.done.load(Ordering::Acquire))
+                    .collect(),
+                _ => Vec::new(),
+            };
             let Some(b) = self.pipeline.get_mut(&t) else {
                 break;
             };
@@ -807,15 +818,17 @@ impl Inner {
                     b.acked = b.early;
                     let insertion = Arc::new(Insertion::default());
                     b.insertion = Some(insertion.clone());
-                    let after = self
+                    let last_retime = self
                         .last_retime_insertion
                         .take()
                         .filter(|i| !i.done.load(Ordering::Acquire));
                     if b.retimes {
                         self.last_retime_insertion = Some(insertion.clone());
                     } else {
-                        self.last_retime_insertion = after.clone();
+                        self.last_retime_insertion = last_retime.clone();
                     }
+                    let mut after = earlier;
+                    after.extend(last_retime);
                     jobs.push(ApplyJob {
                         updates: std::mem::take(&mut b.updates),
                         held: std::mem::take(&mut b.held),

@@ -32,12 +32,18 @@ pub(in crate::engine) struct ApplyJob {
     pub(super) moves: bool,
     pub(super) cache_fill: Vec<(PageAddr, Bytes)>,
     pub(super) insertion: Arc<Insertion>,
-    /// The insert of the last earlier batch with a retime, which must be done before this
-    /// one starts. Inserts of different batches may otherwise run in any order, and the
-    /// memtable's garbage count is exact for that (`NewestIndex::record`) except where a
-    /// retime is overtaken by a later version of its key: that version would report the
-    /// retimed value as shadowed, and the retime, arriving second, would report it again.
-    pub(super) after: Option<Arc<Insertion>>,
+    /// Inserts that must be done before this one starts. Inserts of different batches may
+    /// otherwise run in any order, and the memtable's garbage count is exact for that
+    /// (`NewestIndex::record`) except where a retime and the versions around it trade
+    /// places; so every batch waits for the last earlier batch with a retime, and a batch
+    /// with a retime waits for every earlier insert still running:
+    /// - a retime overtaken by a later version of its key: that version would report the
+    ///   retimed value as shadowed, and the retime, arriving second, would report it again;
+    /// - a retime that overtakes the version whose value it retimes (taken from a batch not
+    ///   yet inserted, `Inner::pending_slot`): a later version reports the value as
+    ///   shadowed through the retime, and the overtaken version, arriving last, reports its
+    ///   own value (the same) again.
+    pub(super) after: Vec<Arc<Insertion>>,
 }
 
 impl ApplyJob {
@@ -45,8 +51,9 @@ impl ApplyJob {
     /// the insertion done. Needs no lock: inserts of different batches may run at once (see
     /// the memtable's module docs); the batch is visible only once it settles.
     pub(in crate::engine) fn run(self, mem: &MemTable, cache: Option<&ValueCache>) {
-        if let Some(before) = &self.after {
-            // That insert needs no lock to finish (its thread holds none while it runs).
+        for before in &self.after {
+            // That insert needs no lock to finish (its thread holds none while it runs), and
+            // waits only for inserts of batches before its own: no cycle.
             while !before.done.load(Ordering::Acquire) {
                 std::thread::yield_now();
             }
