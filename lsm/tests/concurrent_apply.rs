@@ -77,6 +77,22 @@ fn retimes_of_values_still_being_inserted_count_garbage_once() {
     );
 }
 
+/// The same, acknowledged from DRAM: early batches share open pages and stay in the pipeline
+/// until their pages land.
+#[test]
+fn retimes_of_values_still_being_inserted_acknowledged_from_dram_count_garbage_once() {
+    race_with(
+        EngineConfig {
+            memtable_bytes: 96 << 10,
+            ack_from_dram: true,
+            flush_writes: false,
+            ..EngineConfig::default()
+        },
+        8,
+        3,
+    );
+}
+
 fn race(cfg: EngineConfig) {
     race_with(cfg, KEYS, 9);
 }
