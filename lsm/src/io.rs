@@ -578,11 +578,62 @@ struct GateState {
     finished: u64,
     /// A flush is running.
     running: bool,
-    /// Recent flushes that failed: epoch and error (the last [`GATE_REMEMBERED_FAILURES`]).
-    failed: VecDeque<(u64, SharedFlushError)>,
-    /// The newest failed epoch dropped from `failed`: the outcome of a flush up to it is no
-    /// longer known.
+    /// Recent flushes that failed: epoch and error.
+    failed: FailureMemory<SharedFlushError, GATE_REMEMBERED_FAILURES>,
+}
+
+/// The failures of numbered operations (device flushes, numbered from 1 in the order they
+/// end), the newest `CAP` of them, and how far back failures have been forgotten: an
+/// operation not remembered as failed is known to have succeeded only while it is newer
+/// than every failure forgotten.
+#[derive(Debug)]
+pub(crate) struct FailureMemory<E, const CAP: usize> {
+    failed: VecDeque<(u64, E)>,
+    /// The newest failure dropped from `failed`.
     forgotten: u64,
+}
+
+impl<E, const CAP: usize> Default for FailureMemory<E, CAP> {
+    fn default() -> Self {
+        FailureMemory {
+            failed: VecDeque::new(),
+            forgotten: 0,
+        }
+    }
+}
+
+/// What a [`FailureMemory`] knows of one ended operation.
+#[derive(Debug)]
+pub(crate) enum Recalled<'a, E> {
+    /// It succeeded.
+    Succeeded,
+    /// It failed with this.
+    Failed(&'a E),
+    /// It ended so long ago that a failure of it may have been forgotten.
+    Forgotten,
+}
+
+impl<E, const CAP: usize> FailureMemory<E, CAP> {
+    /// Notes that operation `number` failed (numbers come in increasing order).
+    pub(crate) fn record(&mut self, number: u64, failure: E) {
+        self.failed.push_back((number, failure));
+        while self.failed.len() > CAP {
+            if let Some((n, _)) = self.failed.pop_front() {
+                self.forgotten = n;
+            }
+        }
+    }
+
+    /// What is known of operation `number`, which has ended.
+    pub(crate) fn recall(&self, number: u64) -> Recalled<'_, E> {
+        if number <= self.forgotten {
+            return Recalled::Forgotten;
+        }
+        match self.failed.iter().find(|(n, _)| *n == number) {
+            Some((_, e)) => Recalled::Failed(e),
+            None => Recalled::Succeeded,
+        }
+    }
 }
 
 /// Failed flushes a [`FlushGate`] remembers for the callers they covered. A caller
@@ -632,14 +683,12 @@ enum GateOutcome {
 impl GateState {
     fn outcome(&self, need: u64) -> GateOutcome {
         if self.finished < need {
-            GateOutcome::Running
-        } else if need <= self.forgotten {
-            GateOutcome::Forgotten
-        } else {
-            GateOutcome::Ended(match self.failed.iter().find(|(e, _)| *e == need) {
-                Some((_, e)) => Err(e.to_error()),
-                None => Ok(()),
-            })
+            return GateOutcome::Running;
+        }
+        match self.failed.recall(need) {
+            Recalled::Succeeded => GateOutcome::Ended(Ok(())),
+            Recalled::Failed(e) => GateOutcome::Ended(Err(e.to_error())),
+            Recalled::Forgotten => GateOutcome::Forgotten,
         }
     }
 }
@@ -674,12 +723,7 @@ impl FlushGate {
                 s.running = false;
                 s.finished = epoch;
                 if let Err(e) = &r {
-                    s.failed.push_back((epoch, SharedFlushError::of(e)));
-                }
-                while s.failed.len() > GATE_REMEMBERED_FAILURES {
-                    if let Some((e, _)) = s.failed.pop_front() {
-                        s.forgotten = e;
-                    }
+                    s.failed.record(epoch, SharedFlushError::of(e));
                 }
                 self.done.notify_all();
                 if epoch >= need {
@@ -766,8 +810,8 @@ mod gate_tests {
             assert!(gate.flush(|| Err(DeviceError::PoweredOff)).is_err());
         }
         let s = gate.state.lock();
-        assert_eq!(s.failed.len(), GATE_REMEMBERED_FAILURES);
-        assert_eq!(s.forgotten, 1, "the first failure was dropped");
+        assert_eq!(s.failed.failed.len(), GATE_REMEMBERED_FAILURES);
+        assert_eq!(s.failed.forgotten, 1, "the first failure was dropped");
         assert!(matches!(s.outcome(1), GateOutcome::Forgotten));
         assert!(matches!(s.outcome(2), GateOutcome::Ended(Err(_))));
         let last = s.finished;

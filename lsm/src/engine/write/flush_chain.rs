@@ -36,7 +36,6 @@
 //! submission finishes its group on the submitting thread); it is released before a flush is
 //! submitted, so it is never held with the poller's registry lock.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -44,7 +43,7 @@ use std::time::{Duration, Instant};
 use hwftl_sim::{Command, DeviceError};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::io::{GroupHook, Poller};
+use crate::io::{FailureMemory, GroupHook, Poller, Recalled};
 
 /// Failed or refused flushes remembered for the writers they covered. A writer looks its
 /// flush up as soon as it ends; one descheduled while more than this many flushes failed
@@ -113,11 +112,8 @@ struct ChainState {
     running: bool,
     /// A batch was marked for the flush after the running one: start it when that ends.
     wanted: bool,
-    /// Recent flushes that did not succeed, by number (at most [`REMEMBERED_FAILURES`]).
-    failures: VecDeque<(u64, ChainFailure)>,
-    /// The newest failure dropped from `failures`: the outcome of a flush up to this number
-    /// is no longer known.
-    forgotten: u64,
+    /// Recent flushes that did not succeed, by number.
+    failures: FailureMemory<ChainFailure, REMEMBERED_FAILURES>,
 }
 
 #[derive(Clone, Debug)]
@@ -250,12 +246,7 @@ impl FlushChain {
         st.running = false;
         st.finished = number;
         if let Err(f) = outcome {
-            st.failures.push_back((number, f));
-            while st.failures.len() > REMEMBERED_FAILURES {
-                if let Some((n, _)) = st.failures.pop_front() {
-                    st.forgotten = n;
-                }
-            }
+            st.failures.record(number, f);
         }
         self.ended.notify_all();
         if std::mem::take(&mut st.wanted) {
@@ -271,15 +262,17 @@ impl FlushChain {
             match mark.0.load(Ordering::Acquire) {
                 PAGES_FAILED => return Covered::PagesFailed,
                 PAGES_OUT => {}
-                // Its flush may have failed: flush again rather than guess.
-                number if st.finished >= number && number <= st.forgotten => {
-                    return Covered::Refused;
-                }
                 number if st.finished >= number => {
-                    return match st.failures.iter().find(|(n, _)| *n == number) {
-                        None => Covered::Flushed(Ok(())),
-                        Some((_, ChainFailure::Refused)) => Covered::Refused,
-                        Some((_, ChainFailure::Failed(e))) => Covered::Flushed(Err(e.clone())),
+                    return match st.failures.recall(number) {
+                        Recalled::Succeeded => Covered::Flushed(Ok(())),
+                        // A forgotten outcome may have been a failure: flush again rather
+                        // than guess.
+                        Recalled::Failed(ChainFailure::Refused) | Recalled::Forgotten => {
+                            Covered::Refused
+                        }
+                        Recalled::Failed(ChainFailure::Failed(e)) => {
+                            Covered::Flushed(Err(e.clone()))
+                        }
                     };
                 }
                 _ => {}
@@ -301,6 +294,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use std::collections::VecDeque;
     use std::time::Duration;
 
     /// A device whose flushes end when the test says, in order.
