@@ -10,7 +10,9 @@
 //! of two runs (a log-structured merge inside DRAM: each version is copied O(log n) times,
 //! sequentially, instead of every insert descending a skip list of the whole table, which
 //! cost ~2 µs of cache misses at 300K versions). Beside them, the [`NewestIndex`] (a hash
-//! map) holds each key's newest version and its shared allocation.
+//! map) holds each key's newest version and the key's copy: a [`MemKey`], held inline when
+//! short (so the index's probe, the tail's nodes and the runs' entries compare it without
+//! following a pointer) and one allocation shared by all of them when long.
 //!
 //! **Concurrency.** Any number of inserters and any number of readers. Readers take no
 //! lock of the table's own beyond a hash-map shard's for a moment; inserters share one
@@ -76,9 +78,15 @@ use crate::keytable::Slot;
 use crate::merge::Cursor;
 use crate::vlog_format::ValuePtr;
 
+mod key;
+mod newest;
+
+pub use key::MemKey;
+use newest::NewestIndex;
+
 /// Rough DRAM cost of one version: its [`RunEntry`] in a run (a version in the tail costs
 /// more, a skip-list node, but the tail is small). A key is counted once beyond that, with
-/// its [`NewestIndex`] entry and its shared copy.
+/// its [`NewestIndex`] entry and, when long, its shared copy.
 const ENTRY_OVERHEAD: usize = std::mem::size_of::<RunEntry>();
 
 /// Bytes of memtable budget per key the [`NewestIndex`] is sized for up front (the cost of a
@@ -93,85 +101,13 @@ const INDEX_SIZING_BYTES_PER_KEY: usize = 2 * ENTRY_OVERHEAD + INDEX_OVERHEAD + 
 /// 0.76-0.85 us and SET's from 2.11-2.29 to 1.91-2.12 (`benches/results/cpu-per-op-2026-11-29`).
 const INDEX_INITIAL_KEYS: usize = 1 << 12;
 
-/// Rough DRAM cost of one [`NewestIndex`] entry beyond its key copy (hash slot, sequence
-/// number and slot).
-const INDEX_OVERHEAD: usize = 48;
+/// Rough DRAM cost of one [`NewestIndex`] entry: its bucket (the key's [`MemKey`], sequence
+/// number and slot) and control byte, at the map's load factor (7/8).
+const INDEX_OVERHEAD: usize = (std::mem::size_of::<(MemKey, (u64, Slot))>() + 1) * 8 / 7;
 
 /// Rough DRAM cost of one held value beyond its bytes (hash slot, pointer, `Bytes` and its
 /// allocation's header).
 const HELD_OVERHEAD: usize = 64;
-
-/// Each key's newest version in one memtable, by hash: a point lookup costs one hash probe
-/// instead of a skip-list descent (which visits a few dozen nodes, most of them cache
-/// misses, in a table of tens of thousands of versions). Inserters change it before they
-/// insert the version into the skip list; see the module docs for why a reader
-/// at sequence number `s` may trust what it finds here whenever the entry's sequence
-/// number is `s` or older.
-#[derive(Debug)]
-struct NewestIndex {
-    map: DashMap<Arc<[u8]>, (u64, Slot), foldhash::fast::RandomState>,
-}
-
-impl NewestIndex {
-    fn with_capacity(keys: usize) -> NewestIndex {
-        NewestIndex {
-            map: DashMap::with_capacity_and_hasher(keys, foldhash::fast::RandomState::default()),
-        }
-    }
-
-    /// Records version `seq` of `key`, which becomes the key's newest unless a newer one is
-    /// already recorded (another batch's insert that ran first: inserts of different batches
-    /// may run at the same time, in any order). Returns the key's shared copy (every version
-    /// of a key in the table shares one allocation with the index), whether the key is new
-    /// to the table, and what the new version shadows: the newest version recorded before
-    /// it when it is newer, or the new version itself when a newer one came first.
-    ///
-    /// The comparison and the update are one step under the map's shard lock, so of any
-    /// set of versions of a key, each one but the newest is reported shadowed exactly once,
-    /// whatever the order the inserts run in — except a version that points at the same
-    /// value as the one that shadows it (a retime: only the deadline changed), which is not
-    /// reported: its value is still live. The write path never lets a retime and the
-    /// versions of its key trade places (`ApplyJob::after`), or a value would be reported
-    /// twice: once through the retime, once by the version it overtook or that overtook it.
-    fn record(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> (Arc<[u8]>, bool, Option<Slot>) {
-        let update = |newest: &mut (u64, Slot)| {
-            let (older, newer) = if newest.0 < seq {
-                let old = newest.1;
-                *newest = (seq, slot);
-                (old, slot)
-            } else {
-                (slot, newest.1)
-            };
-            (older.ptr().is_none() || older.ptr() != newer.ptr()).then_some(older)
-        };
-        if let Some(mut e) = self.map.get_mut(&*key) {
-            let shadowed = update(e.value_mut());
-            return (e.key().clone(), false, shadowed);
-        }
-        let shared: Arc<[u8]> = Arc::from(key);
-        match self.map.entry(shared.clone()) {
-            dashmap::Entry::Occupied(mut e) => {
-                // Another insert of the key got in between: share its copy.
-                let shadowed = update(e.get_mut());
-                (e.key().clone(), false, shadowed)
-            }
-            dashmap::Entry::Vacant(e) => {
-                e.insert((seq, slot));
-                (shared, true, None)
-            }
-        }
-    }
-
-    /// The table's shared allocation of `key`, if it holds the key.
-    fn shared_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
-        self.map.get(key).map(|e| e.key().clone())
-    }
-
-    /// The key's newest version, if the table holds one.
-    fn newest(&self, key: &[u8]) -> Option<(u64, Slot)> {
-        self.map.get(key).map(|e| *e)
-    }
-}
 
 /// Sequence number that sees every version (the writer's own view).
 pub const LATEST: u64 = u64::MAX;
@@ -198,7 +134,7 @@ pub fn key_prefix(key: &[u8]) -> KeyPrefix {
 #[derive(Debug, PartialEq, Eq)]
 pub struct VersionKey {
     prefix: KeyPrefix,
-    key: Arc<[u8]>,
+    key: MemKey,
     seq: u64,
 }
 
@@ -331,43 +267,11 @@ const MAX_RUN_TAILS: usize = 16;
 /// the maintenance thread runs a long task.
 const INLINE_MERGE_RUNS: usize = 16;
 
-/// Keys up to this long are copied into a [`RunEntry`] rather than shared.
-const INLINE_KEY: usize = 30;
-
-/// A key in a [`Run`]. A short one is held inline, so merging runs copies it with the entry
-/// and touches no other memory (sharing it would touch its reference count, a cache miss
-/// per version per merge); a longer one shares the table's allocation.
-#[derive(Debug, Clone)]
-enum RunKey {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    Shared(Arc<[u8]>),
-}
-
-impl RunKey {
-    fn new(key: &Arc<[u8]>) -> RunKey {
-        match u8::try_from(key.len()) {
-            Ok(len) if key.len() <= INLINE_KEY => {
-                let mut bytes = [0u8; INLINE_KEY];
-                bytes[..key.len()].copy_from_slice(key);
-                RunKey::Inline { len, bytes }
-            }
-            _ => RunKey::Shared(key.clone()),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            RunKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            RunKey::Shared(k) => k,
-        }
-    }
-}
-
 /// One version in a frozen [`Run`]: what a tail's skip-list entry held, in an array.
 #[derive(Debug, Clone)]
 struct RunEntry {
     prefix: KeyPrefix,
-    key: RunKey,
+    key: MemKey,
     seq: u64,
     slot: Slot,
 }
@@ -499,7 +403,7 @@ pub struct MemTable {
 
 /// A memtable's distinct keys in order, sharing the table's key allocations
 /// ([`MemTable::key_index`]).
-pub type KeyIndex = Arc<Vec<Arc<[u8]>>>;
+pub type KeyIndex = Arc<Vec<MemKey>>;
 
 /// Versions a memtable may gain before its [`MemTable::key_index`] is rebuilt, on top of an
 /// eighth of what it held (so a small table is not walked again for every new key).
@@ -614,16 +518,8 @@ impl MemTable {
         )
     }
 
-    /// Adds version `seq` of `key` and returns the version it shadows (see
-    /// [`MemTable::insert_owned`]).
-    #[cfg(test)]
-    pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
-        self.insert_owned(key.into(), seq, slot)
-    }
-
-    /// Adds version `seq` of `key` (no version of the key with that number is in the table),
-    /// taking the key's allocation (the write path hands over the copy it made when the
-    /// batch was laid out), and returns the version that is now shadowed: the key's newest
+    /// Adds version `seq` of `key` (no version of the key with that number is in the table)
+    /// and returns the version that is now shadowed: the key's newest
     /// version before this one, or this one itself when a newer version is already in (a
     /// later batch whose insert ran first). Callers may run concurrently (see the module
     /// docs): the [`NewestIndex`] decides what is shadowed, one key at a time, and the tail's
@@ -631,25 +527,32 @@ impl MemTable {
     /// tail freezes it into a run (a copy of at most [`TAIL_VERSIONS`] entries) on the
     /// calling thread; merging runs is left to [`MemTable::merge_runs`]'s caller unless the
     /// table holds [`INLINE_MERGE_RUNS`] runs.
-    pub fn insert_owned(&self, key: Box<[u8]>, seq: u64, slot: Slot) -> Option<Slot> {
-        let len = key.len();
+    pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
         if let Some(d) = slot.deadline() {
             self.earliest_deadline
                 .fetch_min(d.get(), AtomicOrdering::Relaxed);
         }
         // Index first, then the tail; both before the batch is published (see the module
         // docs).
-        let (key, new_key, shadowed) = self.newest.record(key, seq, slot);
-        let prefix = key_prefix(&key);
+        let (copy, new_key, shadowed) = self.newest.record(key, seq, slot);
+        let prefix = key_prefix(key);
+        let heap = copy.allocated();
         let tail_len = {
             let _inserting = self.inserting.read();
             let layers = self.layers.load();
-            layers.tail.insert(VersionKey { prefix, key, seq }, slot);
+            layers.tail.insert(
+                VersionKey {
+                    prefix,
+                    key: copy,
+                    seq,
+                },
+                slot,
+            );
             layers.tail.len()
         };
         let mut bytes = ENTRY_OVERHEAD;
         if new_key {
-            bytes += len + INDEX_OVERHEAD;
+            bytes += INDEX_OVERHEAD + heap;
             self.keys.fetch_add(1, AtomicOrdering::Relaxed);
         }
         self.versions.fetch_add(1, AtomicOrdering::Relaxed);
@@ -676,7 +579,7 @@ impl MemTable {
                 .iter()
                 .map(|e| RunEntry {
                     prefix: e.key().prefix,
-                    key: RunKey::new(&e.key().key),
+                    key: e.key().key.clone(),
                     seq: e.key().seq,
                     slot: *e.value(),
                 })
@@ -924,12 +827,12 @@ impl MemTable {
     /// version in the table, a tombstone or a version newer than any reader's view included:
     /// an upper bound of every key live in that range at any sequence number the table
     /// holds (SCAN's cursors are built on it, see `Engine::last_key_in`).
-    pub fn last_key_in(&self, start: &[u8], end: Option<&[u8]>) -> Option<Arc<[u8]>> {
+    pub fn last_key_in(&self, start: &[u8], end: Option<&[u8]>) -> Option<MemKey> {
         let layers = self.layers.load_full();
-        let mut best: Option<Arc<[u8]>> = None;
-        let mut offer = |k: &[u8], shared: &dyn Fn() -> Arc<[u8]>| {
-            if k >= start && best.as_deref().is_none_or(|b| k > b) {
-                best = Some(shared());
+        let mut best: Option<MemKey> = None;
+        let mut offer = |k: &MemKey| {
+            if **k >= *start && best.as_deref().is_none_or(|b| **k > *b) {
+                best = Some(k.clone());
             }
         };
         for run in &layers.runs {
@@ -938,7 +841,7 @@ impl MemTable {
                 None => run.len(),
             };
             if let Some(e) = below.checked_sub(1).and_then(|i| run.get(i)) {
-                offer(e.user_key(), &|| Arc::from(e.user_key()));
+                offer(&e.key);
             }
         }
         let last = match end {
@@ -950,19 +853,18 @@ impl MemTable {
             None => layers.tail.back(),
         };
         if let Some(e) = last {
-            let key = e.key().key.clone();
-            offer(&key, &|| key.clone());
+            offer(&e.key().key);
         }
         best
     }
 
     /// The table's distinct keys in order (deleted ones too: a tombstone is a key here), so
     /// a sampler can draw one uniformly by index ([`crate::Engine::sample_key`]). It is a
-    /// snapshot, rebuilt (one walk over the keys, their allocations shared, not copied) once
+    /// snapshot, rebuilt (one walk over the keys, long keys' allocations shared, not copied) once
     /// the table holds more than an eighth more versions (and at least [`KEY_INDEX_SLACK`]
     /// more) than at the last build: built only when asked for, and O(1) amortised per
-    /// version inserted after that; keys inserted since are not in it. It takes about 16
-    /// bytes per key, not counted in [`MemTable::bytes`].
+    /// version inserted after that; keys inserted since are not in it. It takes 40 bytes per
+    /// key (a [`MemKey`]), not counted in [`MemTable::bytes`].
     pub fn key_index(&self) -> KeyIndex {
         let n = self.versions.load(AtomicOrdering::Relaxed);
         let mut index = self.key_index.lock();
@@ -971,12 +873,12 @@ impl MemTable {
                 return keys.clone();
             }
         }
-        let mut keys: Vec<Arc<[u8]>> = Vec::with_capacity(self.len());
+        let mut keys: Vec<MemKey> = Vec::with_capacity(self.len());
         let mut c = self.cursor();
         while let Some((k, _)) = c.current() {
-            // The index holds every key's shared allocation.
-            if let Some(shared) = self.newest.shared_key(k) {
-                keys.push(shared);
+            // The index holds every key's copy.
+            if let Some(copy) = self.newest.key_copy(k) {
+                keys.push(copy);
             }
             c.advance();
         }
@@ -1037,7 +939,7 @@ fn first_visible(run: &SortedRun, mut i: usize, seq: u64) -> usize {
 /// Where a [`MemCursor`] stands in the tail: a copy of the entry (the cursor finds the next
 /// one by searching past its key, so it borrows nothing from the skip list between calls).
 struct TailAt {
-    key: Arc<[u8]>,
+    key: MemKey,
     prefix: KeyPrefix,
     seq: u64,
     slot: Slot,
@@ -1157,9 +1059,9 @@ impl Cursor for MemCursor<'_> {
         };
         // The key it stands on: a copy (a short key) or its shared allocation, so the
         // layers can move while it is compared.
-        let at: RunKey = match at {
+        let at: MemKey = match at {
             Layer::Tail => match &self.tail {
-                Some(t) => RunKey::new(&t.key),
+                Some(t) => t.key.clone(),
                 None => return,
             },
             Layer::Run(r) => match self.run_entry(r) {

@@ -84,7 +84,7 @@ impl Engine {
         // The memtables' keys inside each range: (range, key index, first index, how many).
         let indexes: Vec<crate::memtable::KeyIndex> =
             view.mems().iter().map(|m| m.key_index()).collect();
-        let mut mem_spans: Vec<Span<&[Arc<[u8]>]>> = Vec::new();
+        let mut mem_spans: Vec<Span<&[crate::memtable::MemKey]>> = Vec::new();
         for (r, (start, end)) in ranges.iter().enumerate() {
             for keys in &indexes {
                 let lo = keys.partition_point(|k| **k < **start);

@@ -1129,14 +1129,9 @@ impl Inner {
 
     /// Puts a slot into the memtable, counting the value it replaces as garbage.
     pub(super) fn apply(&mut self, key: &[u8], seq: u64, slot: Slot) {
-        self.apply_owned(key.into(), seq, slot);
-    }
-
-    /// As [`Inner::apply`], handing the key's allocation to the memtable.
-    pub(super) fn apply_owned(&mut self, key: Box<[u8]>, seq: u64, slot: Slot) {
         self.applied_seq = self.applied_seq.max(seq);
         let len = key.len();
-        match self.mem.insert_owned(key, seq, slot) {
+        match self.mem.insert(key, seq, slot) {
             Some(Slot::Value(old, _)) => self.mark_dead(&[(len, old)]),
             // Garbage collection's synchronous move of a key the table had no version of.
             None if self.in_gc => {

@@ -325,12 +325,12 @@ fn insert_cost() {
         let index = NewestIndex::with_capacity((32 << 20) / INDEX_SIZING_BYTES_PER_KEY);
         let t = std::time::Instant::now();
         for (i, k) in keys.iter().enumerate() {
-            index.record(k.clone(), i as u64 + 1, v(1));
+            index.record(k, i as u64 + 1, v(1));
         }
         let index_alone = t.elapsed().as_nanos() as f64 / 300_000.0;
         let t = std::time::Instant::now();
         for (i, k) in keys.into_iter().enumerate() {
-            m.insert_owned(k, i as u64 + 1, v(1));
+            m.insert(&k, i as u64 + 1, v(1));
         }
         let per = t.elapsed().as_nanos() as f64 / 300_000.0;
         println!("{name}: the newest-version index alone {index_alone:.0} ns per record");
@@ -343,6 +343,41 @@ fn insert_cost() {
         }
         let walk = t.elapsed().as_nanos() as f64 / n as f64;
         println!("{name}: {per:.0} ns per insert, {walk:.0} ns per key walked ({n} keys)");
+    }
+}
+
+/// Not a test: the cost of a point lookup of a key in the table (the newest-version
+/// index's probe), 60K keys probed in random order, for a string key's shape (17 bytes)
+/// and a hash field's (`f`, length, `user` and 19 digits, `field3`: 34 bytes).
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn probe_cost() {
+    use rand::{Rng, SeedableRng};
+    for (name, shape) in [("17-byte keys", 0), ("34-byte keys", 1)] {
+        let m = MemTable::with_budget(32 << 20);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let keys: Vec<Vec<u8>> = (0..60_000u64)
+            .map(|i| match shape {
+                0 => format!("skey:{i:012}").into_bytes(),
+                _ => {
+                    let mut k = b"f\0\0\0\x17".to_vec();
+                    k.extend(format!("user{:019}field{}", i / 10, i % 10).into_bytes());
+                    k
+                }
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            m.insert(k, i as u64 + 1, v(1));
+        }
+        let order: Vec<usize> = (0..1_000_000).map(|_| rng.gen_range(0..keys.len())).collect();
+        let t = std::time::Instant::now();
+        let mut found = 0usize;
+        for &i in &order {
+            found += usize::from(m.get(&keys[i], LATEST).is_some());
+        }
+        let per = t.elapsed().as_nanos() as f64 / order.len() as f64;
+        assert_eq!(found, order.len());
+        println!("{name} ({} bytes): {per:.0} ns per lookup", keys[0].len());
     }
 }
 
@@ -418,8 +453,7 @@ proptest::proptest! {
             .map(|(base, tail, seq)| {
                 let mut k = base.to_vec();
                 k.push(*tail);
-                let k: Arc<[u8]> = Arc::from(k);
-                RunEntry { prefix: key_prefix(&k), key: RunKey::new(&k), seq: *seq, slot: v(1) }
+                RunEntry { prefix: key_prefix(&k), key: MemKey::new(&k), seq: *seq, slot: v(1) }
             })
             .collect();
         entries.sort_by(|a, b| (a as &dyn KeyVersion).cmp(b as &dyn KeyVersion));

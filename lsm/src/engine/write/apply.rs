@@ -65,7 +65,7 @@ impl ApplyJob {
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
             let len = k.len();
-            match mem.insert_owned(k, seq, slot) {
+            match mem.insert(&k, seq, slot) {
                 Some(Slot::Value(old, _)) => shadowed.push((len, old)),
                 // A move of a key the table had no version of: its old copy lies below.
                 None if self.moves => {
