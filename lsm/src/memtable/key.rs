@@ -119,13 +119,21 @@ mod tests {
         for n in [0, 1, INLINE_KEY - 1, INLINE_KEY, INLINE_KEY + 1, 300] {
             let bytes: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let k = MemKey::new(&bytes);
-            assert_eq!(matches!(k, MemKey::Inline { .. }), n <= INLINE_KEY, "{n} bytes");
+            assert_eq!(
+                matches!(k, MemKey::Inline { .. }),
+                n <= INLINE_KEY,
+                "{n} bytes"
+            );
             assert_eq!(k.bytes(), &bytes[..]);
             assert_eq!(hash_of(&k), hash_of(&bytes[..]));
             assert_eq!(k, MemKey::new(&bytes));
             assert_eq!(k.clone().bytes(), &bytes[..]);
         }
-        assert_ne!(MemKey::new(b"ab"), MemKey::new(b"ab\0"), "trailing zeros count");
+        assert_ne!(
+            MemKey::new(b"ab"),
+            MemKey::new(b"ab\0"),
+            "trailing zeros count"
+        );
         assert_eq!(std::mem::size_of::<MemKey>(), INLINE_KEY + 2);
     }
 }

@@ -369,7 +369,9 @@ fn probe_cost() {
         for (i, k) in keys.iter().enumerate() {
             m.insert(k, i as u64 + 1, v(1));
         }
-        let order: Vec<usize> = (0..1_000_000).map(|_| rng.gen_range(0..keys.len())).collect();
+        let order: Vec<usize> = (0..1_000_000)
+            .map(|_| rng.gen_range(0..keys.len()))
+            .collect();
         let t = std::time::Instant::now();
         let mut found = 0usize;
         for &i in &order {
