@@ -122,6 +122,13 @@ pub struct Args {
     /// Close a client idle for this many seconds (0: never, the default).
     #[arg(long, help_heading = "Server")]
     pub timeout: Option<u64>,
+    /// plp mode: longest the pages of writes run on the network thread are held in DRAM
+    /// before they are handed to the device together, in milliseconds (default 4; 0: at
+    /// once; at most 20). Replies never wait for it; it bounds what a crash of the process
+    /// (not a power cut, which plp covers) can lose, against the CPU and the pages each
+    /// hand-over costs (each seals the shared page small records are packed into).
+    #[arg(long, help_heading = "Device and durability")]
+    pub plp_ring_after_ms: Option<u64>,
     /// SLOWLOG: log commands that take at least this many microseconds from dispatch to
     /// reply (default 10000; 0: every command; negative: none).
     #[arg(long, allow_hyphen_values = true, help_heading = "Diagnostics")]
@@ -237,6 +244,8 @@ struct FileConfig {
     slowlog_max_len: Option<usize>,
     #[serde(alias = "latency_monitor_threshold")]
     latency_monitor_threshold: Option<u64>,
+    #[serde(alias = "plp_ring_after_ms")]
+    plp_ring_after_ms: Option<u64>,
     #[serde(alias = "tcp_keepalive")]
     tcp_keepalive: Option<u32>,
     #[serde(alias = "proto_max_bulk_len")]
@@ -367,6 +376,8 @@ pub struct DriveConfig {
     pub slowlog_max_len: usize,
     /// `latency-monitor-threshold` in milliseconds (0: off).
     pub latency_monitor_threshold: u64,
+    /// `plp-ring-after-ms`: longest the network thread holds its writes' pages back.
+    pub plp_ring_after: std::time::Duration,
 }
 
 impl DriveConfig {
@@ -562,6 +573,17 @@ impl DriveConfig {
                 .latency_monitor_threshold
                 .or(file.latency_monitor_threshold)
                 .unwrap_or(0),
+            plp_ring_after: {
+                let ms = args.plp_ring_after_ms.or(file.plp_ring_after_ms);
+                match ms {
+                    None => crate::net::DEFAULT_RING_AFTER,
+                    Some(ms) if ms > crate::net::MAX_RING_AFTER_MS => anyhow::bail!(
+                        "plp-ring-after-ms {ms} is above {}",
+                        crate::net::MAX_RING_AFTER_MS
+                    ),
+                    Some(ms) => std::time::Duration::from_millis(ms),
+                }
+            },
         })
     }
 }
@@ -682,6 +704,26 @@ mod tests {
             ..Args::default()
         })
         .is_err());
+    }
+
+    #[test]
+    fn plp_ring_after_defaults_and_is_bounded() {
+        let c = DriveConfig::resolve(Args::default()).unwrap();
+        assert_eq!(c.plp_ring_after, crate::net::DEFAULT_RING_AFTER);
+        for ms in [0, crate::net::MAX_RING_AFTER_MS] {
+            let c = DriveConfig::resolve(Args {
+                plp_ring_after_ms: Some(ms),
+                ..Args::default()
+            })
+            .unwrap();
+            assert_eq!(c.plp_ring_after, std::time::Duration::from_millis(ms));
+        }
+        let err = DriveConfig::resolve(Args {
+            plp_ring_after_ms: Some(crate::net::MAX_RING_AFTER_MS + 1),
+            ..Args::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("plp-ring-after-ms"), "{err}");
     }
 
     #[test]

@@ -175,6 +175,10 @@ fn reported_settings(
         ("maxmemory".into(), "0".into()),
         ("entry-value-max".into(), cfg.entry_value_max.to_string()),
         (
+            "plp-ring-after-ms".into(),
+            cfg.plp_ring_after.as_millis().to_string(),
+        ),
+        (
             "cluster-enabled".into(),
             if cfg.cluster_config.is_some() {
                 "yes"
@@ -530,6 +534,7 @@ fn main() -> anyhow::Result<()> {
         slowlog_slower_than_usec: cfg.slowlog_log_slower_than,
         slowlog_max_len: cfg.slowlog_max_len,
         latency_monitor_threshold_ms: cfg.latency_monitor_threshold,
+        ring_after: cfg.plp_ring_after,
         block_handles: block_handles.clone(),
     };
     let net = Net::new(

@@ -275,3 +275,52 @@ fn a_zadd_racing_a_bzpopmin_always_wakes_it() {
     let inline = info_field(&mut c, "stats", "writes_run_inline");
     assert!(inline > 0, "{inline} writes ran inline");
 }
+
+/// Page writes the drive made for 200 one-at-a-time SETs of 100-byte values, with
+/// `plp-ring-after-ms` at `ring_after`, and the setting as CONFIG GET reports it.
+fn pages_for_small_sets(ring_after: &str) -> (u64, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let drive = Drive::start(
+        &data,
+        &["--durability", "plp", "--plp-ring-after-ms", ring_after],
+    );
+    let mut c = drive.client().get_connection().unwrap();
+    let reported: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("plp-ring-after-ms")
+        .query(&mut c)
+        .unwrap();
+    let before = info_field(&mut c, "ftl", "page_writes");
+    let value = "v".repeat(100);
+    for i in 0..200 {
+        let _: () = c.set(format!("small:{i}"), &value).unwrap();
+    }
+    // Past the bound and the engine poller's longest park (20 ms): every held page is out.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pages = info_field(&mut c, "ftl", "page_writes") - before;
+    for i in (0..200).step_by(37) {
+        let got: String = c.get(format!("small:{i}")).unwrap();
+        assert_eq!(got, value);
+    }
+    drop(c);
+    assert!(drive.shutdown(), "clean shutdown");
+    (pages, reported)
+}
+
+/// `plp-ring-after-ms` bounds how long the network thread holds the pages of the writes it
+/// runs before handing them to the device. At 0 each write's group is handed over at once,
+/// sealing the shared page its record went into, so one-at-a-time small writes take about a
+/// page each; at 20 ms the writes of 20 ms share pages. (Timing only widens the gap: a
+/// slower host fits fewer writes into 20 ms but hands each over at once at 0 all the same.)
+#[test]
+fn the_ring_bound_is_configurable_and_decides_how_small_writes_share_pages() {
+    let (at_once, reported) = pages_for_small_sets("0");
+    assert_eq!(reported, vec!["plp-ring-after-ms".to_string(), "0".into()]);
+    let (held, reported) = pages_for_small_sets("20");
+    assert_eq!(reported, vec!["plp-ring-after-ms".to_string(), "20".into()]);
+    assert!(
+        at_once >= 100 && held * 2 < at_once,
+        "200 SETs: {at_once} page writes handed over at once, {held} held up to 20 ms"
+    );
+}

@@ -28,15 +28,21 @@ use crate::store::Store;
 const RING_GROUPS: usize = 32;
 /// ... or this many request bytes are held back ([`HeldRings`]) ...
 const RING_BYTES: usize = 32 << 10;
-/// ... or once the oldest has waited this long. A ring costs the whole drive 50-80 us of CPU
+/// ... or once the oldest has waited this long (the default of `plp-ring-after-ms`). A ring costs the whole drive 50-80 us of CPU
 /// on a virtual disk (the submission's system call and the disk's notification, waking the
 /// poller on another core, the completion's interrupt and its reaping), so at a few thousand
 /// small writes a second the time bound sets how often it is paid. Against 1 ms, 4 ms (with
 /// the engine's open page lingering 5 ms, so this ring seals it first) cost 4 connections of
 /// 100-byte HSETs 0.75-0.86x the drive's CPU per operation in six pairs (21.1-25.6 us before)
 /// (`benches/results/ring-after-2026-12-01`). Replies never wait for it (plp acknowledges
-/// from DRAM); what it widens is what a process crash loses (decisions/0039).
-const RING_AFTER: Duration = Duration::from_millis(4);
+/// from DRAM); what it widens is what a process crash loses (decisions/0039), which is why
+/// an operator may shorten it (0: every group rings at once).
+pub const DEFAULT_RING_AFTER: Duration = Duration::from_millis(4);
+
+/// Largest `plp-ring-after-ms` accepted: the engine's poller hands queued pages to the device
+/// at its next wait at the latest (it parks at most 20 ms), so a longer bound would change
+/// nothing.
+pub const MAX_RING_AFTER_MS: u64 = 20;
 
 /// The doorbells of groups run on `ls-net` that have not been rung. A group is acknowledged
 /// once it is in the memtable and the engine's landing buffer (plp), so when its pages go to
@@ -50,15 +56,26 @@ const RING_AFTER: Duration = Duration::from_millis(4);
 /// and the group that makes the ring due at most 33 (256 KiB), 68 in all (the engine admits
 /// no group past the pipeline: such a group goes to the writer, after a ring). A waiter for the pipeline (maintenance, SIGPWR's sync)
 /// is handed the pages by the poller's own wait within 20 ms at worst, by this within
-/// [`RING_AFTER`] and a poll's rounding.
-#[derive(Default)]
+/// the time bound and a poll's rounding.
 pub(super) struct HeldRings {
     bells: Vec<lsm::Doorbell>,
     bytes: usize,
     since: Option<Instant>,
+    /// The time bound ([`DEFAULT_RING_AFTER`] unless configured).
+    after: Duration,
 }
 
 impl HeldRings {
+    /// Nothing held; held doorbells ring at the latest `after` after the oldest was held.
+    pub(super) fn new(after: Duration) -> HeldRings {
+        HeldRings {
+            bells: Vec::new(),
+            bytes: 0,
+            since: None,
+            after,
+        }
+    }
+
     /// Holds a group's doorbell (its request bytes count toward [`RING_BYTES`]).
     fn hold(&mut self, bell: lsm::Doorbell, bytes: usize, now: Instant) {
         self.bells.push(bell);
@@ -67,13 +84,13 @@ impl HeldRings {
     }
 
     /// Rings the held doorbells if they are due: [`RING_GROUPS`] or [`RING_BYTES`] held, or
-    /// the oldest held for [`RING_AFTER`].
+    /// the oldest held for the time bound.
     pub(super) fn ring_if_due(&mut self, now: Instant) {
         let due = self.bells.len() >= RING_GROUPS
             || self.bytes >= RING_BYTES
             || self
                 .since
-                .is_some_and(|t| now.saturating_duration_since(t) >= RING_AFTER);
+                .is_some_and(|t| now.saturating_duration_since(t) >= self.after);
         if due {
             self.ring();
         }
@@ -88,7 +105,7 @@ impl HeldRings {
 
     /// When the held doorbells are due at the latest (the loop's poll waits no longer).
     pub(super) fn deadline(&self) -> Option<Instant> {
-        self.since.map(|t| t + RING_AFTER)
+        self.since.map(|t| t + self.after)
     }
 }
 

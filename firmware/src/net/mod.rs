@@ -30,6 +30,7 @@ mod slowlog;
 mod transport;
 
 pub use admission::{protected_refuses, MAX_CLIENTS_ERROR, PROTECTED_MODE_ERROR};
+pub use inline_batch::{DEFAULT_RING_AFTER, MAX_RING_AFTER_MS};
 pub use limits::BufferLimits;
 pub use liveness::LivenessConfig;
 pub use route::MAX_KEY_BYTES;
@@ -107,6 +108,9 @@ pub struct NetConfig {
     /// plp mode: a write from a connection with nothing in flight runs on this thread when
     /// the writer is idle ([`exec::try_write_batch_now`]).
     pub inline_writes: bool,
+    /// Longest the pages of those writes are held back before they go to the device
+    /// together (`plp-ring-after-ms`, [`DEFAULT_RING_AFTER`]).
+    pub ring_after: Duration,
     /// `slowlog-log-slower-than` (microseconds; negative: off).
     pub slowlog_slower_than_usec: i64,
     /// `slowlog-max-len`.
@@ -228,7 +232,7 @@ impl Net {
             now,
             pubsub: PubSub::default(),
             to_flush: Vec::new(),
-            rings: HeldRings::default(),
+            rings: HeldRings::new(cfg.ring_after),
             inline: InlineBatch::new(cfg.inline_writes),
             slowlog: Slowlog::new(cfg.slowlog_slower_than_usec, cfg.slowlog_max_len),
             pause: None,
