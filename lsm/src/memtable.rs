@@ -401,8 +401,8 @@ pub struct MemTable {
     moved_from_below: std::sync::atomic::AtomicU64,
 }
 
-/// A memtable's distinct keys in order, sharing the table's key allocations
-/// ([`MemTable::key_index`]).
+/// A memtable's distinct keys in order, as the table holds them (a long key shares the
+/// table's allocation) ([`MemTable::key_index`]).
 pub type KeyIndex = Arc<Vec<MemKey>>;
 
 /// Versions a memtable may gain before its [`MemTable::key_index`] is rebuilt, on top of an
