@@ -22,14 +22,13 @@ pub const INLINE_KEY: usize = 38;
 ///
 /// Hashes, compares and borrows as its bytes, so maps keyed by it are probed with `&[u8]`.
 #[derive(Clone)]
-pub enum MemKey {
+pub struct MemKey(Repr);
+
+/// [`MemKey`]'s two forms (private, so an inline key's length is always its own).
+#[derive(Clone)]
+enum Repr {
     /// A key of at most [`INLINE_KEY`] bytes: its first `len` bytes.
-    Inline {
-        /// Its length.
-        len: u8,
-        /// Its bytes, then zeros.
-        bytes: [u8; INLINE_KEY],
-    },
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
     /// A longer key.
     Shared(Arc<[u8]>),
 }
@@ -41,27 +40,33 @@ impl MemKey {
             Ok(len) if key.len() <= INLINE_KEY => {
                 let mut bytes = [0u8; INLINE_KEY];
                 bytes[..key.len()].copy_from_slice(key);
-                MemKey::Inline { len, bytes }
+                MemKey(Repr::Inline { len, bytes })
             }
-            _ => MemKey::Shared(Arc::from(key)),
+            _ => MemKey(Repr::Shared(Arc::from(key))),
         }
+    }
+
+    /// Whether the key is held inline.
+    #[cfg(test)]
+    fn is_inline(&self) -> bool {
+        matches!(self.0, Repr::Inline { .. })
     }
 
     /// Bytes it takes on the heap beside itself: a shared key's allocation (its bytes and
     /// the reference counts), none for an inline one.
     pub fn allocated(&self) -> usize {
-        match self {
-            MemKey::Inline { .. } => 0,
-            MemKey::Shared(k) => k.len() + 2 * std::mem::size_of::<usize>(),
+        match &self.0 {
+            Repr::Inline { .. } => 0,
+            Repr::Shared(k) => k.len() + 2 * std::mem::size_of::<usize>(),
         }
     }
 
     /// The key's bytes.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        match self {
-            MemKey::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
-            MemKey::Shared(k) => k,
+        match &self.0 {
+            Repr::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Repr::Shared(k) => k,
         }
     }
 }
@@ -119,11 +124,7 @@ mod tests {
         for n in [0, 1, INLINE_KEY - 1, INLINE_KEY, INLINE_KEY + 1, 300] {
             let bytes: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let k = MemKey::new(&bytes);
-            assert_eq!(
-                matches!(k, MemKey::Inline { .. }),
-                n <= INLINE_KEY,
-                "{n} bytes"
-            );
+            assert_eq!(k.is_inline(), n <= INLINE_KEY, "{n} bytes");
             assert_eq!(k.bytes(), &bytes[..]);
             assert_eq!(hash_of(&k), hash_of(&bytes[..]));
             assert_eq!(k, MemKey::new(&bytes));
