@@ -113,8 +113,9 @@ const HELD_OVERHEAD: usize = 64;
 pub const LATEST: u64 = u64::MAX;
 
 /// A key's first 16 bytes as two big-endian words (zero-padded): comparing them orders keys
-/// as their bytes do, except that a tie (equal words) needs the whole keys compared. Kept in
-/// each entry, so most comparisons of a skip-list search touch no key allocation.
+/// as their bytes do, except that a tie (equal words) needs the whole keys compared. Each entry's
+/// [`MemKey`] gives it without loading anything else (its inline bytes, or the copy a long key
+/// keeps), so most comparisons of a search touch no key allocation.
 pub type KeyPrefix = [u64; 2];
 
 /// The [`KeyPrefix`] of `key`.
@@ -133,7 +134,6 @@ pub fn key_prefix(key: &[u8]) -> KeyPrefix {
 /// A key version: ordered by key, then by sequence number, newest first.
 #[derive(Debug, PartialEq, Eq)]
 pub struct VersionKey {
-    prefix: KeyPrefix,
     key: MemKey,
     seq: u64,
 }
@@ -151,7 +151,7 @@ pub trait KeyVersion {
 
 impl KeyVersion for VersionKey {
     fn prefix(&self) -> KeyPrefix {
-        self.prefix
+        self.key.prefix()
     }
     fn user_key(&self) -> &[u8] {
         &self.key
@@ -270,7 +270,6 @@ const INLINE_MERGE_RUNS: usize = 16;
 /// One version in a frozen [`Run`]: what a tail's skip-list entry held, in an array.
 #[derive(Debug, Clone)]
 struct RunEntry {
-    prefix: KeyPrefix,
     key: MemKey,
     seq: u64,
     slot: Slot,
@@ -278,7 +277,7 @@ struct RunEntry {
 
 impl KeyVersion for RunEntry {
     fn prefix(&self) -> KeyPrefix {
-        self.prefix
+        self.key.prefix()
     }
     fn user_key(&self) -> &[u8] {
         self.key.bytes()
@@ -535,19 +534,11 @@ impl MemTable {
         // Index first, then the tail; both before the batch is published (see the module
         // docs).
         let (copy, new_key, shadowed) = self.newest.record(key, seq, slot);
-        let prefix = key_prefix(key);
         let heap = copy.allocated();
         let tail_len = {
             let _inserting = self.inserting.read();
             let layers = self.layers.load();
-            layers.tail.insert(
-                VersionKey {
-                    prefix,
-                    key: copy,
-                    seq,
-                },
-                slot,
-            );
+            layers.tail.insert(VersionKey { key: copy, seq }, slot);
             layers.tail.len()
         };
         let mut bytes = ENTRY_OVERHEAD;
@@ -578,7 +569,6 @@ impl MemTable {
                 .tail
                 .iter()
                 .map(|e| RunEntry {
-                    prefix: e.key().prefix,
                     key: e.key().key.clone(),
                     seq: e.key().seq,
                     slot: *e.value(),
@@ -919,7 +909,6 @@ fn visible_from(mut e: Entry<'_, VersionKey, Slot>, seq: u64) -> Option<TailAt> 
         if e.key().seq <= seq {
             return Some(TailAt {
                 key: e.key().key.clone(),
-                prefix: e.key().prefix,
                 seq: e.key().seq,
                 slot: *e.value(),
             });
@@ -940,7 +929,6 @@ fn first_visible(run: &SortedRun, mut i: usize, seq: u64) -> usize {
 /// one by searching past its key, so it borrows nothing from the skip list between calls).
 struct TailAt {
     key: MemKey,
-    prefix: KeyPrefix,
     seq: u64,
     slot: Slot,
 }
@@ -984,7 +972,7 @@ impl MemCursor<'_> {
         match at {
             Layer::Tail => self.tail.as_ref().map(|t| {
                 let v = Probe {
-                    prefix: t.prefix,
+                    prefix: t.key.prefix(),
                     key: &t.key,
                     seq: t.seq,
                 };
@@ -993,7 +981,7 @@ impl MemCursor<'_> {
             Layer::Run(r) => {
                 let e = self.run_entry(r)?;
                 let v = Probe {
-                    prefix: e.prefix,
+                    prefix: e.key.prefix(),
                     key: e.key.bytes(),
                     seq: e.seq,
                 };
@@ -1032,7 +1020,7 @@ impl MemCursor<'_> {
 
 impl KeyVersion for TailAt {
     fn prefix(&self) -> KeyPrefix {
-        self.prefix
+        self.key.prefix()
     }
     fn user_key(&self) -> &[u8] {
         &self.key

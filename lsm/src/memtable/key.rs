@@ -6,6 +6,8 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::{key_prefix, KeyPrefix};
+
 /// Keys up to this long are held inline in a [`MemKey`] (40 bytes with its tag and length,
 /// no larger than the shared form's allocation header and pointer together). It covers the
 /// drive's common shapes: a string key (`s` and the user key) up to 37 bytes, a hash field
@@ -18,7 +20,9 @@ pub const INLINE_KEY: usize = 38;
 /// separate allocation (a cache miss per probe: 260 ns per lookup of a 34-byte key in a
 /// table of 60K keys when every key was shared, see `probe_cost` in the tests), and merging
 /// runs copies it with its entry. A longer key is one shared allocation, however many
-/// versions of it the table holds.
+/// versions of it the table holds, beside a copy of its [`KeyPrefix`]. Either way the key's
+/// prefix words come without loading anything else ([`MemKey::prefix`]), so the entries that
+/// hold a `MemKey` keep no copy of their own.
 ///
 /// Hashes, compares and borrows as its bytes, so maps keyed by it are probed with `&[u8]`.
 #[derive(Clone)]
@@ -29,8 +33,8 @@ pub struct MemKey(Repr);
 enum Repr {
     /// A key of at most [`INLINE_KEY`] bytes: its first `len` bytes.
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    /// A longer key.
-    Shared(Arc<[u8]>),
+    /// A longer key, and its first 16 bytes as [`key_prefix`] gives them.
+    Shared { prefix: KeyPrefix, key: Arc<[u8]> },
 }
 
 impl MemKey {
@@ -42,7 +46,10 @@ impl MemKey {
                 bytes[..key.len()].copy_from_slice(key);
                 MemKey(Repr::Inline { len, bytes })
             }
-            _ => MemKey(Repr::Shared(Arc::from(key))),
+            _ => MemKey(Repr::Shared {
+                prefix: key_prefix(key),
+                key: Arc::from(key),
+            }),
         }
     }
 
@@ -57,7 +64,7 @@ impl MemKey {
     pub fn allocated(&self) -> usize {
         match &self.0 {
             Repr::Inline { .. } => 0,
-            Repr::Shared(k) => k.len() + 2 * std::mem::size_of::<usize>(),
+            Repr::Shared { key, .. } => key.len() + 2 * std::mem::size_of::<usize>(),
         }
     }
 
@@ -66,7 +73,26 @@ impl MemKey {
     pub fn bytes(&self) -> &[u8] {
         match &self.0 {
             Repr::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
-            Repr::Shared(k) => k,
+            Repr::Shared { key, .. } => key,
+        }
+    }
+
+    /// The key's [`KeyPrefix`]: read from the inline bytes (zero-padded, as [`key_prefix`]
+    /// pads), or the copy a long key keeps.
+    #[inline]
+    pub fn prefix(&self) -> KeyPrefix {
+        match &self.0 {
+            Repr::Inline { bytes, .. } => {
+                let word = |at: usize| {
+                    let mut w = [0u8; 8];
+                    if let Some(b) = bytes.get(at..at + 8) {
+                        w.copy_from_slice(b);
+                    }
+                    u64::from_be_bytes(w)
+                };
+                [word(0), word(8)]
+            }
+            Repr::Shared { prefix, .. } => *prefix,
         }
     }
 }
@@ -126,6 +152,7 @@ mod tests {
             let k = MemKey::new(&bytes);
             assert_eq!(k.is_inline(), n <= INLINE_KEY, "{n} bytes");
             assert_eq!(k.bytes(), &bytes[..]);
+            assert_eq!(k.prefix(), key_prefix(&bytes));
             assert_eq!(hash_of(&k), hash_of(&bytes[..]));
             assert_eq!(k, MemKey::new(&bytes));
             assert_eq!(k.clone().bytes(), &bytes[..]);

@@ -455,7 +455,7 @@ proptest::proptest! {
             .map(|(base, tail, seq)| {
                 let mut k = base.to_vec();
                 k.push(*tail);
-                RunEntry { prefix: key_prefix(&k), key: MemKey::new(&k), seq: *seq, slot: v(1) }
+                RunEntry { key: MemKey::new(&k), seq: *seq, slot: v(1) }
             })
             .collect();
         entries.sort_by(|a, b| (a as &dyn KeyVersion).cmp(b as &dyn KeyVersion));
