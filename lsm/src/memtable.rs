@@ -527,13 +527,31 @@ impl MemTable {
     /// calling thread; merging runs is left to [`MemTable::merge_runs`]'s caller unless the
     /// table holds [`INLINE_MERGE_RUNS`] runs.
     pub fn insert(&self, key: &[u8], seq: u64, slot: Slot) -> Option<Slot> {
+        self.insert_with(key, || MemKey::new(key), seq, slot)
+    }
+
+    /// [`MemTable::insert`] of a key the caller already holds as a [`MemKey`] (a pipelined
+    /// batch's updates): a key new to the table takes that copy (a clone: no allocation for
+    /// a short key, a shared one for a long key) instead of a new one.
+    pub fn insert_key(&self, key: &MemKey, seq: u64, slot: Slot) -> Option<Slot> {
+        self.insert_with(key, || key.clone(), seq, slot)
+    }
+
+    /// [`MemTable::insert`], the key's copy made by `copy` if the key is new to the table.
+    fn insert_with(
+        &self,
+        key: &[u8],
+        copy: impl FnOnce() -> MemKey,
+        seq: u64,
+        slot: Slot,
+    ) -> Option<Slot> {
         if let Some(d) = slot.deadline() {
             self.earliest_deadline
                 .fetch_min(d.get(), AtomicOrdering::Relaxed);
         }
         // Index first, then the tail; both before the batch is published (see the module
         // docs).
-        let (copy, new_key, shadowed) = self.newest.record(key, seq, slot);
+        let (copy, new_key, shadowed) = self.newest.record(key, copy, seq, slot);
         let heap = copy.allocated();
         let tail_len = {
             let _inserting = self.inserting.read();

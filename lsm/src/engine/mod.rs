@@ -74,7 +74,7 @@ use crate::gc::GcCandidate;
 use crate::io::{FlushGate, GroupDone, Poller};
 use crate::keytable::{KeyTable, KeyTableBuilder, Slot, MAX_HELD_VALUE, MAX_INLINE_PAGE};
 use crate::manifest::{LogSegMeta, ManifestStore, RunMeta, Snapshot, MANIFEST_SEGMENTS};
-use crate::memtable::MemTable;
+use crate::memtable::{MemKey, MemTable};
 use crate::merge::{compact, Cursor, Invalidated};
 use crate::read::{page_bytes, OnProbedValues, OnRange, OnValues, ReadWindow};
 use crate::vlog_format::{

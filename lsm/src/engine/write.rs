@@ -182,7 +182,7 @@ pub(super) enum DurableFlush {
 /// A pipelined batch between submission and application.
 pub(super) struct InFlight {
     /// Keys with their sequence numbers and new slots.
-    updates: Vec<(Box<[u8]>, u64, Slot)>,
+    updates: Vec<(MemKey, u64, Slot)>,
     /// Copies of the small values it writes, by address (`LaidOut::held`).
     held: Vec<(ValuePtr, Bytes)>,
     /// It is a batch of garbage collection's moves.
@@ -220,7 +220,7 @@ pub(super) struct InFlight {
 
 impl InFlight {
     /// Its updates, while not yet claimed for insertion (empty after).
-    pub(super) fn updates(&self) -> &[(Box<[u8]>, u64, Slot)] {
+    pub(super) fn updates(&self) -> &[(MemKey, u64, Slot)] {
         &self.updates
     }
 
@@ -699,7 +699,7 @@ impl Inner {
             InFlight {
                 updates: updates
                     .into_iter()
-                    .map(|(k, seq, s)| (Box::from(k), seq, s))
+                    .map(|(k, seq, s)| (MemKey::new(k), seq, s))
                     .collect(),
                 held: held
                     .into_iter()

@@ -41,7 +41,15 @@ impl NewestIndex {
     /// reported: its value is still live. The write path never lets a retime and the
     /// versions of its key trade places (`ApplyJob::after`), or a value would be reported
     /// twice: once through the retime, once by the version it overtook or that overtook it.
-    pub(super) fn record(&self, key: &[u8], seq: u64, slot: Slot) -> (MemKey, bool, Option<Slot>) {
+    ///
+    /// `copy` makes the table's copy of the key, called only for a key new to the table.
+    pub(super) fn record(
+        &self,
+        key: &[u8],
+        copy: impl FnOnce() -> MemKey,
+        seq: u64,
+        slot: Slot,
+    ) -> (MemKey, bool, Option<Slot>) {
         let update = |newest: &mut (u64, Slot)| {
             let (older, newer) = if newest.0 < seq {
                 let old = newest.1;
@@ -56,7 +64,7 @@ impl NewestIndex {
             let shadowed = update(e.value_mut());
             return (e.key().clone(), false, shadowed);
         }
-        let copy = MemKey::new(key);
+        let copy = copy();
         match self.map.entry(copy.clone()) {
             dashmap::Entry::Occupied(mut e) => {
                 // Another insert of the key got in between: share its copy.

@@ -325,7 +325,7 @@ fn insert_cost() {
         let index = NewestIndex::with_capacity((32 << 20) / INDEX_SIZING_BYTES_PER_KEY);
         let t = std::time::Instant::now();
         for (i, k) in keys.iter().enumerate() {
-            index.record(k, i as u64 + 1, v(1));
+            index.record(k, || MemKey::new(k), i as u64 + 1, v(1));
         }
         let index_alone = t.elapsed().as_nanos() as f64 / 300_000.0;
         let t = std::time::Instant::now();

@@ -26,7 +26,7 @@ impl Insertion {
 /// A claimed batch's updates and cache pages, to be inserted by the thread that claimed them
 /// (see [`Inner::claim_ready`]).
 pub(in crate::engine) struct ApplyJob {
-    pub(super) updates: Vec<(Box<[u8]>, u64, Slot)>,
+    pub(super) updates: Vec<(MemKey, u64, Slot)>,
     pub(super) held: Vec<(ValuePtr, Bytes)>,
     /// A batch of garbage collection's moves (see [`MemTable::note_moved_from_below`]).
     pub(super) moves: bool,
@@ -65,7 +65,7 @@ impl ApplyJob {
         let mut shadowed = Vec::new();
         for (k, seq, slot) in self.updates {
             let len = k.len();
-            match mem.insert(&k, seq, slot) {
+            match mem.insert_key(&k, seq, slot) {
                 Some(Slot::Value(old, _)) => shadowed.push((len, old)),
                 // A move of a key the table had no version of: its old copy lies below.
                 None if self.moves => {
