@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::{key_prefix, KeyPrefix};
 
-/// Keys up to this long are held inline in a [`MemKey`] (40 bytes with its tag and length,
-/// no larger than the shared form's allocation header and pointer together). It covers the
+/// Keys up to this long are held inline in a [`MemKey`] (40 bytes with its tag and length:
+/// the room the shared form, a pointer and a prefix copy, takes anyway). It covers the
 /// drive's common shapes: a string key (`s` and the user key) up to 37 bytes, a hash field
 /// of YCSB's records (`f`, the key's length, `user` and up to 19 digits, `field0`: 34
 /// bytes).
