@@ -22,8 +22,10 @@ pub(crate) type OnDone = Box<dyn FnOnce(Result<Completion, DeviceError>) + Send>
 
 /// Completions reaped per turn.
 const REAP_BATCH: usize = 64;
-/// How long the poller sleeps when nothing is in flight (a submission wakes it sooner).
-const IDLE_PARK: Duration = Duration::from_millis(20);
+/// How long the poller sleeps when nothing is in flight (a submission wakes it sooner). Its
+/// next wait hands the device whatever pages were queued and not rung for meanwhile, so a
+/// caller holding doorbells back ([`crate::Doorbell`]) delays pages at most this long.
+pub const POLLER_IDLE_PARK: Duration = Duration::from_millis(20);
 /// Pause before deferred reads are offered again when nothing completed meanwhile.
 const DEFERRED_RETRY: Duration = Duration::from_micros(50);
 /// Back-off after the device's completion machinery failed (e.g. powered off).
@@ -491,7 +493,7 @@ fn poll_loop(s: &Shared) {
             // Tags are held by commands someone queued and has not rung for yet.
             std::thread::sleep(DEFERRED_RETRY);
         } else if idle && resubmitted == 0 {
-            std::thread::park_timeout(IDLE_PARK);
+            std::thread::park_timeout(POLLER_IDLE_PARK);
         }
     }
 }

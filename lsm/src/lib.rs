@@ -59,4 +59,5 @@ pub use engine::{
 pub use error::{EngineError, Result};
 pub use expiry::{Deadline, DropExpired, ExpiryPolicy};
 pub use gc::{GcCandidate, GcPolicy, LeastLive, Oldest};
+pub use io::POLLER_IDLE_PARK;
 pub use read::{Lookup, OnLookup, OnProbedValues, OnRange, OnValues, Probes, ASYNC_READ_WINDOW};

@@ -28,9 +28,10 @@ use crate::store::Store;
 const RING_GROUPS: usize = 32;
 /// ... or this many request bytes are held back ([`HeldRings`]) ...
 const RING_BYTES: usize = 32 << 10;
-/// ... or once the oldest has waited this long (the default of `plp-ring-after-ms`). A ring costs the whole drive 50-80 us of CPU
-/// on a virtual disk (the submission's system call and the disk's notification, waking the
-/// poller on another core, the completion's interrupt and its reaping), so at a few thousand
+/// ... or once the oldest has waited this long (the default of `plp-ring-after-ms`). A ring
+/// costs the whole drive 50-80 us of CPU on a virtual disk (the submission's system call and
+/// the disk's notification, waking the poller on another core, the completion's interrupt
+/// and its reaping), so at a few thousand
 /// small writes a second the time bound sets how often it is paid. Against 1 ms, 4 ms (with
 /// the engine's open page lingering 5 ms, so this ring seals it first) cost 4 connections of
 /// 100-byte HSETs 0.75-0.86x the drive's CPU per operation in six pairs (21.1-25.6 us before)
@@ -40,9 +41,9 @@ const RING_BYTES: usize = 32 << 10;
 pub const DEFAULT_RING_AFTER: Duration = Duration::from_millis(4);
 
 /// Largest `plp-ring-after-ms` accepted: the engine's poller hands queued pages to the device
-/// at its next wait at the latest (it parks at most 20 ms), so a longer bound would change
-/// nothing.
-pub const MAX_RING_AFTER_MS: u64 = 20;
+/// at its next wait at the latest ([`lsm::POLLER_IDLE_PARK`], 20 ms), so a longer bound would
+/// change nothing.
+pub const MAX_RING_AFTER_MS: u64 = lsm::POLLER_IDLE_PARK.as_millis() as u64;
 
 /// The doorbells of groups run on `ls-net` that have not been rung. A group is acknowledged
 /// once it is in the memtable and the engine's landing buffer (plp), so when its pages go to
