@@ -480,7 +480,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             s,
             "# Lsm\r\nuser_bytes_written:{}\r\ndevice_bytes_written:{}\r\nwrite_amplification:{wa:.3}\r\n\
              user_capacity_bytes:{}\r\nlive_bytes:{}\r\ntotal_bytes:{}\r\nspace_amplification:{sa:.3}\r\nkeytable_dram_bytes:{}\r\n\
-             entry_values:{}\r\nentry_value_bytes:{}\r\nmemtable_keys:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
+             entry_values:{}\r\nentry_value_bytes:{}\r\nmemtable_keys:{}\r\nfrozen_memtables:{}\r\nruns_per_level:{:?}\r\nkeys_per_level:{:?}\r\nflushes:{}\r\ncompactions:{}\r\n\
              compaction_invalidated:{}\r\nexpired_entries_dropped:{}\r\nexpiry_compactions:{}\r\ncompactions_without_room_to_move:{}\r\ngc_segments:{}\r\ngc_bytes_moved:{}\r\ngc_pages_skipped:{}\r\ngc_skipped_pages_reread:{}\r\nlog_segments:{}\r\n\
              keytable_segments:{}\r\nreclaimed_segments:{}\r\nunlinked_segments:{}\r\nreleased_segments:{}\r\nreplayed_records:{}\r\ndevice_flushes:{}\r\npaced_flushes:{}\r\npaced_flush_errors:{}\r\n\
              write_stalls_memtable:{}\r\nwrite_stalls_free_segments:{}\r\nwrite_stalls_hole:{}\r\n\
@@ -500,6 +500,7 @@ pub fn render(store: &Store, m: &Metrics, sections: &[Bytes]) -> String {
             e.held_values,
             e.held_value_bytes,
             e.memtable_keys,
+            e.frozen_memtables,
             e.runs_per_level,
             e.keys_per_level,
             e.flushes,

@@ -29,6 +29,10 @@ pub const DEFAULT_OPEN_PAGE_LINGER: std::time::Duration = std::time::Duration::f
 pub const DEFAULT_ENTRY_VALUE_MAX: usize = 64;
 /// Default memtable size before it is flushed to a keytable run (bytes of keys + pointers).
 pub const DEFAULT_MEMTABLE_BYTES: usize = 32 << 20;
+/// Default [`EngineConfig::max_frozen_memtables`]: two memtables may wait for their flush
+/// while writers fill a third (RocksDB's `max_write_buffer_number` of 3), so a flush queued
+/// behind a long compaction does not stop writes at once.
+pub const DEFAULT_MAX_FROZEN_MEMTABLES: usize = 2;
 /// Default number of L0 runs that triggers a compaction into L1.
 pub const DEFAULT_L0_RUNS: usize = 4;
 /// Default size ratio between adjacent levels.
@@ -68,6 +72,13 @@ pub struct EngineConfig {
     pub max_value: u64,
     /// Memtable budget before a flush.
     pub memtable_bytes: usize,
+    /// Full memtables that may wait for their flush (at least 1): a writer that finds the
+    /// active memtable full rotates it out while fewer wait, and waits (a memtable write
+    /// stall) otherwise. The maintenance thread flushes them oldest first, one at a time,
+    /// so while a compaction runs writers go on into the next memtable. The memtables' DRAM
+    /// is at most `(1 + max_frozen_memtables) * memtable_bytes`, and recovery replays at
+    /// most that many generations of the log. Default [`DEFAULT_MAX_FROZEN_MEMTABLES`].
+    pub max_frozen_memtables: usize,
     /// L0 runs that trigger a compaction.
     pub l0_runs: usize,
     /// L0 runs at which client writes wait for a compaction (a write stall, counted in
@@ -161,6 +172,7 @@ impl Default for EngineConfig {
             max_key: DEFAULT_MAX_KEY,
             max_value: DEFAULT_MAX_VALUE,
             memtable_bytes: DEFAULT_MEMTABLE_BYTES,
+            max_frozen_memtables: DEFAULT_MAX_FROZEN_MEMTABLES,
             l0_runs: DEFAULT_L0_RUNS,
             l0_stop_runs: DEFAULT_L0_STOP_RUNS,
             compaction_debt_stop_bytes: DEFAULT_COMPACTION_DEBT_STOP_BYTES,

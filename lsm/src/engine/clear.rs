@@ -84,7 +84,7 @@ impl Inner {
         self.levels = vec![Vec::new()];
         self.runs.clear();
         self.kt_index.clear();
-        self.frozen = None;
+        self.frozen.clear();
         self.mem = Arc::new(MemTable::with_budget(self.cfg.memtable_bytes));
         // Nothing before the next log segment is ever replayed.
         self.needs_checkpoint = false;

@@ -250,7 +250,7 @@ impl Inner {
         // then hold the newest versions, and the checkpoint moves past them below.
         let mut moved = self.cfg.compaction_moves_values
             && self.mem.is_empty()
-            && self.frozen.is_none()
+            && self.frozen.is_empty()
             && !self.in_gc;
         if moved {
             // Every value is rewritten before the inputs' garbage can be reclaimed: an LSM

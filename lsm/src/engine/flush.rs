@@ -157,31 +157,38 @@ impl Inner {
     }
 
     /// Value-log pages written since the active memtable's generation began (since the
-    /// frozen memtable's end, or the checkpoint).
+    /// newest frozen memtable's end, or the checkpoint).
     pub(super) fn active_pages(&self) -> u64 {
         self.pages_since_checkpoint
-            .saturating_sub(self.frozen.as_ref().map_or(0, |f| f.pages))
+            .saturating_sub(self.frozen.back().map_or(0, |f| f.pages))
+    }
+
+    /// Whether a full active memtable may be rotated out now: fewer than
+    /// `max_frozen_memtables` wait for their flush.
+    pub(super) fn may_rotate(&self) -> bool {
+        self.frozen.len() < self.cfg.max_frozen_memtables.max(1)
     }
 
     /// Whether a hole a failed batch left is after the replay checkpoint (client batches
     /// wait until a flush moves the checkpoint past it).
     pub(super) fn hole_pending(&self) -> bool {
-        self.needs_checkpoint || self.frozen.as_ref().is_some_and(|f| f.hole)
+        self.needs_checkpoint || self.frozen.iter().any(|f| f.hole)
     }
 
     /// Freezes the active memtable (it stays readable in the published version) and starts
     /// a fresh one. The frozen generation ends at the head: every record before it is in
-    /// the frozen memtable or an older run, because the pipeline is empty (no batch laid out
-    /// before the head is still waiting to be applied) and batches are applied in layout
-    /// order. Its garbage counts and hole go with it.
+    /// this memtable, an older frozen one or a run, because the pipeline is empty (no batch
+    /// laid out before the head is still waiting to be applied) and batches are applied in
+    /// layout order. Its garbage counts and hole go with it. Callers check
+    /// [`Inner::may_rotate`] (a full flush flushes every frozen memtable first).
     pub(super) fn rotate(&mut self) {
         debug_assert!(self.pipeline.is_empty(), "rotation with batches in flight");
-        debug_assert!(self.frozen.is_none(), "rotation with a frozen memtable");
+        debug_assert!(self.may_rotate(), "rotation with every frozen slot taken");
         let mem = std::mem::replace(
             &mut self.mem,
             Arc::new(MemTable::with_budget(self.cfg.memtable_bytes)),
         );
-        self.frozen = Some(Frozen {
+        self.frozen.push_back(Frozen {
             mem,
             end: self.head_position(),
             pages: self.pages_since_checkpoint,
@@ -191,9 +198,11 @@ impl Inner {
         self.publish_version();
     }
 
-    /// Installs the frozen memtable's run: readers switch from the frozen memtable to the
+    /// Installs the oldest frozen memtable's run: readers switch from that memtable to the
     /// run in one swap, the garbage it shadows is counted for good, and the replay
-    /// checkpoint moves to the frozen generation's end (with the manifest).
+    /// checkpoint moves to its generation's end (with the manifest). Younger frozen
+    /// memtables stay; the pages they count since the checkpoint shrink by the flushed
+    /// generation's.
     ///
     /// # Errors
     /// Writing the manifest.
@@ -203,7 +212,7 @@ impl Inner {
         extents: Vec<(u64, u32)>,
         dead: Vec<Invalidated>,
     ) -> Result<()> {
-        let Some(f) = self.frozen.take() else {
+        let Some(f) = self.frozen.pop_front() else {
             return Err(corrupt("a flushed run without a frozen memtable"));
         };
         let bytes = t.data_bytes() as u64;
@@ -222,21 +231,24 @@ impl Inner {
         // while a replay would have counted it again).
         self.checkpoint = f.end;
         self.pages_since_checkpoint = self.pages_since_checkpoint.saturating_sub(f.pages);
+        for younger in &mut self.frozen {
+            younger.pages = younger.pages.saturating_sub(f.pages);
+        }
         self.persist()?;
         self.stats.flushes += 1;
         self.maint.gc_idle = false;
         Ok(())
     }
 
-    /// Flushes the frozen memtable with the write lock held throughout.
+    /// Flushes every frozen memtable, oldest first, with the write lock held throughout.
     pub(super) fn flush_frozen_locked(&mut self) -> Result<()> {
-        let Some(mem) = self.frozen.as_ref().map(|f| f.mem.clone()) else {
-            return Ok(());
-        };
-        let id = self.take_run_id();
-        let (t, dead) = build_flush_run(&mem, &self.levels, id, self.cfg.bloom_fp_rate);
-        let extents = self.write_run(&t)?;
-        self.install_flush(t, extents, dead)
+        while let Some(mem) = self.frozen.front().map(|f| f.mem.clone()) {
+            let id = self.take_run_id();
+            let (t, dead) = build_flush_run(&mem, &self.levels, id, self.cfg.bloom_fp_rate);
+            let extents = self.write_run(&t)?;
+            self.install_flush(t, extents, dead)?;
+        }
+        Ok(())
     }
 
     /// Adds a written run to `level` (the keytable segments claimed for it are in use from
@@ -274,7 +286,7 @@ impl Inner {
         }
     }
 
-    /// Flushes every memtable (the frozen one, then the active one) with the write lock
+    /// Flushes every memtable (the frozen ones, then the active one) with the write lock
     /// held, moves the checkpoint to the head, then compacts what is due. The caller holds
     /// the maintenance lock and the pipeline is empty.
     ///

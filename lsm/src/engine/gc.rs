@@ -241,9 +241,9 @@ impl Inner {
         let tail = self.tail_dead.remove(&log_seg).unwrap_or(0)
             + self
                 .frozen
-                .as_mut()
-                .and_then(|f| f.tail_dead.remove(&log_seg))
-                .unwrap_or(0);
+                .iter_mut()
+                .filter_map(|f| f.tail_dead.remove(&log_seg))
+                .sum::<u64>();
         self.dead_raw.forget(log_seg);
         if let Some(mut m) = self.log_segs.remove(&log_seg) {
             m.dead = m.dead.saturating_sub(tail);
@@ -253,7 +253,7 @@ impl Inner {
         // victim at a time, its moves all applied by now): their old copies have just left
         // the live count with the segment, so admission must not subtract them any more.
         self.mem.forget_moved_from_below();
-        if let Some(f) = &self.frozen {
+        for f in &self.frozen {
             f.mem.forget_moved_from_below();
         }
         self.stats.gc_segments += 1;

@@ -420,11 +420,11 @@ impl Inner {
         }
     }
 
-    /// The oldest version of `k` not yet in a keytable: in the frozen memtable, else in the
+    /// The oldest version of `k` not yet in a keytable: in the oldest frozen memtable that holds one, else in the
     /// active one (once every claimed batch's insert has finished), else in the oldest batch
     /// still on the device that writes it. What a flush will compare with the levels.
     pub(super) fn oldest_unflushed(&mut self, k: &[u8]) -> Option<Slot> {
-        if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.oldest(k)) {
+        if let Some(s) = self.frozen.iter().find_map(|f| f.mem.oldest(k)) {
             return Some(s);
         }
         while self.pipeline.values().any(InFlight::inserting) {

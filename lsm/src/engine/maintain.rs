@@ -10,7 +10,7 @@
 //! | task | under the write lock | with the write lock free |
 //! |---|---|---|
 //! | memtable merge | take the active memtable | merge its runs (the memtable's own locks only) |
-//! | flush | take the frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
+//! | flush | take the oldest frozen memtable and the levels; claim keytable pages; install the run, move the checkpoint, write the manifest | build the run and the garbage it makes; write its pages |
 //! | compaction | take the input runs; claim pages; install, write the manifest, unlink the segments no run uses | merge the runs; write the pages; wait for readers and trim what was unlinked (`trim`) |
 //! | GC step | take the victim's window, queue the next window's reads, judge liveness, lay out and queue the moves (durable mode: with no batch in flight, applied later in ticket order; plp mode: beside client batches, applied at once, `gc::moves`); release reclaimed segments: a manifest without them, then unlinked (drained) | wait for the window's reads; ring the doorbell; durable mode: the moves' pages and a flush on the device while client batches are laid out behind them; between steps; wait for readers and trim what was unlinked (`trim`) |
 //!
@@ -30,21 +30,22 @@
 //! laid out beside client batches in flight, under the rule in `gc::moves`, and applied
 //! under the same hold of the lock.
 //!
-//! **Why the lock-free parts are safe.** The frozen memtable is immutable once rotated out
+//! **Why the lock-free parts are safe.** A frozen memtable is immutable once rotated out
 //! (writers insert only into the active one), and the levels change only by flush and
 //! compaction, which only the maintenance lock's holder runs: what the thread read under
 //! the write lock is still current when it installs the result. Keytable segments are
 //! written only by that holder, into pages claimed under the write lock, so no writer's
-//! layout (value-log segments only) can touch them. Readers see the frozen memtable until
+//! layout (value-log segments only) can touch them. Readers see a frozen memtable until
 //! the run replaces it in one version swap.
 //!
 //! **Rotation** (see [`Inner::rotate`]) happens with no batch in flight: a writer that
-//! finds the active memtable full and none frozen drains the pipeline and rotates (cheap:
-//! a pointer swap and a version publish), then goes on; the flush itself is the thread's.
+//! finds the active memtable full and fewer than `max_frozen_memtables` (default 2) frozen
+//! drains the pipeline and rotates (cheap: a pointer swap and a version publish), then goes
+//! on; the flush itself is the thread's, oldest frozen memtable first.
 //!
 //! **Watermarks** (the writer side's admission, `write.rs`): a batch waits (a *write
-//! stall*, counted in [`super::WriteStalls`]) while the active memtable is full and the
-//! frozen one is not yet flushed, while free segments are at the garbage-collection
+//! stall*, counted in [`super::WriteStalls`]) while the active memtable is full and
+//! `max_frozen_memtables` frozen ones wait for their flush, while free segments are at the garbage-collection
 //! low-water mark (garbage collection starts 1/[`GC_HEADROOM_DIVISOR`] of the segments
 //! earlier, so steady writes rarely reach it), while a hole a failed batch left is not yet closed, at the
 //! user capacity until a flush has made the garbage count exact, while L0 holds
@@ -52,7 +53,8 @@
 //! due), and while the compaction debt passes `compaction_debt_stop_bytes` (default
 //! 256 MiB of keytables; any debt means a compaction is due). The maintenance thread
 //! flushes a frozen memtable before it starts a compaction unless L0 holds twice `l0_runs`
-//! runs, when the compaction goes first (writers then wait on the memtable).
+//! runs, when the compaction goes first (writers then fill the next memtable, and wait once
+//! every frozen slot is taken).
 
 use std::time::Duration;
 
@@ -131,12 +133,13 @@ enum Task {
     FullFlush,
     /// Close a hole a failed batch left (flush, checkpoint past it).
     CloseHole,
-    /// Rotate the full active memtable out (nothing frozen).
+    /// Rotate the full active memtable out (nothing frozen: with a frozen one due the
+    /// thread flushes first; writers rotate while a slot is free).
     Rotate,
     /// Merge the active memtable's sorted runs (its inserters froze tails and left the
     /// merging here: `MemTable::merge_runs`).
     MergeMemtableRuns,
-    /// Flush the frozen memtable.
+    /// Flush the oldest frozen memtable.
     FlushFrozen,
     /// Merge level `.0` into level `.1`.
     Compact(usize, usize),
@@ -172,10 +175,7 @@ impl Inner {
         let horizon = crate::expiry::now_ms().saturating_sub(crate::merge::EXPIRY_GRACE_MS);
         let past = |d: Option<u64>| d.is_some_and(|d| d < horizon);
         past(self.mem.earliest_deadline())
-            || self
-                .frozen
-                .as_ref()
-                .is_some_and(|f| past(f.mem.earliest_deadline()))
+            || self.frozen.iter().any(|f| past(f.mem.earliest_deadline()))
             || self
                 .levels
                 .iter()
@@ -215,7 +215,7 @@ impl Inner {
                 return Some(Task::Compact(c.0, c.1));
             }
         }
-        if self.frozen.is_some() {
+        if !self.frozen.is_empty() {
             return Some(Task::FlushFrozen);
         }
         if self.mem_full() {
@@ -364,7 +364,7 @@ impl Core {
             Task::Rotate => {
                 let mut g = self.inner.lock();
                 self.quiesce(&mut g);
-                if g.frozen.is_none() && g.mem_full() {
+                if g.may_rotate() && g.mem_full() {
                     g.rotate();
                 }
                 Ok(())
@@ -388,11 +388,14 @@ impl Core {
         }
     }
 
-    /// Flushes the frozen memtable, building and writing its run with the write lock free.
+    /// Flushes the oldest frozen memtable, building and writing its run with the write lock
+    /// free. Frozen memtables leave only under the maintenance lock, which the caller holds,
+    /// and only from the front, so the one taken is still the oldest when its run is
+    /// installed; writers meanwhile only push younger ones at the back.
     fn flush_frozen(&self) -> Result<()> {
         let (mem, levels, id, fp) = {
             let mut g = self.inner.lock();
-            let Some(mem) = g.frozen.as_ref().map(|f| f.mem.clone()) else {
+            let Some(mem) = g.frozen.front().map(|f| f.mem.clone()) else {
                 return Ok(());
             };
             let id = g.take_run_id();
@@ -587,6 +590,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert!(!writer.is_finished());
         assert_eq!(db.stats().flushes, 0);
+        assert_eq!(
+            db.stats().frozen_memtables,
+            crate::config::DEFAULT_MAX_FROZEN_MEMTABLES as u64
+        );
         drop(hold);
         writer.join().unwrap();
         db.settle().unwrap();
@@ -600,5 +607,54 @@ mod tests {
                 "key {i}"
             );
         }
+    }
+
+    /// With the maintenance lock held, a writer rotates full memtables out without a stall
+    /// until `max_frozen_memtables` wait (readers see every version in them meanwhile,
+    /// newest first); once maintenance runs, they are flushed oldest first, so a key
+    /// overwritten across generations keeps its newest value in the runs, in memory and
+    /// after a reopen.
+    #[test]
+    fn frozen_memtables_wait_newest_first_and_flush_oldest_first() {
+        let dev = crate::engine::test_device::small_ram_device(16);
+        let cfg = EngineConfig {
+            memtable_bytes: 2 << 10,
+            max_frozen_memtables: 3,
+            ..EngineConfig::default()
+        };
+        let db = Engine::open(dev.clone(), cfg.clone()).unwrap();
+        // 32 keys written in turn (a memtable holds about a dozen): each generation
+        // overwrites keys of the older ones, and none holds every key.
+        let key = |i: u32| format!("key{:04}", i % 32).into_bytes();
+        let value = |i: u32| vec![(i % 251) as u8; 100];
+        // Each key's newest value among the first `n` writes.
+        let newest = |db: &Engine, n: u32| {
+            for i in n.saturating_sub(32)..n {
+                assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "write {i} of {n}");
+            }
+        };
+        let hold = db.core.maint.lock();
+        let mut n = 0u32;
+        while db.stats().frozen_memtables < 3 {
+            assert!(n < 1000, "{:#?}", db.stats());
+            db.put(&key(n), &value(n)).unwrap();
+            n += 1;
+        }
+        let s = db.stats();
+        assert_eq!(s.write_stalls.memtable, 0, "{s:#?}");
+        assert_eq!(s.flushes, 0, "{s:#?}");
+        assert!(n > 36, "{n} writes");
+        newest(&db, n);
+        drop(hold);
+        db.settle().unwrap();
+        let s = db.stats();
+        assert!(s.flushes >= 3, "{s:#?}");
+        assert_eq!(s.frozen_memtables, 0, "{s:#?}");
+        newest(&db, n);
+        db.flush().unwrap();
+        newest(&db, n);
+        drop(db);
+        let db = Engine::open(dev, cfg).unwrap();
+        newest(&db, n);
     }
 }

@@ -51,7 +51,7 @@ use trim::Unlinked;
 use version::{ReadFaults, ReadSide, SegMap, Version};
 use write::InFlight;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -175,8 +175,11 @@ pub struct EngineStats {
     pub held_values: u64,
     /// Bytes of those values.
     pub held_value_bytes: u64,
-    /// Keys in the memtable.
+    /// Keys in the memtables (the active one and the frozen ones).
     pub memtable_keys: u64,
+    /// Full memtables waiting for their flush (at most
+    /// [`EngineConfig::max_frozen_memtables`]; RocksDB's `num-immutable-mem-table`).
+    pub frozen_memtables: u64,
     /// Runs per level, L0 first.
     pub runs_per_level: Vec<usize>,
     /// Keys per level, L0 first.
@@ -328,7 +331,8 @@ impl LevelStats {
 /// reasons in turn counts once per reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteStalls {
-    /// The active memtable was full while the frozen one was still being flushed.
+    /// The active memtable was full while as many frozen ones as allowed
+    /// (`EngineConfig::max_frozen_memtables`) still waited for their flush.
     pub memtable: u64,
     /// Free segments were at the garbage-collection low-water mark.
     pub free_segments: u64,
@@ -539,8 +543,9 @@ struct Inner {
     side: Arc<ReadSide>,
     /// A batch failed after writing some pages: checkpoint before the next one.
     needs_checkpoint: bool,
-    /// The memtable being flushed (rotated out of `mem`, still read by readers).
-    frozen: Option<Frozen>,
+    /// The memtables rotated out of `mem` and not yet flushed, oldest first (at most
+    /// `cfg.max_frozen_memtables`; readers still read them).
+    frozen: VecDeque<Frozen>,
     /// The insert of the last claimed batch that retimes a value, while it may still be
     /// running (see `ApplyJob::after`).
     last_retime_insertion: Option<Arc<write::Insertion>>,
@@ -678,7 +683,7 @@ impl Engine {
             quiescers: 0,
             side: side.clone(),
             needs_checkpoint: false,
-            frozen: None,
+            frozen: VecDeque::new(),
             last_retime_insertion: None,
             maint: MaintenanceShared::default(),
             debt: AtomicU64::new(0),
@@ -977,7 +982,7 @@ impl Inner {
             .flatten()
             .map(|r| r.dram_bytes() as u64)
             .sum();
-        let mems = std::iter::once(&self.mem).chain(self.frozen.as_ref().map(|f| &f.mem));
+        let mems = std::iter::once(&self.mem).chain(self.frozen.iter().map(|f| &f.mem));
         let held = self
             .levels
             .iter()
@@ -989,7 +994,8 @@ impl Inner {
             s.held_value_bytes += bytes as u64;
         }
         s.memtable_keys =
-            self.mem.len() as u64 + self.frozen.as_ref().map_or(0, |f| f.mem.len() as u64);
+            self.mem.len() as u64 + self.frozen.iter().map(|f| f.mem.len() as u64).sum::<u64>();
+        s.frozen_memtables = self.frozen.len() as u64;
         s.runs_per_level = self.levels.iter().map(Vec::len).collect();
         while s.levels.len() < self.levels.len() {
             s.levels.push(LevelStats::default());

@@ -1090,7 +1090,7 @@ impl Inner {
         if let Some(s) = self.mem.latest(key) {
             return Some(s);
         }
-        if let Some(s) = self.frozen.as_ref().and_then(|f| f.mem.latest(key)) {
+        if let Some(s) = self.frozen.iter().rev().find_map(|f| f.mem.latest(key)) {
             return Some(s);
         }
         let h = KeyHash::of(key);

@@ -61,7 +61,12 @@ impl Inner {
     /// near a full store counted twice and refused writes the store had room for (a load to
     /// 95% of the user capacity failed with `CapacityFull` at 92.6%).
     pub(super) fn moved_from_below(&self) -> u64 {
-        self.mem.moved_from_below() + self.frozen.as_ref().map_or(0, |f| f.mem.moved_from_below())
+        self.mem.moved_from_below()
+            + self
+                .frozen
+                .iter()
+                .map(|f| f.mem.moved_from_below())
+                .sum::<u64>()
     }
 
     /// Whether `put_bytes` more live bytes stay within the user capacity by the current
@@ -86,14 +91,14 @@ impl Inner {
     }
 
     /// Garbage in `log_seg` that records after the replay checkpoint made (the active
-    /// generation's and the frozen one's): left out of the manifest.
+    /// generation's and the frozen ones'): left out of the manifest.
     pub(super) fn tail_dead_of(&self, log_seg: u32) -> u64 {
         self.tail_dead.get(&log_seg).copied().unwrap_or(0)
             + self
                 .frozen
-                .as_ref()
-                .and_then(|f| f.tail_dead.get(&log_seg).copied())
-                .unwrap_or(0)
+                .iter()
+                .filter_map(|f| f.tail_dead.get(&log_seg).copied())
+                .sum::<u64>()
     }
 
     /// Counts values that records after the checkpoint made garbage.

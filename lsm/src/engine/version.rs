@@ -251,7 +251,8 @@ impl ReadSide {
 }
 
 impl ReadView {
-    /// The view's memtables (the active one, and the frozen one while it is flushed).
+    /// The view's memtables, newest first (the active one, then the frozen ones not yet
+    /// flushed).
     pub(super) fn mems(&self) -> &[Arc<MemTable>] {
         &self.version.mems
     }
@@ -322,7 +323,7 @@ impl Inner {
         };
         self.side.version.store(Arc::new(Version {
             mems: std::iter::once(self.mem.clone())
-                .chain(self.frozen.as_ref().map(|f| f.mem.clone()))
+                .chain(self.frozen.iter().rev().map(|f| f.mem.clone()))
                 .collect(),
             levels: self.levels.clone(),
             run_pages,

@@ -1148,7 +1148,7 @@ impl Inner {
     /// garbage its records made is final and goes into the manifest from now on.
     pub(super) fn move_checkpoint(&mut self) {
         debug_assert!(
-            self.frozen.is_none(),
+            self.frozen.is_empty(),
             "checkpoint at the head past a frozen memtable"
         );
         self.needs_checkpoint = false;

@@ -130,7 +130,7 @@ impl Inner {
             // flush once before refusing.
             // And expired entries hold room until compaction drops them: the full flush then
             // compacts every level (at most once per grace period).
-            let unflushed = !self.mem.is_empty() || self.frozen.is_some();
+            let unflushed = !self.mem.is_empty() || !self.frozen.is_empty();
             let expired = self.expiry_compaction_due();
             match waits.capacity_flush {
                 None if unflushed || expired => {
@@ -167,7 +167,7 @@ impl Inner {
             // `DeviceFull` before anything is written.
         }
         if self.mem_full() {
-            return if self.frozen.is_none() {
+            return if self.may_rotate() {
                 Admission::Rotate
             } else {
                 Admission::Wait(Some(StallReason::Memtable))
