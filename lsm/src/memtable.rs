@@ -394,7 +394,7 @@ pub struct MemTable {
     held_max_len: AtomicUsize,
     /// Bytes of the held values.
     held_bytes: AtomicUsize,
-    /// Log bytes of values below the table (in the frozen table or the runs) that versions
+    /// Log bytes of values below the table (in older frozen tables or the runs) that versions
     /// in it moved away from: garbage collection's moves, whose old copies the flush of this
     /// table will count as garbage ([`MemTable::note_moved_from_below`]).
     moved_from_below: std::sync::atomic::AtomicU64,

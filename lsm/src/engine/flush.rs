@@ -1,5 +1,5 @@
-//! Flushing memtables to L0 keytable runs: rotating the active memtable out (it becomes the
-//! frozen one, still read by readers), building its run, writing the run's pages and
+//! Flushing memtables to L0 keytable runs: rotating the active memtable out (it joins the
+//! queue of frozen ones, still read by readers), building the oldest one's run, writing the run's pages and
 //! installing it. The maintenance thread runs these steps with the write lock free while
 //! building and writing ([`super::maintain`]); [`Inner::flush`] runs them all under the lock
 //! (explicit flushes, close, garbage collection's fallback).

@@ -80,7 +80,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// A stalled writer re-checks at least this often (a safety net against a missed wake-up).
 pub(super) const STALL_POLL: Duration = Duration::from_millis(50);
 
-/// A memtable rotated out of the write path, being flushed.
+/// A memtable rotated out of the write path, waiting for its flush or being flushed (the
+/// queue's front).
 pub(super) struct Frozen {
     /// The memtable (immutable from rotation on; readers still read it).
     pub(super) mem: Arc<MemTable>,
@@ -556,8 +557,8 @@ mod tests {
     use super::*;
 
     /// With the maintenance lock held (the thread cannot flush), a writer fills the active
-    /// memtable, rotates it, fills the next one and must then stall (counted as a memtable
-    /// stall) rather than flush itself; once maintenance may run again, the writer goes on
+    /// memtable, rotates it, fills the next ones until every frozen slot is taken and must
+    /// then stall (counted as a memtable stall) rather than flush itself; once maintenance may run again, the writer goes on
     /// and every write is there.
     #[test]
     fn a_writer_stalls_on_a_full_memtable_until_maintenance_flushes() {

@@ -90,7 +90,8 @@ use levels::Level;
 /// full drive.
 const RESERVED_SEGMENTS: usize = 2;
 
-/// Value-log bytes written since the last flush that trigger a flush (bounds replay time).
+/// Value-log pages of one memtable generation that rotate it out (bounds replay time; see
+/// `Inner::replay_budget_pages`).
 const REPLAY_BUDGET_PAGES: u64 = 32 * 1024;
 
 /// Device commands the engine keeps in flight at once.

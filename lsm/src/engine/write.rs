@@ -1117,9 +1117,11 @@ impl Inner {
         }
     }
 
-    /// Value-log pages after the checkpoint that trigger a flush: bounded for recovery time,
-    /// and to a sixteenth of the device so garbage collection always has sealed, flushed
-    /// segments to choose from.
+    /// Value-log pages of one memtable generation that rotate it out (and so lead to its
+    /// flush): bounded for recovery time, and to a sixteenth of the device so garbage
+    /// collection always has sealed, flushed segments to choose from. The log after the
+    /// checkpoint holds the active generation and the frozen ones: at most
+    /// `1 + max_frozen_memtables` budgets (3/16 of a small device at the default).
     pub(super) fn replay_budget_pages(&self) -> u64 {
         let device = u64::from(self.g.segments()) * u64::from(self.g.pages_per_segment());
         REPLAY_BUDGET_PAGES

@@ -34,7 +34,8 @@ pub(in crate::engine) enum Admission {
     /// Write it synchronously, alone on the device (large, spanning, or past the
     /// low-water mark with garbage collection idle: it may then use the reserve or fail).
     Sync,
-    /// Rotate the full active memtable out (nothing frozen), then decide again.
+    /// Rotate the full active memtable out (a frozen slot is free, `Inner::may_rotate`),
+    /// then decide again.
     Rotate,
     /// The pipeline is full: wait for a batch to be applied.
     PipelineFull,
