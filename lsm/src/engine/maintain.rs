@@ -612,7 +612,8 @@ mod tests {
 
     /// With the maintenance lock held, a writer rotates full memtables out without a stall
     /// until `max_frozen_memtables` wait (readers see every version in them meanwhile,
-    /// newest first); once maintenance runs, they are flushed oldest first, so a key
+    /// newest first, and the writer side's lookups find the newest and the oldest unflushed
+    /// version by generation); once maintenance runs, they are flushed oldest first, so a key
     /// overwritten across generations keeps its newest value in the runs, in memory and
     /// after a reopen.
     #[test]
@@ -646,6 +647,28 @@ mod tests {
         assert_eq!(s.flushes, 0, "{s:#?}");
         assert!(n > 36, "{n} writes");
         newest(&db, n);
+        // The writer side's lookups (garbage collection's liveness, retimes, expiry drops):
+        // the newest version is the youngest generation's that has one, the oldest
+        // unflushed one the oldest generation's.
+        {
+            let mut g = db.core.inner.lock();
+            for i in n.saturating_sub(32)..n {
+                let k = key(i);
+                let gens: Vec<Arc<MemTable>> = g
+                    .frozen
+                    .iter()
+                    .map(|f| f.mem.clone())
+                    .chain(std::iter::once(g.mem.clone()))
+                    .collect();
+                let newest = gens.iter().rev().find_map(|m| m.latest(&k));
+                let oldest = gens.iter().find_map(|m| m.oldest(&k));
+                assert!(newest.is_some(), "write {i}");
+                // Written before at `i - 32`, in an older generation.
+                assert!(i < 32 || newest != oldest, "write {i}");
+                assert_eq!(g.lookup(&k), newest, "write {i}");
+                assert_eq!(g.oldest_unflushed(&k), oldest, "write {i}");
+            }
+        }
         drop(hold);
         db.settle().unwrap();
         let s = db.stats();
