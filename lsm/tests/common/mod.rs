@@ -426,7 +426,13 @@ impl AppendDevice for HoldDevice {
             let made_up = failed.len();
             out.extend(failed);
             let from = out.len();
-            let n = self.inner.reap(out, max, Wait::NoWait)?;
+            let n = match self.inner.reap(out, max, Wait::NoWait) {
+                Ok(n) => n,
+                // The made-up completions are delivered first (the device may be powered off
+                // by now: the error comes with the next reap).
+                Err(_) if made_up > 0 => 0,
+                Err(e) => return Err(e),
+            };
             for c in &mut out[from..] {
                 let outer = s
                     .outer
