@@ -336,12 +336,30 @@ impl HoldDevice {
     /// held while waiting for a free tag (the poller needs it to translate completions).
     pub fn release(&self, fail: bool) {
         self.armed.store(false, Ordering::SeqCst);
+        self.drain(None, fail);
+    }
+
+    /// Lets the `n` writes held longest reach the device, in order, and goes on holding:
+    /// the writes queued behind them, and later writes to a held segment, stay held.
+    pub fn release_first(&self, n: usize) {
+        self.drain(Some(n), false);
+    }
+
+    /// Sends (or with `fail` fails) held writes in order: `left` of them, or all and then
+    /// stops holding their segments.
+    fn drain(&self, mut left: Option<usize>, fail: bool) {
         loop {
+            if left == Some(0) {
+                return;
+            }
             let mut s = self.state.lock().unwrap();
             let Some((outer, lba, cmd)) = s.queued.pop_front() else {
-                s.held_segments.clear();
+                if left.is_none() {
+                    s.held_segments.clear();
+                }
                 return;
             };
+            left = left.map(|n| n - 1);
             if fail {
                 let Command::Write { buf, .. } = cmd else {
                     unreachable!("only writes are held")
@@ -370,6 +388,7 @@ impl HoldDevice {
                     Some(buf) if matches!(r.error, DeviceError::QueueFull { .. }) => {
                         s.queued
                             .push_front((outer, lba, Command::Write { lba, buf }));
+                        left = left.map(|n| n + 1);
                         drop(s);
                         std::thread::sleep(std::time::Duration::from_micros(200));
                     }
