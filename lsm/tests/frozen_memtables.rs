@@ -37,6 +37,31 @@ impl Drop for ReleaseOnPanic {
     }
 }
 
+/// Cuts the power (nothing held reaches the device), checks the device offline, reopens it
+/// and checks that it holds exactly the acknowledged writes; returns the reopened engine.
+fn cut_and_reopen(
+    (ftl, hold, db): (Arc<Ftl>, Arc<HoldDevice>, Engine),
+    backend: &Backend,
+    dcfg: DeviceConfig,
+    cfg: &EngineConfig,
+    acked: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> Engine {
+    ftl.power_cut();
+    hold.release(true);
+    drop(db);
+    drop(hold);
+    drop(ftl);
+    assert_fsck_clean(backend, dcfg, cfg.clone());
+    let db = Engine::open(Arc::new(Ftl::open(backend, dcfg).unwrap()), cfg.clone()).unwrap();
+    let all: BTreeMap<Vec<u8>, Vec<u8>> = db
+        .range(b"", None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(&all, acked, "after the cut");
+    db
+}
+
 #[test]
 fn a_power_cut_with_two_frozen_memtables_queued_loses_no_acknowledged_write() {
     let g = small_geometry();
@@ -105,23 +130,8 @@ fn a_power_cut_with_two_frozen_memtables_queued_loses_no_acknowledged_write() {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "before the cut");
     }
 
-    // The power goes: nothing held reaches the device.
-    ftl.power_cut();
-    hold.release(true);
-    drop(db);
-    drop(hold);
-    drop(ftl);
-
-    assert_fsck_clean(&backend, dcfg, cfg.clone());
-    let ftl = Arc::new(Ftl::open(&backend, dcfg).unwrap());
-    let db = Engine::open(ftl, cfg).unwrap();
+    let db = cut_and_reopen((ftl, hold, db), &backend, dcfg, &cfg, &acked);
     assert!(db.stats().replayed_records > 0, "{:#?}", db.stats());
-    let all: BTreeMap<Vec<u8>, Vec<u8>> = db
-        .range(b"", None, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .collect();
-    assert_eq!(all, acked, "after the cut");
     // Garbage counted once: the generations' overwrites were left out of the manifest
     // while they could be replayed, and counted again by the replay.
     db.flush().unwrap();
@@ -218,19 +228,5 @@ fn a_power_cut_after_the_oldest_flush_with_younger_memtables_queued_loses_nothin
         "a stall with a frozen slot free: {s:#?}"
     );
 
-    ftl.power_cut();
-    hold.release(true);
-    drop(db);
-    drop(hold);
-    drop(ftl);
-
-    assert_fsck_clean(&backend, dcfg, cfg.clone());
-    let ftl = Arc::new(Ftl::open(&backend, dcfg).unwrap());
-    let db = Engine::open(ftl, cfg).unwrap();
-    let all: BTreeMap<Vec<u8>, Vec<u8>> = db
-        .range(b"", None, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .collect();
-    assert_eq!(all, acked, "after the cut");
+    cut_and_reopen((ftl, hold, db), &backend, dcfg, &cfg, &acked);
 }
