@@ -94,28 +94,8 @@ fn a_power_cut_with_two_frozen_memtables_queued_loses_no_acknowledged_write() {
     hold.armed.store(true, SeqCst);
     // (Before the hold, a writer may stall while a slow flush fills both slots.)
     let stalls = db.stats().write_stalls.memtable;
-    let since = Instant::now();
-    let mut i = 300u32;
     // Writes until two memtables wait; each one acknowledged before the next.
-    while db.stats().frozen_memtables < 2 {
-        assert!(
-            since.elapsed() < Duration::from_secs(30) && i < 100_000,
-            "two memtables never waited: {:#?}",
-            db.stats()
-        );
-        let (k, v) = (
-            format!("key{:04}", i % 200),
-            vec![(i % 251) as u8; 2000 + (i as usize * 37) % 6000],
-        );
-        if i % 17 == 0 {
-            db.delete(k.as_bytes()).unwrap();
-            acked.remove(k.as_bytes());
-        } else {
-            db.put(k.as_bytes(), &v).unwrap();
-            acked.insert(k.into_bytes(), v);
-        }
-        i += 1;
-    }
+    write_until(&db, &mut acked, 300, |db| db.stats().frozen_memtables >= 2);
     // The writer may have filled both slots before the maintenance thread started the
     // first flush (it may have been merging a memtable's runs): wait for the flush to
     // reach the device and be held.
