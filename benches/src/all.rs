@@ -461,7 +461,7 @@ impl AllBench {
 
         let systems: Vec<System> = SYSTEMS.into_iter().filter(|s| self.selected(s)).collect();
         let extra_steps = if self.extras {
-            1 + 2 + extras::ABLATIONS.len() + extras::OVERWRITE_SYSTEMS.len()
+            1 + 2 + extras::ABLATIONS.len() + extras::OVERWRITE_SYSTEMS.len() + 1
         } else {
             0
         };
@@ -700,25 +700,39 @@ impl AllBench {
                 self.overwrite_shape().1
             ));
             let t = Instant::now();
-            let run = self.run_overwrite(sys, run_dir, log, bar);
+            let run = self.run_overwrite(sys, None, run_dir, log, bar);
             interrupted()?;
-            let run = run.unwrap_or_else(|e| OverwriteRun {
-                system: sys.to_string(),
-                missing: Some(format!("{e:#}")),
-                ..OverwriteRun::default()
-            });
-            match &run.missing {
-                None => say(format!(
-                    "overwrite {sys}: {:.0} ops/s, final WA {:.2} ({:.1} s)",
-                    run.ops_per_sec,
-                    run.final_wa,
-                    t.elapsed().as_secs_f64()
-                )),
-                Some(e) => say(format!("overwrite {sys}: missing: {e}")),
-            }
-            x.overwrite.push(run);
+            x.overwrite.push(overwrite_outcome(sys, run, t, say));
             bar.inc(1);
         }
+        // The same workload in the space BlobDB held: LightStore plp on a device of BlobDB's
+        // peak footprint, with its keys and overwrites (see `extras::SAME_SPACE_SYSTEM`).
+        let blobdb = x
+            .overwrite
+            .iter()
+            .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none())
+            .and_then(|o| Some((o.peak_footprint_bytes?, o.keys, o.overwrites)));
+        if let Some((space, keys, overwrites)) = blobdb {
+            interrupted()?;
+            let mib = extras::same_space_device_mib(space);
+            bar.set_message(format!(
+                "sustained overwrite: lightstore-local/plp on {mib} MiB (BlobDB's space)"
+            ));
+            let t = Instant::now();
+            let run = self.run_overwrite(
+                "lightstore-local/plp",
+                Some((mib, keys, overwrites)),
+                run_dir,
+                log,
+                bar,
+            );
+            interrupted()?;
+            let mut run = overwrite_outcome(extras::SAME_SPACE_SYSTEM, run, t, say);
+            run.system = extras::SAME_SPACE_SYSTEM.into();
+            run.sized_like = Some("rocksdb-blobdb/no-wal".into());
+            x.overwrite.push(run);
+        }
+        bar.inc(1);
         x.seconds = t0.elapsed().as_secs_f64();
         Ok(x)
     }
@@ -789,10 +803,12 @@ impl AllBench {
         ))
     }
 
-    /// One system's sustained overwrite in a `run-overwrite` child.
+    /// One system's sustained overwrite in a `run-overwrite` child; `sized`: a device of
+    /// this many MiB with these keys and overwrites instead of the configured shape.
     fn run_overwrite(
         &self,
         sys: &str,
+        sized: Option<(u64, u64, u64)>,
         run_dir: &Path,
         log: &Path,
         bar: &ProgressBar,
@@ -810,13 +826,16 @@ impl AllBench {
         cmd.arg("run-overwrite")
             .env("RUST_LIB_BACKTRACE", "0")
             .args(["--system", sys])
-            .args(["--device-mib", &self.overwrite_shape().0.to_string()])
             .args(["--times", &self.overwrite_shape().1.to_string()])
-            .args(["--fill-percent", &extras::FILL_PERCENT.to_string()])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--json")
-            .arg(&json);
+            .args(["--fill-percent", &extras::FILL_PERCENT.to_string()]);
+        match sized {
+            None => cmd.args(["--device-mib", &self.overwrite_shape().0.to_string()]),
+            Some((mib, keys, overwrites)) => cmd
+                .args(["--device-mib", &mib.to_string()])
+                .args(["--keys", &keys.to_string()])
+                .args(["--overwrites", &overwrites.to_string()]),
+        };
+        cmd.arg("--dir").arg(&dir).arg("--json").arg(&json);
         run_child(cmd, log, bar, format!("overwrite {sys}"))?;
         let text = std::fs::read_to_string(&json)
             .with_context(|| format!("reading {}", json.display()))?;
@@ -1192,6 +1211,32 @@ fn ops_summary(rows: &[Row]) -> String {
         .map(|r| format!("{} {:.0}", r.workload, r.ops_per_sec))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A sustained-overwrite child's outcome as a run (a failure becomes a run with `missing`),
+/// said on the progress bar's log.
+fn overwrite_outcome(
+    sys: &str,
+    run: anyhow::Result<OverwriteRun>,
+    started: Instant,
+    say: &dyn Fn(String),
+) -> OverwriteRun {
+    let run = run.unwrap_or_else(|e| OverwriteRun {
+        system: sys.to_string(),
+        missing: Some(format!("{e:#}")),
+        ..OverwriteRun::default()
+    });
+    match &run.missing {
+        None => say(format!(
+            "overwrite {sys}: {:.0} ops/s, final WA {:.2}, peak space {} MiB ({:.1} s)",
+            run.ops_per_sec,
+            run.final_wa,
+            run.peak_footprint_bytes.unwrap_or(0) >> 20,
+            started.elapsed().as_secs_f64()
+        )),
+        Some(e) => say(format!("overwrite {sys}: missing: {e}")),
+    }
+    run
 }
 
 #[cfg(test)]

@@ -59,6 +59,12 @@ pub const OVERWRITE_SYSTEMS: [&str; 3] = [
     "rocksdb-blobdb/no-wal",
 ];
 
+/// The extra run of LightStore plp on a device as large as the space BlobDB's run held at
+/// its peak, with BlobDB's keys and overwrites: the same workload in the same space. (At the
+/// configured device BlobDB, bounded by nothing but the file system, holds more than the
+/// device LightStore gets; in a file system of that device's size it runs out of space.)
+pub const SAME_SPACE_SYSTEM: &str = "lightstore-local/plp@blobdb-space";
+
 /// A mean and a median, µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Lat {
@@ -210,6 +216,15 @@ pub struct OverwriteRun {
     /// Which device that was, or why there is no such figure.
     #[serde(default)]
     pub block_meter: Option<String>,
+    /// The most space the run's files held on the file system, bytes
+    /// ([`crate::footprint::SpaceMeter`]: LightStore's device file at its length, BlobDB's
+    /// files as written); `None` in runs made before it was measured.
+    #[serde(default)]
+    pub peak_footprint_bytes: Option<u64>,
+    /// The system whose peak footprint this run's device was sized to, with its keys and
+    /// overwrites ([`SAME_SPACE_SYSTEM`]); `None` for the runs at the configured device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sized_like: Option<String>,
     /// Garbage-collected segments (LightStore).
     pub gc_segments: Option<u64>,
     /// How much LightStore's [`crate::kv::ENGINE_COUNTERS`] grew over the overwrites (GC,
@@ -410,6 +425,23 @@ pub fn overwrite_sizes(
     Ok((g, g.capacity_bytes(), user, keys))
 }
 
+/// The device, MiB, of the same-space run ([`SAME_SPACE_SYSTEM`]): the largest whose file
+/// (capacity, the FTL's spare blocks and a few pages of its own) is no larger than
+/// `peak_bytes`, the space BlobDB's run held at its peak.
+pub fn same_space_device_mib(peak_bytes: u64) -> u64 {
+    let mut mib = (peak_bytes >> 20).max(1);
+    while mib > 1 {
+        match Geometry::for_drive(mib << 20) {
+            // A MiB beside the pages for the file's own header and tail.
+            Ok(g) if g.physical_pages() * hwftl_sim::PAGE_SIZE as u64 + (1 << 20) <= peak_bytes => {
+                break
+            }
+            _ => mib -= mib / 100 + 1,
+        }
+    }
+    mib
+}
+
 /// One system's sustained overwrite (a child of `bench all`: `run-overwrite`).
 #[derive(Debug, Clone)]
 pub struct Overwrite {
@@ -425,6 +457,10 @@ pub struct Overwrite {
     /// `None`: none for LightStore (the engine's default), a sixteenth of the data for
     /// BlobDB (`bench all`'s sustained run).
     pub cache_bytes: Option<u64>,
+    /// Keys to load instead of `fill_percent` of the user capacity (the same-space run).
+    pub keys: Option<u64>,
+    /// Overwrites to do instead of `times` the device's capacity (the same-space run).
+    pub overwrites: Option<u64>,
     /// Directory for the system's files.
     pub dir: PathBuf,
     /// Where to write the [`OverwriteRun`].
@@ -445,11 +481,14 @@ impl Overwrite {
             capacity_bytes: capacity,
             user_capacity_bytes: user_capacity,
             segment_bytes: g.segment_bytes(),
-            keys,
-            overwrites: self.times * capacity / VALUE_SIZE as u64,
+            keys: self.keys.unwrap_or(keys),
+            overwrites: self
+                .overwrites
+                .unwrap_or(self.times * capacity / VALUE_SIZE as u64),
             ..OverwriteRun::default()
         };
         std::fs::create_dir_all(&self.dir)?;
+        let space = crate::footprint::SpaceMeter::start(self.dir.clone())?;
         let meter = match crate::procfs::BlockDevMeter::for_dir(&self.dir) {
             Ok(m) => {
                 run.block_meter = Some(m.describe());
@@ -492,6 +531,7 @@ impl Overwrite {
             "rocksdb-blobdb/no-wal" => self.blobdb(&mut run, meter.as_ref())?,
             other => bail!("no sustained-overwrite system `{other}`"),
         }
+        run.peak_footprint_bytes = Some(space.peak());
         std::fs::write(&self.json, serde_json::to_string(&run)?)
             .with_context(|| format!("writing {}", self.json.display()))
     }
@@ -689,6 +729,26 @@ pub fn rows(x: &Extras) -> Vec<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_space_device_fits_in_the_space() {
+        for peak_mib in [300u64, 2309, 4000] {
+            let peak = peak_mib << 20;
+            let mib = same_space_device_mib(peak);
+            let file = |mib: u64| {
+                Geometry::for_drive(mib << 20).unwrap().physical_pages()
+                    * hwftl_sim::PAGE_SIZE as u64
+            };
+            assert!(
+                file(mib) + (1 << 20) <= peak,
+                "{mib} MiB does not fit in {peak_mib} MiB"
+            );
+            assert!(
+                mib * 100 >= peak_mib * 90,
+                "{mib} MiB wastes {peak_mib} MiB"
+            );
+        }
+    }
 
     #[test]
     fn parts_add_up_and_clamp_with_a_note() {

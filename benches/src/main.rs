@@ -8,6 +8,7 @@ mod expiry;
 mod extras;
 mod extras_report;
 mod fio;
+mod footprint;
 mod host_stalls;
 mod kv;
 mod local;
@@ -213,6 +214,12 @@ enum Bench {
         /// The system's cache, MiB (default: see `extras::Overwrite::cache_bytes`).
         #[arg(long)]
         cache_mib: Option<u64>,
+        /// Keys to load instead of --fill-percent of the user capacity.
+        #[arg(long)]
+        keys: Option<u64>,
+        /// Overwrites to do instead of --times the device's capacity.
+        #[arg(long)]
+        overwrites: Option<u64>,
         #[arg(long)]
         dir: PathBuf,
         #[arg(long)]
@@ -431,6 +438,8 @@ fn main() -> anyhow::Result<()> {
             fill_percent,
             times,
             cache_mib,
+            keys,
+            overwrites,
             dir,
             json,
         } => {
@@ -440,6 +449,8 @@ fn main() -> anyhow::Result<()> {
                 fill_percent,
                 times,
                 cache_bytes: cache_mib.map(|m| m << 20),
+                keys,
+                overwrites,
                 dir,
                 json,
             }
