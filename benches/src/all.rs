@@ -706,31 +706,25 @@ impl AllBench {
             bar.inc(1);
         }
         // The same workload in the space BlobDB held: LightStore plp on a device of BlobDB's
-        // peak footprint, with its keys and overwrites (see `extras::SAME_SPACE_SYSTEM`).
+        // peak space, with its keys and overwrites (see `extras::SAME_SPACE_SYSTEM`).
         let blobdb = x
             .overwrite
             .iter()
-            .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none())
-            .and_then(|o| Some((o.peak_footprint_bytes?, o.keys, o.overwrites)));
-        if let Some((space, keys, overwrites)) = blobdb {
+            .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none());
+        if let Some(peer) = blobdb {
             interrupted()?;
-            let mib = extras::same_space_device_mib(space);
             bar.set_message(format!(
-                "sustained overwrite: lightstore-local/plp on {mib} MiB (BlobDB's space)"
+                "sustained overwrite: lightstore-local/plp in BlobDB's space ({} MiB)",
+                peer.peak_footprint_bytes.unwrap_or(0) >> 20
             ));
+            let peer_json = run_dir.join("overwrite-peer.json");
+            std::fs::write(&peer_json, serde_json::to_string(peer)?)?;
             let t = Instant::now();
-            let run = self.run_overwrite(
-                "lightstore-local/plp",
-                Some((mib, keys, overwrites)),
-                run_dir,
-                log,
-                bar,
-            );
+            let run =
+                self.run_overwrite("lightstore-local/plp", Some(&peer_json), run_dir, log, bar);
             interrupted()?;
-            let mut run = overwrite_outcome(extras::SAME_SPACE_SYSTEM, run, t, say);
-            run.system = extras::SAME_SPACE_SYSTEM.into();
-            run.sized_like = Some("rocksdb-blobdb/no-wal".into());
-            x.overwrite.push(run);
+            x.overwrite
+                .push(overwrite_outcome(extras::SAME_SPACE_SYSTEM, run, t, say));
         }
         bar.inc(1);
         x.seconds = t0.elapsed().as_secs_f64();
@@ -803,12 +797,12 @@ impl AllBench {
         ))
     }
 
-    /// One system's sustained overwrite in a `run-overwrite` child; `sized`: a device of
-    /// this many MiB with these keys and overwrites instead of the configured shape.
+    /// One system's sustained overwrite in a `run-overwrite` child; `same_space_as`: the
+    /// JSON of the run whose space, keys and overwrites it repeats (the same-space run).
     fn run_overwrite(
         &self,
         sys: &str,
-        sized: Option<(u64, u64, u64)>,
+        same_space_as: Option<&Path>,
         run_dir: &Path,
         log: &Path,
         bar: &ProgressBar,
@@ -818,7 +812,12 @@ impl AllBench {
                 "this harness was built without the `peers` feature (RocksDB, fjall); `cargo xtask bench all` builds it with them"
             );
         }
-        let dir = run_dir.join(format!("overwrite-{}", sys.replace('/', "-")));
+        let name = if same_space_as.is_some() {
+            extras::SAME_SPACE_SYSTEM
+        } else {
+            sys
+        };
+        let dir = run_dir.join(format!("overwrite-{}", name.replace(['/', '@'], "-")));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let json = dir.join("run.json");
@@ -827,14 +826,11 @@ impl AllBench {
             .env("RUST_LIB_BACKTRACE", "0")
             .args(["--system", sys])
             .args(["--times", &self.overwrite_shape().1.to_string()])
-            .args(["--fill-percent", &extras::FILL_PERCENT.to_string()]);
-        match sized {
-            None => cmd.args(["--device-mib", &self.overwrite_shape().0.to_string()]),
-            Some((mib, keys, overwrites)) => cmd
-                .args(["--device-mib", &mib.to_string()])
-                .args(["--keys", &keys.to_string()])
-                .args(["--overwrites", &overwrites.to_string()]),
-        };
+            .args(["--fill-percent", &extras::FILL_PERCENT.to_string()])
+            .args(["--device-mib", &self.overwrite_shape().0.to_string()]);
+        if let Some(peer) = same_space_as {
+            cmd.arg("--same-space-as").arg(peer);
+        }
         cmd.arg("--dir").arg(&dir).arg("--json").arg(&json);
         run_child(cmd, log, bar, format!("overwrite {sys}"))?;
         let text = std::fs::read_to_string(&json)

@@ -457,10 +457,10 @@ pub struct Overwrite {
     /// `None`: none for LightStore (the engine's default), a sixteenth of the data for
     /// BlobDB (`bench all`'s sustained run).
     pub cache_bytes: Option<u64>,
-    /// Keys to load instead of `fill_percent` of the user capacity (the same-space run).
-    pub keys: Option<u64>,
-    /// Overwrites to do instead of `times` the device's capacity (the same-space run).
-    pub overwrites: Option<u64>,
+    /// The same-space run ([`SAME_SPACE_SYSTEM`]): another system's run (BlobDB's) whose
+    /// peak space sizes the device ([`same_space_device_mib`], instead of `device_mib`) and
+    /// whose keys and overwrites this run repeats (instead of `fill_percent` and `times`).
+    pub same_space_as: Option<OverwriteRun>,
     /// Directory for the system's files.
     pub dir: PathBuf,
     /// Where to write the [`OverwriteRun`].
@@ -474,19 +474,38 @@ impl Overwrite {
     /// # Errors
     /// When the system fails.
     pub fn run(&self) -> anyhow::Result<()> {
-        let (g, capacity, user_capacity, keys) =
-            overwrite_sizes(self.device_mib, self.fill_percent)?;
+        let device_mib = match &self.same_space_as {
+            None => self.device_mib,
+            Some(peer) => {
+                anyhow::ensure!(
+                    self.system == "lightstore-local/plp",
+                    "the same-space run is LightStore plp's, not {}'s",
+                    self.system
+                );
+                let space = peer.peak_footprint_bytes.with_context(|| {
+                    format!(
+                        "{}'s run has no peak space to size a device to",
+                        peer.system
+                    )
+                })?;
+                same_space_device_mib(space)
+            }
+        };
+        let (g, capacity, user_capacity, keys) = overwrite_sizes(device_mib, self.fill_percent)?;
         let mut run = OverwriteRun {
             system: self.system.clone(),
             capacity_bytes: capacity,
             user_capacity_bytes: user_capacity,
             segment_bytes: g.segment_bytes(),
-            keys: self.keys.unwrap_or(keys),
-            overwrites: self
-                .overwrites
-                .unwrap_or(self.times * capacity / VALUE_SIZE as u64),
+            keys,
+            overwrites: self.times * capacity / VALUE_SIZE as u64,
             ..OverwriteRun::default()
         };
+        if let Some(peer) = &self.same_space_as {
+            run.keys = peer.keys;
+            run.overwrites = peer.overwrites;
+            run.sized_like = Some(peer.system.clone());
+        }
         std::fs::create_dir_all(&self.dir)?;
         let space = crate::footprint::SpaceMeter::start(self.dir.clone())?;
         let meter = match crate::procfs::BlockDevMeter::for_dir(&self.dir) {
@@ -532,6 +551,9 @@ impl Overwrite {
             other => bail!("no sustained-overwrite system `{other}`"),
         }
         run.peak_footprint_bytes = Some(space.peak());
+        if self.same_space_as.is_some() {
+            run.system = SAME_SPACE_SYSTEM.into();
+        }
         std::fs::write(&self.json, serde_json::to_string(&run)?)
             .with_context(|| format!("writing {}", self.json.display()))
     }

@@ -390,7 +390,11 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
             m,
             "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {target} | {met} | {} | {ratio} | {} |",
             o.system,
-            o.capacity_bytes >> 20,
+            if lightstore {
+                (o.capacity_bytes >> 20).to_string()
+            } else {
+                "— (files)".to_string()
+            },
             o.load_ops_per_sec,
             o.ops_per_sec,
             o.final_wa,

@@ -26,6 +26,7 @@ mod workloads;
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -214,12 +215,10 @@ enum Bench {
         /// The system's cache, MiB (default: see `extras::Overwrite::cache_bytes`).
         #[arg(long)]
         cache_mib: Option<u64>,
-        /// Keys to load instead of --fill-percent of the user capacity.
+        /// The same-space run: another system's run (its JSON) whose peak space sizes the
+        /// device (instead of --device-mib) and whose keys and overwrites this run repeats.
         #[arg(long)]
-        keys: Option<u64>,
-        /// Overwrites to do instead of --times the device's capacity.
-        #[arg(long)]
-        overwrites: Option<u64>,
+        same_space_as: Option<PathBuf>,
         #[arg(long)]
         dir: PathBuf,
         #[arg(long)]
@@ -438,19 +437,24 @@ fn main() -> anyhow::Result<()> {
             fill_percent,
             times,
             cache_mib,
-            keys,
-            overwrites,
+            same_space_as,
             dir,
             json,
         } => {
+            let same_space_as = match same_space_as {
+                None => None,
+                Some(path) => Some(serde_json::from_str(
+                    &std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?,
+                )?),
+            };
             extras::Overwrite {
                 system,
                 device_mib,
                 fill_percent,
                 times,
                 cache_bytes: cache_mib.map(|m| m << 20),
-                keys,
-                overwrites,
+                same_space_as,
                 dir,
                 json,
             }
