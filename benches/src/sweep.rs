@@ -18,7 +18,8 @@
 //! Both systems get the budget as cache DRAM (LightStore's value cache, BlobDB's block
 //! cache), beside their default memtables. LightStore's device is sized so its user
 //! capacity at the fill level holds the data; BlobDB writes the same keys to a file system
-//! with room to spare (its space amplification is not bounded by a device here).
+//! with room to spare (its space amplification is not bounded by a device here; `space MiB`
+//! is the most each run's files held, [`crate::footprint::SpaceMeter`]).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -194,7 +195,7 @@ fn device_for(data: u64, fill: u64) -> anyhow::Result<u64> {
 /// Prints the runs as a table.
 pub fn print(runs: &[SweepRun]) {
     println!(
-        "{:<24} {:>9} {:>9} {:>6} {:>10} {:>12} {:>13} {:>7} {:>8} {:>6}",
+        "{:<24} {:>9} {:>9} {:>6} {:>10} {:>12} {:>13} {:>7} {:>8} {:>6} {:>10}",
         "system",
         "data/DRAM",
         "data MiB",
@@ -204,7 +205,8 @@ pub fn print(runs: &[SweepRun]) {
         "overwrite/s",
         "WA",
         "WA disk",
-        "GC seg"
+        "GC seg",
+        "space MiB"
     );
     for r in runs {
         match &r.run.missing {
@@ -213,7 +215,7 @@ pub fn print(runs: &[SweepRun]) {
                 r.run.system, r.data_over_dram, r.data_mib, r.fill_percent, r.device_mib
             ),
             None => println!(
-                "{:<24} {:>9.2} {:>9.0} {:>6} {:>10} {:>12.0} {:>13.0} {:>7.2} {:>8} {:>6}",
+                "{:<24} {:>9.2} {:>9.0} {:>6} {:>10} {:>12.0} {:>13.0} {:>7.2} {:>8} {:>6} {:>10}",
                 r.run.system,
                 r.data_over_dram,
                 r.data_mib,
@@ -227,7 +229,10 @@ pub fn print(runs: &[SweepRun]) {
                     .map_or_else(|| "-".to_string(), |w| format!("{w:.2}")),
                 r.run
                     .gc_segments
-                    .map_or_else(|| "-".to_string(), |g| g.to_string())
+                    .map_or_else(|| "-".to_string(), |g| g.to_string()),
+                r.run
+                    .peak_footprint_bytes
+                    .map_or_else(|| "-".to_string(), |b| (b >> 20).to_string())
             ),
         }
     }
