@@ -153,7 +153,7 @@ mod tests {
         ));
 
         // The latest full report's verdicts at 8 KiB (its median rows).
-        let full = "benches/results/full-2026-12-02-cbec218-epyc";
+        let full = "benches/results/full-2026-12-02-eea44af-epyc";
         let f = json(&format!("{full}/results.json"));
         let at = |system: &str, workload: &str, size: u64| {
             f.as_array()
@@ -193,6 +193,22 @@ mod tests {
             no_wal(8192),
             no_wal(1024),
             no_wal(100),
+        ));
+
+        // Its sustained overwrite: LightStore plp over BlobDB (no WAL) at the 1 GiB device
+        // and in the space BlobDB held.
+        let ow = |system: &str| {
+            num(
+                at(&format!("overwrite/{system}"), "overwrite-8K", 8192),
+                "ops_per_sec",
+            )
+        };
+        let blobdb = ow("rocksdb-blobdb/no-wal");
+        wanted.push(format!(
+            "`{full}`'s sustained overwrite: plp {:.2}x BlobDB without a WAL at 1 GiB, {:.2}x \
+             in the space BlobDB held",
+            ow(plp) / blobdb,
+            ow("lightstore-local/plp@blobdb-space") / blobdb,
         ));
 
         let missing: Vec<&String> = wanted
