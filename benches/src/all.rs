@@ -705,12 +705,22 @@ impl AllBench {
             x.overwrite.push(overwrite_outcome(sys, run, t, say));
             bar.inc(1);
         }
-        // The same workload in the space BlobDB held: LightStore plp on a device of BlobDB's
-        // peak space, with its keys and overwrites (see `extras::SAME_SPACE_SYSTEM`).
-        let blobdb = x
-            .overwrite
-            .iter()
-            .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none());
+        // The same workload in the space BlobDB held, when it held more than LightStore's
+        // device: LightStore plp on a device of BlobDB's peak space, with its keys and
+        // overwrites (see `extras::SAME_SPACE_SYSTEM`).
+        let space_of = |prefix: &str| {
+            x.overwrite
+                .iter()
+                .find(|o| o.system.starts_with(prefix) && o.missing.is_none())
+                .and_then(|o| o.peak_footprint_bytes)
+        };
+        let mine = space_of("lightstore-local/plp").unwrap_or(0);
+        let blobdb = x.overwrite.iter().find(|o| {
+            o.system.starts_with("rocksdb")
+                && o.missing.is_none()
+                && o.peak_footprint_bytes
+                    .is_some_and(|b| extras::held_more_space(b, mine))
+        });
         if let Some(peer) = blobdb {
             interrupted()?;
             bar.set_message(format!(

@@ -425,6 +425,13 @@ pub fn overwrite_sizes(
     Ok((g, g.capacity_bytes(), user, keys))
 }
 
+/// Whether a run that held `peer` bytes at its peak held more space than one that held
+/// `mine` (by more than 5%, the meter's and the device file's slack): then the two did not
+/// run at the same fill, and the same-space run ([`SAME_SPACE_SYSTEM`]) is the comparison.
+pub fn held_more_space(peer: u64, mine: u64) -> bool {
+    peer > mine + mine / 20
+}
+
 /// The device, MiB, of the same-space run ([`SAME_SPACE_SYSTEM`]): the largest whose file
 /// (capacity, the FTL's spare blocks and a few pages of its own) is no larger than
 /// `peak_bytes`, the space BlobDB's run held at its peak.

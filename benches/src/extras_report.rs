@@ -501,7 +501,7 @@ fn overwrite_ratio(o: &OverwriteRun, r: f64, blobdb_space: Option<u64>) -> Strin
             mine >> 20,
             b >> 20
         ),
-        Some(b) if b > mine + mine / 20 => format!(
+        Some(b) if extras::held_more_space(b, mine) => format!(
             "{r:.2}x (same durability; BlobDB held {:.2}x this space: not the same fill, see \
              the same-space row)",
             b as f64 / mine.max(1) as f64
