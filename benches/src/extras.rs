@@ -425,6 +425,12 @@ pub fn overwrite_sizes(
     Ok((g, g.capacity_bytes(), user, keys))
 }
 
+/// BlobDB's sustained overwrite among `runs`, if it ran.
+pub fn blobdb_run(runs: &[OverwriteRun]) -> Option<&OverwriteRun> {
+    runs.iter()
+        .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none())
+}
+
 /// Whether a run that held `peer` bytes at its peak held more space than one that held
 /// `mine` (by more than 5%, the meter's and the device file's slack): then the two did not
 /// run at the same fill, and the same-space run ([`SAME_SPACE_SYSTEM`]) is the comparison.

@@ -358,10 +358,7 @@ pub fn markdown(x: &Extras, quick: bool) -> String {
         m,
         "| system | device MiB | load ops/s | overwrite ops/s | final WA | WA below the file system | WA target | met | peak space MiB | ÷ BlobDB (no WAL) ops/s | GC segments |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    let blobdb_run = x
-        .overwrite
-        .iter()
-        .find(|o| o.system.starts_with("rocksdb") && o.missing.is_none());
+    let blobdb_run = extras::blobdb_run(&x.overwrite);
     let blobdb = blobdb_run.map(|o| o.ops_per_sec);
     let blobdb_space = blobdb_run.and_then(|o| o.peak_footprint_bytes);
     for o in &x.overwrite {
