@@ -11,7 +11,7 @@ use crate::all::{Results, DEVICE, NET_PLP, PLP, SYSTEMS, VALUE_SIZES};
 use crate::local::size_label;
 use crate::plots;
 use crate::report::{to_full_json, Row};
-use crate::workloads::{Workload, BATCH, CLIENTS, MIXED_MIN_OPS, QD};
+use crate::workloads::{Workload, BATCH, CLIENTS, MIXED_MIN_OPS, QD, ZIPF_MIN_OPS};
 
 /// How `peers.rs` configures RocksDB (kept next to the report that states it).
 const ROCKSDB_CONFIG: &str = "tuned as its guides say for large values on flash: no \
@@ -929,7 +929,9 @@ fn methodology(res: &Results) -> String {
          would shrink across keys, so no system here compresses (RocksDB's options are \
          checked at open, fjall's compression is off). Each workload does as many operations as there \
          are keys, R-Mixed at least {MIXED_MIN_OPS} (its p99.9, a target, then rests on more \
-         than one stall of the {QD} operations in flight).\n\
+         than one stall of the {QD} operations in flight) and Z-GET at least {ZIPF_MIN_OPS} \
+         (it measures a hot set served from each system's cache: one pass over 16,384 keys \
+         makes a fifth of its reads a key's first, a miss every cache pays once).\n\
          - **Device ceiling** (`{DEVICE}`): the append-only device on its io_uring O_DIRECT \
          file backend, no engine, same scratch file system, 8 KiB pages at depth {QD} (the \
          backend sends adjacent pages started together down as one vectored write or read of \
