@@ -449,8 +449,9 @@ fn targets(res: &Results) -> Vec<Target> {
         let got = ratio(cpu("redis"), cpu(NET_PLP));
         t.push(Target {
             what: format!(
-                "LightStore-Net plp {} ops per server CPU-second vs Redis (in-memory)",
-                w.name()
+                "LightStore-Net plp {} ops per server CPU-second vs Redis (in-memory){}",
+                w.name(),
+                io_cpu_floor(res, w, cpu("redis"))
             ),
             goal: ">= 1.0x".into(),
             got,
@@ -481,6 +482,29 @@ fn targets(res: &Results) -> Vec<Target> {
         }
     }
     t
+}
+
+/// Beside a CPU-per-operation target: what one device I/O of the workload's kind costs fio's
+/// own thread in this run, next to Redis's CPU for the whole operation, for the reader to
+/// weigh the target against (a read that misses the value cache pays at least fio's read;
+/// a write's pages go down merged, so fio's single 8 KiB write bounds its page from above).
+fn io_cpu_floor(res: &Results, w: Workload, redis_s_per_mop: Option<f64>) -> String {
+    let Ok(f) = &res.fio else {
+        return String::new();
+    };
+    let (io, what) = match w {
+        Workload::RSet => (f.seq_write, "sequential write"),
+        _ => (f.rand_read, "random read"),
+    };
+    match (io.cpu_us_per_io, redis_s_per_mop) {
+        (Some(io_us), Some(redis_us)) => format!(
+            " (fio's own CPU per 8 KiB {what} at depth {} in this run: {io_us:.1} us; \
+             Redis's per {}: {redis_us:.1} us)",
+            f.iodepth,
+            if w.reads() { "GET" } else { "SET" }
+        ),
+        _ => String::new(),
+    }
 }
 
 /// What the host-stall probe saw during a row: stalls, the longest, the guest's steal time.
@@ -523,7 +547,10 @@ fn ceilings_section(res: &Results) -> String {
          read needs nothing of the device's own; this run: {}); {} is the figure anyone can \
          reproduce: `fio --ioengine=io_uring --direct=1 --bs=8k \
          --iodepth={} --rw=PATTERN --size={} --number_ios={}` on a fresh file, after a first \
-         sequential write over it (not reported: first writes convert the file's extents).\n",
+         sequential write over it (not reported: first writes convert the file's extents). \
+         The last column is fio's own job thread (user and system time) per I/O: what the \
+         kernel's path for one such I/O costs the thread that submits and reaps it on this \
+         host, against which the servers' CPU per operation can be weighed.\n",
         f.iodepth,
         if res.read_ceiling_from_fio {
             "fio's"
@@ -537,7 +564,7 @@ fn ceilings_section(res: &Results) -> String {
     );
     m.push_str(
         "| pattern | the workloads it bounds | load generator (ops/s) | fio (IOPS) | fio MB/s \
-         | fio p50 us | fio p99 us |\n|---|---|---:|---:|---:|---:|---:|\n",
+         | fio p50 us | fio p99 us | fio CPU us per I/O |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let rows = [
         (
@@ -563,12 +590,13 @@ fn ceilings_section(res: &Results) -> String {
     for (pattern, bounds, ours, r) in rows {
         let _ = writeln!(
             m,
-            "| {pattern} | {bounds} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            "| {pattern} | {bounds} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
             fmt_opt(ours, 0),
             r.iops,
             r.bytes_per_sec / 1e6,
             r.p50_us,
-            r.p99_us
+            r.p99_us,
+            fmt_opt(r.cpu_us_per_io, 1)
         );
     }
     m.push('\n');
@@ -1027,6 +1055,7 @@ mod tests {
             bytes_per_sec: iops * 8192.0,
             p50_us: 300.0,
             p99_us: 900.0,
+            cpu_us_per_io: Some(8.0),
         }
     }
 
@@ -1043,7 +1072,7 @@ mod tests {
         };
         let m = ceilings_section(&results(Ok(f)));
         assert!(
-            m.contains("| sequential write | S-SET; every write of an append-only engine (R-SET too) | 90000 | 95000 | 778 | 300 | 900 |"),
+            m.contains("| sequential write | S-SET; every write of an append-only engine (R-SET too) | 90000 | 95000 | 778 | 300 | 900 | 8.0 |"),
             "{m}"
         );
         assert!(
@@ -1136,5 +1165,38 @@ mod tests {
         assert_eq!(r(Workload::SGet, 8192), None, "no row");
         let no_fio = results(Err("fio is not installed".into()));
         assert_eq!(vs_fio(&no_fio, PLP, Workload::SSet, 8192), None);
+    }
+
+    /// The CPU-per-operation targets name what one device I/O costs fio's own thread in the
+    /// same run, beside Redis's CPU for the whole operation; without fio they say nothing.
+    #[test]
+    fn cpu_targets_name_the_io_floor_of_the_same_run() {
+        let mut read = fio(50_000.0);
+        read.cpu_us_per_io = Some(8.04);
+        let mut write = fio(90_000.0);
+        write.cpu_us_per_io = Some(7.7);
+        let f = FioCeilings {
+            version: "fio-3.33".into(),
+            iodepth: 32,
+            region_bytes: 256 << 20,
+            seq_write: write,
+            rand_write: fio(60_000.0),
+            seq_read: fio(110_000.0),
+            rand_read: read,
+        };
+        let res = results(Ok(f));
+        assert_eq!(
+            io_cpu_floor(&res, Workload::RGet, Some(6.1)),
+            " (fio's own CPU per 8 KiB random read at depth 32 in this run: 8.0 us; \
+             Redis's per GET: 6.1 us)"
+        );
+        assert_eq!(
+            io_cpu_floor(&res, Workload::RSet, Some(7.93)),
+            " (fio's own CPU per 8 KiB sequential write at depth 32 in this run: 7.7 us; \
+             Redis's per SET: 7.9 us)"
+        );
+        assert_eq!(io_cpu_floor(&res, Workload::RGet, None), "");
+        let no_fio = results(Err("fio is not installed".into()));
+        assert_eq!(io_cpu_floor(&no_fio, Workload::RGet, Some(6.1)), "");
     }
 }

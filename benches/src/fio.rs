@@ -32,6 +32,10 @@ pub struct FioResult {
     pub p50_us: f64,
     /// 99th percentile total latency, microseconds.
     pub p99_us: f64,
+    /// fio's own CPU (its job thread, user and system) per I/O, microseconds: what the
+    /// kernel's path for one such I/O costs the thread that submits and reaps it (`None`
+    /// when fio's JSON lacks the figures).
+    pub cpu_us_per_io: Option<f64>,
 }
 
 /// Checks that fio can run; the error says why not.
@@ -92,7 +96,17 @@ pub fn run(file: &Path, job: &FioJob<'_>) -> anyhow::Result<FioResult> {
         bytes_per_sec: side["bw_bytes"].as_f64().unwrap_or(0.0),
         p50_us: pct("50.000000"),
         p99_us: pct("99.000000"),
+        cpu_us_per_io: cpu_us_per_io(job_v, side),
     })
+}
+
+/// fio's job thread CPU per I/O in microseconds, from its JSON: `usr_cpu` and `sys_cpu` are
+/// percentages of the job's runtime (`job_runtime`, milliseconds), `total_ios` the I/Os.
+fn cpu_us_per_io(job: &Value, side: &Value) -> Option<f64> {
+    let percent = job["usr_cpu"].as_f64()? + job["sys_cpu"].as_f64()?;
+    let runtime_s = job["job_runtime"].as_f64()? / 1e3;
+    let ios = side["total_ios"].as_f64().filter(|&n| n > 0.0)?;
+    Some(percent / 100.0 * runtime_s / ios * 1e6)
 }
 
 /// fio's figure for each of the four access patterns the workloads make, at 8 KiB and one
@@ -168,6 +182,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cpu_per_io_is_the_jobs_cpu_time_over_its_ios() {
+        // 40% of 2 s over 100,000 I/Os: 8 us each.
+        let job: Value = serde_json::json!({
+            "usr_cpu": 5.0, "sys_cpu": 35.0, "job_runtime": 2000,
+        });
+        let side: Value = serde_json::json!({ "total_ios": 100_000 });
+        let got = cpu_us_per_io(&job, &side).unwrap();
+        assert!((got - 8.0).abs() < 1e-9, "{got}");
+        // Missing figures or no I/O: none, not a division by zero.
+        assert_eq!(cpu_us_per_io(&serde_json::json!({}), &side), None);
+        let none: Value = serde_json::json!({ "total_ios": 0 });
+        assert_eq!(cpu_us_per_io(&job, &none), None);
+    }
+
+    #[test]
     fn the_four_patterns_run_on_a_small_file() {
         if let Err(e) = available() {
             // `cargo xtask test` installs fio, and fails on a skip for a missing tool.
@@ -197,6 +226,9 @@ mod tests {
                 "{name}: 8 KiB blocks: {r:?}"
             );
             assert!(r.p99_us >= r.p50_us, "{name}: {r:?}");
+            // Every I/O costs its submitter some CPU, and far less than a second.
+            let cpu = r.cpu_us_per_io.expect("fio reports its CPU");
+            assert!(cpu > 0.0 && cpu < 1e6, "{name}: {r:?}");
         }
         assert!(!path.exists(), "the scratch file is removed");
         // A place fio cannot write (under a file): the reason, not a panic.
