@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::all::{Results, DEVICE, NET_PLP, PLP, SYSTEMS, VALUE_SIZES};
+use crate::all_targets::{target_lines, targets};
 use crate::local::size_label;
 use crate::plots;
 use crate::report::{to_full_json, Row};
@@ -46,7 +47,7 @@ const SERVER_PEERS: [(&str, &str, &str); 2] = [
     ("redis-aof-everysec", "Redis AOF", "lightstore-net"),
 ];
 
-fn find<'a>(rows: &'a [Row], system: &str, w: Workload, vs: usize) -> Option<&'a Row> {
+pub(crate) fn find<'a>(rows: &'a [Row], system: &str, w: Workload, vs: usize) -> Option<&'a Row> {
     rows.iter().find(|r| {
         r.system == system
             && r.workload == w.name()
@@ -55,11 +56,11 @@ fn find<'a>(rows: &'a [Row], system: &str, w: Workload, vs: usize) -> Option<&'a
     })
 }
 
-fn ops(rows: &[Row], system: &str, w: Workload, vs: usize) -> Option<f64> {
+pub(crate) fn ops(rows: &[Row], system: &str, w: Workload, vs: usize) -> Option<f64> {
     find(rows, system, w, vs).map(|r| r.ops_per_sec)
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
@@ -85,7 +86,7 @@ fn fio_ops(f: &crate::fio::FioCeilings, w: Workload, vs: usize) -> f64 {
 }
 
 /// `system`'s ops/s for `w` over what fio allows for the workload's own pattern.
-fn vs_fio(res: &Results, system: &str, w: Workload, vs: usize) -> Option<f64> {
+pub(crate) fn vs_fio(res: &Results, system: &str, w: Workload, vs: usize) -> Option<f64> {
     let f = res.fio.as_ref().ok()?;
     let fio = fio_ops(f, w, vs);
     ops(&res.rows, system, w, vs)
@@ -93,7 +94,7 @@ fn vs_fio(res: &Results, system: &str, w: Workload, vs: usize) -> Option<f64> {
         .map(|o| o / fio)
 }
 
-fn fmt_ratio(x: Option<f64>) -> String {
+pub(crate) fn fmt_ratio(x: Option<f64>) -> String {
     x.map_or_else(|| "—".to_string(), |x| format!("{x:.2}x"))
 }
 
@@ -105,7 +106,7 @@ fn fmt_ops(r: &Row) -> String {
     }
 }
 
-fn fmt_opt(x: Option<f64>, digits: usize) -> String {
+pub(crate) fn fmt_opt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "—".to_string(), |x| format!("{x:.digits$}"))
 }
 
@@ -271,244 +272,8 @@ pub fn write_outputs(res: &Results, out: &Path) -> anyhow::Result<Vec<PathBuf>> 
     Ok(written)
 }
 
-/// The targets of workload `w` (8 KiB) as absolute ops/s, each labelled with the bar that
-/// must reach it: the lines of its chart (the same goals as [`targets`]).
-fn target_lines(res: &Results, w: Workload) -> Vec<(String, f64)> {
-    let (rows, vs) = (&res.rows, 8192);
-    let peer = |s: &str| ops(rows, s, w, vs);
-    let dev = res.ceiling.ops(w, vs);
-    let mut lines: Vec<(String, Option<f64>)> = Vec::new();
-    match w {
-        Workload::SSet | Workload::SGet | Workload::RGet => {
-            lines.push(("plp >= 0.9x device".into(), Some(0.9 * dev)));
-        }
-        Workload::RSet => {
-            lines.push(("plp >= 0.8x device".into(), Some(0.8 * dev)));
-            lines.push((
-                "plp >= 1x RocksDB leveled (no WAL)".into(),
-                peer("rocksdb-leveled/no-wal"),
-            ));
-        }
-        Workload::RMixed | Workload::ZGet => {}
-    }
-    let leveled_goal = match w {
-        Workload::SSet | Workload::SGet => Some(1.0),
-        Workload::RSet => Some(3.0),
-        Workload::RGet => Some(1.5),
-        Workload::RMixed => Some(2.0),
-        Workload::ZGet => None,
-    };
-    if let Some(g) = leveled_goal {
-        lines.push((
-            format!("durable >= {g}x RocksDB leveled (WAL sync)"),
-            peer("rocksdb-leveled/wal-sync").map(|x| g * x),
-        ));
-        lines.push((
-            "durable >= 1x BlobDB (WAL sync)".into(),
-            peer("rocksdb-blobdb/wal-sync"),
-        ));
-    }
-    let redis = peer("redis");
-    match w {
-        Workload::RGet => lines.push((
-            "Net plp >= min(Redis, 0.9x device)".into(),
-            redis.map(|r| r.min(0.9 * res.ceiling.read_ops)),
-        )),
-        Workload::ZGet => lines.push(("Net plp >= 1x Redis".into(), redis)),
-        Workload::RSet => lines.push(("Net plp >= 0.8x Redis".into(), redis.map(|r| 0.8 * r))),
-        _ => {}
-    }
-    lines
-        .into_iter()
-        .filter_map(|(l, v)| Some((l, v.filter(|v| *v > 0.0)?)))
-        .collect()
-}
-
-/// A DESIGN.md section 8 target and how this run fares against it.
-struct Target {
-    what: String,
-    goal: String,
-    got: Option<f64>,
-    met: Option<bool>,
-    /// How `got` reads: a ratio (`0.86x`) or a latency (`8.1 ms`).
-    latency: bool,
-}
-
-/// R-Mixed's p99.9 latency goal of GETs and of SETs, ms (issue 15).
-const MIXED_P999_GOAL_MS: f64 = 10.0;
-
-fn targets(res: &Results) -> Vec<Target> {
-    let rows = &res.rows;
-    let vs = 8192;
-    let mut t = Vec::new();
-    let ls = |w| ops(rows, "lightstore-local", w, vs);
-    // Over RESP the drive in plp mode against in-memory Redis: both acknowledge from DRAM
-    // (DESIGN.md: "SET >= 0.8x in-memory redis-server, while persisting to the device").
-    let net = |w| ops(rows, NET_PLP, w, vs);
-    // Against the device on a matching pair: the ceiling's writes are acknowledged at
-    // completion, with no flush, as LightStore's in plp mode (the paper's card); reads are
-    // the same in both modes. The durable mode's ratios are in the tables above.
-    for (w, goal) in [
-        (Workload::SSet, 0.9),
-        (Workload::SGet, 0.9),
-        (Workload::RGet, 0.9),
-        (Workload::RSet, 0.8),
-    ] {
-        let got = find(rows, PLP, w, vs).and_then(|r| r.ratio_to_device);
-        let mut what = format!(
-            "LightStore-Local plp {} vs device (vs fio on its own pattern: {})",
-            w.name(),
-            fmt_ratio(vs_fio(res, PLP, w, vs))
-        );
-        let mut met = got.map(|g| g >= goal);
-        if w == Workload::RSet {
-            let wa = find(rows, PLP, w, vs).and_then(|r| r.write_amp);
-            what.push_str(&format!(" (WA {} <= 1.2)", fmt_opt(wa, 2)));
-            met = met.map(|m| m && wa.is_some_and(|wa| wa <= 1.2));
-        }
-        t.push(Target {
-            what,
-            goal: format!(">= {goal:.1}x"),
-            got,
-            met,
-            latency: false,
-        });
-    }
-    // Issue 15: without a flush per write, at least RocksDB without a WAL, every value size.
-    for size in VALUE_SIZES {
-        let got = ratio(
-            ops(rows, PLP, Workload::RSet, size),
-            ops(rows, "rocksdb-leveled/no-wal", Workload::RSet, size),
-        );
-        t.push(Target {
-            what: format!(
-                "LightStore-Local plp R-SET vs RocksDB leveled (no WAL), {} values",
-                size_label(size)
-            ),
-            goal: ">= 1.0x".into(),
-            got,
-            met: got.map(|g| g >= 1.0),
-            latency: false,
-        });
-    }
-    for (peer, label, goals) in [
-        (
-            "rocksdb-leveled/wal-sync",
-            "RocksDB leveled (WAL sync)",
-            [1.0, 1.0, 3.0, 1.5, 2.0],
-        ),
-        (
-            "rocksdb-blobdb/wal-sync",
-            "RocksDB BlobDB (WAL sync)",
-            [1.0; 5],
-        ),
-    ] {
-        for (w, goal) in Workload::ALL.into_iter().zip(goals) {
-            let got = ratio(ls(w), ops(rows, peer, w, vs));
-            t.push(Target {
-                what: format!("LightStore-Local {} vs {label}", w.name()),
-                goal: format!(">= {goal:.1}x"),
-                got,
-                met: got.map(|g| g >= goal),
-                latency: false,
-            });
-        }
-    }
-    let redis = |w| ops(rows, "redis", w, vs);
-    let get_goal = match (redis(Workload::RGet), res.ceiling.read_ops) {
-        (Some(r), d) => Some(r.min(0.9 * d)),
-        (None, _) => None,
-    };
-    let got = ratio(net(Workload::RGet), get_goal);
-    t.push(Target {
-        what: "LightStore-Net plp R-GET vs min(Redis, 0.9 x device reads)".into(),
-        goal: ">= 1.0x".into(),
-        got,
-        met: got.map(|g| g >= 1.0),
-        latency: false,
-    });
-    let got = ratio(net(Workload::ZGet), redis(Workload::ZGet));
-    t.push(Target {
-        what: "LightStore-Net plp Z-GET (Zipfian 0.99) vs Redis (in-memory)".into(),
-        goal: ">= 1.0x".into(),
-        got,
-        met: got.map(|g| g >= 1.0),
-        latency: false,
-    });
-    let got = ratio(net(Workload::RSet), redis(Workload::RSet));
-    t.push(Target {
-        what: "LightStore-Net plp R-SET vs Redis (in-memory)".into(),
-        goal: ">= 0.8x".into(),
-        got,
-        met: got.map(|g| g >= 0.8),
-        latency: false,
-    });
-    for w in [Workload::RGet, Workload::RSet] {
-        let cpu = |s: &str| find(rows, s, w, vs).and_then(|r| r.cpu_s_per_mop);
-        // Ops per CPU-second: LightStore's over Redis's.
-        let got = ratio(cpu("redis"), cpu(NET_PLP));
-        t.push(Target {
-            what: format!(
-                "LightStore-Net plp {} ops per server CPU-second vs Redis (in-memory){}",
-                w.name(),
-                io_cpu_floor(res, w, cpu("redis"))
-            ),
-            goal: ">= 1.0x".into(),
-            got,
-            met: got.map(|g| g >= 1.0),
-            latency: false,
-        });
-    }
-    // Issue 15: R-Mixed with maintenance running, the tails of GETs and of SETs.
-    for system in ["lightstore-local", PLP] {
-        let p999 = find(rows, system, Workload::RMixed, vs).and_then(|r| r.read_write_p999_us);
-        for (op, got) in [("GET", p999.map(|p| p.0)), ("SET", p999.map(|p| p.1))] {
-            let got = got.map(|us| us / 1e3);
-            t.push(Target {
-                what: format!(
-                    "{} R-Mixed p99.9 of {op} (host stalls: {})",
-                    if system == PLP {
-                        "LightStore-Local plp"
-                    } else {
-                        "LightStore-Local"
-                    },
-                    fmt_stalls(find(rows, system, Workload::RMixed, vs))
-                ),
-                goal: format!("<= {MIXED_P999_GOAL_MS:.0} ms"),
-                got,
-                met: got.map(|ms| ms <= MIXED_P999_GOAL_MS),
-                latency: true,
-            });
-        }
-    }
-    t
-}
-
-/// Beside a CPU-per-operation target: what one device I/O of the workload's kind costs fio's
-/// own thread in this run, next to Redis's CPU for the whole operation, for the reader to
-/// weigh the target against (a read that misses the value cache pays at least fio's read;
-/// a write's pages go down merged, so fio's single 8 KiB write bounds its page from above).
-fn io_cpu_floor(res: &Results, w: Workload, redis_s_per_mop: Option<f64>) -> String {
-    let Ok(f) = &res.fio else {
-        return String::new();
-    };
-    let (io, what) = match w {
-        Workload::RSet => (f.seq_write, "sequential write"),
-        _ => (f.rand_read, "random read"),
-    };
-    match (io.cpu_us_per_io, redis_s_per_mop) {
-        (Some(io_us), Some(redis_us)) => format!(
-            " (fio's own CPU per 8 KiB {what} at depth {} in this run: {io_us:.1} us; \
-             Redis's per {}: {redis_us:.1} us)",
-            f.iodepth,
-            if w.reads() { "GET" } else { "SET" }
-        ),
-        _ => String::new(),
-    }
-}
-
 /// What the host-stall probe saw during a row: stalls, the longest, the guest's steal time.
-fn fmt_stalls(r: Option<&Row>) -> String {
+pub(crate) fn fmt_stalls(r: Option<&Row>) -> String {
     match r.and_then(|r| r.host_stalls) {
         Some(h) => {
             let steal = h
@@ -959,7 +724,10 @@ fn methodology(res: &Results) -> String {
          are keys, R-Mixed at least {MIXED_MIN_OPS} (its p99.9, a target, then rests on more \
          than one stall of the {QD} operations in flight) and Z-GET at least {ZIPF_MIN_OPS} \
          (it measures a hot set served from each system's cache: one pass over 16,384 keys \
-         makes a fifth of its reads a key's first, a miss every cache pays once).\n\
+         makes a fifth of its reads a key's first, a miss every cache pays once). Each \
+         workload draws its random keys from a stream of its own (since the run after \
+         `1cfa13e`; before, R-GET read back R-SET's keys in the order R-SET wrote them, and \
+         R-Mixed R-GET's).\n\
          - **Device ceiling** (`{DEVICE}`): the append-only device on its io_uring O_DIRECT \
          file backend, no engine, same scratch file system, 8 KiB pages at depth {QD} (the \
          backend sends adjacent pages started together down as one vectored write or read of \
@@ -1017,14 +785,14 @@ fn redis_version() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
     use crate::fio::{FioCeilings, FioResult};
     use crate::workloads::Ceiling;
 
-    fn results(fio: Result<FioCeilings, String>) -> Results {
+    pub(crate) fn results(fio: Result<FioCeilings, String>) -> Results {
         Results {
             rows: Vec::new(),
             cdfs: Vec::new(),
@@ -1049,7 +817,7 @@ mod tests {
         }
     }
 
-    fn fio(iops: f64) -> FioResult {
+    pub(crate) fn fio(iops: f64) -> FioResult {
         FioResult {
             iops,
             bytes_per_sec: iops * 8192.0,
@@ -1165,38 +933,5 @@ mod tests {
         assert_eq!(r(Workload::SGet, 8192), None, "no row");
         let no_fio = results(Err("fio is not installed".into()));
         assert_eq!(vs_fio(&no_fio, PLP, Workload::SSet, 8192), None);
-    }
-
-    /// The CPU-per-operation targets name what one device I/O costs fio's own thread in the
-    /// same run, beside Redis's CPU for the whole operation; without fio they say nothing.
-    #[test]
-    fn cpu_targets_name_the_io_floor_of_the_same_run() {
-        let mut read = fio(50_000.0);
-        read.cpu_us_per_io = Some(8.04);
-        let mut write = fio(90_000.0);
-        write.cpu_us_per_io = Some(7.7);
-        let f = FioCeilings {
-            version: "fio-3.33".into(),
-            iodepth: 32,
-            region_bytes: 256 << 20,
-            seq_write: write,
-            rand_write: fio(60_000.0),
-            seq_read: fio(110_000.0),
-            rand_read: read,
-        };
-        let res = results(Ok(f));
-        assert_eq!(
-            io_cpu_floor(&res, Workload::RGet, Some(6.1)),
-            " (fio's own CPU per 8 KiB random read at depth 32 in this run: 8.0 us; \
-             Redis's per GET: 6.1 us)"
-        );
-        assert_eq!(
-            io_cpu_floor(&res, Workload::RSet, Some(7.93)),
-            " (fio's own CPU per 8 KiB sequential write at depth 32 in this run: 7.7 us; \
-             Redis's per SET: 7.9 us)"
-        );
-        assert_eq!(io_cpu_floor(&res, Workload::RGet, None), "");
-        let no_fio = results(Err("fio is not installed".into()));
-        assert_eq!(io_cpu_floor(&no_fio, Workload::RGet, Some(6.1)), "");
     }
 }

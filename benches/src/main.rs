@@ -2,6 +2,7 @@
 
 mod all;
 mod all_report;
+mod all_targets;
 mod cluster;
 mod device;
 mod expiry;

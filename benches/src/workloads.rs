@@ -150,6 +150,17 @@ impl Workload {
         }
     }
 
+    /// The clients' seed for a run of this workload on a shape seeded with `seed`: each
+    /// workload draws its keys from a stream of its own. With one seed for all, client `c`
+    /// drew the same keys in the same order in R-SET, R-GET and R-Mixed (one key per draw
+    /// whatever the batch length), so R-GET read back exactly what R-SET had just written,
+    /// in order, and found the newest of it in every cache that writes fill (LightStore's
+    /// value cache, RocksDB's memtables), and R-Mixed read what R-GET had just read.
+    pub fn seed(self, seed: u64) -> u64 {
+        let index = Workload::ALL.iter().position(|&w| w == self).unwrap_or(0) as u64;
+        seed.wrapping_add(index.wrapping_mul(0x0123_4567_89ab_cdef))
+    }
+
     /// Whether it reads.
     pub fn reads(self) -> bool {
         !matches!(self, Workload::SSet | Workload::RSet)
@@ -166,7 +177,8 @@ pub struct Shape {
     /// Keys per write batch (R-Mixed's writes use `read_batch`).
     pub write_batch: u64,
     /// Added to the clients' random seeds, so runs that follow one another (the sustained
-    /// overwrite's slices) pick different keys.
+    /// overwrite's slices) pick different keys (each workload adds its own besides:
+    /// [`Workload::seed`]).
     pub seed: u64,
 }
 
@@ -292,7 +304,7 @@ pub fn run(
         ops,
         batch_len,
         shape.clients,
-        shape.seed,
+        w.seed(shape.seed),
         value.len(),
         |s, rng, b| {
             match w {
@@ -316,6 +328,15 @@ pub fn run(
 /// When the system has no no-op command or fails.
 pub fn noop_qd1(kv: &dyn KvUnderTest, ops: u64) -> anyhow::Result<Measured> {
     measure(kv, ops, 1, 1, 0, 0, |s, _, _| s.noop().map(|()| 0))
+}
+
+/// Client `c`'s random stream in a run seeded with `seed`.
+fn client_rng(seed: u64, c: u32) -> SmallRng {
+    SmallRng::seed_from_u64(
+        0x5eed_u64
+            .wrapping_add(seed.wrapping_mul(0x9e37_79b9))
+            .wrapping_add(u64::from(c)),
+    )
 }
 
 /// Runs `ops` operations from `clients` threads, each with its own session issuing batches
@@ -352,9 +373,7 @@ where
                 let (f, next, put_keys) = (&f, &next, &put_keys);
                 scope.spawn(move || {
                     let mut session = kv.session()?;
-                    let mut rng = SmallRng::seed_from_u64(
-                        0x5eed + seed.wrapping_mul(0x9e37_79b9) + u64::from(c),
-                    );
+                    let mut rng = client_rng(seed, c);
                     // Nanoseconds; they grow to fit whatever is recorded.
                     let mut reads = Histogram::<u64>::new(LATENCY_DIGITS)?;
                     let mut writes = Histogram::<u64>::new(LATENCY_DIGITS)?;
@@ -601,5 +620,32 @@ mod tests {
         // Larger data sets run one pass, as every other read workload.
         assert_eq!(Workload::ZGet.ops(1 << 20), 1 << 20);
         assert_eq!(Workload::RGet.ops(keys), keys);
+    }
+
+    #[test]
+    fn each_workload_draws_keys_of_its_own() {
+        let n = 16_384u64;
+        // Client 0's first 2,000 keys in a run of `w`, as `measure` seeds them.
+        let keys = |w: Workload, seed: u64| -> std::collections::HashSet<u64> {
+            let mut rng = client_rng(w.seed(seed), 0);
+            (0..2_000).map(|_| rng.gen_range(0..n)).collect()
+        };
+        let (set, get, mixed) = (
+            keys(Workload::RSet, 0),
+            keys(Workload::RGet, 0),
+            keys(Workload::RMixed, 0),
+        );
+        // Independent draws of 2,000 from 16,384 share about 240 keys; the same stream
+        // would share all of them.
+        for (a, b, what) in [(&set, &get, "R-SET/R-GET"), (&get, &mixed, "R-GET/R-Mixed")] {
+            let shared = a.intersection(b).count();
+            assert!(shared < 400, "{what}: {shared} of {} keys shared", a.len());
+        }
+        // The overwrite's slices (seeds 1, 2, ...) differ from each other and from seed 0.
+        let seeds: std::collections::HashSet<u64> = Workload::ALL
+            .iter()
+            .flat_map(|&w| (0..4).map(move |s| w.seed(s)))
+            .collect();
+        assert_eq!(seeds.len(), Workload::ALL.len() * 4);
     }
 }
