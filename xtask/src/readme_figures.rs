@@ -153,7 +153,7 @@ mod tests {
         ));
 
         // The latest full report's verdicts at 8 KiB (its median rows).
-        let full = "benches/results/full-2026-12-02-eea44af-epyc";
+        let full = "benches/results/full-2026-12-02-85fdce1-epyc";
         let f = json(&format!("{full}/results.json"));
         let at = |system: &str, workload: &str, size: u64| {
             f.as_array()
