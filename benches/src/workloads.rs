@@ -635,7 +635,7 @@ mod tests {
             keys(Workload::RGet, 0),
             keys(Workload::RMixed, 0),
         );
-        // Independent draws of 2,000 from 16,384 share about 240 keys; the same stream
+        // Independent draws of 2,000 from 16,384 share about 220 keys; the same stream
         // would share all of them.
         for (a, b, what) in [(&set, &get, "R-SET/R-GET"), (&get, &mixed, "R-GET/R-Mixed")] {
             let shared = a.intersection(b).count();
