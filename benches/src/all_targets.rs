@@ -70,6 +70,19 @@ pub(crate) struct Target {
     pub(crate) latency: bool,
 }
 
+impl Target {
+    /// A ratio target: `got` must reach `goal` (e.g. `>= 0.8x`).
+    fn ratio_at_least(what: String, goal: f64, got: Option<f64>) -> Target {
+        Target {
+            what,
+            goal: format!(">= {goal:.1}x"),
+            got,
+            met: got.map(|g| g >= goal),
+            latency: false,
+        }
+    }
+}
+
 /// R-Mixed's p99.9 latency goal of GETs and of SETs, ms (issue 15).
 const MIXED_P999_GOAL_MS: f64 = 10.0;
 
@@ -116,16 +129,14 @@ pub(crate) fn targets(res: &Results) -> Vec<Target> {
             ops(rows, PLP, Workload::RSet, size),
             ops(rows, "rocksdb-leveled/no-wal", Workload::RSet, size),
         );
-        t.push(Target {
-            what: format!(
+        t.push(Target::ratio_at_least(
+            format!(
                 "LightStore-Local plp R-SET vs RocksDB leveled (no WAL), {} values",
                 size_label(size)
             ),
-            goal: ">= 1.0x".into(),
+            1.0,
             got,
-            met: got.map(|g| g >= 1.0),
-            latency: false,
-        });
+        ));
     }
     for (peer, label, goals) in [
         (
@@ -141,13 +152,11 @@ pub(crate) fn targets(res: &Results) -> Vec<Target> {
     ] {
         for (w, goal) in Workload::ALL.into_iter().zip(goals) {
             let got = ratio(ls(w), ops(rows, peer, w, vs));
-            t.push(Target {
-                what: format!("LightStore-Local {} vs {label}", w.name()),
-                goal: format!(">= {goal:.1}x"),
+            t.push(Target::ratio_at_least(
+                format!("LightStore-Local {} vs {label}", w.name()),
+                goal,
                 got,
-                met: got.map(|g| g >= goal),
-                latency: false,
-            });
+            ));
         }
     }
     let redis = |w| ops(rows, "redis", w, vs);
@@ -156,44 +165,36 @@ pub(crate) fn targets(res: &Results) -> Vec<Target> {
         (None, _) => None,
     };
     let got = ratio(net(Workload::RGet), get_goal);
-    t.push(Target {
-        what: "LightStore-Net plp R-GET vs min(Redis, 0.9 x device reads)".into(),
-        goal: ">= 1.0x".into(),
+    t.push(Target::ratio_at_least(
+        "LightStore-Net plp R-GET vs min(Redis, 0.9 x device reads)".into(),
+        1.0,
         got,
-        met: got.map(|g| g >= 1.0),
-        latency: false,
-    });
+    ));
     let got = ratio(net(Workload::ZGet), redis(Workload::ZGet));
-    t.push(Target {
-        what: "LightStore-Net plp Z-GET (Zipfian 0.99) vs Redis (in-memory)".into(),
-        goal: ">= 1.0x".into(),
+    t.push(Target::ratio_at_least(
+        "LightStore-Net plp Z-GET (Zipfian 0.99) vs Redis (in-memory)".into(),
+        1.0,
         got,
-        met: got.map(|g| g >= 1.0),
-        latency: false,
-    });
+    ));
     let got = ratio(net(Workload::RSet), redis(Workload::RSet));
-    t.push(Target {
-        what: "LightStore-Net plp R-SET vs Redis (in-memory)".into(),
-        goal: ">= 0.8x".into(),
+    t.push(Target::ratio_at_least(
+        "LightStore-Net plp R-SET vs Redis (in-memory)".into(),
+        0.8,
         got,
-        met: got.map(|g| g >= 0.8),
-        latency: false,
-    });
+    ));
     for w in [Workload::RGet, Workload::RSet] {
         let cpu = |s: &str| find(rows, s, w, vs).and_then(|r| r.cpu_s_per_mop);
         // Ops per CPU-second: LightStore's over Redis's.
         let got = ratio(cpu("redis"), cpu(NET_PLP));
-        t.push(Target {
-            what: format!(
+        t.push(Target::ratio_at_least(
+            format!(
                 "LightStore-Net plp {} ops per server CPU-second vs Redis (in-memory){}",
                 w.name(),
                 io_cpu_floor(res, w, cpu("redis"))
             ),
-            goal: ">= 1.0x".into(),
+            1.0,
             got,
-            met: got.map(|g| g >= 1.0),
-            latency: false,
-        });
+        ));
     }
     // Issue 15: R-Mixed with maintenance running, the tails of GETs and of SETs.
     for system in ["lightstore-local", PLP] {
