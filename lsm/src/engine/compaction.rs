@@ -122,16 +122,6 @@ impl Inner {
         (l0 + deeper) as u64
     }
 
-    /// Compacts whatever is due, one compaction after another, under the write lock.
-    /// Terminates: each compaction takes at least one run out of the level it compacts,
-    /// and only the deepest level has no target to pass.
-    pub(super) fn maybe_compact(&mut self) -> Result<()> {
-        while let Some((from, to)) = self.compaction_due() {
-            self.compact_into(from, to, Pick::One)?;
-        }
-        Ok(())
-    }
-
     /// Merges every level into the next, top down, until all runs are in the deepest level.
     pub(super) fn compact_all(&mut self) -> Result<()> {
         let deepest = self.deepest_nonempty().max(1);

@@ -729,8 +729,9 @@ impl Engine {
         })
     }
 
-    /// Writes the memtables as keytable runs (then compacts if a level is over its budget),
-    /// so the next open replays nothing written before this call.
+    /// Writes the memtables as keytable runs, so the next open replays nothing written
+    /// before this call. A compaction the new runs make due is left to the maintenance
+    /// thread (woken here); [`Engine::compact_all`] compacts in the call.
     ///
     /// # Errors
     /// `DeviceFull`, device errors; `ReadOnly` on a read-only engine.
@@ -741,6 +742,7 @@ impl Engine {
         inner.check_writable()?;
         let r = inner.flush();
         self.core.applied.notify_all();
+        self.core.work.notify_one();
         drop(inner);
         r.and(self.core.trim_unlinked())
     }
