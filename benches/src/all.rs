@@ -987,7 +987,7 @@ impl RunOne {
                 let dev = bench.device(local::FILE, "engine")?;
                 // The same DRAM for values as the peers' block cache.
                 let engine = lsm::Engine::open(
-                    dev as Arc<dyn hwftl_sim::AppendDevice>,
+                    dev.clone() as Arc<dyn hwftl_sim::AppendDevice>,
                     lsm::EngineConfig {
                         value_cache_bytes: self.cache_bytes,
                         flush_writes: s.name != PLP,
@@ -999,7 +999,9 @@ impl RunOne {
                     engine: &engine,
                     engine_counts_writes: false,
                 };
-                let mut out = self.workloads(&kv, Shape::in_process(self.value_size))?;
+                let beside = || crate::device_kv::DeviceReads::written(dev.clone());
+                let mut out =
+                    self.workloads(&kv, Shape::in_process(self.value_size), Some(&beside))?;
                 // Every key in keytables (the memtable written out), untimed: the DRAM the
                 // peers get on top of their cache.
                 engine.flush()?;
@@ -1013,7 +1015,7 @@ impl RunOne {
                     addr: self.addr.context("--addr is needed for a server")?,
                     pid: self.pid.context("--pid is needed for a server")?,
                 };
-                self.workloads(&kv, Shape::resp())?
+                self.workloads(&kv, Shape::resp(), None)?
             }
         };
         std::fs::write(&self.json, serde_json::to_string(&out)?)
@@ -1027,20 +1029,27 @@ impl RunOne {
         let db = self.dir.join("db");
         let cache = self.cache_bytes as usize;
         match s.name {
-            "rocksdb-leveled/wal-sync" => {
-                self.workloads(&Rocks::open(&db, RocksLayout::Leveled, true, cache)?, shape)
-            }
+            "rocksdb-leveled/wal-sync" => self.workloads(
+                &Rocks::open(&db, RocksLayout::Leveled, true, cache)?,
+                shape,
+                None,
+            ),
             "rocksdb-leveled/no-wal" => self.workloads(
                 &Rocks::open(&db, RocksLayout::Leveled, false, cache)?,
                 shape,
+                None,
             ),
-            "rocksdb-blobdb/wal-sync" => {
-                self.workloads(&Rocks::open(&db, RocksLayout::Blob, true, cache)?, shape)
-            }
-            "rocksdb-blobdb/no-wal" => {
-                self.workloads(&Rocks::open(&db, RocksLayout::Blob, false, cache)?, shape)
-            }
-            "fjall-kvsep" => self.workloads(&Fjall::open(&db, self.cache_bytes)?, shape),
+            "rocksdb-blobdb/wal-sync" => self.workloads(
+                &Rocks::open(&db, RocksLayout::Blob, true, cache)?,
+                shape,
+                None,
+            ),
+            "rocksdb-blobdb/no-wal" => self.workloads(
+                &Rocks::open(&db, RocksLayout::Blob, false, cache)?,
+                shape,
+                None,
+            ),
+            "fjall-kvsep" => self.workloads(&Fjall::open(&db, self.cache_bytes)?, shape, None),
             other => bail!("no in-process peer `{other}`"),
         }
     }
@@ -1050,7 +1059,15 @@ impl RunOne {
         bail!("{} needs the `peers` feature", s.name)
     }
 
-    fn workloads(&self, kv: &dyn KvUnderTest, shape: Shape) -> anyhow::Result<ChildOutput> {
+    /// Runs every workload on `kv`. With `beside` (LightStore in-process), R-GET is
+    /// preceded by the same reads of the engine's own device with no engine in between
+    /// (`Row::device_reads_beside`; a failure there is logged, not fatal).
+    fn workloads(
+        &self,
+        kv: &dyn KvUnderTest,
+        shape: Shape,
+        beside: Option<&dyn Fn() -> anyhow::Result<crate::device_kv::DeviceReads>>,
+    ) -> anyhow::Result<ChildOutput> {
         let access = system(&self.system)?.access;
         let value: Vec<u8> = (0..self.value_size)
             .map(|i| {
@@ -1070,6 +1087,19 @@ impl RunOne {
             };
             let copied0 = copied();
             let ops = w.ops(self.keys);
+            let device_reads_beside = match beside {
+                Some(reads) if w == Workload::RGet => {
+                    match reads().and_then(|d| workloads::run(&d, w, self.keys, ops, &value, shape))
+                    {
+                        Ok(m) => Some(m.ops_per_sec),
+                        Err(e) => {
+                            eprintln!("the device's reads beside R-GET failed: {e:#}");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
             let m = workloads::run(kv, w, self.keys, ops, &value, shape)?;
             let copied1 = copied();
             let batch = match w {
@@ -1092,6 +1122,7 @@ impl RunOne {
             r.value_size = Some(self.value_size as u32);
             r.write_amp = m.write_amp;
             r.write_amp_disk = m.write_amp_disk;
+            r.device_reads_beside = device_reads_beside;
             r.cache_bytes = match access {
                 Access::InProcess => Some(self.cache_bytes),
                 Access::Drive { .. } => Some(DRIVE_VALUE_CACHE),

@@ -110,6 +110,21 @@ pub(crate) fn targets(res: &Results) -> Vec<Target> {
             fmt_ratio(vs_fio(res, PLP, w, vs))
         );
         let mut met = got.map(|g| g >= goal);
+        if w == Workload::RGet {
+            // The device's own reads right before the row, by the same clients (the run's
+            // ceiling is minutes older, on a disk that drifts).
+            let beside = find(rows, PLP, w, vs).and_then(|r| {
+                r.device_reads_beside
+                    .map(|d| (ratio(Some(r.ops_per_sec), Some(d)), d))
+            });
+            if let Some((x, d)) = beside {
+                what.push_str(&format!(
+                    " (vs its device read right before it by the same clients, no engine: \
+                     {} of {d:.0}/s)",
+                    fmt_ratio(x)
+                ));
+            }
+        }
         if w == Workload::RSet {
             let wa = find(rows, PLP, w, vs).and_then(|r| r.write_amp);
             what.push_str(&format!(" (WA {} <= 1.2)", fmt_opt(wa, 2)));
@@ -283,5 +298,33 @@ mod tests {
         assert_eq!(io_cpu_floor(&res, Workload::RGet, None), "");
         let no_fio = results(Err("fio is not installed".into()));
         assert_eq!(io_cpu_floor(&no_fio, Workload::RGet, Some(6.1)), "");
+    }
+
+    /// The R-GET target is judged on the run's ceiling, and names the ratio to the device's
+    /// reads measured right before the row when the row carries them.
+    #[test]
+    fn the_read_target_names_the_device_read_beside_it() {
+        let mut res = results(Err("fio is not installed".into()));
+        let mut r = crate::report::Row::measured(PLP, "R-GET", 32, 45_000.0, 0.0, 0.0, 0.0);
+        r.value_size = Some(8192);
+        r.ratio_to_device = Some(45_000.0 / 70_000.0);
+        r.device_reads_beside = Some(50_000.0);
+        res.rows.push(r);
+        let t = targets(&res);
+        let get = t
+            .iter()
+            .find(|t| t.what.starts_with("LightStore-Local plp R-GET vs device"))
+            .unwrap();
+        assert!(
+            get.what
+                .ends_with("(vs its device read right before it by the same clients, no engine: 0.90x of 50000/s)"),
+            "{}",
+            get.what
+        );
+        assert_eq!(get.met, Some(false), "judged on the run's ceiling");
+        // Without the figure, nothing is said.
+        res.rows[0].device_reads_beside = None;
+        let t = targets(&res);
+        assert!(!t.iter().any(|t| t.what.contains("right before it")));
     }
 }

@@ -5,6 +5,7 @@ mod all_report;
 mod all_targets;
 mod cluster;
 mod device;
+mod device_kv;
 mod expiry;
 mod extras;
 mod extras_report;

@@ -59,6 +59,13 @@ pub struct Row {
     /// Ratio to the raw device ceiling of the same backend measured in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_device: Option<f64>,
+    /// Random page reads per second of the system's own device, read right before the
+    /// workload by the same clients in the same batches with no engine in between
+    /// ([`crate::device_kv::DeviceReads`]; LightStore in-process R-GET, `bench all`): a
+    /// ceiling measured beside the row, where the run's ceiling may be many minutes old on a
+    /// disk whose speed drifts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_reads_beside: Option<f64>,
     /// Client connections (network benchmark), or client threads (in-process, `bench all`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connections: Option<u32>,
