@@ -1028,30 +1028,17 @@ impl RunOne {
         let shape = Shape::in_process(self.value_size);
         let db = self.dir.join("db");
         let cache = self.cache_bytes as usize;
-        match s.name {
-            "rocksdb-leveled/wal-sync" => self.workloads(
-                &Rocks::open(&db, RocksLayout::Leveled, true, cache)?,
-                shape,
-                None,
-            ),
-            "rocksdb-leveled/no-wal" => self.workloads(
-                &Rocks::open(&db, RocksLayout::Leveled, false, cache)?,
-                shape,
-                None,
-            ),
-            "rocksdb-blobdb/wal-sync" => self.workloads(
-                &Rocks::open(&db, RocksLayout::Blob, true, cache)?,
-                shape,
-                None,
-            ),
-            "rocksdb-blobdb/no-wal" => self.workloads(
-                &Rocks::open(&db, RocksLayout::Blob, false, cache)?,
-                shape,
-                None,
-            ),
-            "fjall-kvsep" => self.workloads(&Fjall::open(&db, self.cache_bytes)?, shape, None),
+        let (layout, wal) = match s.name {
+            "rocksdb-leveled/wal-sync" => (RocksLayout::Leveled, true),
+            "rocksdb-leveled/no-wal" => (RocksLayout::Leveled, false),
+            "rocksdb-blobdb/wal-sync" => (RocksLayout::Blob, true),
+            "rocksdb-blobdb/no-wal" => (RocksLayout::Blob, false),
+            "fjall-kvsep" => {
+                return self.workloads(&Fjall::open(&db, self.cache_bytes)?, shape, None)
+            }
             other => bail!("no in-process peer `{other}`"),
-        }
+        };
+        self.workloads(&Rocks::open(&db, layout, wal, cache)?, shape, None)
     }
 
     #[cfg(not(feature = "peers"))]
