@@ -848,7 +848,8 @@ impl Engine {
         } else {
             inner.flush()
         };
-        // What that flush's compactions released is trimmed here, not left to the next open.
+        // Segments still unlinked (released and not yet trimmed) are trimmed here, not left to
+        // the next open.
         drop(inner);
         let trimmed = if flushed.is_ok() {
             self.core.trim_unlinked()
