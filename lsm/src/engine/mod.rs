@@ -750,7 +750,7 @@ impl Engine {
     /// Flushes, then merges every level into one bottom run.
     ///
     /// On a nearly full device the merge may find no free segment for its output while the
-    /// segments it (or the flush before it) released still wait for their trim, which runs
+    /// segments its earlier levels' merges released still wait for their trim, which runs
     /// at the end of the call, or while garbage collection is behind. A merge refused for
     /// want of a segment is therefore tried once more, after those trims and after the
     /// maintenance thread has nothing due.
