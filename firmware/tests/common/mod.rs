@@ -16,6 +16,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod compare;
+
 pub use lightstore_testkit::resp::{ask, exchange, read_for, read_frame, send};
 pub use lightstore_testkit::{RedisServer, TEST_CAPACITY};
 
