@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod compare;
+pub mod script;
 
 pub use lightstore_testkit::resp::{ask, exchange, read_for, read_frame, send};
 pub use lightstore_testkit::{RedisServer, TEST_CAPACITY};
