@@ -13,11 +13,23 @@
 //! - A caller first tries the write lock. Free: it leads at once with its own batch
 //!   (borrowed, no copy), taking along whatever is queued.
 //! - Busy: it copies its batch into a [`Joiner`] (one byte arena: the holder cannot borrow
-//!   from another thread's stack), queues it, and blocks on the write lock. Joiners are taken
-//!   only by a thread holding the write lock, so once this caller holds it, nobody else can
-//!   be taking its batch: either a holder took it before (the caller releases the lock and
-//!   waits for the shared outcome) or nobody did (it takes itself out of the queue and leads
-//!   with its own batch). A batch is written exactly once.
+//!   from another thread's stack) and queues it. Joiners are taken only by a thread holding
+//!   the write lock, so once this caller holds it, nobody else can be taking its batch:
+//!   either a holder took it before (the caller releases the lock and waits for the shared
+//!   outcome) or nobody did (it takes itself out of the queue and leads with its own batch).
+//!   A batch is written exactly once.
+//! - *Waiting in the queue.* A queued caller does not block on the write lock: it sleeps on
+//!   its own joiner until a holder answers it (taken along), a leaving holder hands it the
+//!   lead ([`Joiners::hand_on`], the oldest queued caller), or [`QUEUED_WAIT`] passes; only
+//!   then does it take the lock. Why: blocked on the lock, every caller taken along had to
+//!   get the lock once more after its group (only to find it taken: two sleeps and wake-ups
+//!   per member instead of one, and each a turn of the lock against the next leader), and the
+//!   lock's spinning waiters yield the CPU in a loop, which on a two-core virtual machine is
+//!   a context switch each. Why no caller waits for ever: a holder that leads hands the lead
+//!   on after it let go of the lock, and a caller queues before it looks at the lock (it
+//!   leads at once if the lock is free then), so a lock held when it looked has a release to
+//!   come that either hands on or, when its holder does not lead (maintenance, `sync`, the
+//!   drive's writer), is found by the patience bound.
 //! - The group is one batch: one ticket, consecutive sequence numbers in queue order (the
 //!   holder's own batch first), atomic as a whole, so each member is atomic and members
 //!   are ordered as if written one after another. Each member is validated alone first: an
@@ -90,6 +102,13 @@ impl Default for Joiners {
 /// or handed the lead before it takes the write lock itself (a safety net: a holder hands
 /// the lead on as it leaves).
 const CROWDED_WAIT: Duration = Duration::from_millis(2);
+
+/// Longest a caller queued behind a busy write lock waits to be taken along or handed the
+/// lead before it blocks on the lock itself: a safety net for a lock held by someone who
+/// does not hand the lead on as it leaves (the maintenance thread, `sync`, the drive's
+/// writer), whose release the queued caller would otherwise only see when the next caller
+/// arrives.
+const QUEUED_WAIT: Duration = Duration::from_micros(500);
 
 impl Joiners {
     /// Runs `wait` (a wait for room in the pipeline, the write lock released inside) counted
@@ -207,10 +226,10 @@ impl Joiner {
         self.answered.notify_one();
     }
 
-    /// Waits while queued behind a holder that waits for pipeline room: the group's outcome
-    /// once a holder took the batch along, or `None` (still queued) once the lead was handed
-    /// to this caller or `patience` ran out.
-    fn wait_crowded(&self, patience: Duration) -> Option<Result<()>> {
+    /// Waits while queued (behind a busy write lock, or a holder that waits for pipeline
+    /// room): the group's outcome once a holder took the batch along, or `None` (still
+    /// queued) once the lead was handed to this caller or `patience` ran out.
+    fn wait_queued(&self, patience: Duration) -> Option<Result<()>> {
         let deadline = Instant::now() + patience;
         let mut s = self.state.lock();
         loop {
@@ -304,14 +323,28 @@ impl Engine {
             lead_offered: AtomicBool::new(false),
         });
         self.core.joiners.queue.lock().push_back(me.clone());
-        if crowded {
-            let patience =
-                Duration::from_micros(self.core.joiners.crowded_wait_us.load(Ordering::Relaxed));
-            if let Some(outcome) = me.wait_crowded(patience) {
-                return outcome;
+        // Queued: wait to be taken along or handed the lead, not on the write lock (see
+        // "Waiting in the queue" in the module docs). A lock that is free now has no holder
+        // that would hand on to this caller: lead at once.
+        let free = if crowded {
+            None
+        } else {
+            self.core.inner.try_lock()
+        };
+        let g = match free {
+            Some(g) => g,
+            None => {
+                let patience = if crowded {
+                    Duration::from_micros(self.core.joiners.crowded_wait_us.load(Ordering::Relaxed))
+                } else {
+                    QUEUED_WAIT
+                };
+                if let Some(outcome) = me.wait_queued(patience) {
+                    return outcome;
+                }
+                self.core.inner.lock()
             }
-        }
-        let g = self.core.inner.lock();
+        };
         // Only a write-lock holder takes joiners, so this look cannot race with one.
         let mine = {
             let mut s = me.state.lock();
