@@ -218,6 +218,16 @@ pub trait AppendDevice: Send + Sync {
     /// A failure is logged by the device and the commands stay queued for the next one.
     fn doorbell(&self) {}
 
+    /// As [`AppendDevice::doorbell`] while the backend holds no command still running;
+    /// otherwise leaves the queued commands to the next blocking reap, which hands them over
+    /// before it waits for that running command (one system call for every command queued
+    /// until then, where each caller's own doorbell would be one each). For a caller that
+    /// does not wait for its commands, beside a poller that reaps: the commands go down at
+    /// the next completion instead of at once. The default rings.
+    fn doorbell_if_idle(&self) {
+        self.doorbell();
+    }
+
     /// Queues `cmds` and reaps as [`AppendDevice::reap`] does, handing the commands to the
     /// backend in the same system call as the wait (a poller's loop: one kernel entry per turn
     /// instead of two). Returns each command's submission result and the reap's.

@@ -867,6 +867,12 @@ impl AppendDevice for Ftl {
         self.ring_doorbell();
     }
 
+    fn doorbell_if_idle(&self) {
+        if let Err(e) = self.media.doorbell_if_idle() {
+            tracing::warn!("device doorbell failed, will retry: {e}");
+        }
+    }
+
     fn submit_and_reap(
         &self,
         cmds: Vec<Command>,

@@ -301,6 +301,18 @@ impl Poller {
         }
     }
 
+    /// As [`Poller::doorbell`], but while the device still runs a command it was handed
+    /// before, the queued ones go down with the poller's next turn, which that command's
+    /// completion starts ([`AppendDevice::doorbell_if_idle`]): for commands nobody waits
+    /// on at once (a batch acknowledged from DRAM), so that batches queued while the device
+    /// is busy share one submission (on a virtual disk, one VM exit) instead of one each.
+    pub(crate) fn doorbell_if_idle(&self) {
+        self.shared.dev.doorbell_if_idle();
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+
     /// Queues `cmds` and returns at once; [`InFlight::wait`] collects their completions in
     /// order (a command refused at submission comes back as its `Err`). The commands stay in
     /// the device's submission queue until a [`Poller::doorbell`] (anyone's): garbage collection queues its read-ahead under the

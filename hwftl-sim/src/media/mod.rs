@@ -86,6 +86,16 @@ pub(crate) trait Media: Send + Sync {
     fn start(&self, id: u32, op: MediaOp) -> std::result::Result<(), StartError>;
     /// Hands every queued operation to the backend at once (one system call for a batch).
     fn doorbell(&self) -> Result<()>;
+    /// As [`Media::doorbell`], unless an operation the backend already holds is still
+    /// running: then the queued ones wait for whoever polls for that operation's completion
+    /// (a poll hands over what is queued before it waits), and go down together with every
+    /// operation queued meanwhile. Returns whether it rang.
+    ///
+    /// # Errors
+    /// As [`Media::doorbell`].
+    fn doorbell_if_idle(&self) -> Result<bool> {
+        self.doorbell().map(|()| true)
+    }
     /// Collects finished operations; with `block`, waits for at least one if any is running.
     fn poll(&self, out: &mut Vec<MediaDone>, block: bool) -> Result<()>;
     /// Whether [`Media::read_direct`] is this backend's own path (the FTL sends batches of

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
@@ -163,6 +163,11 @@ pub(crate) struct FileMedia {
     cq_lock: Mutex<()>,
     slots: Mutex<Vec<Option<IoSlot>>>,
     in_flight: AtomicUsize,
+    /// Entries of this ring the kernel took whose completions have not been drained yet
+    /// ([`Media::doorbell_if_idle`]). Added after the system call that handed them over, so a
+    /// completion drained first makes it dip below zero for a moment: read as "none", which
+    /// only makes that doorbell ring.
+    in_kernel: AtomicIsize,
     /// Entries pushed to the submission queue and not yet handed to the kernel, oldest
     /// first (in ring order). Lock order: `sq_lock` or `cq_lock` before this.
     unsubmitted: Mutex<VecDeque<Queued>>,
@@ -275,6 +280,7 @@ impl FileMedia {
             cq_lock: Mutex::new(()),
             slots: Mutex::new((0..queue_depth).map(|_| None).collect()),
             in_flight: AtomicUsize::new(0),
+            in_kernel: AtomicIsize::new(0),
             unsubmitted: Mutex::new(VecDeque::new()),
             refused: Mutex::new(Vec::new()),
             data_offset: 0,
@@ -391,7 +397,11 @@ impl FileMedia {
             )
         };
         match r {
-            Ok(n) => Ok(n),
+            Ok(n) => {
+                self.in_kernel
+                    .fetch_add(isize::try_from(n).unwrap_or(isize::MAX), Ordering::SeqCst);
+                Ok(n)
+            }
             // A signal came first: nothing was handed over (the caller's loop tries again).
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
             Err(e) => Err(DeviceError::io("io_uring_enter", e)),
@@ -457,6 +467,7 @@ impl FileMedia {
         // SAFETY: the caller holds cq_lock, so no other CompletionQueue exists.
         let cq = unsafe { self.ring.completion_shared() };
         for cqe in cq {
+            self.in_kernel.fetch_sub(1, Ordering::SeqCst);
             let id = cqe.user_data() as u32;
             let res = cqe.result();
             let Some(slot) = self.take_slot(id) else {
@@ -872,6 +883,20 @@ impl Media for FileMedia {
     /// but not yet published is left queued; its submitter rings once it has published it.
     fn doorbell(&self) -> Result<()> {
         self.submit_queued(false)
+    }
+
+    /// Why a queued entry is not stranded: it is staged (under `sq_lock`) before its
+    /// submitter looks at `in_kernel`, and every turn of [`Media::poll`] begins by handing
+    /// over what is staged and ends, when it waits, with a system call that hands over what
+    /// is queued. An entry the look finds in the kernel completes, and the poller blocked on
+    /// it (it holds `cq_lock` while it waits, so it is the one to drain it) returns and
+    /// polls again: the engine's poller loops, and the caller wakes it besides. A look that
+    /// finds none rings as [`Media::doorbell`].
+    fn doorbell_if_idle(&self) -> Result<bool> {
+        if self.in_kernel.load(Ordering::SeqCst) > 0 {
+            return Ok(false);
+        }
+        self.submit_queued(false).map(|()| true)
     }
 
     fn has_direct_reads(&self) -> bool {

@@ -351,7 +351,13 @@ impl Engine {
                         .map(|ticket| (ticket, g.claim_ready(), g.mem.clone(), g.side.clone()));
                     let poller = g.poller.clone();
                     drop(g);
-                    poller.doorbell();
+                    if claimed.is_some() {
+                        // Acknowledged from DRAM: its pages may go down with the next
+                        // completion's turn of the poller, with every batch queued until then.
+                        poller.doorbell_if_idle();
+                    } else {
+                        poller.doorbell();
+                    }
                     // Callers that queued while this one waited for room: one leads them now
                     // (before this caller waits for its batch to finish).
                     self.core.joiners.hand_on();
