@@ -6,7 +6,9 @@ use std::sync::{Arc, Weak};
 /// The doorbell a batch acknowledged from DRAM ([`EngineConfig::ack_from_dram`]) leaves to
 /// its caller: its pages are queued on the device but not yet handed to the kernel.
 /// [`Doorbell::ring`] hands them over (one system call; on a virtual disk, a VM exit) and
-/// wakes the poller; dropping it rings too, so pages are never stranded.
+/// wakes the poller; dropping it rings too, so pages are never stranded. While the device
+/// still runs a command handed over before, ringing leaves them to the poller's turn that
+/// command's completion starts, with every batch queued until then (`Poller::doorbell_if_idle`).
 ///
 /// Why a caller takes it ([`crate::PendingWrite::take_doorbell`]): such a batch is acknowledged as
 /// soon as it is applied, so a caller that answers its clients first and rings after takes
@@ -45,7 +47,7 @@ impl Drop for Doorbell {
         if let Some(core) = self.core.upgrade() {
             core.seal_open_page_soon();
         }
-        self.poller.doorbell();
+        self.poller.doorbell_if_idle();
     }
 }
 
