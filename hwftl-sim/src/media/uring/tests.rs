@@ -4,6 +4,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::{Backend, DeviceConfig, Ftl, Geometry};
@@ -295,4 +296,101 @@ fn counters_stay_exact_under_concurrent_submit_and_poll() {
     }
     assert_eq!(media.in_flight.load(Ordering::Acquire), 0);
     assert!(media.unsubmitted.lock().is_empty());
+}
+
+/// `doorbell_if_idle` rings only while the kernel holds none of the ring's entries: with
+/// one handed over and not yet drained, a later program stays queued (no system call), and
+/// the next blocking poll hands it over before it waits, so both complete; once everything
+/// is drained the count is back to zero and the doorbell rings again.
+#[test]
+fn a_doorbell_while_busy_leaves_the_entry_to_the_next_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = media(dir.path(), 8, 16);
+    let program = |id: u32, ppa: Ppa| MediaOp::Program {
+        ppa,
+        buf: PageBuf::from_slice(&[id as u8 + 1; PAGE_SIZE]),
+    };
+    assert!(media.start(0, program(0, 0)).is_ok());
+    assert!(media.doorbell_if_idle().unwrap(), "an idle ring rings");
+    assert_eq!(media.in_kernel.load(Ordering::SeqCst), 1);
+    // Not adjacent to page 0: an entry of its own.
+    assert!(media.start(1, program(1, 5)).is_ok());
+    assert!(
+        !media.doorbell_if_idle().unwrap(),
+        "an entry still in the kernel: no ring"
+    );
+    assert_eq!(
+        media.sq_lock.lock().ids.len(),
+        1,
+        "the program is still staged"
+    );
+    assert_eq!(media.in_kernel.load(Ordering::SeqCst), 1);
+    for (id, result, buf) in collect(&media, 2) {
+        result.unwrap();
+        assert_eq!(buf.unwrap()[0], id as u8 + 1);
+    }
+    assert_eq!(media.in_kernel.load(Ordering::SeqCst), 0);
+    assert_eq!(media.in_flight.load(Ordering::Acquire), 0);
+    assert!(media.unsubmitted.lock().is_empty());
+    assert!(media.start(2, program(2, 9)).is_ok());
+    assert!(media.doorbell_if_idle().unwrap(), "drained: it rings again");
+    let done = collect(&media, 1);
+    assert_eq!(done[0].0, 2);
+}
+
+/// Submitters that ring only when idle, beside a poller that loops as the engine's does:
+/// every program completes (none is stranded by a doorbell that found the ring busy) and
+/// the counts end at zero.
+#[test]
+fn doorbells_only_when_idle_strand_nothing_beside_a_looping_poller() {
+    const THREADS: u32 = 4;
+    const OPS: u32 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let media = Arc::new(media(dir.path(), THREADS, u64::from(THREADS) * 4));
+    let busy: Arc<Vec<AtomicBool>> =
+        Arc::new((0..THREADS).map(|_| AtomicBool::new(false)).collect());
+    let submitters: Vec<_> = (0..THREADS)
+        .map(|id| {
+            let (media, busy) = (media.clone(), busy.clone());
+            std::thread::spawn(move || {
+                for _ in 0..OPS {
+                    while busy[id as usize].load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    busy[id as usize].store(true, Ordering::Release);
+                    // Pages far apart: each program is an entry of its own.
+                    let op = MediaOp::Program {
+                        ppa: u64::from(id) * 4,
+                        buf: PageBuf::from_slice(&[id as u8; PAGE_SIZE]),
+                    };
+                    assert!(media.start(id, op).is_ok());
+                    media.doorbell_if_idle().unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut done = 0;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done < THREADS * OPS {
+        assert!(
+            Instant::now() < deadline,
+            "stranded: {done} of {} completed",
+            THREADS * OPS
+        );
+        // A blocking poll returns at once when nothing is in flight.
+        media.poll(&mut out, true).unwrap();
+        for d in out.drain(..) {
+            d.result.unwrap();
+            busy[d.id as usize].store(false, Ordering::Release);
+            done += 1;
+        }
+    }
+    for s in submitters {
+        s.join().unwrap();
+    }
+    assert_eq!(media.in_kernel.load(Ordering::SeqCst), 0);
+    assert_eq!(media.in_flight.load(Ordering::Acquire), 0);
+    assert!(media.unsubmitted.lock().is_empty());
+    assert!(media.sq_lock.lock().ids.is_empty());
 }
