@@ -12,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::cluster::{bulk, err, field, id, map_text, ok, Raw, TestCluster, R};
+use common::cluster::{bulk, err, field, map_text, node_id, ok, Raw, TestCluster, R};
 use common::{have_tool, Drive};
 use kvproto::cluster::{key_slot, ClusterMap};
 use redis::Commands;
@@ -36,8 +36,8 @@ fn cluster_commands_redirection_and_replicas() {
     assert_eq!(field(&info, "cluster_size"), "3");
     assert_eq!(field(&info, "cluster_current_epoch"), "2");
     assert_eq!(field(&info, "cluster_my_epoch"), "2");
-    assert_eq!(n0.call(&["CLUSTER", "MYID"]), bulk(&id(0)));
-    assert_eq!(c.raw(3).call(&["cluster", "myid"]), bulk(&id(3)));
+    assert_eq!(n0.call(&["CLUSTER", "MYID"]), bulk(&node_id(0)));
+    assert_eq!(c.raw(3).call(&["cluster", "myid"]), bulk(&node_id(3)));
     assert_eq!(n0.call(&["CLUSTER", "KEYSLOT", "foo"]), R::Int(12182));
     assert_eq!(
         n0.call(&["CLUSTER", "KEYSLOT", "{user1000}.following"]),
@@ -57,11 +57,15 @@ fn cluster_commands_redirection_and_replicas() {
         R::Arr(vec![
             bulk("127.0.0.1"),
             R::Int(port0),
-            bulk(&id(0)),
+            bulk(&node_id(0)),
             R::Arr(vec![])
         ])
     );
-    assert_eq!(first[3].items()[2], bulk(&id(3)), "the replica follows");
+    assert_eq!(
+        first[3].items()[2],
+        bulk(&node_id(3)),
+        "the replica follows"
+    );
     assert_eq!(slots[2].items()[..2], [R::Int(10922), R::Int(16383)]);
     let mut r3 = c.raw(0);
     assert!(matches!(r3.call(&["HELLO", "3"]), R::Map(_)));
@@ -75,7 +79,7 @@ fn cluster_commands_redirection_and_replicas() {
     assert_eq!(s0.get("slots"), R::Arr(vec![R::Int(0), R::Int(5460)]));
     let members = s0.get("nodes");
     assert_eq!(members.items().len(), 2);
-    assert_eq!(members.items()[0].get("id"), bulk(&id(0)));
+    assert_eq!(members.items()[0].get("id"), bulk(&node_id(0)));
     assert_eq!(members.items()[0].get("role"), bulk("master"));
     assert_eq!(members.items()[0].get("port"), R::Int(port0));
     assert_eq!(members.items()[1].get("role"), bulk("replica"));
@@ -89,17 +93,20 @@ fn cluster_commands_redirection_and_replicas() {
     assert!(
         lines[1].starts_with(&format!(
             "{} 127.0.0.1:{port1}@{} myself,master - 0 ",
-            id(1),
+            node_id(1),
             u32::from(port1) + 10_000
         )),
         "{nodes}"
     );
     assert!(lines[1].ends_with(" 2 connected 5461-10921"), "{nodes}");
     assert!(lines[0].contains(" master - ") && lines[0].ends_with(" connected 0-5460"));
-    assert!(lines[3].contains(&format!(" slave {} ", id(0))), "{nodes}");
-    let replicas = n0.call(&["CLUSTER", "REPLICAS", &id(0)]);
+    assert!(
+        lines[3].contains(&format!(" slave {} ", node_id(0))),
+        "{nodes}"
+    );
+    let replicas = n0.call(&["CLUSTER", "REPLICAS", &node_id(0)]);
     assert_eq!(replicas.items().len(), 1);
-    assert!(replicas.items()[0].text().starts_with(&id(3)));
+    assert!(replicas.items()[0].text().starts_with(&node_id(3)));
 
     // INFO, HELLO and CONFIG GET say cluster.
     let info = n0.call(&["INFO", "cluster"]).text();
@@ -346,7 +353,7 @@ fn map_push_moves_slots_refuses_stale_maps_and_survives_restart() {
     );
     // Found by its address this time (no --cluster-node-id).
     let mut a0 = Raw::connect(restarted.addr);
-    assert_eq!(a0.call(&["CLUSTER", "MYID"]), bulk(&id(0)));
+    assert_eq!(a0.call(&["CLUSTER", "MYID"]), bulk(&node_id(0)));
     let info = a0.call(&["CLUSTER", "INFO"]).text();
     assert_eq!(field(&info, "cluster_current_epoch"), "3");
     assert_eq!(a0.call(&["GET", "b"]), err(&format!("MOVED 3300 {b}")));
@@ -413,15 +420,15 @@ fn bad_input_gets_errors_and_the_drive_keeps_serving() {
     let overlap = format!(
         "version = 5\n[[node]]\nid = \"{}\"\naddr = \"127.0.0.1:9\"\nslots = [[0, 16383]]\n\
          [[node]]\nid = \"{}\"\naddr = \"127.0.0.1:10\"\nslots = [[100, 200]]\n",
-        id(0),
-        id(1)
+        node_id(0),
+        node_id(1)
     );
     assert_eq!(
         n.call(&["LS.CLUSTERMAP", "5", &overlap]).text(),
         format!(
             "ERR invalid cluster map: slot 100 is claimed by both {} and {}",
-            id(0),
-            id(1)
+            node_id(0),
+            node_id(1)
         )
     );
     let mut holes = c.specs.clone();
@@ -431,11 +438,11 @@ fn bad_input_gets_errors_and_the_drive_keeps_serving() {
         "ERR the cluster map leaves 383 of the 16384 slots without a primary (the first is slot 16001); every slot must be assigned"
     );
     let mut stranger = c.specs.clone();
-    stranger[0].id = id(7);
+    stranger[0].id = node_id(7);
     assert_eq!(
         n.call(&["LS.CLUSTERMAP", "5", &map_text(5, &stranger)])
             .text(),
-        format!("ERR node id \"{}\" is not in the cluster map", id(0))
+        format!("ERR node id \"{}\" is not in the cluster map", node_id(0))
     );
     n.send(&[b"LS.CLUSTERMAP", b"5", b"version = 5\n\xff\xfe"]);
     assert_eq!(n.read(), err("ERR the cluster map text is not UTF-8"));
@@ -505,7 +512,7 @@ fn bad_maps_are_refused_at_start() {
     let node = |i: usize, slots: &str| {
         format!(
             "[[node]]\nid = \"{}\"\naddr = \"127.0.0.1:{}\"\nslots = {slots}\n",
-            id(i),
+            node_id(i),
             7001 + i
         )
     };
@@ -519,7 +526,12 @@ fn bad_maps_are_refused_at_start() {
     );
     refused(
         &data,
-        &["--cluster-config", &overlap, "--cluster-node-id", &id(0)],
+        &[
+            "--cluster-config",
+            &overlap,
+            "--cluster-node-id",
+            &node_id(0),
+        ],
         "slot 8000 is claimed by both",
     );
     let holes = write(
@@ -532,7 +544,7 @@ fn bad_maps_are_refused_at_start() {
     );
     refused(
         &data,
-        &["--cluster-config", &holes, "--cluster-node-id", &id(0)],
+        &["--cluster-config", &holes, "--cluster-node-id", &node_id(0)],
         "leaves 999 of the 16384 slots without a primary (the first is slot 8001)",
     );
     let good = write(
@@ -545,7 +557,7 @@ fn bad_maps_are_refused_at_start() {
     );
     refused(
         &data,
-        &["--cluster-config", &good, "--cluster-node-id", &id(5)],
+        &["--cluster-config", &good, "--cluster-node-id", &node_id(5)],
         "is not in the cluster map",
     );
     refused(
@@ -560,14 +572,14 @@ fn bad_maps_are_refused_at_start() {
     );
     refused(
         &data,
-        &["--cluster-node-id", &id(0)],
+        &["--cluster-node-id", &node_id(0)],
         "--cluster-node-id needs --cluster-config",
     );
     let cfg = write(
         "drive.toml",
         &format!(
             "cluster-config = \"{holes}\"\ncluster-node-id = \"{}\"\n",
-            id(0)
+            node_id(0)
         ),
     );
     refused(&data, &["--config", &cfg], "without a primary");

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::cluster::{bulk, err, id, ok, Raw, TestCluster, R};
+use common::cluster::{bulk, err, node_id, ok, Raw, TestCluster, R};
 use common::{have_tool, record_skip};
 use kvproto::cluster::{key_slot, ClusterMap};
 use redis::Commands;
@@ -59,7 +59,7 @@ fn a_slot_moves_live_with_ask_redirects() {
     );
 
     // The states, with Redis's refusals.
-    let (id0, id1) = (id(0), id(1));
+    let (id0, id1) = (node_id(0), node_id(1));
     assert_eq!(
         n0.call(&["CLUSTER", "SETSLOT", "3300", "IMPORTING", &id1]),
         err("ERR I'm already the owner of hash slot 3300")
@@ -252,7 +252,7 @@ fn a_write_on_its_way_to_the_device_is_seen_by_a_slot_migration() {
     writer.send(&[b"SET", key.as_bytes(), b"v"]);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
-        admin.call(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(1)]),
+        admin.call(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &node_id(1)]),
         ok()
     );
     let t = std::time::Instant::now();
@@ -400,7 +400,7 @@ fn redis_cli_reshard_moves_slots_while_a_client_writes() {
         assert!(out.status.success(), "redis-cli {args:?}:\n{text}");
         text
     };
-    let (id0, id1) = (id(0), id(1));
+    let (id0, id1) = (node_id(0), node_id(1));
     let moved = cli(&[
         "--cluster",
         "reshard",

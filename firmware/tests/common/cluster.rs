@@ -6,14 +6,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kvproto::cluster::{even_ranges, ClusterMap, NodeSpec};
+use kvproto::cluster::{ClusterMap, NodeSpec};
+pub use lightstore_testkit::{cluster_specs, node_id};
 
 use super::Drive;
-
-/// Node id of the `i`th node of a test cluster.
-pub fn id(i: usize) -> String {
-    format!("{:040x}", 0xc1_0000 + i)
-}
 
 /// A reply, decoded from RESP2 or RESP3.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,29 +138,6 @@ pub struct TestCluster {
     pub specs: Vec<NodeSpec>,
 }
 
-pub fn specs(primaries: usize, replicas_of_first: usize, addrs: &[SocketAddr]) -> Vec<NodeSpec> {
-    let mut out: Vec<NodeSpec> = even_ranges(primaries)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (a, b))| NodeSpec {
-            id: id(i),
-            addr: addrs[i],
-            slots: vec![[u32::from(a), u32::from(b)]],
-            replica_of: None,
-        })
-        .collect();
-    for r in 0..replicas_of_first {
-        let i = primaries + r;
-        out.push(NodeSpec {
-            id: id(i),
-            addr: addrs[i],
-            slots: Vec::new(),
-            replica_of: Some(id(0)),
-        });
-    }
-    out
-}
-
 pub fn map_text(version: u64, specs: &[NodeSpec]) -> String {
     ClusterMap::new(version, specs.to_vec()).unwrap().to_toml()
 }
@@ -176,7 +149,10 @@ impl TestCluster {
         let placeholders: Vec<SocketAddr> = (0..total)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], 1 + i as u16)))
             .collect();
-        let v1 = map_text(1, &specs(primaries, replicas_of_first, &placeholders));
+        let v1 = map_text(
+            1,
+            &cluster_specs(primaries, replicas_of_first, &placeholders),
+        );
         let nodes: Vec<Node> = (0..total)
             .map(|i| {
                 let home = dir.path().join(format!("node-{i}"));
@@ -184,7 +160,7 @@ impl TestCluster {
                 let map_path = home.join("cluster.toml");
                 std::fs::write(&map_path, &v1).unwrap();
                 let data = home.join("data");
-                let node_id = id(i);
+                let node_id = node_id(i);
                 let mut args = vec![
                     "--cluster-config",
                     map_path.to_str().unwrap(),
@@ -201,7 +177,7 @@ impl TestCluster {
             })
             .collect();
         let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.drive.addr).collect();
-        let specs = specs(primaries, replicas_of_first, &addrs);
+        let specs = cluster_specs(primaries, replicas_of_first, &addrs);
         let mut c = TestCluster { dir, nodes, specs };
         c.push(2, &c.specs.clone(), extra);
         c

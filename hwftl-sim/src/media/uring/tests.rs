@@ -233,6 +233,36 @@ fn a_read_or_flush_pushes_the_staged_run_first() {
     assert!(media.sq_lock.lock().ids.is_empty());
 }
 
+/// One "operation in flight" flag per submitter, all clear.
+fn idle_flags(threads: u32) -> Arc<Vec<AtomicBool>> {
+    Arc::new((0..threads).map(|_| AtomicBool::new(false)).collect())
+}
+
+/// One thread per flag in `busy`, each starting `ops` operations on its own tag with `step`
+/// (given the media, its tag and the operation's number), one at a time: it waits until the
+/// poller cleared its flag before the next.
+fn submitters(
+    media: &Arc<FileMedia>,
+    busy: &Arc<Vec<AtomicBool>>,
+    ops: u32,
+    step: fn(&FileMedia, u32, u32),
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..busy.len() as u32)
+        .map(|id| {
+            let (media, busy) = (media.clone(), busy.clone());
+            std::thread::spawn(move || {
+                for i in 0..ops {
+                    while busy[id as usize].load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    busy[id as usize].store(true, Ordering::Release);
+                    step(&media, id, i);
+                }
+            })
+        })
+        .collect()
+}
+
 /// Submitters push and ring while a poller enters the ring without `sq_lock`: the counters
 /// must never go below zero (a wrapped `in_flight`) and must end at zero.
 #[test]
@@ -251,30 +281,18 @@ fn counters_stay_exact_under_concurrent_submit_and_poll() {
         )
         .unwrap();
     let media = Arc::new(media);
-    let busy: Arc<Vec<AtomicBool>> =
-        Arc::new((0..THREADS).map(|_| AtomicBool::new(false)).collect());
-    let submitters: Vec<_> = (0..THREADS)
-        .map(|id| {
-            let (media, busy) = (media.clone(), busy.clone());
-            std::thread::spawn(move || {
-                for i in 0..OPS {
-                    while busy[id as usize].load(Ordering::Acquire) {
-                        std::thread::yield_now();
-                    }
-                    busy[id as usize].store(true, Ordering::Release);
-                    let op = MediaOp::Read {
-                        ppa: u64::from(id),
-                        buf: PageBuf::zeroed(),
-                    };
-                    assert!(media.start(id, op).is_ok());
-                    // Every other entry is left for the poller to hand over.
-                    if i % 2 == 0 {
-                        media.doorbell().unwrap();
-                    }
-                }
-            })
-        })
-        .collect();
+    let busy = idle_flags(THREADS);
+    let submitters = submitters(&media, &busy, OPS, |media, id, i| {
+        let op = MediaOp::Read {
+            ppa: u64::from(id),
+            buf: PageBuf::zeroed(),
+        };
+        assert!(media.start(id, op).is_ok());
+        // Every other entry is left for the poller to hand over.
+        if i % 2 == 0 {
+            media.doorbell().unwrap();
+        }
+    });
     let mut done = 0;
     let mut out = Vec::new();
     while done < THREADS * OPS {
@@ -347,28 +365,16 @@ fn doorbells_only_when_idle_strand_nothing_beside_a_looping_poller() {
     const OPS: u32 = 300;
     let dir = tempfile::tempdir().unwrap();
     let media = Arc::new(media(dir.path(), THREADS, u64::from(THREADS) * 4));
-    let busy: Arc<Vec<AtomicBool>> =
-        Arc::new((0..THREADS).map(|_| AtomicBool::new(false)).collect());
-    let submitters: Vec<_> = (0..THREADS)
-        .map(|id| {
-            let (media, busy) = (media.clone(), busy.clone());
-            std::thread::spawn(move || {
-                for _ in 0..OPS {
-                    while busy[id as usize].load(Ordering::Acquire) {
-                        std::thread::yield_now();
-                    }
-                    busy[id as usize].store(true, Ordering::Release);
-                    // Pages far apart: each program is an entry of its own.
-                    let op = MediaOp::Program {
-                        ppa: u64::from(id) * 4,
-                        buf: PageBuf::from_slice(&[id as u8; PAGE_SIZE]),
-                    };
-                    assert!(media.start(id, op).is_ok());
-                    media.doorbell_if_idle().unwrap();
-                }
-            })
-        })
-        .collect();
+    let busy = idle_flags(THREADS);
+    let submitters = submitters(&media, &busy, OPS, |media, id, _| {
+        // Pages far apart: each program is an entry of its own.
+        let op = MediaOp::Program {
+            ppa: u64::from(id) * 4,
+            buf: PageBuf::from_slice(&[id as u8; PAGE_SIZE]),
+        };
+        assert!(media.start(id, op).is_ok());
+        media.doorbell_if_idle().unwrap();
+    });
     let mut done = 0;
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
